@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# `make test`: build Release and an ASan/UBSan Debug tree (CPU only), run all ctest tests in each.
+# Integration tests start their own redis-server and mock Kafka cluster on free loopback ports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$JOBS"
+(cd build && ctest --output-on-failure -j "$JOBS" --timeout 900)
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON -DSLUICE_CUDA=OFF
+cmake --build build-asan -j "$JOBS"
+(cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 900 -L unit)
