@@ -68,6 +68,11 @@ typedef struct {
     int n_mtp_layers;      /* num_nextn_predict_layers (weights skipped for now) */
 
     char model_id[128];    /* a stable name: directory basename unless config says otherwise */
+
+    /* added by the loader (H1): informational */
+    int hub_format;        /* 1: DeepSeek hub config (compress_ratios), 0: transformers (layer_types) */
+    char quant_method[32]; /* quantization_config.quant_method ("fp8") or "" */
+    char expert_dtype[16]; /* expert_dtype ("fp4") or "" */
 } v4_config;
 
 /* Parse `dir`/config.json. Returns 0, or -1 with one line in err naming the field. */

@@ -51,5 +51,9 @@ void qt_free(qtensor *q);
  *   q = e2m1(w / (s * scale_2)) (round to nearest, saturate).
  * Fills an owned QT_NVFP4 qtensor from a float matrix. */
 int qt_quantize_nvfp4(const float *w, int rows, int cols, qtensor *out);
+/* Same with a given weight_scale_2 (e.g. one shared by w1 and w3, as vLLM/TRT-LLM expect). */
+int qt_quantize_nvfp4_s2(const float *w, int rows, int cols, float scale2, qtensor *out);
+/* ModelOpt's weight_scale_2 for a tensor with this amax: amax / (6 * 448) (1 if that is 0). */
+float qt_nvfp4_scale2(float amax);
 
 #endif
