@@ -1,0 +1,55 @@
+/* backend.h — what the scheduler calls to run the model (in the spirit of ggml's backend vtable).
+ *
+ * One call = one step for a batch of sequences. Each sequence brings a span of new tokens that
+ * continue its state (positions st->pos .. st->pos+n-1; the scheduler has already reserved pages
+ * for them with v4_seq_reserve) and asks for next-token logits of its last `n - logits_from`
+ * tokens. The backend advances st->pos by n. A sequence's result must not depend on which other
+ * sequences share the batch, nor on how its tokens were split into spans.
+ *
+ * Backends:
+ *   cpu   float32 reference (engine/cpu/), exact V4_SPEC semantics without the official-only
+ *         fake-quant steps; the oracle for everything else.
+ *   cuda  the fast path (engine/cuda/, built with SLUICE_CUDA). The engine calls
+ *         sl_backend_cuda_create() only when SLUICE_HAVE_CUDA_BACKEND is defined; otherwise
+ *         opening backend "cuda" fails with a clear error.
+ */
+#ifndef SLUICE_BACKEND_H
+#define SLUICE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "state.h"
+#include "weights.h"
+
+typedef struct {
+    const int32_t *tokens;   /* n new token ids */
+    int n;
+    v4_seq_state *st;        /* continues at st->pos; advanced by n */
+    int logits_from;         /* logits for tokens i in [logits_from, n); n = none */
+    float *logits;           /* out: (n - logits_from) rows of vocab_size floats */
+} sl_seq_span;
+
+typedef struct sl_backend sl_backend;
+
+typedef struct {
+    const char *name;
+    /* Run one step. 0, or -1 with one line in err (the scheduler then fails every request). */
+    int (*forward)(sl_backend *b, sl_seq_span *spans, int n_spans, char *err, size_t errlen);
+    void (*destroy)(sl_backend *b);
+} sl_backend_ops;
+
+struct sl_backend {
+    const sl_backend_ops *ops;
+    const v4_weights *w;     /* not owned */
+    v4_state_pool *pool;     /* not owned */
+    void *impl;
+};
+
+/* CPU reference backend; n_threads 0 = online cores. NULL with err on failure. */
+sl_backend *sl_backend_cpu_create(const v4_weights *w, v4_state_pool *pool, int n_threads,
+                                  char *err, size_t errlen);
+/* CUDA backend (engine/cuda/, only when SLUICE_HAVE_CUDA_BACKEND). */
+sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, char *err, size_t errlen);
+
+#endif
