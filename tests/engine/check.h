@@ -29,7 +29,7 @@ static int check_failures = 0;
 #define CHECK_SAME(a, b)                                                                              \
     do {                                                                                              \
         float a_ = (a), b_ = (b);                                                                     \
-        if (!((a_ != a_ && b_ != b_) || (a_ == b_ && signbit(a_) == signbit(b_)))) {                  \
+        if (!((a_ != a_ && b_ != b_) || (a_ == b_ && !!signbit(a_) == !!signbit(b_)))) {                  \
             fprintf(stderr, "%s:%d: CHECK_SAME failed: %s = %.9g, %s = %.9g\n", __FILE__, __LINE__, #a, \
                     (double)a_, #b, (double)b_);                                                      \
             check_failures++;                                                                         \
