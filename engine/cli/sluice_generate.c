@@ -1,0 +1,278 @@
+/* sluice-generate — one-off generation from a checkpoint directory (no Kafka, no Redis).
+ *
+ * Contract (tests and outside checks rely on it):
+ *   sluice-generate --model DIR [--backend cpu|cuda] (--tokens 1,2,3 | --prompt TEXT)
+ *                   --max-new-tokens N [--chunk C] [--temperature T] [--top-p P] [--top-k K]
+ *                   [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos] [--stop-ids 1,2]
+ *                   [--logprobs] [--quantize-experts nvfp4] [--logits-out FILE] [--threads N]
+ * Default greedy; generation stops after EOS (included) unless --ignore-eos. --chunk C prefills
+ * the prompt C tokens per step (default: all at once). The last stdout line is one JSON object:
+ *   {"tokens": [...], "logprobs": [...]?, "finish_reason": "stop|length|...", "n_prompt": N,
+ *    "timings": {"load_ms", "prefill_ms", "decode_ms", "total_ms", "decode_tokens_per_s"}}
+ * --logits-out writes little-endian float32 rows of vocab floats, one per position fed (the
+ * prompt, then every generated token but the last): row t = next-token logits after position t.
+ * --prompt TEXT uses byte tokens when the model has no tokenizer.json and vocab >= 256.
+ * Errors: one line on stderr, exit status 2 for bad arguments, 1 for anything else.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "engine.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: sluice-generate --model DIR [--backend cpu|cuda] (--tokens 1,2,3 | --prompt TEXT)\n"
+            "                       --max-new-tokens N [--chunk C] [--temperature T] [--top-p P] [--top-k K]\n"
+            "                       [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos]\n"
+            "                       [--stop-ids 1,2] [--logprobs] [--quantize-experts nvfp4]\n"
+            "                       [--logits-out FILE] [--threads N]\n"
+            "Generates from a DeepSeek-V4 checkpoint. Default greedy; stops after EOS unless --ignore-eos.\n"
+            "The last line on stdout is a JSON object with \"tokens\" (generated ids), \"finish_reason\", timings.\n");
+}
+
+static int die(int code, const char *fmt, const char *a) {
+    fprintf(stderr, "sluice-generate: ");
+    fprintf(stderr, fmt, a);
+    fputc('\n', stderr);
+    return code;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* "1,2,3" -> ids; -1 on a malformed list */
+static int parse_ids(const char *s, int32_t **out, int *n) {
+    int cap = 16, k = 0;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (!v) return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (errno || end == p || x < 0 || x > INT32_MAX || (*end && *end != ',')) { free(v); return -1; }
+        if (k == cap) {
+            cap *= 2;
+            int32_t *q = realloc(v, (size_t)cap * sizeof *q);
+            if (!q) { free(v); return -1; }
+            v = q;
+        }
+        v[k++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p) { free(v); return -1; }
+    }
+    if (k == 0) { free(v); return -1; }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *backend = "cpu", *tokens_arg = NULL, *prompt = NULL, *qexp = NULL;
+    const char *logits_out = NULL, *stop_arg = NULL;
+    long max_new = -1, chunk = 0, top_k = 0, threads = 0;
+    float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f, rep = 1.0f;
+    uint64_t seed = 0;
+    int ignore_eos = 0, want_logprobs = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--ignore-eos")) { ignore_eos = 1; continue; }
+        if (!strcmp(a, "--logprobs")) { want_logprobs = 1; continue; }
+        if (strncmp(a, "--", 2)) return die(2, "unexpected argument '%s' (try --help)", a);
+        if (i + 1 >= argc) return die(2, "%s needs a value", a);
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--tokens")) tokens_arg = v;
+        else if (!strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "--quantize-experts")) qexp = v;
+        else if (!strcmp(a, "--logits-out")) logits_out = v;
+        else if (!strcmp(a, "--stop-ids")) stop_arg = v;
+        else if (!strcmp(a, "--max-new-tokens")) bad = parse_long(v, 1, INT_MAX / 2, &max_new);
+        else if (!strcmp(a, "--chunk")) bad = parse_long(v, 1, INT_MAX, &chunk);
+        else if (!strcmp(a, "--top-k")) bad = parse_long(v, 0, INT_MAX, &top_k);
+        else if (!strcmp(a, "--threads")) bad = parse_long(v, 1, 1024, &threads);
+        else if (!strcmp(a, "--temperature")) bad = parse_float(v, &temperature) || temperature < 0;
+        else if (!strcmp(a, "--top-p")) bad = parse_float(v, &top_p) || !(top_p > 0 && top_p <= 1);
+        else if (!strcmp(a, "--min-p")) bad = parse_float(v, &min_p) || !(min_p >= 0 && min_p <= 1);
+        else if (!strcmp(a, "--repetition-penalty")) bad = parse_float(v, &rep) || !(rep > 0);
+        else if (!strcmp(a, "--seed")) bad = parse_u64(v, &seed);
+        else return die(2, "unknown option '%s' (try --help)", a);
+        if (bad) {
+            fprintf(stderr, "sluice-generate: bad value '%s' for %s\n", v, a);
+            return 2;
+        }
+    }
+    if (!model) return die(2, "%s", "--model DIR is required (try --help)");
+    if (max_new < 0) return die(2, "%s", "--max-new-tokens N is required");
+    if (!tokens_arg == !prompt) return die(2, "%s", "give exactly one of --tokens or --prompt");
+    struct stat sb;
+    if (stat(model, &sb) || !S_ISDIR(sb.st_mode)) return die(1, "model directory '%s' not found", model);
+
+    int32_t *toks = NULL, *stops = NULL;
+    int n_toks = 0, n_stops = 0;
+    if (tokens_arg && parse_ids(tokens_arg, &toks, &n_toks))
+        return die(2, "bad --tokens '%s' (expected comma-separated ids like 1,2,3)", tokens_arg);
+    if (stop_arg && parse_ids(stop_arg, &stops, &n_stops)) {
+        free(toks);
+        return die(2, "bad --stop-ids '%s'", stop_arg);
+    }
+
+    double t0 = now_ms();
+    sl_engine_opts o = {0};
+    o.model_path = model;
+    o.backend = backend;
+    o.quantize_experts = qexp;
+    o.n_threads = (int)threads;
+    o.prefill_chunk = (int)chunk;
+    o.max_step_tokens = chunk > 0 ? (int)chunk : INT_MAX / 2;
+    sl_engine *e;
+    char err[512];
+    if (sl_engine_open(&o, &e, err, sizeof err)) { free(toks); free(stops); return die(1, "%s", err); }
+    const sl_model_info *info = sl_engine_info(e);
+    double t_loaded = now_ms();
+
+    if (prompt) {
+        char tk[4200];
+        snprintf(tk, sizeof tk, "%s/tokenizer.json", model);
+        if (stat(tk, &sb) == 0 || info->vocab_size < 256) {
+            sl_engine_close(e);
+            free(stops);
+            return die(1, "%s", "--prompt needs a tokenizer this build does not have for this model; pass --tokens");
+        }
+        n_toks = (int)strlen(prompt);
+        if (n_toks == 0) { sl_engine_close(e); free(stops); return die(2, "%s", "empty --prompt"); }
+        toks = malloc((size_t)n_toks * sizeof *toks);
+        if (!toks) { sl_engine_close(e); free(stops); return die(1, "%s", "out of memory"); }
+        for (int i = 0; i < n_toks; i++) toks[i] = (unsigned char)prompt[i];
+    }
+
+    sl_sampling s = {0};
+    s.temperature = temperature;
+    s.top_k = (int)top_k;
+    s.top_p = top_p;
+    s.min_p = min_p;
+    s.repetition_penalty = rep;
+    s.seed = seed;
+    s.max_tokens = (int)max_new;
+    s.stop_ids = stops;
+    s.n_stop_ids = n_stops;
+    s.ignore_eos = ignore_eos;
+    s.logprobs = want_logprobs;
+    s.all_logits = logits_out != NULL;
+    uint64_t id;
+    int rc = 1;
+    int32_t *out = malloc((size_t)max_new * sizeof *out);
+    float *lps = malloc((size_t)max_new * sizeof *lps);
+    FILE *lf = NULL;
+    if (!out || !lps) { fprintf(stderr, "sluice-generate: out of memory\n"); goto done; }
+    if (sl_engine_submit(e, toks, n_toks, &s, 0, &id, err, sizeof err)) {
+        fprintf(stderr, "sluice-generate: %s\n", err);
+        rc = 2;
+        goto done;
+    }
+    if (logits_out && !(lf = fopen(logits_out, "wb"))) {
+        fprintf(stderr, "sluice-generate: cannot write %s: %s\n", logits_out, strerror(errno));
+        goto done;
+    }
+
+    int n_out = 0, rows = 0, finished = 0;
+    sl_finish_reason why = SL_FINISH_ERROR;
+    const char *ferr = NULL;
+    double t_first = 0.0;
+    while (!finished) {
+        if (sl_engine_step(e) < 0 && !sl_engine_active(e)) { /* FINISH events follow */ }
+        sl_event ev;
+        while (sl_engine_poll(e, &ev)) {
+            if (ev.kind == SL_EV_TOKEN) {
+                if (n_out == 0) t_first = now_ms();
+                if (n_out < max_new) { out[n_out] = ev.token; lps[n_out] = ev.logprob; n_out++; }
+            } else if (ev.kind == SL_EV_LOGITS && lf) {
+                if (ev.position != rows ||
+                    fwrite(ev.logits, sizeof(float), (size_t)info->vocab_size, lf) != (size_t)info->vocab_size) {
+                    fprintf(stderr, "sluice-generate: writing %s failed (row %d)\n", logits_out, rows);
+                    goto done;
+                }
+                rows++;
+            } else if (ev.kind == SL_EV_FINISH) {
+                finished = 1;
+                why = ev.reason;
+                ferr = ev.error;
+            }
+        }
+        if (!finished && !sl_engine_active(e)) break;
+    }
+    if (!finished || why == SL_FINISH_ERROR) {
+        fprintf(stderr, "sluice-generate: generation failed: %s\n", ferr ? ferr : "engine stopped");
+        goto done;
+    }
+    if (lf) {
+        if (fclose(lf)) { lf = NULL; fprintf(stderr, "sluice-generate: writing %s failed\n", logits_out); goto done; }
+        lf = NULL;
+    }
+    double t_end = now_ms();
+    if (t_first == 0.0) t_first = t_end;
+    double dec_ms = t_end - t_first;
+    printf("{\"tokens\": [");
+    for (int i = 0; i < n_out; i++) printf(i ? ", %d" : "%d", (int)out[i]);
+    printf("]");
+    if (want_logprobs) {
+        printf(", \"logprobs\": [");
+        for (int i = 0; i < n_out; i++) printf(i ? ", %.6g" : "%.6g", (double)lps[i]);
+        printf("]");
+    }
+    printf(", \"finish_reason\": \"%s\", \"n_prompt\": %d, \"n_generated\": %d, \"backend\": \"%s\", "
+           "\"timings\": {\"load_ms\": %.1f, \"prefill_ms\": %.2f, \"decode_ms\": %.2f, \"total_ms\": %.1f, "
+           "\"decode_tokens_per_s\": %.2f}}\n",
+           sl_finish_reason_name(why), n_toks, n_out, info->backend, t_loaded - t0, t_first - t_loaded, dec_ms,
+           t_end - t0, n_out > 1 && dec_ms > 0 ? (n_out - 1) * 1000.0 / dec_ms : 0.0);
+    rc = 0;
+done:
+    if (lf) fclose(lf);
+    free(out);
+    free(lps);
+    free(toks);
+    free(stops);
+    sl_engine_close(e);
+    return rc;
+}

@@ -1,0 +1,433 @@
+/* engine.c — sl_engine_*: model + backend + continuous-batching scheduler + events (engine.h).
+ *
+ * A request's tokens are prompt + generated so far; `st.pos` of them are in its state. Each step:
+ *   1. admit waiting requests (FIFO) while the batch has room and the state budget has room for
+ *      the request's tokens so far plus one;
+ *   2. plan: running requests in admission order take min(unfed tokens, prefill_chunk, tokens left
+ *      in the step budget) tokens (a decoding request has exactly one unfed token); pages for
+ *      them are reserved; when the pool is exhausted the newest running request is preempted
+ *      (state freed, back to the head of the queue, recomputed later from its tokens);
+ *   3. one backend call for all spans; LOGITS events for rows not emitted before (all_logits);
+ *   4. requests whose tokens are all fed sample the next token, emit TOKEN, and finish (STOP on
+ *      eos unless ignore_eos or on a stop id, LENGTH at max_tokens or the context limit).
+ * Preemption never changes a request's output: recompute feeds the same tokens, already emitted
+ * rows are not emitted again, and the RNG only advances when a token is sampled.
+ */
+#include "engine.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "sampler.h"
+#include "state.h"
+#include "weights.h"
+
+typedef struct {
+    uint64_t id, tag;
+    int32_t *toks;           /* prompt + generated */
+    int n_prompt, n_gen, cap;
+    sl_sampling s;
+    int32_t *stop_ids;
+    sl_rng rng;
+    v4_seq_state st;
+    int admitted;
+    int rows_emitted;        /* LOGITS rows emitted for positions < rows_emitted */
+    /* plan of the current step */
+    int span_n, logits_from;
+    float *logits;
+} request;
+
+struct sl_engine {
+    sl_engine_opts o;
+    v4_weights w;
+    int w_loaded;
+    v4_state_pool pool;
+    sl_backend *be;
+    sl_model_info info;
+    sl_sampler smp;
+    uint64_t next_id;
+    request **wait;  int n_wait, cap_wait;     /* FIFO */
+    request **run;   int n_run, cap_run;       /* admission order */
+    sl_event *ev;    int ev_head, n_ev, cap_ev;
+    float **handed;  int n_handed, cap_handed; /* rows handed out by poll, freed next step */
+    sl_seq_span *spans; request **span_req; int cap_spans, cap_span_req;
+    float *lbuf; size_t cap_lbuf;
+};
+
+const char *sl_finish_reason_name(sl_finish_reason r) {
+    switch (r) {
+    case SL_FINISH_STOP: return "stop";
+    case SL_FINISH_LENGTH: return "length";
+    case SL_FINISH_ERROR: return "error";
+    case SL_FINISH_EXPIRED: return "expired";
+    case SL_FINISH_CANCELLED: return "cancelled";
+    }
+    return "unknown";
+}
+
+/* ------------------------------------------------------------------------------- helpers */
+/* Grow a malloc'd array to hold `need` elements; returns the (possibly moved) array or NULL. */
+static void *grow_to(void *p, int *cap, int need, size_t elt) {
+    if (need <= *cap && p) return p;
+    int c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(p, (size_t)c * elt);
+    if (!q) return NULL;
+    *cap = c;
+    return q;
+}
+#define GROW(arr, cap, need) grow_into((void *)&(arr), grow_to((arr), &(cap), (need), sizeof *(arr)))
+/* store the grown array (through memcpy: no pointer-type punning); 0 or -1 */
+static int grow_into(void *slot, void *q) {
+    if (!q) return -1;
+    memcpy(slot, &q, sizeof q);
+    return 0;
+}
+
+static int push_event(sl_engine *e, const sl_event *ev) {
+    if (e->ev_head > 0 && e->ev_head * 2 >= e->n_ev) {     /* compact the consumed head */
+        memmove(e->ev, e->ev + e->ev_head, (size_t)(e->n_ev - e->ev_head) * sizeof *e->ev);
+        e->n_ev -= e->ev_head;
+        e->ev_head = 0;
+    }
+    if (GROW(e->ev, e->cap_ev, e->n_ev + 1)) return -1;
+    e->ev[e->n_ev++] = *ev;
+    return 0;
+}
+
+static void free_request(request *r) {
+    if (!r) return;
+    free(r->toks);
+    free(r->stop_ids);
+    free(r);
+}
+
+static void finish(sl_engine *e, request *r, sl_finish_reason why, const char *error) {
+    sl_event ev = {0};
+    ev.kind = SL_EV_FINISH;
+    ev.req = r->id;
+    ev.tag = r->tag;
+    ev.reason = why;
+    ev.n_prompt = r->n_prompt;
+    ev.n_generated = r->n_gen;
+    ev.error = error;                       /* static strings only */
+    push_event(e, &ev);
+    if (r->admitted) v4_seq_free(&e->pool, &r->st);
+    r->admitted = 0;
+    free_request(r);
+}
+
+static void remove_at(request **a, int *n, int i) {
+    memmove(a + i, a + i + 1, (size_t)(*n - i - 1) * sizeof *a);
+    (*n)--;
+}
+
+/* ------------------------------------------------------------------------- open / close */
+int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!opts || !opts->model_path) { snprintf(err, errlen, "no model path given"); return -1; }
+    const char *bk = opts->backend ? opts->backend : "cpu";
+    if (strcmp(bk, "cpu") && strcmp(bk, "cuda")) {
+        snprintf(err, errlen, "unknown backend '%s' (expected cpu or cuda)", bk);
+        return -1;
+    }
+#ifndef SLUICE_HAVE_CUDA_BACKEND
+    if (!strcmp(bk, "cuda")) {
+        snprintf(err, errlen, "backend 'cuda' is not built into this binary (configure with -DSLUICE_CUDA=ON on a machine with nvcc)");
+        return -1;
+    }
+#endif
+    if (opts->quantize_experts && opts->quantize_experts[0] && strcmp(opts->quantize_experts, "nvfp4")) {
+        snprintf(err, errlen, "unknown --quantize-experts format '%s' (expected nvfp4)", opts->quantize_experts);
+        return -1;
+    }
+    sl_engine *e = calloc(1, sizeof *e);
+    if (!e) { snprintf(err, errlen, "out of memory"); return -1; }
+    e->o = *opts;
+    if (e->o.max_batch <= 0) e->o.max_batch = 64;
+    if (e->o.max_step_tokens <= 0) e->o.max_step_tokens = 8192;
+    if (e->o.prefill_chunk <= 0) e->o.prefill_chunk = INT_MAX;
+    if (e->o.state_bytes == 0) e->o.state_bytes = (size_t)1 << 30;
+    e->next_id = 1;
+
+    if (v4_weights_load(opts->model_path, &e->w, err, errlen)) { free(e); return -1; }
+    e->w_loaded = 1;
+    if (opts->quantize_experts && !strcmp(opts->quantize_experts, "nvfp4") &&
+        v4_weights_quantize_experts_nvfp4(&e->w, err, errlen)) {
+        sl_engine_close(e);
+        return -1;
+    }
+    if (v4_pool_init(&e->pool, &e->w.cfg, e->o.state_bytes, err, errlen)) { sl_engine_close(e); return -1; }
+    if (sl_sampler_init(&e->smp, e->w.cfg.vocab_size)) { snprintf(err, errlen, "out of memory"); sl_engine_close(e); return -1; }
+#ifdef SLUICE_HAVE_CUDA_BACKEND
+    if (!strcmp(bk, "cuda")) e->be = sl_backend_cuda_create(&e->w, &e->pool, err, errlen);
+    else
+#endif
+        e->be = sl_backend_cpu_create(&e->w, &e->pool, opts->n_threads, err, errlen);
+    if (!e->be) { sl_engine_close(e); return -1; }
+
+    const v4_config *c = &e->w.cfg;
+    e->info.vocab_size = c->vocab_size;
+    e->info.max_context = c->max_position > 0 ? c->max_position : INT_MAX / 2;
+    e->info.bos_id = c->bos_id;
+    e->info.n_eos = c->n_eos < 8 ? c->n_eos : 8;
+    for (int i = 0; i < e->info.n_eos; i++) e->info.eos_ids[i] = c->eos_ids[i];
+    snprintf(e->info.model_id, sizeof e->info.model_id, "%s", c->model_id);
+    e->info.backend = e->be->ops->name;
+    *out = e;
+    return 0;
+}
+
+void sl_engine_close(sl_engine *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n_wait; i++) free_request(e->wait[i]);
+    for (int i = 0; i < e->n_run; i++) {
+        if (e->run[i]->admitted) v4_seq_free(&e->pool, &e->run[i]->st);
+        free_request(e->run[i]);
+    }
+    for (int i = e->ev_head; i < e->n_ev; i++)
+        if (e->ev[i].kind == SL_EV_LOGITS) free((void *)e->ev[i].logits);
+    for (int i = 0; i < e->n_handed; i++) free(e->handed[i]);
+    if (e->be) e->be->ops->destroy(e->be);
+    v4_pool_free(&e->pool);
+    sl_sampler_free(&e->smp);
+    if (e->w_loaded) v4_weights_free(&e->w);
+    free(e->wait); free(e->run); free(e->ev); free(e->handed); free(e->spans); free(e->span_req); free(e->lbuf);
+    free(e);
+}
+
+const sl_model_info *sl_engine_info(const sl_engine *e) { return &e->info; }
+
+int sl_engine_active(const sl_engine *e) { return e->n_wait + e->n_run; }
+
+/* -------------------------------------------------------------------------------- submit */
+int sl_engine_submit(sl_engine *e, const int32_t *prompt, int n_prompt, const sl_sampling *s,
+                     uint64_t tag, uint64_t *req, char *err, size_t errlen) {
+    int V = e->info.vocab_size;
+    if (!prompt || n_prompt < 1) { snprintf(err, errlen, "empty prompt"); return -1; }
+    if (!s) { snprintf(err, errlen, "no sampling settings"); return -1; }
+    if (sl_sampling_check(s, err, errlen)) return -1;
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V) {
+            snprintf(err, errlen, "prompt token %d at index %d is out of range [0, %d)", (int)prompt[i], i, V);
+            return -1;
+        }
+    for (int i = 0; i < s->n_stop_ids; i++)
+        if (s->stop_ids[i] < 0 || s->stop_ids[i] >= V) {
+            snprintf(err, errlen, "stop id %d is out of range [0, %d)", (int)s->stop_ids[i], V);
+            return -1;
+        }
+    if ((long)n_prompt + s->max_tokens > e->info.max_context) {
+        snprintf(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceeds the context limit %d",
+                 n_prompt, s->max_tokens, e->info.max_context);
+        return -1;
+    }
+    size_t need = v4_pool_bytes_for(&e->pool, n_prompt + s->max_tokens);
+    if (need > e->pool.budget) {
+        snprintf(err, errlen, "request needs %zu bytes of decoder state, the engine has %zu", need, e->pool.budget);
+        return -1;
+    }
+    request *r = calloc(1, sizeof *r);
+    if (!r) { snprintf(err, errlen, "out of memory"); return -1; }
+    r->cap = n_prompt + (s->max_tokens < 64 ? s->max_tokens : 64);
+    r->toks = malloc((size_t)r->cap * sizeof(int32_t));
+    if (s->n_stop_ids > 0) r->stop_ids = malloc((size_t)s->n_stop_ids * sizeof(int32_t));
+    if (!r->toks || (s->n_stop_ids > 0 && !r->stop_ids) ||
+        GROW(e->wait, e->cap_wait, e->n_wait + 1)) {
+        free_request(r);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(r->toks, prompt, (size_t)n_prompt * sizeof(int32_t));
+    if (s->n_stop_ids > 0) memcpy(r->stop_ids, s->stop_ids, (size_t)s->n_stop_ids * sizeof(int32_t));
+    r->n_prompt = n_prompt;
+    r->s = *s;
+    r->s.stop_ids = r->stop_ids;
+    r->id = e->next_id++;
+    r->tag = tag;
+    sl_rng_seed(&r->rng, s->seed);
+    e->wait[e->n_wait++] = r;
+    if (req) *req = r->id;
+    return 0;
+}
+
+void sl_engine_finish(sl_engine *e, uint64_t req, sl_finish_reason reason) {
+    for (int i = 0; i < e->n_wait; i++)
+        if (e->wait[i]->id == req) {
+            request *r = e->wait[i];
+            remove_at(e->wait, &e->n_wait, i);
+            finish(e, r, reason, NULL);
+            return;
+        }
+    for (int i = 0; i < e->n_run; i++)
+        if (e->run[i]->id == req) {
+            request *r = e->run[i];
+            remove_at(e->run, &e->n_run, i);
+            finish(e, r, reason, NULL);
+            return;
+        }
+}
+
+int sl_engine_poll(sl_engine *e, sl_event *ev) {
+    if (e->ev_head >= e->n_ev) return 0;
+    *ev = e->ev[e->ev_head++];
+    if (ev->kind == SL_EV_LOGITS &&
+        !GROW(e->handed, e->cap_handed, e->n_handed + 1))
+        e->handed[e->n_handed++] = (float *)ev->logits;
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------------- step */
+static int preempt_newest(sl_engine *e) {
+    if (e->n_run == 0) return -1;
+    request *r = e->run[e->n_run - 1];
+    if (GROW(e->wait, e->cap_wait, e->n_wait + 1)) return -1;
+    e->n_run--;
+    v4_seq_free(&e->pool, &r->st);
+    r->admitted = 0;
+    memmove(e->wait + 1, e->wait, (size_t)e->n_wait * sizeof *e->wait);
+    e->wait[0] = r;
+    e->n_wait++;
+    return 0;
+}
+
+static int append_token(request *r, int32_t t) {
+    int len = r->n_prompt + r->n_gen;
+    if (len == r->cap) {
+        int cap = r->cap * 2;
+        int32_t *p = realloc(r->toks, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        r->toks = p;
+        r->cap = cap;
+    }
+    r->toks[len] = t;
+    r->n_gen++;
+    return 0;
+}
+
+static void fail_all(sl_engine *e, const char *why) {
+    while (e->n_run) { request *r = e->run[--e->n_run]; finish(e, r, SL_FINISH_ERROR, why); }
+    while (e->n_wait) { request *r = e->wait[--e->n_wait]; finish(e, r, SL_FINISH_ERROR, why); }
+}
+
+int sl_engine_step(sl_engine *e) {
+    int V = e->info.vocab_size;
+    for (int i = 0; i < e->n_handed; i++) free(e->handed[i]);
+    e->n_handed = 0;
+
+    /* 1. admission */
+    while (e->n_wait > 0 && e->n_run < e->o.max_batch) {
+        request *r = e->wait[0];
+        int len = r->n_prompt + r->n_gen;
+        if (e->pool.used + v4_pool_bytes_for(&e->pool, len + 1) > e->pool.budget && e->n_run > 0) break;
+        if (GROW(e->run, e->cap_run, e->n_run + 1)) break;
+        if (v4_seq_init(&e->pool, &r->st)) break;
+        r->admitted = 1;
+        remove_at(e->wait, &e->n_wait, 0);
+        e->run[e->n_run++] = r;
+    }
+    if (e->n_run == 0) return 0;
+
+    /* 2. plan */
+    if (GROW(e->spans, e->cap_spans, e->n_run) || GROW(e->span_req, e->cap_span_req, e->n_run)) {
+        fail_all(e, "out of memory");
+        return -1;
+    }
+    int budget = e->o.max_step_tokens, ns = 0;
+    size_t rows = 0;
+    for (int i = 0; i < e->n_run && budget > 0; i++) {
+        request *r = e->run[i];
+        int len = r->n_prompt + r->n_gen, pos = r->st.pos;
+        int c = len - pos;
+        if (c > e->o.prefill_chunk) c = e->o.prefill_chunk;
+        if (c > budget) c = budget;
+        if (c <= 0) continue;
+        while (v4_seq_reserve(&e->pool, &r->st, pos + c)) {
+            int self = e->run[e->n_run - 1] == r;
+            if (preempt_newest(e)) { fail_all(e, "out of memory"); return -1; }
+            if (self) { r = NULL; break; }
+        }
+        if (!r) break;
+        r->span_n = c;
+        int last = pos + c == len;
+        int from = c;                                        /* no rows */
+        if (r->s.all_logits) from = r->rows_emitted > pos ? r->rows_emitted - pos : 0;
+        if (from > c) from = c;
+        if (last && from > c - 1) from = c - 1;              /* the row we sample from */
+        r->logits_from = from;
+        rows += (size_t)(c - from);
+        e->span_req[ns] = r;
+        e->spans[ns++] = (sl_seq_span){r->toks + pos, c, &r->st, from, NULL};
+        budget -= c;
+    }
+    if (ns == 0) return 0;
+    if (rows * V > e->cap_lbuf) {
+        float *p = realloc(e->lbuf, rows * V * sizeof(float));
+        if (!p) { fail_all(e, "out of memory"); return -1; }
+        e->lbuf = p;
+        e->cap_lbuf = rows * V;
+    }
+    size_t off = 0;
+    for (int k = 0; k < ns; k++) {
+        e->spans[k].logits = e->lbuf + off;
+        off += (size_t)(e->spans[k].n - e->spans[k].logits_from) * V;
+    }
+
+    /* 3. run */
+    char err[256];
+    if (e->be->ops->forward(e->be, e->spans, ns, err, sizeof err)) {
+        fprintf(stderr, "sluice engine: %s\n", err);
+        fail_all(e, "backend failure");
+        return -1;
+    }
+
+    /* 4. emit, sample, retire */
+    for (int k = 0; k < ns; k++) {
+        request *r = e->span_req[k];
+        sl_seq_span *sp = &e->spans[k];
+        int pos0 = r->st.pos - sp->n, len = r->n_prompt + r->n_gen;
+        for (int j = sp->logits_from; j < sp->n; j++) {
+            int p = pos0 + j;
+            if (!r->s.all_logits || p < r->rows_emitted) continue;
+            float *row = malloc((size_t)V * sizeof(float));
+            if (!row) continue;
+            memcpy(row, sp->logits + (size_t)(j - sp->logits_from) * V, (size_t)V * sizeof(float));
+            sl_event ev = {0};
+            ev.kind = SL_EV_LOGITS;
+            ev.req = r->id;
+            ev.tag = r->tag;
+            ev.position = p;
+            ev.logits = row;
+            if (push_event(e, &ev)) free(row);
+            r->rows_emitted = p + 1;
+        }
+        if (r->st.pos < len) continue;                       /* still prefilling */
+        const float *lg = sp->logits + (size_t)(sp->n - 1 - sp->logits_from) * V;
+        float lp = 0.0f;
+        int32_t t = sl_sample(&e->smp, &r->s, lg, r->toks, len, &r->rng, &lp);
+        if (append_token(r, t)) { fail_all(e, "out of memory"); return -1; }
+        sl_event ev = {0};
+        ev.kind = SL_EV_TOKEN;
+        ev.req = r->id;
+        ev.tag = r->tag;
+        ev.token = t;
+        ev.logprob = r->s.logprobs ? lp : 0.0f;
+        push_event(e, &ev);
+        int stop = 0;
+        if (!r->s.ignore_eos)
+            for (int q = 0; q < e->info.n_eos; q++) stop |= t == e->info.eos_ids[q];
+        for (int q = 0; q < r->s.n_stop_ids; q++) stop |= t == r->s.stop_ids[q];
+        int reason = stop ? SL_FINISH_STOP
+                   : (r->n_gen >= r->s.max_tokens || r->n_prompt + r->n_gen >= e->info.max_context) ? SL_FINISH_LENGTH
+                   : -1;
+        if (reason >= 0) {
+            for (int i = 0; i < e->n_run; i++)
+                if (e->run[i] == r) { remove_at(e->run, &e->n_run, i); break; }
+            finish(e, r, (sl_finish_reason)reason, NULL);
+        }
+    }
+    return ns;
+}
