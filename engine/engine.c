@@ -55,6 +55,7 @@ struct sl_engine {
     float **handed;  int n_handed, cap_handed; /* rows handed out by poll, freed next step */
     sl_seq_span *spans; request **span_req; int cap_spans, cap_span_req;
     float *lbuf; size_t cap_lbuf;
+    sl_engine_stats stats;
 };
 
 const char *sl_finish_reason_name(sl_finish_reason r) {
@@ -203,6 +204,14 @@ const sl_model_info *sl_engine_info(const sl_engine *e) { return &e->info; }
 
 int sl_engine_active(const sl_engine *e) { return e->n_wait + e->n_run; }
 
+void sl_engine_get_stats(const sl_engine *e, sl_engine_stats *s) {
+    *s = e->stats;
+    s->state_bytes_used = e->pool.used;
+    s->state_bytes_budget = e->pool.budget;
+    s->running = e->n_run;
+    s->waiting = e->n_wait;
+}
+
 /* -------------------------------------------------------------------------------- submit */
 int sl_engine_submit(sl_engine *e, const int32_t *prompt, int n_prompt, const sl_sampling *s,
                      uint64_t tag, uint64_t *req, char *err, size_t errlen) {
@@ -288,6 +297,7 @@ static int preempt_newest(sl_engine *e) {
     e->n_run--;
     v4_seq_free(&e->pool, &r->st);
     r->admitted = 0;
+    e->stats.preemptions++;
     memmove(e->wait + 1, e->wait, (size_t)e->n_wait * sizeof *e->wait);
     e->wait[0] = r;
     e->n_wait++;
@@ -362,6 +372,7 @@ int sl_engine_step(sl_engine *e) {
         e->span_req[ns] = r;
         e->spans[ns++] = (sl_seq_span){r->toks + pos, c, &r->st, from, NULL};
         budget -= c;
+        e->stats.tokens_fed += (uint64_t)c;
     }
     if (ns == 0) return 0;
     if (rows * V > e->cap_lbuf) {
@@ -383,6 +394,8 @@ int sl_engine_step(sl_engine *e) {
         fail_all(e, "backend failure");
         return -1;
     }
+
+    e->stats.steps++;
 
     /* 4. emit, sample, retire */
     for (int k = 0; k < ns; k++) {
@@ -409,6 +422,7 @@ int sl_engine_step(sl_engine *e) {
         float lp = 0.0f;
         int32_t t = sl_sample(&e->smp, &r->s, lg, r->toks, len, &r->rng, &lp);
         if (append_token(r, t)) { fail_all(e, "out of memory"); return -1; }
+        e->stats.tokens_generated++;
         sl_event ev = {0};
         ev.kind = SL_EV_TOKEN;
         ev.req = r->id;

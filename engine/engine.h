@@ -96,6 +96,17 @@ int sl_engine_poll(sl_engine *e, sl_event *ev);
 /* Requests submitted and not yet finished. */
 int sl_engine_active(const sl_engine *e);
 
+/* Counters since open (for tests and the worker's metrics). */
+typedef struct {
+    uint64_t steps;              /* steps that ran at least one sequence */
+    uint64_t preemptions;        /* requests whose state was freed to be recomputed later */
+    uint64_t tokens_fed;         /* tokens run through the model (prefill + decode + recompute) */
+    uint64_t tokens_generated;   /* tokens sampled */
+    size_t state_bytes_used, state_bytes_budget;
+    int running, waiting;
+} sl_engine_stats;
+void sl_engine_get_stats(const sl_engine *e, sl_engine_stats *s);
+
 const char *sl_finish_reason_name(sl_finish_reason r);
 
 #endif

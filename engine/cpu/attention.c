@@ -296,7 +296,8 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
 
             heads_job hj = {c, q, b->keys, nk, b->scores, L->attn_sink, b->o + (size_t)i * H * hd,
                             cs, sn, half, b->cap_keys};
-            cpu_pool_run(tp, attend_heads, &hj, H);
+            if ((double)H * nk * hd < 32768.0) attend_heads(&hj, 0, H, 0);   /* small: no wake-up */
+            else cpu_pool_run(tp, attend_heads, &hj, H);
         }
     }
 

@@ -48,7 +48,9 @@ void cpu_matmul(cpu_pool *p, const qtensor *W, int row0, int nrows,
     if (n <= 0 || nrows <= 0) return;
     /* scratch was reserved for the widest weight at backend creation */
     matmul_job j = {p, W, row0, x, ldx, n, y, ldy};
-    cpu_pool_run(p, matmul_rows, &j, nrows);
+    /* below ~64K multiply-adds waking the workers costs more than it saves */
+    if ((double)nrows * W->cols * n < 65536.0) matmul_rows(&j, 0, nrows, 0);
+    else cpu_pool_run(p, matmul_rows, &j, nrows);
 }
 
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {

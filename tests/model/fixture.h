@@ -103,13 +103,13 @@ static int fx_list(const char *root, char names[][256], int max) {
     return n;
 }
 
-static int fx_argmax(const float *v, int n) {
+static inline int fx_argmax(const float *v, int n) {
     int b = 0;
     for (int i = 1; i < n; i++) if (v[i] > v[b]) b = i;
     return b;
 }
 
-static double fx_maxdiff(const float *a, const float *b, int n) {
+static inline double fx_maxdiff(const float *a, const float *b, int n) {
     double m = 0.0;
     for (int i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]);

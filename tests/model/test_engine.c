@@ -1,0 +1,152 @@
+/* test_engine.c — the scheduler behind engine.h, on every fixture under tests/data.
+ *
+ * Per fixture: each prompt alone (greedy, ignore_eos, all_logits) gives the fixture's greedy
+ * tokens and rows within 1e-4; all prompts at once with chunked prefill and a small step token
+ * budget give bit-identical tokens and rows; a state budget that fits one request forces
+ * preemption and still gives identical tokens and rows. Seeded sampling: all prompts sampled
+ * concurrently give the same tokens as each alone.
+ */
+#include "jobs.h"
+#include "../../engine/state.h"
+#include "../../engine/weights.h"
+
+#define TOL 1e-4
+
+static int failures = 0;
+#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); failures++; } while (0)
+
+static void make_jobs(const fx_fixture *f, job *jobs, sl_sampling s) {
+    memset(jobs, 0, sizeof(job) * FX_MAX_PROMPTS);
+    for (int k = 0; k < f->n; k++) {
+        jobs[k].prompt = f->p[k].seq;
+        jobs[k].n_prompt = f->p[k].n_prompt;
+        jobs[k].s = s;
+    }
+}
+
+static void same_as(const char *what, const fx_fixture *f, job *a, job *b, int V) {
+    for (int k = 0; k < f->n; k++) {
+        if (a[k].n != b[k].n || memcmp(a[k].toks, b[k].toks, (size_t)a[k].n * sizeof(int32_t)) || a[k].why != b[k].why)
+            FAIL("%s %s prompt %d: tokens differ from alone", f->name, what, k);
+        if (a[k].s.all_logits &&
+            (a[k].n_rows != b[k].n_rows || memcmp(a[k].rows, b[k].rows, (size_t)a[k].n_rows * V * sizeof(float))))
+            FAIL("%s %s prompt %d: logits rows differ from alone", f->name, what, k);
+        if (a[k].s.logprobs && memcmp(a[k].lp, b[k].lp, (size_t)a[k].n * sizeof(float)))
+            FAIL("%s %s prompt %d: logprobs differ from alone", f->name, what, k);
+    }
+}
+
+static void test_fixture(const char *dir, const char *name) {
+    fx_fixture f;
+    if (fx_load(dir, name, &f)) { FAIL("%s: cannot read oracle", name); return; }
+    int V = f.vocab, maxgen = 0, maxlen = 0;
+    for (int k = 0; k < f.n; k++) {
+        if (f.p[k].n_greedy > maxgen) maxgen = f.p[k].n_greedy;
+        if (f.p[k].n_prompt + f.p[k].n_greedy > maxlen) maxlen = f.p[k].n_prompt + f.p[k].n_greedy;
+    }
+    job alone[FX_MAX_PROMPTS], all[FX_MAX_PROMPTS];
+
+    /* 1. each prompt alone, whole prefill */
+    sl_engine *e = open_engine(dir, 0, 0, 0, 0, NULL);
+    if (!e) { failures++; fx_free(&f); return; }
+    sl_sampling g = greedy_sampling(maxgen);
+    g.ignore_eos = 1;
+    g.all_logits = 1;
+    g.logprobs = 1;
+    make_jobs(&f, alone, g);
+    double md = 0.0;
+    for (int k = 0; k < f.n; k++) {
+        alone[k].s.max_tokens = f.p[k].n_greedy;
+        if (run_jobs(e, &alone[k], 1)) { failures++; continue; }
+        const fx_prompt *p = &f.p[k];
+        if (alone[k].n != p->n_greedy || memcmp(alone[k].toks, p->seq + p->n_prompt, (size_t)p->n_greedy * 4))
+            FAIL("%s prompt %d: engine greedy tokens differ from the fixture", name, k);
+        if (alone[k].n_rows != p->rows) FAIL("%s prompt %d: %d logits rows, want %d", name, k, alone[k].n_rows, p->rows);
+        double d = fx_maxdiff(alone[k].rows, p->logits, (alone[k].n_rows < p->rows ? alone[k].n_rows : p->rows) * V);
+        if (!(d <= md)) md = d;
+        if (alone[k].why != SL_FINISH_LENGTH) FAIL("%s prompt %d: finish %d, want LENGTH", name, k, alone[k].why);
+    }
+    if (!(md <= TOL)) FAIL("%s: engine rows max abs diff %.3g", name, md);
+    printf("%s: engine greedy max abs diff %.3g\n", name, md);
+    sl_engine_close(e);
+
+    /* 2. all at once: chunked prefill (3), step budget 7 tokens, batch 8 */
+    if ((e = open_engine(dir, 3, 8, 7, 0, NULL))) {
+        make_jobs(&f, all, g);
+        for (int k = 0; k < f.n; k++) all[k].s.max_tokens = f.p[k].n_greedy;
+        if (run_jobs(e, all, f.n)) failures++;
+        else same_as("concurrent chunk 3", &f, all, alone, V);
+        free_jobs(all, f.n);
+        sl_engine_close(e);
+    } else failures++;
+
+    /* 3. preemption: room for the longest request and a little more */
+    {
+        v4_weights w;
+        v4_state_pool pool;
+        char err[256];
+        size_t budget = 0;
+        if (!v4_weights_load(dir, &w, err, sizeof err)) {
+            if (!v4_pool_init(&pool, &w.cfg, 1, err, sizeof err))
+                budget = v4_pool_bytes_for(&pool, maxlen) + pool.fixed_floats * sizeof(float) +
+                         pool.page_floats * sizeof(float);
+            v4_pool_free(&pool);
+            v4_weights_free(&w);
+        }
+        if (!budget) { FAIL("%s: cannot size the state pool", name); goto sampling; }
+        if ((e = open_engine(dir, 4, 8, 0, budget, NULL))) {
+            make_jobs(&f, all, g);
+            for (int k = 0; k < f.n; k++) all[k].s.max_tokens = f.p[k].n_greedy;
+            if (run_jobs(e, all, f.n)) failures++;
+            else same_as("preempted", &f, all, alone, V);
+            sl_engine_stats st;
+            sl_engine_get_stats(e, &st);
+            printf("%s: tiny state (%zu bytes): %llu preemptions, %llu tokens fed for %llu generated\n", name, budget,
+                   (unsigned long long)st.preemptions, (unsigned long long)st.tokens_fed,
+                   (unsigned long long)st.tokens_generated);
+            if (f.n > 1 && st.preemptions == 0) FAIL("%s: expected preemptions with a tiny state budget", name);
+            if (st.state_bytes_used != 0) FAIL("%s: %zu state bytes still held after all finished", name, st.state_bytes_used);
+            free_jobs(all, f.n);
+            sl_engine_close(e);
+        } else failures++;
+    }
+
+sampling:
+    /* 4. seeded sampling: concurrent == alone */
+    if ((e = open_engine(dir, 5, 8, 0, 0, NULL))) {
+        sl_sampling s = greedy_sampling(maxgen);
+        s.temperature = 0.9f;
+        s.top_p = 0.95f;
+        s.top_k = 50;
+        s.ignore_eos = 1;
+        s.logprobs = 1;
+        make_jobs(&f, alone, s);
+        for (int k = 0; k < f.n; k++) {
+            alone[k].s.seed = 1000 + (uint64_t)k;
+            if (run_jobs(e, &alone[k], 1)) failures++;
+        }
+        make_jobs(&f, all, s);
+        for (int k = 0; k < f.n; k++) all[k].s.seed = 1000 + (uint64_t)k;
+        if (run_jobs(e, all, f.n)) failures++;
+        else same_as("sampled concurrent", &f, all, alone, V);
+        sl_engine_close(e);
+    } else failures++;
+    free_jobs(alone, f.n);
+    fx_free(&f);
+}
+
+int main(int argc, char **argv) {
+    char names[FX_MAX][256];
+    int nf = fx_list(SLUICE_TEST_DATA, names, FX_MAX), tested = 0;
+    for (int i = 0; i < nf; i++) {
+        if (argc > 1 && !strstr(names[i], argv[1])) continue;
+        char dir[1400];
+        if (snprintf(dir, sizeof dir, "%s/%s", SLUICE_TEST_DATA, names[i]) >= (int)sizeof dir) continue;
+        test_fixture(dir, names[i]);
+        tested++;
+    }
+    if (!tested) { fprintf(stderr, "no fixtures\n"); return 1; }
+    if (failures) { fprintf(stderr, "%d failures\n", failures); return 1; }
+    printf("ok\n");
+    return 0;
+}
