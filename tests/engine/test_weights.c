@@ -2,9 +2,11 @@
 #include "check.h"
 #include "weights.h"
 
+#include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static float at(const qtensor *q, int r, int c)
 {
@@ -192,13 +194,285 @@ static void test_quantize_experts(const char *src, const char *deq)
     v4_weights_free(&f);
 }
 
-/* Usage: test_engine_weights [QUANT_DIR DEQUANT_DIR EXPERT_FORMAT]... (format: mxfp4 | nvfp4)
- *        or FLOAT_DIR NVFP4_DEQUANT_DIR quantize */
+// ----------------------------------------------------------------------------
+// mutated copies of the public checkpoint: naming, shapes, dtypes, missing and extra tensors
+
+static char tmpdir[256];
+static unsigned char *pub_data;  /* whole model.safetensors */
+static size_t pub_size, pub_hlen;
+
+static int read_all(const char *path, unsigned char **buf, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    rewind(f);
+    *buf = malloc((size_t)sz);
+    *n = fread(*buf, 1, (size_t)sz, f);
+    fclose(f);
+    return *n == (size_t)sz ? 0 : -1;
+}
+
+static void write_file(const char *name, const void *p, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(2);
+    }
+    fclose(f);
+}
+
+/* Write tmpdir/model.safetensors with the public data and a header edited by `edit`;
+ * tmpdir/config.json = the public config with `cfg_from` replaced by `cfg_to` (if given). */
+typedef void (*hdr_edit)(json_t *hdr);
+static void make_ckpt(hdr_edit edit, const char *cfg_from, const char *cfg_to)
+{
+    json_error_t je;
+    json_t *h = json_loadb((const char *)pub_data + 8, pub_hlen, 0, &je);
+    if (edit) edit(h);
+    char *txt = json_dumps(h, JSON_COMPACT);
+    size_t tl = strlen(txt), pad = (8 - tl % 8) % 8, dn = pub_size - 8 - pub_hlen;
+    size_t n = 8 + tl + pad + dn;
+    unsigned char *out = malloc(n);
+    for (int i = 0; i < 8; i++) out[i] = (unsigned char)((tl + pad) >> (8 * i));
+    memcpy(out + 8, txt, tl);
+    memset(out + 8 + tl, ' ', pad);
+    memcpy(out + 8 + tl + pad, pub_data + 8 + pub_hlen, dn);
+    write_file("model.safetensors", out, n);
+    free(out);
+    free(txt);
+    json_decref(h);
+    unsigned char *cfg;
+    size_t cn;
+    if (read_all(SLUICE_TEST_DATA "/tiny-v4-public/config.json", &cfg, &cn)) exit(2);
+    char *c = malloc(cn + 256);
+    memcpy(c, cfg, cn);
+    c[cn] = 0;
+    free(cfg);
+    if (cfg_from) {
+        char *at = strstr(c, cfg_from);
+        if (!at) {
+            fprintf(stderr, "config has no '%s'\n", cfg_from);
+            exit(2);
+        }
+        size_t fl = strlen(cfg_from), tl2 = strlen(cfg_to);
+        memmove(at + tl2, at + fl, strlen(at + fl) + 1);
+        memcpy(at, cfg_to, tl2);
+    }
+    write_file("config.json", c, strlen(c));
+    free(c);
+}
+
+static void expect_load(hdr_edit edit, const char *cfg_from, const char *cfg_to, const char *needle)
+{
+    make_ckpt(edit, cfg_from, cfg_to);
+    v4_weights w;
+    char err[512] = "";
+    int rc = v4_weights_load(tmpdir, &w, err, sizeof(err));
+    if (needle ? (rc != -1 || !strstr(err, needle) || strchr(err, '\n')) : rc != 0) {
+        fprintf(stderr, "expected %s \"%s\": rc %d err \"%s\"\n", needle ? "error" : "success", needle ? needle : "",
+                rc, err);
+        check_failures++;
+    }
+    if (rc == 0) {
+        CHECK(w.embed.rows == 256 && w.layers[3].experts[7].w2.rows == 64);
+        CHECK_SAME(at(&w.embed, 3, 5), -0.11976691335439682f);
+        CHECK_SAME(w.layers[3].kv_norm[31], 1.0571353435516357f);
+        CHECK(w.layers[0].tid2eid[21] == 6);
+        v4_weights_free(&w);
+    }
+}
+
+static void set_shape(json_t *h, const char *name, json_int_t a, json_int_t b)
+{
+    json_object_set_new(json_object_get(h, name), "shape", json_pack("[II]", a, b));
+}
+static void e_wq_a_shape(json_t *h) { set_shape(h, "model.layers.1.attn.wq_a.weight", 64, 32); }
+static void e_drop_expert(json_t *h) { json_object_del(h, "model.layers.2.ffn.experts.3.w2.weight"); }
+static void e_drop_bias(json_t *h) { json_object_del(h, "model.layers.3.ffn.gate.bias"); }
+static void e_drop_tid2eid(json_t *h) { json_object_del(h, "model.layers.0.ffn.gate.tid2eid"); }
+static void e_drop_icomp(json_t *h) { json_object_del(h, "model.layers.3.attn.indexer.compressor.ape"); }
+static void e_i32(json_t *h)
+{
+    json_object_set_new(json_object_get(h, "model.layers.1.attn.wkv.weight"), "dtype", json_string("I32"));
+}
+static void e_fp8_noscale(json_t *h)
+{
+    /* the first quarter of the F32 bytes as [32, 64] F8_E4M3 codes, no .scale next to it */
+    json_t *t = json_object_get(h, "model.layers.1.attn.wkv.weight");
+    json_int_t b = json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0));
+    json_object_set_new(t, "dtype", json_string("F8_E4M3"));
+    json_object_set_new(t, "data_offsets", json_pack("[II]", b, b + 32 * 64));
+}
+static void e_norm_shape(json_t *h)
+{
+    json_object_set_new(json_object_get(h, "model.norm.weight"), "shape", json_pack("[II]", (json_int_t)8, (json_int_t)8));
+}
+/* every name to the hub spelling, plus mtp.* and unknown extras (empty tensors) */
+static void e_hub_names(json_t *h)
+{
+    json_t *n = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(h, k, v) {
+        char nk[256];
+        const char *r = k;
+        if (!strncmp(k, "model.", 6)) r = k + 6;
+        if (!strcmp(r, "embed_tokens.weight")) r = "embed.weight";
+        else if (!strcmp(r, "hc_head.hc_fn")) r = "hc_head_fn";
+        else if (!strcmp(r, "hc_head.hc_base")) r = "hc_head_base";
+        else if (!strcmp(r, "hc_head.hc_scale")) r = "hc_head_scale";
+        snprintf(nk, sizeof(nk), "%s", r);
+        char *p = strstr(nk, ".attn.norm.weight");
+        if (p) snprintf(p, sizeof(nk) - (size_t)(p - nk), ".attn.kv_norm.weight");
+        p = strstr(nk, ".ffn.gate.bias");
+        if (p && !strcmp(k + strlen(k) - 4, "bias") && strstr(k, "layers.3."))
+            snprintf(p, sizeof(nk) - (size_t)(p - nk), ".ffn.gate.e_score_correction_bias");
+        json_object_set(n, nk, v);
+    }
+    json_object_clear(h);
+    json_object_update(h, n);
+    json_decref(n);
+    json_object_set_new(h, "mtp.0.attn.wq_a.weight",
+                        json_pack("{s:s,s:[i,i],s:[i,i]}", "dtype", "F32", "shape", 0, 64, "data_offsets", 0, 0));
+    json_object_set_new(h, "some.unknown.tensor",
+                        json_pack("{s:s,s:[i],s:[i,i]}", "dtype", "BF16", "shape", 0, "data_offsets", 0, 0));
+}
+
+static void poke_tid2eid(int value)
+{
+    /* a copy whose tid2eid[0][0] is `value` */
+    json_error_t je;
+    json_t *h = json_loadb((const char *)pub_data + 8, pub_hlen, 0, &je);
+    json_t *o = json_object_get(json_object_get(h, "model.layers.0.ffn.gate.tid2eid"), "data_offsets");
+    size_t off = 8 + pub_hlen + (size_t)json_integer_value(json_array_get(o, 0));
+    json_decref(h);
+    int64_t v = value, old;
+    memcpy(&old, pub_data + off, 8);
+    memcpy(pub_data + off, &v, 8);
+    make_ckpt(NULL, NULL, NULL);
+    memcpy(pub_data + off, &old, 8);
+}
+
+static void test_mutations(void)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "%s", "wt_test_XXXXXX");
+    if (!mkdtemp(tmpdir) || read_all(SLUICE_TEST_DATA "/tiny-v4-public/model.safetensors", &pub_data, &pub_size)) {
+        check_failures++;
+        return;
+    }
+    pub_hlen = 0;
+    for (int i = 7; i >= 0; i--) pub_hlen = (pub_hlen << 8) | pub_data[i];
+
+    expect_load(NULL, NULL, NULL, NULL);
+    expect_load(e_hub_names, NULL, NULL, NULL);
+    expect_load(e_wq_a_shape, NULL, NULL, "tensor 'model.layers.1.attn.wq_a.weight': shape [64, 32], expected [32, 64]");
+    expect_load(e_drop_expert, NULL, NULL, "tensor 'model.layers.2.ffn.experts.3.w2.weight' missing");
+    expect_load(e_drop_bias, NULL, NULL, "tensor 'model.layers.3.ffn.gate.bias' missing");
+    expect_load(e_drop_tid2eid, NULL, NULL, "tensor 'model.layers.0.ffn.gate.tid2eid' missing");
+    expect_load(e_drop_icomp, NULL, NULL, "tensor 'model.layers.3.attn.indexer.compressor.ape' missing");
+    expect_load(e_i32, NULL, NULL, "tensor 'model.layers.1.attn.wkv.weight': dtype I32");
+    expect_load(e_fp8_noscale, NULL, NULL, "no block scale 'model.layers.1.attn.wkv.scale'");
+    expect_load(e_norm_shape, NULL, NULL, "tensor 'model.norm.weight': shape [8, 8], expected [64]");
+    /* config disagreeing with the tensors */
+    expect_load(NULL, "\"n_routed_experts\": 8", "\"n_routed_experts\": 9",
+                "tensor 'model.layers.0.ffn.gate.weight': shape [8, 64], expected [9, 64]");
+    expect_load(NULL, "\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": 16",
+                "tensor 'model.layers.0.ffn.experts.0.w1.weight': shape [32, 64], expected [16, 64]");
+    expect_load(NULL, "\"heavily_compressed_attention\": 8", "\"heavily_compressed_attention\": 16",
+                "tensor 'model.layers.2.attn.compressor.ape': shape [8, 32], expected [16, 32]");
+    expect_load(NULL, "\"hc_mult\": 4", "\"hc_mult\": 2", "tensor 'model.hc_head.hc_fn': shape [4, 256], expected [2, 128]");
+    expect_load(NULL, "\"head_dim\": 32", "\"head_dim\": 33",
+                "tensor 'model.layers.0.attn.wq_b.weight': shape [128, 32], expected [132, 32]");
+    expect_load(NULL, "\"hidden_size\": 64", "\"hidden_sise\": 64", "config.json: field 'hidden_size' missing");
+    /* a layer that is sliding-only in the config simply ignores its compressor tensors */
+    expect_load(NULL, "\"heavily_compressed_attention\",", "\"sliding_attention\",", NULL);
+    /* tid2eid must hold expert ids */
+    poke_tid2eid(8);
+    {
+        v4_weights w;
+        char err[512];
+        CHECK(v4_weights_load(tmpdir, &w, err, sizeof(err)) == -1 && strstr(err, "tid2eid") && strstr(err, "is 8"));
+    }
+    poke_tid2eid(-1);
+    {
+        v4_weights w;
+        char err[512];
+        CHECK(v4_weights_load(tmpdir, &w, err, sizeof(err)) == -1 && strstr(err, "is -1"));
+    }
+    /* no checkpoint at all */
+    {
+        v4_weights w;
+        char err[512];
+        char p[512];
+        snprintf(p, sizeof(p), "%s/model.safetensors", tmpdir);
+        unlink(p);
+        CHECK(v4_weights_load(tmpdir, &w, err, sizeof(err)) == -1 && strstr(err, "no model.safetensors"));
+        snprintf(p, sizeof(p), "%s/config.json", tmpdir);
+        unlink(p);
+        CHECK(v4_weights_load(tmpdir, &w, err, sizeof(err)) == -1 && strstr(err, "config.json"));
+    }
+    rmdir(tmpdir);
+    free(pub_data);
+}
+
+/* A committed quantised fixture (no dequantised copy): formats as expected, every row finite,
+ * and re-quantising its experts to NVFP4 stays within FP4 error of the stored values. */
+static void test_load_only(const char *dir, int want_expert_fmt)
+{
+    v4_weights w;
+    char err[512];
+    if (v4_weights_load(dir, &w, err, sizeof(err))) {
+        fprintf(stderr, "load %s: %s\n", dir, err);
+        check_failures++;
+        return;
+    }
+    const v4_config *c = &w.cfg;
+    CHECK(c->hub_format == 1 && w.expert_format == want_expert_fmt);
+    CHECK(w.layers[0].wq_a.fmt == QT_FP8_B128 && w.layers[0].wo_b.fmt == QT_FP8_B128);
+    CHECK(w.layers[0].shared.w1.fmt == QT_FP8_B128 && w.embed.fmt == QT_BF16);
+    float *row = malloc((size_t)(c->dim > c->moe_inter ? c->dim : c->moe_inter) * 4 * sizeof(float));
+    long nonfinite = 0;
+    for (int L = 0; L < c->n_layers; L++)
+        for (int e = 0; e < c->n_routed_experts; e++) {
+            const qtensor *q = &w.layers[L].experts[e].w2;
+            CHECK((int)q->fmt == want_expert_fmt);
+            for (int r = 0; r < q->rows; r++) {
+                qt_dequant_row(q, r, row);
+                for (int i = 0; i < q->cols; i++) nonfinite += !isfinite(row[i]);
+            }
+        }
+    CHECK(nonfinite == 0);
+    free(row);
+    v4_weights_free(&w);
+}
+
+/* Usage: test_engine_weights [COMMAND]...
+ *   cmp QUANT_DIR DEQUANT_DIR mxfp4|nvfp4   every role of a quantised checkpoint, bit for bit
+ *   quantize FLOAT_DIR NVFP4_DEQUANT_DIR     --quantize-experts nvfp4 == make_official's NVFP4
+ *   load DIR mxfp4|nvfp4                     a quantised checkpoint loads with these formats */
 int main(int argc, char **argv)
 {
     test_public();
-    for (int i = 1; i + 2 < argc; i += 3)
-        if (!strcmp(argv[i + 2], "quantize")) test_quantize_experts(argv[i], argv[i + 1]);
-        else test_quantised(argv[i], argv[i + 1], !strcmp(argv[i + 2], "nvfp4") ? QT_NVFP4 : QT_MXFP4);
+    test_mutations();
+    for (int i = 1; i < argc;) {
+        if (!strcmp(argv[i], "cmp") && i + 3 < argc) {
+            test_quantised(argv[i + 1], argv[i + 2], !strcmp(argv[i + 3], "nvfp4") ? QT_NVFP4 : QT_MXFP4);
+            i += 4;
+        } else if (!strcmp(argv[i], "quantize") && i + 2 < argc) {
+            test_quantize_experts(argv[i + 1], argv[i + 2]);
+            i += 3;
+        } else if (!strcmp(argv[i], "load") && i + 2 < argc) {
+            test_load_only(argv[i + 1], !strcmp(argv[i + 2], "nvfp4") ? QT_NVFP4 : QT_MXFP4);
+            i += 3;
+        } else {
+            fprintf(stderr, "bad arguments at '%s'\n", argv[i]);
+            return 2;
+        }
+    }
     CHECK_DONE();
 }
