@@ -34,13 +34,13 @@ typedef struct {
     fx_prompt p[FX_MAX_PROMPTS];
 } fx_fixture;
 
-static int fx_read_ints(json_t *a, int32_t *out, int max) {
+static inline int fx_read_ints(json_t *a, int32_t *out, int max) {
     if (!json_is_array(a) || (int)json_array_size(a) > max) return -1;
     for (size_t i = 0; i < json_array_size(a); i++) out[i] = (int32_t)json_integer_value(json_array_get(a, i));
     return (int)json_array_size(a);
 }
 
-static int fx_load(const char *dir, const char *name, fx_fixture *f) {
+static inline int fx_load(const char *dir, const char *name, fx_fixture *f) {
     memset(f, 0, sizeof *f);
     char path[1200];
     if (snprintf(f->dir, sizeof f->dir, "%s", dir) >= (int)sizeof f->dir ||
@@ -77,12 +77,12 @@ static int fx_load(const char *dir, const char *name, fx_fixture *f) {
     return 0;
 }
 
-static void fx_free(fx_fixture *f) {
+static inline void fx_free(fx_fixture *f) {
     for (int i = 0; i < f->n; i++) { free(f->p[i].seq); free(f->p[i].logits); }
 }
 
 /* Names of fixture dirs under root with an oracle.json, sorted. Returns the count. */
-static int fx_list(const char *root, char names[][256], int max) {
+static inline int fx_list(const char *root, char names[][256], int max) {
     DIR *d = opendir(root);
     if (!d) return 0;
     int n = 0;

@@ -23,7 +23,7 @@ typedef struct {
     sl_finish_reason why;
 } job;
 
-static sl_sampling greedy_sampling(int max_tokens) {
+static inline sl_sampling greedy_sampling(int max_tokens) {
     sl_sampling s;
     memset(&s, 0, sizeof s);
     s.top_p = 1.0f;
@@ -32,7 +32,7 @@ static sl_sampling greedy_sampling(int max_tokens) {
     return s;
 }
 
-static sl_engine *open_engine(const char *dir, int chunk, int max_batch, int step_tokens, size_t state_bytes,
+static inline sl_engine *open_engine(const char *dir, int chunk, int max_batch, int step_tokens, size_t state_bytes,
                               const char *qexp) {
     sl_engine_opts o;
     memset(&o, 0, sizeof o);
@@ -54,7 +54,7 @@ static sl_engine *open_engine(const char *dir, int chunk, int max_batch, int ste
 }
 
 /* Submit all jobs, step until every one finished. 0 or -1. */
-static int run_jobs(sl_engine *e, job *jobs, int n) {
+static inline int run_jobs(sl_engine *e, job *jobs, int n) {
     int V = sl_engine_info(e)->vocab_size;
     char err[512];
     for (int i = 0; i < n; i++) {
@@ -93,7 +93,7 @@ static int run_jobs(sl_engine *e, job *jobs, int n) {
     return 0;
 }
 
-static void free_jobs(job *jobs, int n) {
+static inline void free_jobs(job *jobs, int n) {
     for (int i = 0; i < n; i++) { free(jobs[i].rows); jobs[i].rows = NULL; }
 }
 
