@@ -5,7 +5,8 @@
  *   QT_FP8_B128   F8_E4M3 data, F8_E8M0 (or F32) scale per 128x128 block (DeepSeek dense Linear)
  *   QT_MXFP4      I8 packed [rows, cols/2] (low nibble = even element), E8M0 scale per 32 inputs
  *   QT_NVFP4      U8 packed [rows, cols/2], E4M3 scale per 16 inputs, F32 global scale_2
- * Dimensions that are not a multiple of the block give a partial last block.
+ * Dimensions that are not a multiple of the block give a partial last block. Packed FP4 rows take
+ * ceil(cols/2) bytes (an odd last element sits in a low nibble).
  * Data is not owned (points into the safetensors mmap) unless `owned` is set.
  */
 #ifndef SLUICE_QUANT_H
