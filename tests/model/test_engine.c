@@ -120,6 +120,7 @@ sampling:
         s.top_k = 50;
         s.ignore_eos = 1;
         s.logprobs = 1;
+        free_jobs(alone, f.n);
         make_jobs(&f, alone, s);
         for (int k = 0; k < f.n; k++) {
             alone[k].s.seed = 1000 + (uint64_t)k;
