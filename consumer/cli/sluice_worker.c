@@ -1,0 +1,199 @@
+/* sluice-worker — Kafka jobs in, Avro, Redis state, engine, results out. See README.md and worker.h.
+ *
+ *   sluice-worker [--config FILE] [--set key=value]...
+ *
+ * Exit status: 0 after a clean drain (SIGTERM/SIGINT), 1 on a fatal start-up error (bad config,
+ * unreachable Redis, model that fails to load, Kafka client setup), 2 on bad usage.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "metrics.h"
+#include "worker.h"
+
+static volatile sig_atomic_t g_stop;
+static int g_wake_fd = -1;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+    if (g_wake_fd >= 0) {
+        char b = 's';
+        if (write(g_wake_fd, &b, 1) < 0) { /* nothing to do in a signal handler */
+        }
+    }
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: sluice-worker [--config FILE] [--set key=value]...\n"
+            "Consumes Avro Jobs from Kafka, runs them on the engine, produces Avro Results.\n"
+            "The config file has key=value lines ('#' comments); --set overrides it. Keys:\n");
+    cfg_print_reference(f);
+}
+
+static int fail(const char *msg) {
+    fprintf(stderr, "sluice-worker: %s\n", msg);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    cfg c;
+    cfg_init(&c);
+    char err[1024];
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            cfg_free(&c);
+            return 0;
+        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            if (cfg_load_file(&c, argv[++i], err, sizeof(err))) return cfg_free(&c), fail(err);
+        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+            if (cfg_set_kv(&c, argv[++i], err, sizeof(err))) return cfg_free(&c), fail(err);
+        } else {
+            fprintf(stderr, "sluice-worker: unknown argument '%s' (try --help)\n", argv[i]);
+            cfg_free(&c);
+            return 2;
+        }
+    }
+    if (cfg_validate(&c, err, sizeof(err))) return cfg_free(&c), fail(err);
+
+    worker w;
+    memset(&w, 0, sizeof(w));
+    w.cfg = &c;
+    w.wake_rd = w.wake_wr = -1;
+    const char *lvl = cfg_get(&c, "log.level");
+    w.verbose = !strcmp(lvl, "error") ? L_ERROR : !strcmp(lvl, "warn") ? L_WARN : !strcmp(lvl, "info") ? L_INFO : L_DEBUG;
+    snprintf(w.worker_id, sizeof(w.worker_id), "%s", cfg_get(&c, "worker.id"));
+    if (!w.worker_id[0] && gethostname(w.worker_id, sizeof(w.worker_id) - 1) != 0) snprintf(w.worker_id, 8, "worker");
+    const char *fr = cfg_get(&c, "input.framing");
+    w.framing = !strcmp(fr, "confluent") ? FRAMING_CONFLUENT : !strcmp(fr, "bare") ? FRAMING_BARE : FRAMING_AUTO;
+    for (const char *p = cfg_get(&c, "input.schema_ids"); *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        w.schema_ids = realloc(w.schema_ids, (size_t)(w.n_schema_ids + 1) * sizeof(int32_t));
+        if (!w.schema_ids) return fail("out of memory");
+        w.schema_ids[w.n_schema_ids++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    w.max_bytes = cfg_int(&c, "input.max_bytes");
+    w.max_tokens_limit = (int)cfg_int(&c, "job.max_tokens_limit");
+    w.topic_jobs = cfg_get(&c, "topic.jobs");
+    w.topic_results = cfg_get(&c, "topic.results");
+    w.topic_chunks = cfg_get(&c, "topic.chunks");
+    w.topic_dlq = cfg_get(&c, "topic.dlq");
+    w.result_schema_id = (int32_t)cfg_int(&c, "output.result_schema_id");
+    w.chunk_schema_id = (int32_t)cfg_int(&c, "output.chunk_schema_id");
+    offsets_init(&w.offs);
+
+    /* avro-c: no single allocation may exceed a few times the largest accepted message */
+    size_t cap = (size_t)w.max_bytes * 4 + ((size_t)1 << 20);
+    codec_install_allocator(cap);
+    if (codec_new(&w.codec, err, sizeof(err))) return fail(err);
+
+    sl_engine_opts eo = {0};
+    eo.model_path = cfg_get(&c, "model.path");
+    eo.backend = cfg_get(&c, "engine.backend");
+    eo.n_threads = (int)cfg_int(&c, "engine.threads");
+    eo.max_batch = (int)cfg_int(&c, "engine.max_batch");
+    eo.prefill_chunk = (int)cfg_int(&c, "engine.prefill_chunk");
+    eo.max_step_tokens = (int)cfg_int(&c, "engine.max_step_tokens");
+    eo.state_bytes = (size_t)cfg_int(&c, "engine.state_mb") << 20;
+    char eerr[512];
+    if (sl_engine_open(&eo, &w.engine, eerr, sizeof(eerr))) {
+        snprintf(err, sizeof(err), "model %s: %s", eo.model_path, eerr);
+        return fail(err);
+    }
+    w.info = sl_engine_info(w.engine);
+    w.tc = textcodec_open(eo.model_path, w.info->vocab_size, w.info->eos_ids, w.info->n_eos);
+
+    if (redis_open(&w.redis, cfg_get(&c, "redis.url"), cfg_get(&c, "redis.prefix"), (int)cfg_int(&c, "redis.timeout_ms"),
+                   w.worker_id, cfg_int(&c, "lease.ms"), cfg_int(&c, "redis.ttl_s") * 1000, err, sizeof(err)))
+        return fail(err);
+    if (wk_setup(&w, err, sizeof(err))) return fail(err);
+    g_wake_fd = w.wake_wr;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (eng_thread_start(&w.eng, w.engine, w.wake_wr)) return fail("cannot start the engine thread");
+    metrics_server *ms = NULL;
+    if (cfg_int(&c, "metrics.port") > 0) {
+        ms = metrics_start(&w, cfg_get(&c, "metrics.bind"), (int)cfg_int(&c, "metrics.port"), err, sizeof(err));
+        if (!ms) return fail(err);
+    }
+    wlog(&w, L_INFO, "model %s (vocab %d, context %d, %s), jobs from %s, group %s, text %s", w.info->model_id,
+         w.info->vocab_size, w.info->max_context, w.info->backend ? w.info->backend : "?", w.topic_jobs,
+         cfg_get(&c, "kafka.group.id"), w.tc ? w.tc->name : "off (token ids only)");
+
+    double grace_end = 0, grace_ms = (double)cfg_int(&c, "worker.grace_ms");
+    int more = 0;
+    for (;;) {
+        double now = now_ms();
+        atomic_store(&w.m.loop_ms_epoch, (uint64_t)now);
+        if (g_stop && !w.draining) {
+            w.draining = 1;
+            wk_pause_all(&w, 1);
+            grace_end = now + grace_ms;
+            wlog(&w, L_INFO, "draining: %d jobs in progress, grace %.0f ms", wj_live(&w), grace_ms);
+        }
+        if (w.draining) {
+            /* leave time for flush + close inside the grace */
+            double margin = grace_ms > 4000 ? 2000 : grace_ms / 2;
+            if (wj_live(&w) == 0 || now >= grace_end - margin) break;
+        }
+        int busy = w.n_inflight > 0 || w.n_doneq > 0 || rd_kafka_outq_len(w.producer) > 0;
+        struct pollfd pfd = {w.wake_rd, POLLIN, 0};
+        if (!more && poll(&pfd, 1, busy ? 5 : 50) < 0 && errno != EINTR) return fail("poll failed");
+        char drain[256];
+        while (read(w.wake_rd, drain, sizeof(drain)) > 0) {
+        }
+        more = 0;
+        for (int k = 0; k < 4096; k++) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, 0);
+            if (!m) break;
+            wj_on_message(&w, m);
+            rd_kafka_message_destroy(m);
+            if (k == 4095) more = 1;
+        }
+        wj_claim_round(&w, 0);
+        wj_send_cmds(&w);
+        wj_engine_events(&w);
+        rd_kafka_poll(w.producer, 0);
+        wj_flush_done(&w);
+        wj_timers(&w);
+        wj_send_cmds(&w);
+    }
+
+    /* drain end: deliver what is produced, write Redis done, store offsets; hand back the rest */
+    double left = grace_end - now_ms();
+    rd_kafka_flush(w.producer, left > 1000 ? 1000 : left > 0 ? (int)left : 0);
+    rd_kafka_poll(w.producer, 0);
+    wj_flush_done(&w);
+    int live = wj_live(&w);
+    if (live > 0) wlog(&w, L_WARN, "grace over: handing back %d unfinished jobs", live);
+    wj_hand_back_all(&w);
+    wk_close(&w);   /* leaves the group; the revoke callback commits the stored offsets */
+    eng_thread_stop(w.eng);
+    wj_free_all(&w);
+    metrics_stop(ms);
+    sl_engine_close(w.engine);
+    textcodec_close(w.tc);
+    redis_close(w.redis);
+    codec_free(w.codec);
+    offsets_free(&w.offs);
+    free(w.schema_ids);
+    close(w.wake_rd);
+    close(w.wake_wr);
+    wlog(&w, L_INFO, "stopped");
+    cfg_free(&c);
+    return 0;
+}

@@ -1,0 +1,135 @@
+/* worker.h — the sluice-worker pipeline, shared by worker_kafka.c, worker_jobs.c and cli/sluice_worker.c.
+ *
+ * One consumer thread runs everything here: Kafka poll -> unframe/decode/validate (bad input -> DLQ) ->
+ * Redis claim (pipelined per poll round) -> engine thread (admission) -> events -> Result -> produce ->
+ * delivery report -> Redis done (pipelined) -> offset store (contiguous low-water mark per partition).
+ * Every consumed message has one job_rec from consumption until its offset is released; the record is
+ * freed only when nothing else (engine, producer) still holds its pointer.
+ */
+#ifndef SLUICE_WORKER_H
+#define SLUICE_WORKER_H
+
+#include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "codec.h"
+#include "config.h"
+#include "engine.h"
+#include "engine_thread.h"
+#include "offsets.h"
+#include "redis_state.h"
+#include "textcodec.h"
+
+enum { JK_JOB = 0, JK_DLQ, JK_REEMIT };
+enum { JS_CLAIM = 0, JS_PARKED, JS_RUNNING, JS_PRODUCING, JS_DONEWRITE };
+
+typedef struct job_rec {
+    struct job_rec *prev, *next;     /* all live records */
+    int kind, state;
+    int32_t partition;
+    int64_t offset;
+    int32_t schema_id;               /* Confluent id of the input, -1 = bare */
+    sl_job job;
+    int32_t *prompt;
+    int n_prompt;
+    uint64_t seed;
+    int32_t *tokens;
+    float *logprobs;
+    int n_tokens, cap_tokens;
+    sl_textdec text;
+    int has_text;
+    size_t chunk_text_sent;
+    int chunk_tok_sent;
+    int in_claimq, in_doneq;         /* queued for a claim round / a done write */
+    int chunk_seq;
+    int stop_hit;                    /* a stop string matched: later tokens are dropped */
+    int finish_sent;                 /* an early finish was sent to the engine */
+    sl_finish_reason forced;         /* the reason of that finish */
+    int in_engine;                   /* the engine thread holds this pointer as a tag */
+    int in_producer;                 /* a produce of this record awaits its delivery report */
+    int abandoned;                   /* handed back (revoke, shutdown): free once released */
+    int claimed;                     /* the Redis claim succeeded (release on hand-back) */
+    double t_recv, t_admit, next_check;
+    double ttft_ms, decode_ms;
+    uint8_t *result;                 /* bare Avro Result (Redis copy) */
+    size_t result_len;
+    int failed, tokens_out;
+    int produce_tries;
+} job_rec;
+
+typedef struct {
+    _Atomic uint64_t consumed, dlq, results, reemitted, parked, tokens, cancelled, expired, errors;
+    _Atomic uint64_t redis_retries, produce_retries, handed_back, paused;
+    _Atomic int64_t inflight, pending;
+    _Atomic uint64_t loop_ms_epoch;  /* last main-loop tick (ms, for /healthz) */
+} worker_metrics;
+
+typedef struct {
+    cfg *cfg;
+    char worker_id[128];
+    int framing;
+    int32_t *schema_ids;
+    int n_schema_ids;
+    int64_t max_bytes;
+    int max_tokens_limit;
+    const char *topic_jobs, *topic_results, *topic_chunks, *topic_dlq;
+    int32_t result_schema_id, chunk_schema_id;
+
+    rd_kafka_t *consumer, *producer;
+    rd_kafka_topic_partition_list_t *assigned;
+    int paused;
+    sl_redis *redis;
+    sl_codec *codec;
+    sl_engine *engine;
+    const sl_model_info *info;
+    sl_textcodec *tc;
+    eng_thread *eng;
+    offset_tracker offs;
+    int wake_rd, wake_wr;
+
+    job_rec *head;                   /* list of live records */
+    int64_t n_inflight;              /* CLAIM + RUNNING */
+    job_rec **claimq;                /* records waiting for a claim round */
+    int n_claimq, cap_claimq;
+    job_rec **doneq;                 /* delivered results waiting for the Redis done write */
+    int n_doneq, cap_doneq;
+    eng_cmd *cmds;                   /* commands for the engine, sent once per loop */
+    int n_cmds, cap_cmds;
+
+    int draining;
+    double next_sweep, next_renew, next_parked, next_heartbeat, next_redis_retry;
+    worker_metrics m;
+    int verbose;
+} worker;
+
+double now_ms(void);                 /* CLOCK_MONOTONIC */
+int64_t wall_ms(void);               /* CLOCK_REALTIME (deadlines) */
+void wlog(worker *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+enum { L_ERROR = 0, L_WARN, L_INFO, L_DEBUG };
+
+/* worker_kafka.c */
+int wk_setup(worker *w, char *err, size_t errlen);
+void wk_close(worker *w);
+/* Produce to the DLQ with the error headers; the record completes on its delivery report. */
+void wk_dlq(worker *w, const rd_kafka_message_t *m, const char *error, const char *cls);
+/* Produce a record's result (framed like its input); chunks are fire-and-forget. */
+void wk_produce_result(worker *w, job_rec *r);
+void wk_produce_chunk(worker *w, job_rec *r, int done);
+void wk_pause_all(worker *w, int pause);
+void wk_store_offset(worker *w, int32_t partition, int64_t offset);
+
+/* worker_jobs.c */
+void wj_on_message(worker *w, rd_kafka_message_t *m);
+void wj_claim_round(worker *w, int parked_only);
+void wj_engine_events(worker *w);
+void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err);
+void wj_flush_done(worker *w);
+void wj_timers(worker *w);
+void wj_send_cmds(worker *w);
+void wj_revoke(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost);
+void wj_hand_back_all(worker *w);
+void wj_free_all(worker *w);
+int wj_live(worker *w);              /* records not yet released */
+
+#endif

@@ -1,0 +1,697 @@
+/* worker_jobs.c — a job's life in the worker: message -> validate -> claim -> engine -> result ->
+ * delivery -> Redis done -> offset. See worker.h for the threading and record ownership rules. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker.h"
+
+// ---------------------------------------------------------------- records
+
+static int is_inflight(int s) { return s == JS_CLAIM || s == JS_RUNNING; }
+
+static void set_state(worker *w, job_rec *r, int s) {
+    w->n_inflight += is_inflight(s) - is_inflight(r->state);
+    r->state = s;
+}
+
+static job_rec *rec_new(worker *w, const rd_kafka_message_t *m) {
+    job_rec *r = calloc(1, sizeof(*r));
+    if (!r) abort();
+    r->kind = JK_JOB;
+    r->state = JS_PARKED;   /* not in flight until set_state(JS_CLAIM) */
+    r->partition = m->partition;
+    r->offset = m->offset;
+    r->t_recv = now_ms();
+    r->next = w->head;
+    if (w->head) w->head->prev = r;
+    w->head = r;
+    if (offsets_add(&w->offs, m->partition, m->offset)) abort();
+    return r;
+}
+
+static void rec_free(worker *w, job_rec *r) {
+    set_state(w, r, JS_PARKED);
+    if (r->prev) r->prev->next = r->next;
+    else w->head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    job_free(&r->job);
+    free(r->prompt);
+    free(r->tokens);
+    free(r->logprobs);
+    textdec_free(&r->text);
+    free(r->result);
+    free(r);
+}
+
+/* Free when nothing holds the pointer any more (engine tag, producer opaque, queues). */
+static void rec_maybe_free(worker *w, job_rec *r) {
+    if (!r->in_engine && !r->in_producer && !r->in_claimq && !r->in_doneq) rec_free(w, r);
+}
+
+/* The record's work is over: release its offset (if the low-water mark moves) and free it. */
+static void rec_release(worker *w, job_rec *r) {
+    int64_t off = offsets_done(&w->offs, r->partition, r->offset);
+    if (off >= 0) wk_store_offset(w, r->partition, off);
+    r->abandoned = 1;
+    rec_maybe_free(w, r);
+}
+
+int wj_live(worker *w) {
+    int n = 0;
+    for (job_rec *r = w->head; r; r = r->next) n += !r->abandoned;
+    return n;
+}
+
+static void push(job_rec ***q, int *n, int *cap, job_rec *r) {
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 256;
+        job_rec **p = realloc(*q, (size_t)c * sizeof(*p));
+        if (!p) abort();
+        *q = p;
+        *cap = c;
+    }
+    (*q)[(*n)++] = r;
+}
+
+// ---------------------------------------------------------------- validation
+
+static int topic_name_ok(const char *t) {
+    size_t n = strlen(t);
+    if (n == 0 || n > 249) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* 0, or -1 with one line naming the field. Tokenises a text prompt into r->prompt. */
+static int validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char *err, size_t errlen) {
+    int vocab = w->info->vocab_size, ctx = w->info->max_context;
+    if (!j->id[0]) return snprintf(err, errlen, "id: empty"), -1;
+    if (strlen(j->id) > 256) return snprintf(err, errlen, "id: longer than 256 bytes"), -1;
+    if (j->prompt_is_text) {
+        if (j->prompt_text_len == 0) return snprintf(err, errlen, "prompt: empty"), -1;
+        if (!w->tc)
+            return snprintf(err, errlen, "prompt: text prompts need a tokenizer for this model; send token ids"), -1;
+        char e2[160] = "";
+        if (w->tc->encode(w->tc, j->prompt_text, j->prompt_text_len, prompt, n_prompt, e2, sizeof(e2)))
+            return snprintf(err, errlen, "prompt: cannot tokenize: %s", e2), -1;
+        if (*n_prompt == 0) return snprintf(err, errlen, "prompt: tokenizes to no tokens"), -1;
+    } else {
+        if (j->n_prompt_ids == 0) return snprintf(err, errlen, "prompt: empty token list"), -1;
+        for (int i = 0; i < j->n_prompt_ids; i++)
+            if (j->prompt_ids[i] < 0 || j->prompt_ids[i] >= vocab)
+                return snprintf(err, errlen, "prompt: token id %d at %d outside the vocabulary [0, %d)",
+                                (int)j->prompt_ids[i], i, vocab),
+                       -1;
+        *prompt = malloc((size_t)j->n_prompt_ids * sizeof(int32_t));
+        if (!*prompt) abort();
+        memcpy(*prompt, j->prompt_ids, (size_t)j->n_prompt_ids * sizeof(int32_t));
+        *n_prompt = j->n_prompt_ids;
+    }
+    int lim = w->max_tokens_limit > 0 && w->max_tokens_limit < ctx ? w->max_tokens_limit : ctx;
+    if (j->max_tokens < 1 || j->max_tokens > lim)
+        return snprintf(err, errlen, "max_tokens: %d outside [1, %d]", (int)j->max_tokens, lim), -1;
+    if (*n_prompt >= ctx)
+        return snprintf(err, errlen, "prompt: %d tokens, longer than the model context %d", *n_prompt, ctx), -1;
+    if ((int64_t)*n_prompt + j->max_tokens > ctx)
+        return snprintf(err, errlen, "max_tokens: prompt %d + max_tokens %d exceed the model context %d", *n_prompt,
+                        (int)j->max_tokens, ctx),
+               -1;
+    if (!isfinite(j->temperature) || j->temperature < 0 || j->temperature > 100)
+        return snprintf(err, errlen, "temperature: %g outside [0, 100]", (double)j->temperature), -1;
+    if (!isfinite(j->top_p) || j->top_p <= 0 || j->top_p > 1)
+        return snprintf(err, errlen, "top_p: %g outside (0, 1]", (double)j->top_p), -1;
+    if (j->top_k < 0) return snprintf(err, errlen, "top_k: %d is negative", (int)j->top_k), -1;
+    if (!isfinite(j->min_p) || j->min_p < 0 || j->min_p > 1)
+        return snprintf(err, errlen, "min_p: %g outside [0, 1]", (double)j->min_p), -1;
+    if (!isfinite(j->repetition_penalty) || j->repetition_penalty <= 0 || j->repetition_penalty > 100)
+        return snprintf(err, errlen, "repetition_penalty: %g outside (0, 100]", (double)j->repetition_penalty), -1;
+    for (int i = 0; i < j->n_stop; i++)
+        if (j->stop_len[i] == 0) return snprintf(err, errlen, "stop[%d]: empty string", i), -1;
+    if (j->n_stop > 0 && !w->tc)
+        return snprintf(err, errlen, "stop: stop strings need a tokenizer for this model; use stop_token_ids"), -1;
+    for (int i = 0; i < j->n_stop_ids; i++)
+        if (j->stop_ids[i] < 0 || j->stop_ids[i] >= vocab)
+            return snprintf(err, errlen, "stop_token_ids[%d]: %d outside the vocabulary [0, %d)", i,
+                            (int)j->stop_ids[i], vocab),
+                   -1;
+    if (j->has_deadline && j->deadline_ms <= 0)
+        return snprintf(err, errlen, "deadline_ms: %lld is not a Unix time in ms", (long long)j->deadline_ms), -1;
+    if (j->reply_topic && !topic_name_ok(j->reply_topic))
+        return snprintf(err, errlen, "reply_topic: '%.64s' is not a valid topic name", j->reply_topic), -1;
+    return 0;
+}
+
+/* FNV-1a 64 of the id, top bit cleared: a recomputed job samples the same tokens. */
+static uint64_t seed_from_id(const char *id) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return h & 0x7fffffffffffffffull;
+}
+
+// ---------------------------------------------------------------- consume
+
+void wj_on_message(worker *w, rd_kafka_message_t *m) {
+    if (m->err) {
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            wlog(w, L_WARN, "consumer: %s", rd_kafka_message_errstr(m));
+        return;
+    }
+    if (w->draining) return;   /* fetched before the pause: left for the next owner (offset not stored) */
+    atomic_fetch_add(&w->m.consumed, 1);
+    char err[512];
+    if (!m->payload || m->len == 0) {
+        wk_dlq(w, m, "empty message value (null or 0 bytes)", "framing");
+        return;
+    }
+    if ((int64_t)m->len > w->max_bytes) {
+        snprintf(err, sizeof(err), "message of %zu bytes exceeds input.max_bytes=%lld", m->len,
+                 (long long)w->max_bytes);
+        wk_dlq(w, m, err, "size");
+        return;
+    }
+    const uint8_t *pl;
+    size_t plen;
+    int32_t sid;
+    if (codec_unframe(m->payload, m->len, w->framing, &pl, &plen, &sid, err, sizeof(err))) {
+        wk_dlq(w, m, err, "framing");
+        return;
+    }
+    if (sid >= 0 && w->n_schema_ids > 0) {
+        int ok = 0;
+        for (int i = 0; i < w->n_schema_ids; i++) ok |= w->schema_ids[i] == sid;
+        if (!ok) {
+            snprintf(err, sizeof(err), "schema id %d is not in input.schema_ids", (int)sid);
+            wk_dlq(w, m, err, "schema");
+            return;
+        }
+    }
+    sl_job job;
+    if (codec_decode_job(w->codec, pl, plen, &job, err, sizeof(err))) {
+        wk_dlq(w, m, err, "decode");
+        return;
+    }
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    char verr[400];
+    if (validate(w, &job, &prompt, &n_prompt, verr, sizeof(verr))) {
+        snprintf(err, sizeof(err), "invalid job '%.64s': %s", job.id, verr);
+        free(prompt);
+        job_free(&job);
+        wk_dlq(w, m, err, "validation");
+        return;
+    }
+    job_rec *r = rec_new(w, m);
+    r->job = job;
+    r->schema_id = sid;
+    r->prompt = prompt;
+    r->n_prompt = n_prompt;
+    r->seed = job.has_seed ? (uint64_t)job.seed : seed_from_id(job.id);
+    r->has_text = w->tc != NULL;
+    if (r->has_text) textdec_init(&r->text);
+    set_state(w, r, JS_CLAIM);
+    r->in_claimq = 1;
+    push(&w->claimq, &w->n_claimq, &w->cap_claimq, r);
+}
+
+// ---------------------------------------------------------------- results
+
+static const sl_result_status STATUS_OF[] = {RS_OK, RS_OK, RS_ERROR, RS_EXPIRED, RS_CANCELLED};
+static const sl_result_finish FINISH_OF[] = {RF_STOP, RF_LENGTH, RF_ERROR, RF_EXPIRED, RF_CANCELLED};
+
+/* Encode the record's Result, keep the bare bytes for Redis, produce it. */
+static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const char *error, int n_prompt) {
+    sl_result res = {0};
+    res.id = r->job.id;
+    if ((unsigned)reason > SL_FINISH_CANCELLED) reason = SL_FINISH_ERROR;
+    res.status = STATUS_OF[reason];
+    res.finish = FINISH_OF[reason];
+    res.tokens = r->tokens;
+    res.n_tokens = r->n_tokens;
+    if (r->has_text) {
+        if (r->stop_hit) r->text.n_pending = 0;
+        if (textdec_finish(&r->text)) abort();   /* also makes "" for no tokens */
+        res.text = r->text.text;
+        res.text_len = r->text.len;
+    }
+    if (r->job.logprobs) {
+        res.logprobs = r->logprobs;
+        res.n_logprobs = r->n_tokens;
+    }
+    res.error = reason == SL_FINISH_ERROR ? (error && error[0] ? error : "engine error") : NULL;
+    res.prompt_tokens = n_prompt;
+    res.completion_tokens = r->n_tokens;
+    res.queue_ms = r->t_admit > 0 ? r->t_admit - r->t_recv : now_ms() - r->t_recv;
+    res.ttft_ms = r->ttft_ms;
+    res.decode_ms = r->decode_ms;
+    res.worker = w->worker_id;
+    res.model = w->info->model_id;
+    res.meta_k = (const char *const *)r->job.meta_k;
+    res.meta_v = (const char *const *)r->job.meta_v;
+    res.n_meta = r->job.n_meta;
+    char err[256];
+    if (codec_encode_result(w->codec, &res, -1, &r->result, &r->result_len, err, sizeof(err))) {
+        wlog(w, L_ERROR, "%s", err);
+        abort();   /* cannot happen for a schema-valid record; do not lose the job silently */
+    }
+    r->failed = reason == SL_FINISH_ERROR;
+    r->tokens_out = r->n_tokens;
+    if (reason == SL_FINISH_CANCELLED) atomic_fetch_add(&w->m.cancelled, 1);
+    if (reason == SL_FINISH_EXPIRED) atomic_fetch_add(&w->m.expired, 1);
+    if (reason == SL_FINISH_ERROR) atomic_fetch_add(&w->m.errors, 1);
+    if (r->job.stream) wk_produce_chunk(w, r, 1);
+    set_state(w, r, JS_PRODUCING);
+    wk_produce_result(w, r);
+}
+
+static void admit(worker *w, job_rec *r) {
+    r->t_admit = now_ms();
+    if (r->job.has_deadline && wall_ms() >= r->job.deadline_ms) {
+        finish_job(w, r, SL_FINISH_EXPIRED, NULL, r->n_prompt);
+        return;
+    }
+    eng_cmd c = {0};
+    c.kind = ECMD_SUBMIT;
+    c.tag = r;
+    c.prompt = malloc((size_t)r->n_prompt * sizeof(int32_t));
+    if (!c.prompt) abort();
+    memcpy(c.prompt, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+    c.n_prompt = r->n_prompt;
+    c.s.temperature = r->job.temperature;
+    c.s.top_k = r->job.top_k;
+    c.s.top_p = r->job.top_p;
+    c.s.min_p = r->job.min_p;
+    c.s.repetition_penalty = r->job.repetition_penalty;
+    c.s.seed = r->seed;
+    c.s.max_tokens = r->job.max_tokens;
+    if (r->job.n_stop_ids > 0) {
+        int32_t *ids = malloc((size_t)r->job.n_stop_ids * sizeof(int32_t));
+        if (!ids) abort();
+        memcpy(ids, r->job.stop_ids, (size_t)r->job.n_stop_ids * sizeof(int32_t));
+        c.s.stop_ids = ids;
+        c.s.n_stop_ids = r->job.n_stop_ids;
+    }
+    c.s.ignore_eos = r->job.ignore_eos;
+    c.s.logprobs = r->job.logprobs;
+    if (w->n_cmds == w->cap_cmds) {
+        int cap = w->cap_cmds ? w->cap_cmds * 2 : 256;
+        eng_cmd *p = realloc(w->cmds, (size_t)cap * sizeof(*p));
+        if (!p) abort();
+        w->cmds = p;
+        w->cap_cmds = cap;
+    }
+    w->cmds[w->n_cmds++] = c;
+    r->in_engine = 1;
+    set_state(w, r, JS_RUNNING);
+}
+
+static void engine_finish(worker *w, job_rec *r, sl_finish_reason reason) {
+    if (!r->in_engine || r->finish_sent) return;
+    eng_cmd c = {0};
+    c.kind = ECMD_FINISH;
+    c.tag = r;
+    c.reason = reason;
+    if (eng_thread_send(w->eng, &c, 1)) abort();
+    r->finish_sent = 1;
+    r->forced = reason;
+}
+
+void wj_send_cmds(worker *w) {
+    if (w->n_cmds == 0) return;
+    if (eng_thread_send(w->eng, w->cmds, w->n_cmds)) abort();
+    w->n_cmds = 0;
+}
+
+static void reemit(worker *w, job_rec *r, char *bytes, size_t len) {
+    r->kind = JK_REEMIT;
+    r->result = (uint8_t *)bytes;
+    r->result_len = len;
+    atomic_fetch_add(&w->m.reemitted, 1);
+    set_state(w, r, JS_PRODUCING);
+    wk_produce_result(w, r);
+}
+
+// ---------------------------------------------------------------- claim
+
+void wj_claim_round(worker *w, int parked_only) {
+    job_rec **batch = NULL;
+    int n = 0, cap = 0;
+    if (parked_only) {
+        double now = now_ms();
+        for (job_rec *r = w->head; r; r = r->next)
+            if (!r->abandoned && r->kind == JK_JOB && r->state == JS_PARKED && r->next_check <= now)
+                push(&batch, &n, &cap, r);
+    } else {
+        batch = w->claimq;
+        n = w->n_claimq;
+        w->claimq = NULL;
+        w->n_claimq = w->cap_claimq = 0;
+    }
+    if (n == 0) {
+        free(batch);
+        return;
+    }
+    redis_claim *c = calloc((size_t)n, sizeof(*c));
+    if (!c) abort();
+    for (int i = 0; i < n; i++) {
+        c[i].id = batch[i]->job.id;
+        c[i].partition = batch[i]->partition;
+        c[i].offset = batch[i]->offset;
+    }
+    if (redis_claim_batch(w->redis, c, n) != 0) atomic_fetch_add(&w->m.redis_retries, 1);
+    for (int i = 0; i < n; i++) {
+        job_rec *r = batch[i];
+        r->in_claimq = 0;
+        if (r->abandoned) {
+            free(c[i].result);
+            rec_maybe_free(w, r);
+            continue;
+        }
+        switch (c[i].status) {
+        case RC_DONE:
+            reemit(w, r, c[i].result, c[i].result_len);
+            break;
+        case RC_PARKED:
+            if (r->state != JS_PARKED) {
+                atomic_fetch_add(&w->m.parked, 1);
+                wlog(w, L_DEBUG, "job %s is held by %s: parked", r->job.id, c[i].holder);
+            }
+            set_state(w, r, JS_PARKED);
+            r->next_check = now_ms() + (double)cfg_int(w->cfg, "worker.parked_recheck_ms");
+            break;
+        case RC_CLAIMED:
+            r->claimed = 1;
+            admit(w, r);
+            break;
+        default:
+            /* Redis unreachable: run the job anyway; the done write is retried before the offset moves */
+            admit(w, r);
+            break;
+        }
+    }
+    free(c);
+    free(batch);
+}
+
+// ---------------------------------------------------------------- engine events
+
+static void on_token(worker *w, job_rec *r, const eng_event *ev) {
+    if (r->abandoned || r->stop_hit) return;
+    if (r->n_tokens == r->cap_tokens) {
+        int cap = r->cap_tokens ? r->cap_tokens * 2 : 16;
+        int32_t *t = realloc(r->tokens, (size_t)cap * sizeof(int32_t));
+        float *l = realloc(r->logprobs, (size_t)cap * sizeof(float));
+        if (!t || !l) abort();
+        r->tokens = t;
+        r->logprobs = l;
+        r->cap_tokens = cap;
+    }
+    r->tokens[r->n_tokens] = ev->token;
+    r->logprobs[r->n_tokens] = ev->logprob;
+    r->n_tokens++;
+    atomic_fetch_add(&w->m.tokens, 1);
+    if (r->has_text) {
+        size_t before = r->text.len;
+        if (textdec_push(&r->text, w->tc, ev->token)) abort();
+        if (r->job.n_stop > 0) {
+            long at = stop_find(r->text.text, r->text.len, before, r->job.stop, r->job.stop_len, r->job.n_stop);
+            if (at >= 0) {
+                r->text.len = (size_t)at;
+                r->text.text[at] = 0;
+                r->text.n_pending = 0;
+                if (r->chunk_text_sent > r->text.len) r->chunk_text_sent = r->text.len;
+                r->stop_hit = 1;
+                engine_finish(w, r, SL_FINISH_STOP);
+            }
+        }
+    }
+    if (r->job.stream) wk_produce_chunk(w, r, 0);
+}
+
+void wj_engine_events(worker *w) {
+    eng_event *evs;
+    int n = eng_thread_take(w->eng, &evs);
+    for (int i = 0; i < n; i++) {
+        job_rec *r = evs[i].tag;
+        if (evs[i].kind == EEV_TOKEN) {
+            on_token(w, r, &evs[i]);
+            continue;
+        }
+        r->in_engine = 0;
+        if (r->abandoned) {
+            rec_maybe_free(w, r);
+            continue;
+        }
+        r->ttft_ms = evs[i].ttft_ms;
+        r->decode_ms = evs[i].decode_ms;
+        sl_finish_reason reason = r->stop_hit ? SL_FINISH_STOP : evs[i].reason;
+        if (evs[i].reason == SL_FINISH_ERROR) wlog(w, L_WARN, "job %s: engine error: %s", r->job.id, evs[i].error);
+        finish_job(w, r, reason, evs[i].error, evs[i].n_prompt ? evs[i].n_prompt : r->n_prompt);
+    }
+    free(evs);
+}
+
+// ---------------------------------------------------------------- delivery, done, offsets
+
+void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
+    r->in_producer = 0;
+    if (r->abandoned) {
+        rec_maybe_free(w, r);
+        return;
+    }
+    if (err) {
+        atomic_fetch_add(&w->m.produce_retries, 1);
+        if (r->kind == JK_DLQ) {
+            /* the original bytes are gone: keep the offset unstored; the message returns after a restart */
+            wlog(w, L_ERROR, "DLQ delivery failed for offset %lld: %s", (long long)r->offset, rd_kafka_err2str(err));
+            return;
+        }
+        wlog(w, L_WARN, "result delivery for %s failed: %s; producing again", r->job.id, rd_kafka_err2str(err));
+        wk_produce_result(w, r);
+        return;
+    }
+    if (r->kind == JK_JOB) {
+        atomic_fetch_add(&w->m.results, 1);
+        r->state = JS_DONEWRITE;
+        r->in_doneq = 1;
+        push(&w->doneq, &w->n_doneq, &w->cap_doneq, r);
+        return;
+    }
+    rec_release(w, r);
+}
+
+void wj_flush_done(worker *w) {
+    while (w->n_doneq > 0) {
+        if (!redis_connected(w->redis) && now_ms() < w->next_redis_retry) return;
+        int n = w->n_doneq < 512 ? w->n_doneq : 512;
+        redis_done *d = calloc((size_t)n, sizeof(*d));
+        if (!d) abort();
+        for (int i = 0; i < n; i++) {
+            job_rec *r = w->doneq[i];
+            d[i].id = r->job.id;
+            d[i].failed = r->failed;
+            d[i].result = r->result;
+            d[i].result_len = r->result_len;
+            d[i].tokens_out = r->tokens_out;
+        }
+        int rc = redis_done_batch(w->redis, d, n);
+        int kept = 0;
+        for (int i = 0; i < n; i++) {
+            job_rec *r = w->doneq[i];
+            if (r->abandoned) {
+                r->in_doneq = 0;
+                rec_maybe_free(w, r);
+            } else if (d[i].status == RC_OK || d[i].status == RC_ALREADY) {
+                r->in_doneq = 0;
+                rec_release(w, r);
+            } else {
+                w->doneq[kept++] = r;   /* retried */
+            }
+        }
+        free(d);
+        memmove(w->doneq + kept, w->doneq + n, (size_t)(w->n_doneq - n) * sizeof(job_rec *));
+        w->n_doneq -= n - kept;
+        if (rc != 0 || kept > 0) {
+            atomic_fetch_add(&w->m.redis_retries, 1);
+            w->next_redis_retry = now_ms() + 250;
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- timers
+
+static void cancel_sweep(worker *w) {
+    int n = 0;
+    for (job_rec *r = w->head; r; r = r->next) n += !r->abandoned && r->state == JS_RUNNING && !r->finish_sent;
+    if (n == 0) return;
+    job_rec **rs = malloc((size_t)n * sizeof(*rs));
+    const char **ids = malloc((size_t)n * sizeof(*ids));
+    uint8_t *cancelled = malloc((size_t)n);
+    if (!rs || !ids || !cancelled) abort();
+    int k = 0;
+    int64_t wall = wall_ms();
+    for (job_rec *r = w->head; r; r = r->next) {
+        if (r->abandoned || r->state != JS_RUNNING || r->finish_sent) continue;
+        if (r->job.has_deadline && wall >= r->job.deadline_ms) {
+            engine_finish(w, r, SL_FINISH_EXPIRED);
+            continue;
+        }
+        rs[k] = r;
+        ids[k++] = r->job.id;
+    }
+    if (k > 0 && redis_cancel_sweep(w->redis, ids, k, cancelled) == 0) {
+        for (int i = 0; i < k; i++)
+            if (cancelled[i]) engine_finish(w, rs[i], SL_FINISH_CANCELLED);
+    }
+    free(rs);
+    free(ids);
+    free(cancelled);
+}
+
+static void renew_leases(worker *w) {
+    int n = 0;
+    for (job_rec *r = w->head; r; r = r->next) n += !r->abandoned && r->state == JS_RUNNING && r->claimed;
+    if (n == 0) return;
+    const char **ids = malloc((size_t)n * sizeof(*ids));
+    int *st = malloc((size_t)n * sizeof(int));
+    if (!ids || !st) abort();
+    int k = 0;
+    for (job_rec *r = w->head; r; r = r->next)
+        if (!r->abandoned && r->state == JS_RUNNING && r->claimed) ids[k++] = r->job.id;
+    if (redis_renew_batch(w->redis, ids, k, st) == 0)
+        for (int i = 0; i < k; i++)
+            if (st[i] == RC_LOST) wlog(w, L_WARN, "lease of job %s was taken over; finishing it anyway", ids[i]);
+    free(ids);
+    free(st);
+}
+
+static void heartbeat(worker *w) {
+    char parts[1024] = "", seen[32], inflight[32];
+    size_t off = 0;
+    for (int i = 0; w->assigned && i < w->assigned->cnt && off + 16 < sizeof(parts); i++)
+        off += (size_t)snprintf(parts + off, sizeof(parts) - off, "%s%d", i ? "," : "", w->assigned->elems[i].partition);
+    snprintf(seen, sizeof(seen), "%lld", (long long)wall_ms());
+    snprintf(inflight, sizeof(inflight), "%lld", (long long)w->n_inflight);
+    const char *fv[] = {"partitions", parts, "topic", w->topic_jobs, "model", w->info->model_id,
+                        "last_seen_ms", seen, "inflight", inflight, "state", w->draining ? "draining" : "running"};
+    redis_heartbeat(w->redis, fv, 6, 3 * cfg_int(w->cfg, "worker.heartbeat_ms"));
+}
+
+void wj_timers(worker *w) {
+    double now = now_ms();
+    if (now >= w->next_sweep) {
+        cancel_sweep(w);
+        w->next_sweep = now + (double)cfg_int(w->cfg, "worker.cancel_sweep_ms");
+    }
+    if (now >= w->next_renew) {
+        renew_leases(w);
+        w->next_renew = now + (double)cfg_int(w->cfg, "lease.renew_ms");
+    }
+    if (now >= w->next_parked) {
+        wj_claim_round(w, 1);
+        w->next_parked = now + (double)cfg_int(w->cfg, "worker.parked_recheck_ms") / 4;
+    }
+    if (now >= w->next_heartbeat) {
+        heartbeat(w);
+        w->next_heartbeat = now + (double)cfg_int(w->cfg, "worker.heartbeat_ms");
+    }
+    /* results whose produce call failed (not a delivery report): try again */
+    for (job_rec *r = w->head; r; r = r->next)
+        if (!r->abandoned && r->state == JS_PRODUCING && !r->in_producer && r->kind != JK_DLQ && r->next_check <= now &&
+            r->produce_tries > 0)
+            wk_produce_result(w, r);
+    /* backpressure */
+    int64_t pending = offsets_pending(&w->offs);
+    atomic_store(&w->m.inflight, w->n_inflight);
+    atomic_store(&w->m.pending, pending);
+    if (w->draining) return;
+    int64_t maxin = cfg_int(w->cfg, "worker.max_inflight"), maxp = cfg_int(w->cfg, "worker.max_pending");
+    if (!w->paused && (w->n_inflight >= maxin || pending >= maxp)) {
+        wlog(w, L_DEBUG, "pausing: %lld in flight, %lld pending", (long long)w->n_inflight, (long long)pending);
+        wk_pause_all(w, 1);
+    } else if (w->paused && w->n_inflight < maxin / 2 + 1 && pending < maxp / 2 + 1) {
+        wk_pause_all(w, 0);
+    }
+}
+
+// ---------------------------------------------------------------- hand back (revoke, shutdown)
+
+/* Give a record up: its offset is not stored, its Redis claim is released so the next owner can take
+ * the job at once, and the engine stops working on it. */
+static void hand_back(worker *w, job_rec *r, char ***rel, int *n_rel) {
+    if (r->abandoned) return;
+    if (r->claimed && (r->state == JS_CLAIM || r->state == JS_RUNNING)) {
+        *rel = realloc(*rel, (size_t)(*n_rel + 1) * sizeof(char *));
+        if (!*rel) abort();
+        (*rel)[(*n_rel)++] = strdup(r->job.id);
+    }
+    if (r->in_engine) engine_finish(w, r, SL_FINISH_CANCELLED);
+    atomic_fetch_add(&w->m.handed_back, 1);
+    set_state(w, r, JS_PARKED);
+    r->abandoned = 1;
+    rec_maybe_free(w, r);
+}
+
+static void release_claims(worker *w, char **rel, int n_rel) {
+    if (n_rel > 0 && redis_release_batch(w->redis, (const char *const *)rel, n_rel) != 0)
+        wlog(w, L_WARN, "could not release %d claims (Redis down); their leases expire", n_rel);
+    for (int i = 0; i < n_rel; i++) free(rel[i]);
+    free(rel);
+}
+
+void wj_revoke(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost) {
+    wj_send_cmds(w);   /* submits before any finish that hand_back sends */
+    if (!lost) {
+        /* finish what is finished: delivery reports -> Redis done -> offsets, then commit them */
+        rd_kafka_flush(w->producer, 2000);
+        wj_flush_done(w);
+        rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, 0);
+        if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) wlog(w, L_WARN, "commit on revoke: %s", rd_kafka_err2str(e));
+    }
+    char **rel = NULL;
+    int n_rel = 0;
+    for (int i = 0; i < parts->cnt; i++) {
+        if (strcmp(parts->elems[i].topic, w->topic_jobs) != 0) continue;
+        int32_t p = parts->elems[i].partition;
+        for (job_rec *r = w->head, *nx; r; r = nx) {
+            nx = r->next;
+            if (r->partition == p) hand_back(w, r, &rel, &n_rel);
+        }
+        offsets_drop(&w->offs, p);
+    }
+    wj_send_cmds(w);
+    release_claims(w, rel, n_rel);
+}
+
+void wj_hand_back_all(worker *w) {
+    wj_send_cmds(w);
+    char **rel = NULL;
+    int n_rel = 0;
+    for (job_rec *r = w->head, *nx; r; r = nx) {
+        nx = r->next;
+        hand_back(w, r, &rel, &n_rel);
+    }
+    wj_send_cmds(w);
+    release_claims(w, rel, n_rel);
+}
+
+void wj_free_all(worker *w) {
+    while (w->head) rec_free(w, w->head);
+    free(w->claimq);
+    free(w->doneq);
+    for (int i = 0; i < w->n_cmds; i++) {
+        free(w->cmds[i].prompt);
+        free((void *)w->cmds[i].s.stop_ids);
+    }
+    free(w->cmds);
+    w->claimq = NULL;
+    w->doneq = NULL;
+    w->cmds = NULL;
+}

@@ -1,0 +1,347 @@
+/* worker_kafka.c — librdkafka side of the worker: consumer + idempotent producer, cooperative-sticky
+ * rebalancing with incremental assign/unassign, DLQ and result/chunk production, pause/resume. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "worker.h"
+
+double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void wlog(worker *w, int level, const char *fmt, ...) {
+    if (level > w->verbose) return;
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "sluice-worker[%s] %s: %s\n", w->worker_id, names[level], buf);
+}
+
+// ---------------------------------------------------------------- callbacks
+
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    (void)rk;
+    /* kafka.* keys go to both clients; each warns about the other's properties: not news */
+    if (strcmp(fac, "CONFWARN") == 0) return;
+    if (level <= 4) fprintf(stderr, "sluice-worker: librdkafka %s: %s\n", fac, buf);
+}
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+    (void)rk;
+    worker *w = opaque;
+    if (!m->_private) {
+        if (m->err) wlog(w, L_WARN, "chunk delivery failed: %s", rd_kafka_err2str(m->err));
+        return;
+    }
+    wj_on_delivery(w, m->_private, m->err);
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
+                         void *opaque) {
+    worker *w = opaque;
+    rd_kafka_error_t *e = NULL;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        e = rd_kafka_incremental_assign(rk, parts);
+        for (int i = 0; i < parts->cnt; i++) {
+            rd_kafka_topic_partition_list_add(w->assigned, parts->elems[i].topic, parts->elems[i].partition);
+            wlog(w, L_INFO, "assigned %s[%d]", parts->elems[i].topic, parts->elems[i].partition);
+        }
+        if (w->paused || w->draining) rd_kafka_pause_partitions(rk, parts);
+    } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+        int lost = rd_kafka_assignment_lost(rk);
+        wj_revoke(w, parts, lost);
+        e = rd_kafka_incremental_unassign(rk, parts);
+        for (int i = 0; i < parts->cnt; i++) {
+            rd_kafka_topic_partition_list_del(w->assigned, parts->elems[i].topic, parts->elems[i].partition);
+            wlog(w, L_INFO, "%s %s[%d]", lost ? "lost" : "revoked", parts->elems[i].topic, parts->elems[i].partition);
+        }
+    } else {
+        wlog(w, L_ERROR, "rebalance error: %s", rd_kafka_err2str(err));
+        e = rd_kafka_incremental_unassign(rk, parts);
+    }
+    if (e) {
+        wlog(w, L_ERROR, "incremental (un)assign failed: %s", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+    }
+}
+
+// ---------------------------------------------------------------- setup
+
+static int conf_set(rd_kafka_conf_t *c, const char *k, const char *v, char *err, size_t errlen) {
+    char e[512];
+    if (rd_kafka_conf_set(c, k, v, e, sizeof(e)) != RD_KAFKA_CONF_OK) {
+        snprintf(err, errlen, "config: kafka.%s: %s", k, e);
+        return -1;
+    }
+    return 0;
+}
+
+/* Apply every kafka.* key: plain ones to both clients, kafka.consumer.* / kafka.producer.* to one. */
+static int apply_kafka_keys(const cfg *c, rd_kafka_conf_t *conf, int is_consumer, char *err, size_t errlen) {
+    for (int i = 0; i < c->n; i++) {
+        const char *k = c->e[i].key;
+        if (strncmp(k, "kafka.", 6) != 0) continue;
+        k += 6;
+        if (strncmp(k, "consumer.", 9) == 0) {
+            if (!is_consumer) continue;
+            k += 9;
+        } else if (strncmp(k, "producer.", 9) == 0) {
+            if (is_consumer) continue;
+            k += 9;
+        } else if (!is_consumer && (strcmp(k, "group.id") == 0 || strcmp(k, "auto.offset.reset") == 0)) {
+            continue;
+        }
+        if (conf_set(conf, k, c->e[i].value, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+int wk_setup(worker *w, char *err, size_t errlen) {
+    char e[512];
+    int pipefd[2];
+    if (pipe(pipefd) != 0) {
+        snprintf(err, errlen, "cannot create wake pipe");
+        return -1;
+    }
+    w->wake_rd = pipefd[0];
+    w->wake_wr = pipefd[1];
+    fcntl(w->wake_rd, F_SETFL, O_NONBLOCK);
+    fcntl(w->wake_wr, F_SETFL, O_NONBLOCK);
+
+    /* producer: idempotent, small linger so results leave quickly */
+    rd_kafka_conf_t *pc = rd_kafka_conf_new();
+    rd_kafka_conf_set_log_cb(pc, log_cb);
+    if (conf_set(pc, "enable.idempotence", "true", err, errlen) || conf_set(pc, "linger.ms", "1", err, errlen) ||
+        conf_set(pc, "bootstrap.servers", cfg_get(w->cfg, "kafka.bootstrap.servers"), err, errlen) ||
+        apply_kafka_keys(w->cfg, pc, 0, err, errlen)) {
+        rd_kafka_conf_destroy(pc);
+        return -1;
+    }
+    rd_kafka_conf_set_dr_msg_cb(pc, dr_cb);
+    rd_kafka_conf_set_opaque(pc, w);
+    w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, e, sizeof(e));
+    if (!w->producer) {
+        snprintf(err, errlen, "kafka producer: %s", e);
+        rd_kafka_conf_destroy(pc);
+        return -1;
+    }
+
+    rd_kafka_conf_t *cc = rd_kafka_conf_new();
+    rd_kafka_conf_set_log_cb(cc, log_cb);
+    if (conf_set(cc, "group.id", cfg_get(w->cfg, "kafka.group.id"), err, errlen) ||
+        conf_set(cc, "auto.offset.reset", cfg_get(w->cfg, "kafka.auto.offset.reset"), err, errlen) ||
+        conf_set(cc, "bootstrap.servers", cfg_get(w->cfg, "kafka.bootstrap.servers"), err, errlen) ||
+        conf_set(cc, "partition.assignment.strategy", "cooperative-sticky", err, errlen) ||
+        conf_set(cc, "enable.auto.commit", "true", err, errlen) ||
+        conf_set(cc, "enable.partition.eof", "false", err, errlen) ||
+        apply_kafka_keys(w->cfg, cc, 1, err, errlen) ||
+        /* the worker stores offsets itself, after the result is delivered and Redis says done */
+        conf_set(cc, "enable.auto.offset.store", "false", err, errlen)) {
+        rd_kafka_conf_destroy(cc);
+        return -1;
+    }
+    rd_kafka_conf_set_rebalance_cb(cc, rebalance_cb);
+    rd_kafka_conf_set_opaque(cc, w);
+    w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, e, sizeof(e));
+    if (!w->consumer) {
+        snprintf(err, errlen, "kafka consumer: %s", e);
+        rd_kafka_conf_destroy(cc);
+        return -1;
+    }
+    rd_kafka_poll_set_consumer(w->consumer);
+    w->assigned = rd_kafka_topic_partition_list_new(16);
+
+    /* wake the main loop when either client has something for us */
+    rd_kafka_queue_t *q = rd_kafka_queue_get_consumer(w->consumer);
+    rd_kafka_queue_io_event_enable(q, w->wake_wr, "k", 1);
+    rd_kafka_queue_destroy(q);
+    q = rd_kafka_queue_get_main(w->producer);
+    rd_kafka_queue_io_event_enable(q, w->wake_wr, "p", 1);
+    rd_kafka_queue_destroy(q);
+
+    rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(sub, w->topic_jobs, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t rerr = rd_kafka_subscribe(w->consumer, sub);
+    rd_kafka_topic_partition_list_destroy(sub);
+    if (rerr) {
+        snprintf(err, errlen, "kafka subscribe %s: %s", w->topic_jobs, rd_kafka_err2str(rerr));
+        return -1;
+    }
+    return 0;
+}
+
+void wk_close(worker *w) {
+    if (w->consumer) {
+        rd_kafka_resp_err_t e = rd_kafka_consumer_close(w->consumer);
+        if (e) wlog(w, L_WARN, "consumer close: %s", rd_kafka_err2str(e));
+        rd_kafka_destroy(w->consumer);
+        w->consumer = NULL;
+    }
+    if (w->producer) {
+        rd_kafka_flush(w->producer, 5000);
+        rd_kafka_poll(w->producer, 0);
+        rd_kafka_destroy(w->producer);
+        w->producer = NULL;
+    }
+    if (w->assigned) rd_kafka_topic_partition_list_destroy(w->assigned);
+    w->assigned = NULL;
+}
+
+// ---------------------------------------------------------------- produce
+
+static int produce_retry(worker *w, rd_kafka_resp_err_t e) {
+    /* local queue full: serve delivery reports and try again (bounded by our own admission limits) */
+    if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) return 0;
+    rd_kafka_poll(w->producer, 10);
+    return 1;
+}
+
+void wk_dlq(worker *w, const rd_kafka_message_t *m, const char *error, const char *cls) {
+    job_rec *r = calloc(1, sizeof(*r));
+    if (!r) abort();
+    r->kind = JK_DLQ;
+    r->state = JS_PRODUCING;
+    r->partition = m->partition;
+    r->offset = m->offset;
+    r->prev = NULL;
+    r->next = w->head;
+    if (w->head) w->head->prev = r;
+    w->head = r;
+    if (offsets_add(&w->offs, m->partition, m->offset)) abort();
+    char part[16], off[24];
+    snprintf(part, sizeof(part), "%d", (int)m->partition);
+    snprintf(off, sizeof(off), "%lld", (long long)m->offset);
+    wlog(w, L_INFO, "DLQ %s[%d]@%lld: %s", rd_kafka_topic_name(m->rkt), (int)m->partition, (long long)m->offset,
+         error);
+    atomic_fetch_add(&w->m.dlq, 1);
+    rd_kafka_resp_err_t e;
+    do {
+        e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(w->topic_dlq), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_KEY(m->key, m->key_len),
+                              RD_KAFKA_V_HEADER("sluice.error", error, -1),
+                              RD_KAFKA_V_HEADER("sluice.error.class", cls, -1),
+                              RD_KAFKA_V_HEADER("sluice.original.topic", rd_kafka_topic_name(m->rkt), -1),
+                              RD_KAFKA_V_HEADER("sluice.original.partition", part, -1),
+                              RD_KAFKA_V_HEADER("sluice.original.offset", off, -1), RD_KAFKA_V_OPAQUE(r),
+                              RD_KAFKA_V_END);
+    } while (e && produce_retry(w, e));
+    if (e) {
+        wlog(w, L_ERROR, "DLQ produce failed: %s (offset not stored; the message comes back after a restart)",
+             rd_kafka_err2str(e));
+        return;   /* the record stays unfinished: its offset is never stored */
+    }
+    r->in_producer = 1;
+}
+
+static void frame(int32_t schema_id, const uint8_t *bare, size_t len, uint8_t **out, size_t *outlen) {
+    if (schema_id < 0) {
+        *out = (uint8_t *)bare;
+        *outlen = len;
+        return;
+    }
+    uint8_t *b = malloc(len + 5);
+    if (!b) abort();
+    b[0] = 0;
+    b[1] = (uint8_t)((uint32_t)schema_id >> 24);
+    b[2] = (uint8_t)((uint32_t)schema_id >> 16);
+    b[3] = (uint8_t)((uint32_t)schema_id >> 8);
+    b[4] = (uint8_t)schema_id;
+    memcpy(b + 5, bare, len);
+    *out = b;
+    *outlen = len + 5;
+}
+
+void wk_produce_result(worker *w, job_rec *r) {
+    const char *topic = r->job.reply_topic && r->job.reply_topic[0] ? r->job.reply_topic : w->topic_results;
+    uint8_t *v;
+    size_t vl;
+    frame(r->schema_id >= 0 ? w->result_schema_id : -1, r->result, r->result_len, &v, &vl);
+    rd_kafka_resp_err_t e;
+    do {
+        e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_VALUE(v, vl), RD_KAFKA_V_KEY(r->job.id, strlen(r->job.id)),
+                              RD_KAFKA_V_HEADER("sluice.type", "result", -1), RD_KAFKA_V_OPAQUE(r),
+                              RD_KAFKA_V_END);
+    } while (e && produce_retry(w, e));
+    if (v != r->result) free(v);
+    r->state = JS_PRODUCING;
+    if (e) {
+        /* e.g. an invalid reply topic name: retried from the timers */
+        wlog(w, L_WARN, "result produce for %s failed: %s (retrying)", r->job.id, rd_kafka_err2str(e));
+        r->produce_tries++;
+        r->next_check = now_ms() + 500;
+        return;
+    }
+    r->in_producer = 1;
+}
+
+void wk_produce_chunk(worker *w, job_rec *r, int done) {
+    sl_chunk ch = {0};
+    ch.id = r->job.id;
+    ch.seq = r->chunk_seq++;
+    int from = r->chunk_tok_sent;   /* tokens since the last chunk */
+    r->chunk_tok_sent = r->n_tokens;
+    ch.tokens = r->tokens + from;
+    ch.n_tokens = r->n_tokens - from;
+    if (r->has_text) {
+        ch.text = r->text.text ? r->text.text + r->chunk_text_sent : "";
+        ch.text_len = r->text.len - r->chunk_text_sent;
+        r->chunk_text_sent = r->text.len;
+    }
+    ch.done = done;
+    uint8_t *buf;
+    size_t len;
+    char err[256];
+    if (codec_encode_chunk(w->codec, &ch, r->schema_id >= 0 ? w->chunk_schema_id : -1, &buf, &len, err,
+                           sizeof(err))) {
+        wlog(w, L_WARN, "%s", err);
+        return;
+    }
+    rd_kafka_resp_err_t e;
+    do {
+        e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(w->topic_chunks), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
+                              RD_KAFKA_V_VALUE(buf, len), RD_KAFKA_V_KEY(r->job.id, strlen(r->job.id)),
+                              RD_KAFKA_V_HEADER("sluice.type", "chunk", -1), RD_KAFKA_V_OPAQUE(NULL),
+                              RD_KAFKA_V_END);
+    } while (e && produce_retry(w, e));
+    if (e) {
+        wlog(w, L_WARN, "chunk produce for %s failed: %s", r->job.id, rd_kafka_err2str(e));
+        free(buf);
+    }
+}
+
+void wk_pause_all(worker *w, int pause) {
+    if (!w->assigned || w->assigned->cnt == 0) {
+        w->paused = pause;
+        return;
+    }
+    rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(w->consumer, w->assigned)
+                                  : rd_kafka_resume_partitions(w->consumer, w->assigned);
+    if (e) wlog(w, L_WARN, "%s partitions: %s", pause ? "pause" : "resume", rd_kafka_err2str(e));
+    if (pause && !w->paused) atomic_fetch_add(&w->m.paused, 1);
+    w->paused = pause;
+}
+
+void wk_store_offset(worker *w, int32_t partition, int64_t offset) {
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, w->topic_jobs, partition)->offset = offset;
+    rd_kafka_resp_err_t e = rd_kafka_offsets_store(w->consumer, l);
+    if (e) wlog(w, L_DEBUG, "offset store %d@%lld: %s", (int)partition, (long long)offset, rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_destroy(l);
+}
