@@ -61,6 +61,34 @@ static int cmp_prob(const void *a, const void *b, void *ctx) {
     return i < j ? -1 : (i > j);
 }
 
+/* k best of p[0..V) into idx (unordered): a heap whose root is the worst kept */
+static int worse(const float *p, int a, int b) { return p[a] < p[b] || (p[a] == p[b] && a > b); }
+
+static void select_top(const float *p, int V, int k, int *idx) {
+    int hn = 0;
+    for (int e = 0; e < V; e++) {
+        int i;
+        if (hn < k) {
+            idx[hn] = e;
+            i = hn++;
+            while (i > 0 && worse(p, idx[i], idx[(i - 1) / 2])) {
+                int t = idx[i]; idx[i] = idx[(i - 1) / 2]; idx[(i - 1) / 2] = t;
+                i = (i - 1) / 2;
+            }
+        } else if (worse(p, idx[0], e)) {
+            idx[0] = e;
+            for (i = 0;;) {
+                int l = 2 * i + 1, r = l + 1, m = i;
+                if (l < hn && worse(p, idx[l], idx[m])) m = l;
+                if (r < hn && worse(p, idx[r], idx[m])) m = r;
+                if (m == i) break;
+                int t = idx[i]; idx[i] = idx[m]; idx[m] = t;
+                i = m;
+            }
+        }
+    }
+}
+
 int sl_sampler_dist(sl_sampler *w, const sl_sampling *s, const float *logits,
                     const int32_t *hist, int n_hist) {
     int V = w->V;
@@ -91,26 +119,56 @@ int sl_sampler_dist(sl_sampler *w, const sl_sampling *s, const float *logits,
     }
     for (int i = 0; i < V; i++) w->p[i] = (float)(exp((double)w->z[i] - zmax) / sum);
 
-    /* survivors, most likely first */
-    int n = V;
-    for (int i = 0; i < V; i++) w->idx[i] = i;
-    qsort_r(w->idx, (size_t)V, sizeof(int), cmp_prob, w->p);
-    if (s->top_k > 0 && s->top_k < n) n = s->top_k;
-    if (s->top_p < 1.0f) {
-        double tot = 0.0, cum = 0.0;
-        for (int k = 0; k < n; k++) tot += w->p[w->idx[k]];
-        int keep = n;
-        for (int k = 0; k < n; k++) {
-            cum += w->p[w->idx[k]];
-            if (cum >= s->top_p * tot) { keep = k + 1; break; }
+    /* survivors idx[0..n): when sorted, a most-likely-first prefix of the whole order (ties ->
+     * lower id). Only as much of the order is sorted as the filters need: a heap for top_k, the
+     * tokens above a shrinking threshold for top_p, nothing for temperature / min_p alone. */
+    int n = 0, sorted = 1;
+    if (s->top_k > 0 && s->top_k < V) {
+        n = s->top_k;
+        select_top(w->p, V, n, w->idx);
+    } else if (s->top_p < 1.0f) {
+        double all = 0.0;
+        for (int i = 0; i < V; i++) all += w->p[i];
+        for (double thr = w->p[best] * 1e-3;; thr *= 1e-3) {
+            double mass = 0.0;
+            if (thr < 1e-30) thr = 0.0;
+            n = 0;
+            for (int i = 0; i < V; i++)
+                if (w->p[i] >= thr) { w->idx[n++] = i; mass += w->p[i]; }
+            if (mass >= s->top_p * all || thr == 0.0) break;   /* the nucleus lies inside */
         }
-        n = keep;
+    } else {
+        sorted = 0;
+        for (int i = 0; i < V; i++) w->idx[i] = i;
+        n = V;
     }
-    if (s->min_p > 0.0f) {
-        float thr = s->min_p * w->p[w->idx[0]];
-        int keep = 1;
-        while (keep < n && w->p[w->idx[keep]] >= thr) keep++;
-        n = keep;
+    if (sorted) {
+        qsort_r(w->idx, (size_t)n, sizeof(int), cmp_prob, w->p);
+        if (s->top_p < 1.0f) {
+            double tot = 0.0, cum = 0.0;
+            if (s->top_k > 0 && s->top_k < V)
+                for (int k = 0; k < n; k++) tot += w->p[w->idx[k]];
+            else
+                for (int i = 0; i < V; i++) tot += w->p[i];
+            int keep = n;
+            for (int k = 0; k < n; k++) {
+                cum += w->p[w->idx[k]];
+                if (cum >= s->top_p * tot) { keep = k + 1; break; }
+            }
+            n = keep;
+        }
+        if (s->min_p > 0.0f) {
+            float thr = s->min_p * w->p[w->idx[0]];
+            int keep = 1;
+            while (keep < n && w->p[w->idx[keep]] >= thr) keep++;
+            n = keep;
+        }
+    } else if (s->min_p > 0.0f) {
+        float thr = s->min_p * w->p[best];
+        int m = 0;
+        for (int i = 0; i < V; i++)
+            if (w->p[i] >= thr) w->idx[m++] = i;
+        n = m;
     }
     double tot = 0.0;
     for (int k = 0; k < n; k++) tot += w->p[w->idx[k]];

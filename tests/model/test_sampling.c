@@ -129,6 +129,77 @@ static void sampler_unit(void) {
     sl_sampler_free(&w);
 }
 
+/* brute force: full sort (p desc, ties -> lower id), top_k, top_p, min_p, renormalise */
+static const double *g_p;
+static int cmp_ref(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_p[i] != g_p[j]) return g_p[i] > g_p[j] ? -1 : 1;
+    return i - j;
+}
+
+static void brute(const float *l, int V, const sl_sampling *s, double *out) {
+    double *p = malloc((size_t)V * sizeof *p), mx = -INFINITY, z = 0.0;
+    int *idx = malloc((size_t)V * sizeof *idx);
+    for (int i = 0; i < V; i++) if (l[i] / s->temperature > mx) mx = l[i] / s->temperature;
+    for (int i = 0; i < V; i++) { p[i] = exp(l[i] / s->temperature - mx); z += p[i]; }
+    for (int i = 0; i < V; i++) { p[i] /= z; idx[i] = i; }
+    g_p = p;
+    qsort(idx, (size_t)V, sizeof *idx, cmp_ref);
+    int n = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+    double tot = 0.0, cum = 0.0;
+    for (int k = 0; k < n; k++) tot += p[idx[k]];
+    for (int k = 0; k < n && s->top_p < 1.0f; k++) {
+        cum += p[idx[k]];
+        if (cum >= s->top_p * tot) { n = k + 1; break; }
+    }
+    int m = 1;
+    while (m < n && p[idx[m]] >= s->min_p * p[idx[0]]) m++;
+    n = m;
+    tot = 0.0;
+    for (int k = 0; k < n; k++) tot += p[idx[k]];
+    for (int i = 0; i < V; i++) out[i] = 0.0;
+    for (int k = 0; k < n; k++) out[idx[k]] = p[idx[k]] / tot;
+    free(p);
+    free(idx);
+}
+
+/* the partial-sort sampler equals the brute-force definition on random logits with ties */
+static void sampler_vs_brute(void) {
+    const int V = 3000;
+    float *l = malloc(V * sizeof *l);
+    double *want = malloc(V * sizeof *want);
+    sl_sampler w;
+    CHECK(sl_sampler_init(&w, V) == 0);
+    sl_rng r;
+    sl_rng_seed(&r, 77);
+    const float T[] = {0.3f, 1.0f, 2.5f};
+    const int K[] = {0, 1, 5, 40, 2999};
+    const float P[] = {1.0f, 0.93f, 0.53f, 0.999f};   /* no exact cumulative ties at the cut */
+    const float M[] = {0.0f, 0.05f, 0.3f};
+    int cases = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int i = 0; i < V; i++) l[i] = (float)(floor(sl_rng_uniform(&r) * 40.0) / 4.0);   /* many ties */
+        for (int a = 0; a < 3; a++) for (int b = 0; b < 5; b++) for (int c = 0; c < 4; c++) for (int d = 0; d < 3; d++) {
+            sl_sampling s = samp(T[a], K[b], P[c], M[d], 1);
+            brute(l, V, &s, want);
+            CHECK(sl_sampler_dist(&w, &s, l, NULL, 0) == (K[b] == 1 ? fx_argmax(l, V) : -1));
+            if (K[b] == 1) continue;
+            double md = 0.0;
+            for (int i = 0; i < V; i++) md = fmax(md, fabs(w.p[i] - want[i]));
+            if (md > 1e-6) { fprintf(stderr, "T %g k %d p %g min_p %g: max diff %g\n", T[a], K[b], P[c], M[d], md); failures++; }
+            cases++;
+        }
+        sl_sampling s = samp(1.0f, 0, 0.9f, 0, 1);            /* top_k 0 with top_p: threshold path */
+        brute(l, V, &s, want);
+        sl_sampler_dist(&w, &s, l, NULL, 0);
+        for (int i = 0; i < V; i++) NEAR(w.p[i], want[i], 1e-6);
+    }
+    CHECK(cases > 100);
+    sl_sampler_free(&w);
+    free(l);
+    free(want);
+}
+
 /* ------------------------------------------------------------------------------ engine */
 static job one(const fx_prompt *p, sl_sampling s) {
     job j;
@@ -309,6 +380,7 @@ static void engine_semantics(const char *dir) {
 
 int main(void) {
     sampler_unit();
+    sampler_vs_brute();
     engine_semantics(SLUICE_TEST_DATA "/tiny-v4-public");
     if (failures) { fprintf(stderr, "%d failures\n", failures); return 1; }
     printf("ok\n");
