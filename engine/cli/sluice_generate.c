@@ -8,10 +8,12 @@
  * Default greedy; generation stops after EOS (included) unless --ignore-eos. --chunk C prefills
  * the prompt C tokens per step (default: all at once). The last stdout line is one JSON object:
  *   {"tokens": [...], "logprobs": [...]?, "finish_reason": "stop|length|...", "n_prompt": N,
- *    "timings": {"load_ms", "prefill_ms", "decode_ms", "total_ms", "decode_tokens_per_s"}}
+ *    "text": "..."|null, "backend": "cpu", "timings": {"load_ms", "prefill_ms", "decode_ms", "total_ms",
+ *    "decode_tokens_per_s"}}
  * --logits-out writes little-endian float32 rows of vocab floats, one per position fed (the
  * prompt, then every generated token but the last): row t = next-token logits after position t.
- * --prompt TEXT uses byte tokens when the model has no tokenizer.json and vocab >= 256.
+ * --prompt TEXT is encoded with the model's tokenizer.json (BOS/EOS as its tokenizer_config says),
+ * or as bytes when there is none and vocab >= 256; "text" is the decoded output (null without one).
  * Errors: one line on stderr, exit status 2 for bad arguments, 1 for anything else.
  */
 #include <errno.h>
@@ -23,7 +25,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "engine.h"
+#include "tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -172,19 +177,21 @@ int main(int argc, char **argv) {
     const sl_model_info *info = sl_engine_info(e);
     double t_loaded = now_ms();
 
+    /* tokenizer: dir/tokenizer.json, else bytes when vocab >= 256 (for --prompt and "text") */
+    sl_tokenizer *tz = NULL;
+    char terr[512];
+    if (sl_tokenizer_open_for_model(model, info->vocab_size, &tz, terr, sizeof terr)) tz = NULL;
     if (prompt) {
-        char tk[4200];
-        snprintf(tk, sizeof tk, "%s/tokenizer.json", model);
-        if (stat(tk, &sb) == 0 || info->vocab_size < 256) {
+        size_t n = 0;
+        if (!tz) { sl_engine_close(e); free(stops); return die(1, "%s", terr); }
+        if (sl_tokenizer_encode(tz, prompt, strlen(prompt), 1, &toks, &n, terr, sizeof terr)) {
+            sl_tokenizer_free(tz);
             sl_engine_close(e);
             free(stops);
-            return die(1, "%s", "--prompt needs a tokenizer this build does not have for this model; pass --tokens");
+            return die(2, "cannot tokenize --prompt: %s", terr);
         }
-        n_toks = (int)strlen(prompt);
-        if (n_toks == 0) { sl_engine_close(e); free(stops); return die(2, "%s", "empty --prompt"); }
-        toks = malloc((size_t)n_toks * sizeof *toks);
-        if (!toks) { sl_engine_close(e); free(stops); return die(1, "%s", "out of memory"); }
-        for (int i = 0; i < n_toks; i++) toks[i] = (unsigned char)prompt[i];
+        n_toks = (int)n;
+        if (n_toks == 0) { sl_tokenizer_free(tz); sl_engine_close(e); free(toks); free(stops); return die(2, "%s", "empty --prompt"); }
     }
 
     sl_sampling s = {0};
@@ -253,19 +260,36 @@ int main(int argc, char **argv) {
     double t_end = now_ms();
     if (t_first == 0.0) t_first = t_end;
     double dec_ms = t_end - t_first;
-    printf("{\"tokens\": [");
-    for (int i = 0; i < n_out; i++) printf(i ? ", %d" : "%d", (int)out[i]);
-    printf("]");
-    if (want_logprobs) {
-        printf(", \"logprobs\": [");
-        for (int i = 0; i < n_out; i++) printf(i ? ", %.6g" : "%.6g", (double)lps[i]);
-        printf("]");
+    json_t *res = json_object(), *jt = json_array(), *jl = json_array(), *tm = json_object();
+    for (int i = 0; i < n_out; i++) {
+        json_array_append_new(jt, json_integer(out[i]));
+        json_array_append_new(jl, json_real(lps[i]));
     }
-    printf(", \"finish_reason\": \"%s\", \"n_prompt\": %d, \"n_generated\": %d, \"backend\": \"%s\", "
-           "\"timings\": {\"load_ms\": %.1f, \"prefill_ms\": %.2f, \"decode_ms\": %.2f, \"total_ms\": %.1f, "
-           "\"decode_tokens_per_s\": %.2f}}\n",
-           sl_finish_reason_name(why), n_toks, n_out, info->backend, t_loaded - t0, t_first - t_loaded, dec_ms,
-           t_end - t0, n_out > 1 && dec_ms > 0 ? (n_out - 1) * 1000.0 / dec_ms : 0.0);
+    json_object_set_new(res, "tokens", jt);
+    if (want_logprobs) json_object_set_new(res, "logprobs", jl);
+    else json_decref(jl);
+    char *text = NULL;
+    size_t tlen = 0;
+    if (tz && sl_tokenizer_decode(tz, out, (size_t)n_out, &text, &tlen) == 0)
+        json_object_set_new(res, "text", json_stringn(text, tlen));
+    else
+        json_object_set_new(res, "text", json_null());
+    free(text);
+    json_object_set_new(res, "finish_reason", json_string(sl_finish_reason_name(why)));
+    json_object_set_new(res, "n_prompt", json_integer(n_toks));
+    json_object_set_new(res, "n_generated", json_integer(n_out));
+    json_object_set_new(res, "backend", json_string(info->backend));
+    json_object_set_new(tm, "load_ms", json_real(t_loaded - t0));
+    json_object_set_new(tm, "prefill_ms", json_real(t_first - t_loaded));
+    json_object_set_new(tm, "decode_ms", json_real(dec_ms));
+    json_object_set_new(tm, "total_ms", json_real(t_end - t0));
+    json_object_set_new(tm, "decode_tokens_per_s", json_real(n_out > 1 && dec_ms > 0 ? (n_out - 1) * 1000.0 / dec_ms : 0.0));
+    json_object_set_new(res, "timings", tm);
+    char *js = json_dumps(res, JSON_COMPACT | JSON_REAL_PRECISION(7));
+    json_decref(res);
+    if (!js) { fprintf(stderr, "sluice-generate: out of memory\n"); goto done; }
+    printf("%s\n", js);
+    free(js);
     rc = 0;
 done:
     if (lf) fclose(lf);
@@ -273,6 +297,7 @@ done:
     free(lps);
     free(toks);
     free(stops);
+    sl_tokenizer_free(tz);
     sl_engine_close(e);
     return rc;
 }
