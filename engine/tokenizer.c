@@ -868,9 +868,9 @@ static int detok_emit(sl_detok *d, const char *sep, size_t sepn, const char *add
 {
     char tmp[256];
     size_t tn = d->npend + sepn + addn, outn = 0, held;
-    char *src = tn <= sizeof tmp ? tmp : malloc(tn);
+    char *src = tn <= sizeof tmp ? tmp : malloc(tn + 1);
     if (!src) return -1;
-    memcpy(src, d->pend, d->npend);
+    if (d->npend) memcpy(src, d->pend, d->npend);
     memcpy(src + d->npend, sep, sepn);
     memcpy(src + d->npend + sepn, add, addn);
     int r = sl_utf8_lossy_append(src, tn, hold, &d->out, &outn, &d->outcap, &held);
