@@ -56,6 +56,7 @@ struct sl_engine {
     sl_seq_span *spans; request **span_req; int cap_spans, cap_span_req;
     float *lbuf; size_t cap_lbuf;
     sl_engine_stats stats;
+    char err[256];           /* text of the last backend failure (FINISH ERROR events point here) */
 };
 
 const char *sl_finish_reason_name(sl_finish_reason r) {
@@ -114,7 +115,7 @@ static void finish(sl_engine *e, request *r, sl_finish_reason why, const char *e
     ev.reason = why;
     ev.n_prompt = r->n_prompt;
     ev.n_generated = r->n_gen;
-    ev.error = error;                       /* static strings only */
+    ev.error = error;                       /* static strings or e->err */
     push_event(e, &ev);
     if (r->admitted) v4_seq_free(&e->pool, &r->st);
     r->admitted = 0;
@@ -388,10 +389,8 @@ int sl_engine_step(sl_engine *e) {
     }
 
     /* 3. run */
-    char err[256];
-    if (e->be->ops->forward(e->be, e->spans, ns, err, sizeof err)) {
-        fprintf(stderr, "sluice engine: %s\n", err);
-        fail_all(e, "backend failure");
+    if (e->be->ops->forward(e->be, e->spans, ns, e->err, sizeof e->err)) {
+        fail_all(e, e->err);
         return -1;
     }
 
