@@ -24,6 +24,8 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
     va_end(ap);
+    for (char *p = err; *p; p++) /* one line, whatever names a hostile file holds */
+        if ((unsigned char)*p < 0x20 || *p == 0x7F) *p = '?';
 }
 
 #define FAIL(...) do { seterr(err, errlen, __VA_ARGS__); return -1; } while (0)
@@ -371,6 +373,19 @@ static int parse_root(const json_t *root, v4_config *c, char *err, size_t errlen
         if (!json_is_string(ed)) FAIL("field 'expert_dtype' must be a string");
         snprintf(c->expert_dtype, sizeof(c->expert_dtype), "%s", json_string_value(ed));
     }
+
+    /* products the loader and the forward pass compute in int must fit */
+    const struct { const char *what; long long v; } prods[] = {
+        {"num_attention_heads * head_dim", (long long)c->n_heads * c->head_dim},
+        {"o_groups * o_lora_rank", (long long)c->o_groups * c->o_lora_rank},
+        {"hc_mult * hidden_size", (long long)c->hc_mult * c->dim},
+        {"(2 + hc_mult) * hc_mult * hc_mult * hidden_size", (long long)(2 + c->hc_mult) * c->hc_mult * c->hc_mult * c->dim},
+        {"index_n_heads * index_head_dim", (long long)c->index_n_heads * c->index_head_dim},
+        {"moe_intermediate_size * n_shared_experts", (long long)c->moe_inter * c->n_shared_experts},
+        {"vocab_size * num_experts_per_tok", (long long)c->vocab_size * c->n_active},
+    };
+    for (size_t i = 0; i < sizeof(prods) / sizeof(prods[0]); i++)
+        if (prods[i].v > (1LL << 31) - 1) FAIL("%s = %lld is too large", prods[i].what, prods[i].v);
 
     const json_t *nm = json_object_get(root, "_name_or_path");
     if (json_is_string(nm) && json_string_length(nm) > 0) {

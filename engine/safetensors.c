@@ -46,6 +46,8 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    for (char *p = err; *p; p++) /* one line, whatever names a hostile file holds */
+        if ((unsigned char)*p < 0x20 || *p == 0x7F) *p = '?';
 }
 
 void st_close(st_model *m)

@@ -25,6 +25,8 @@ static void seterr(ctx *x, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(x->err, x->errlen, fmt, ap);
     va_end(ap);
+    for (char *p = x->err; *p; p++) /* one line, whatever names a hostile file holds */
+        if ((unsigned char)*p < 0x20 || *p == 0x7F) *p = '?';
 }
 
 // ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include "check.h"
 #include "config.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -244,6 +245,9 @@ static void test_errors(void)
                "\"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [64, 64]}",
                "'quantization_config.weight_block_size'");
     expect_err(HUB, NULL, "\"index_head_dim\": 32", "'index_head_dim'");
+    expect_err(HF, NULL, "\"num_attention_heads\": 65536, \"head_dim\": 65536, \"qk_rope_head_dim\": 16384, \"index_head_dim\": 16384",
+               "num_attention_heads * head_dim = 4294967296 is too large");
+    expect_err(HF, NULL, "\"hc_mult\": 64, \"hidden_size\": 1048576", "too large");
 
     /* not JSON / not an object / empty / duplicate keys */
     v4_config c;
@@ -267,8 +271,45 @@ static void test_load(void)
     CHECK(v4_config_load(SLUICE_TEST_DATA "/no-such-dir", &c, err, sizeof(err)) == -1 && strstr(err, "config.json"));
 }
 
+/* random byte edits of a valid config: never a crash; a success still satisfies the invariants */
+static void test_fuzz(void)
+{
+    char *base = build(HF, NULL, NULL);
+    size_t n = strlen(base);
+    char *buf = malloc(n + 1);
+    uint32_t s = 88172645u;
+    int ok = 0;
+    for (int it = 0; it < 5000; it++) {
+        memcpy(buf, base, n + 1);
+        for (int k = 0; k < 1 + it % 3; k++) {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            size_t pos = s % n;
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            buf[pos] = "0123456789-.e,:[]{}\" x"[s % 21];
+        }
+        v4_config c;
+        char err[256];
+        if (v4_config_parse(buf, n, &c, err, sizeof(err)) == 0) {
+            ok++;
+            CHECK(c.n_layers >= 1 && c.n_layers <= V4_MAX_LAYERS && c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim);
+            CHECK(c.n_active <= c.n_routed_experts && c.n_heads % c.o_groups == 0 && c.n_eos <= V4_MAX_EOS);
+            for (int i = 0; i < c.n_layers; i++) CHECK(c.compress_ratio[i] >= 0);
+        } else {
+            CHECK(err[0] && !strchr(err, '\n'));
+        }
+    }
+    CHECK(ok > 0);
+    free(buf);
+    free(base);
+}
+
 int main(void)
 {
+    test_fuzz();
     test_hf();
     test_hub();
     test_errors();

@@ -144,6 +144,8 @@ static void test_hostile(void)
     expect_fail_file("{\"a\": {\"dtype\": \"F64\", \"shape\": [3], \"data_offsets\": [0, 24]}}", data, 24, -1, "dtype 'F64'");
     expect_fail_file("{\"a\": {\"dtype\": \"Q4_K\", \"shape\": [3], \"data_offsets\": [0, 24]}}", data, 24, -1, "dtype");
     expect_fail_file("{\"a\": {\"dtype\": 4, \"shape\": [3], \"data_offsets\": [0, 24]}}", data, 24, -1, "dtype");
+    /* a name with a newline still gives one error line */
+    expect_fail_file("{\"a\\nb\": {\"dtype\": \"F64\", \"shape\": [3], \"data_offsets\": [0, 24]}}", data, 24, -1, "'a?b'");
     /* two tensors sharing bytes; a duplicate key */
     expect_fail_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}, "
                      "\"b\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [8, 24]}}", data, 24, -1, "overlap");
