@@ -343,6 +343,33 @@ static void e_hub_names(json_t *h)
                         json_pack("{s:s,s:[i],s:[i,i]}", "dtype", "BF16", "shape", 0, "data_offsets", 0, 0));
 }
 
+static void e_tid2eid_i32(json_t *h)
+{
+    /* the first half of the I64 bytes read as I32 [256, 2]: (low word, high word 0) pairs */
+    json_t *t = json_object_get(h, "model.layers.0.ffn.gate.tid2eid");
+    json_int_t b = json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0));
+    json_object_set_new(t, "dtype", json_string("I32"));
+    json_object_set_new(t, "data_offsets", json_pack("[II]", b, b + 256 * 2 * 4));
+}
+
+static void test_tid2eid_i32(void)
+{
+    v4_weights p, w;
+    char err[512];
+    make_ckpt(e_tid2eid_i32, NULL, NULL);
+    int rc = v4_weights_load(tmpdir, &w, err, sizeof(err));
+    if (rc) fprintf(stderr, "%s\n", err);
+    CHECK(rc == 0);
+    CHECK(v4_weights_load(SLUICE_TEST_DATA "/tiny-v4-public", &p, err, sizeof(err)) == 0);
+    if (rc == 0) {
+        long bad = 0;
+        for (int i = 0; i < 512; i++) bad += w.layers[0].tid2eid[i] != (i % 2 ? 0 : p.layers[0].tid2eid[i / 2]);
+        CHECK(bad == 0);
+        v4_weights_free(&w);
+    }
+    v4_weights_free(&p);
+}
+
 static void poke_tid2eid(int value)
 {
     /* a copy whose tid2eid[0][0] is `value` */
@@ -391,6 +418,7 @@ static void test_mutations(void)
     expect_load(NULL, "\"hidden_size\": 64", "\"hidden_sise\": 64", "config.json: field 'hidden_size' missing");
     /* a layer that is sliding-only in the config simply ignores its compressor tensors */
     expect_load(NULL, "\"heavily_compressed_attention\",", "\"sliding_attention\",", NULL);
+    test_tid2eid_i32();
     /* tid2eid must hold expert ids */
     poke_tid2eid(8);
     {
