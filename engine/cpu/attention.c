@@ -156,6 +156,30 @@ static void topk_select(const float *sc, int n, int k, int *sel) {
     }
 }
 
+/* indexer scores of entries [e0, e1): Σ_h wI_h · ReLU(qI_h · K_e) */
+typedef struct {
+    const v4_state_pool *pool;
+    const v4_seq_state *st;
+    int layer;
+    const float *iqh, *wts;
+    int nI, dI;
+    float *out;
+} index_job;
+
+static void index_scores(void *arg, int e0, int e1, int thread) {
+    (void)thread;
+    index_job *j = arg;
+    for (int e = e0; e < e1; e++) {
+        const float *K = v4_ikey(j->pool, j->st, j->layer, e);
+        float s = 0.0f;
+        for (int h = 0; h < j->nI; h++) {
+            float d = cpu_dot(j->iqh + (size_t)h * j->dI, K, j->dI);
+            s += j->wts[h] * (d > 0.0f ? d : 0.0f);
+        }
+        j->out[e] = s;
+    }
+}
+
 /* ------------------------------------------------------------------- attention over heads */
 typedef struct {
     const v4_config *c;
@@ -279,15 +303,9 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
                     cpu_rope(iqh + (size_t)h * dI, dI, cs, sn, half, 0);
                     wts[h] = b->iw[(size_t)i * nI + h] * sc;
                 }
-                for (int e = 0; e < n_vis; e++) {
-                    const float *K = v4_ikey(pool, st, l, e);
-                    float s = 0.0f;
-                    for (int h = 0; h < nI; h++) {
-                        float d = cpu_dot(iqh + (size_t)h * dI, K, dI);
-                        s += wts[h] * (d > 0.0f ? d : 0.0f);
-                    }
-                    b->iscore[e] = s;
-                }
+                index_job ij = {pool, st, l, iqh, wts, nI, dI, b->iscore};
+                if ((double)n_vis * nI * dI < 65536.0) index_scores(&ij, 0, n_vis, 0);
+                else cpu_pool_run(tp, index_scores, &ij, n_vis);
                 topk_select(b->iscore, n_vis, n_cmp, b->sel);
                 for (int k2 = 0; k2 < n_cmp; k2++) b->keys[nk++] = v4_entry(pool, st, l, b->sel[k2]);
             } else if (ratio) {
