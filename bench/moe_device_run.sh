@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device call for H5's MoE work: build with nvcc/gcc directly (the GPU image need not have the
+# project's CPU deps), run the GPU correctness test, the PyTorch peer and `sluice-bench moe`.
+# Usage (repo root, on the GPU machine): COMMIT=<sha> bash bench/moe_device_run.sh   -> files in $OUT
+set -uo pipefail
+OUT=${OUT:-/tmp/moe-out}; mkdir -p "$OUT"
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+B=/tmp/moe-build; rm -rf $B; mkdir -p $B
+ARCH="-gencode arch=compute_90a,code=sm_90a"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+for f in kernels/sm90/*.cu; do
+  $NVCC -O3 $ARCH -Ikernels -lineinfo -Xptxas -v -c $f -o $B/$(basename $f .cu).o 2> $B/$(basename $f .cu).ptxas &
+done
+wait
+grep -h "registers\|spill" $B/moe_expert.ptxas | sort | uniq -c | head
+CF="-O2 -std=c11 -D_GNU_SOURCE -DSLUICE_HAVE_CUDA=1 -Iengine -Iengine/cuda -Ikernels -I/usr/local/cuda/include"
+gcc $CF -c engine/cuda/moe_cuda.c -o $B/moe_cuda.o || exit 1
+gcc $CF -c tests/gpu/test_moe_gpu.c -o $B/test_moe_gpu.o || exit 1
+gcc $CF -c bench/sluice_bench.c -o $B/sluice_bench.o || exit 1
+KO="$B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_bench_kernels.o $B/moe_cuda.o"
+$NVCC $ARCH -o $B/test_moe_gpu $B/test_moe_gpu.o $KO -lm || exit 1
+$NVCC $ARCH -o $B/sluice-bench $B/sluice_bench.o $KO -lm || exit 1
+echo "== test"; $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"
+echo "== peer"; PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-200} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
+echo "== bench"; $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"

@@ -1,0 +1,228 @@
+/* sluice_bench.c — kernel benchmarks. `sluice-bench moe`: one V4-Flash MoE layer (256 NVFP4 experts,
+ * hidden 4096, inter 2048, top-6 + 1 FP8 shared expert) on the GPU, per batch and routing:
+ * median time of CUDA-graph replays that rotate among input sets and weight sets (so L2 does not
+ * hold the weights), the bytes that must be read, TB/s, and % of the HBM read ceiling measured in
+ * the same run (an 8 GiB read). The PyTorch peer's times come from bench/moe_peer.py (--peer FILE).
+ * Writes one JSON object (--out FILE) and prints a table.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef SLUICE_HAVE_CUDA
+int main(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    fprintf(stderr, "sluice-bench: built without CUDA (SLUICE_CUDA=OFF or no nvcc): nothing to measure\n");
+    return 77;
+}
+#else
+#include <cuda_runtime_api.h>
+#include "moe_cuda.h"
+#include "moe_kernels.h"
+
+#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "sluice-bench: %s: %s\n", #call, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+enum { NSETS = 8, NLAYERS = 4, MAXB = 512 };
+
+static int cmp_f(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+static float median(float *v, int n) { qsort(v, n, sizeof *v, cmp_f); return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]); }
+
+/* The peer file (bench/moe_peer.py) holds lines "batch routing ms". */
+typedef struct { int batch; char routing[16]; double ms; } peer_row;
+static peer_row g_peer[64];
+static int g_npeer;
+
+static void load_peer(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) { fprintf(stderr, "sluice-bench: cannot read peer file %s (peer_ms = null)\n", path); return; }
+    char line[256];
+    while (g_npeer < 64 && fgets(line, sizeof line, f)) {
+        peer_row *r = &g_peer[g_npeer];
+        if (line[0] != '#' && sscanf(line, "%d %15s %lf", &r->batch, r->routing, &r->ms) == 3) g_npeer++;
+    }
+    fclose(f);
+}
+
+static double peer_ms(int batch, const char *routing)
+{
+    for (int i = 0; i < g_npeer; i++)
+        if (g_peer[i].batch == batch && !strcmp(g_peer[i].routing, routing)) return g_peer[i].ms;
+    return -1;
+}
+
+static void make_layer(moe_cuda_layer *L, const moe_cuda_shape *s, uint32_t seed, float *gate, float *bias)
+{
+    if (moe_cuda_layer_init(L, s)) exit(1);
+    const int H = s->hidden, I = s->inter, E = s->n_experts;
+    uint8_t *q[3], *sc[3];
+    for (int m = 0; m < 3; m++) {
+        const size_t n = (size_t)I * H;
+        CU(cudaMalloc((void **)&q[m], n / 2));
+        CU(cudaMalloc((void **)&sc[m], n / 16));
+    }
+    const float s2[3] = {1e-4f, 1e-4f, 1e-4f};
+    for (int e = 0; e < E; e++) {
+        for (int m = 0; m < 3; m++) {
+            const size_t n = (size_t)I * H;
+            CU(moe_fill_bytes(q[m], n / 2, seed * 7919u + (uint32_t)(e * 3 + m), 0, 0, 0, 0));
+            CU(moe_fill_bytes(sc[m], n / 16, seed * 104729u + (uint32_t)(e * 3 + m), 1, 0x20, 0x40, 0));
+        }
+        if (moe_cuda_set_expert_dev(L, e, (const uint8_t *const *)q, (const uint8_t *const *)sc, s2)) exit(1);
+    }
+    const float *sh_s[3];
+    float *ss = malloc((size_t)(I / 128) * (H / 128) * sizeof(float));
+    for (int i = 0; i < (I / 128) * (H / 128); i++) ss[i] = 1e-3f;
+    for (int m = 0; m < 3; m++) sh_s[m] = ss;
+    uint8_t *f8[3];
+    for (int m = 0; m < 3; m++) {
+        CU(cudaMalloc((void **)&f8[m], (size_t)I * H));
+        CU(moe_fill_bytes(f8[m], (size_t)I * H, seed * 41u + 3000u + (uint32_t)m, 1, 0x08, 0x70, 0));
+    }
+    if (moe_cuda_set_shared_dev(L, (const uint8_t *const *)f8, sh_s)) exit(1);
+    for (int m = 0; m < 3; m++) { cudaFree(q[m]); cudaFree(sc[m]); cudaFree(f8[m]); }
+    free(ss);
+    if (moe_cuda_set_router(L, gate, bias, NULL)) exit(1);
+}
+
+static int bench_moe(int argc, char **argv)
+{
+    const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
+    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+        else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
+        else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
+            nb = 0;
+            for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
+        } else {
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N]\n");
+            return 2;
+        }
+    }
+    for (int i = 0; i < nb; i++)
+        if (batches[i] < 1 || batches[i] > MAXB) { fprintf(stderr, "sluice-bench: batch %d out of 1..%d\n", batches[i], MAXB); return 2; }
+    if (peer_path) load_peer(peer_path);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { fprintf(stderr, "sluice-bench: no CUDA device\n"); return 77; }
+    struct cudaDeviceProp prop;
+    CU(cudaGetDeviceProperties(&prop, 0));
+
+    /* HBM read ceiling: 8 GiB, median of 7 */
+    const size_t nread = (size_t)8 << 30;
+    void *big; unsigned *sink;
+    CU(cudaMalloc(&big, nread)); CU(cudaMalloc((void **)&sink, 4096 * sizeof(unsigned)));
+    CU(cudaMemset(big, 0x5a, nread));
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
+    float tv[16];
+    CU(moe_hbm_read(big, nread, sink, 0));
+    for (int i = 0; i < 7; i++) {
+        CU(cudaEventRecord(e0, 0)); CU(moe_hbm_read(big, nread, sink, 0)); CU(cudaEventRecord(e1, 0));
+        CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tv[i], e0, e1));
+    }
+    const double ceiling = nread / (median(tv, 7) * 1e-3) / 1e12;
+    CU(cudaFree(big));
+    printf("gpu %s, HBM read ceiling %.3f TB/s (8 GiB read)\n", prop.name, ceiling);
+
+    moe_cuda_shape s = {.n_experts = 256, .hidden = 4096, .inter = 2048, .topk = 6, .score_func = MOE_SCORE_SQRTSOFTPLUS,
+                        .route_scale = 1.5f, .swiglu_limit = 10.f, .has_shared = 1, .fp4_fmt = QT_NVFP4};
+    const int E = s.n_experts, H = s.hidden;
+    float *gate = malloc((size_t)E * H * sizeof(float)), *bias = calloc(E, sizeof(float)), *bias_sk = calloc(E, sizeof(float));
+    uint32_t r = 12345;
+    for (size_t i = 0; i < (size_t)E * H; i++) { r = r * 1664525u + 1013904223u; gate[i] = ((r >> 8) / 16777216.0f - 0.5f) * 0.05f; }
+    for (int e = 0; e < 6; e++) bias_sk[e] = 100.f;   /* skewed: every token picks experts 0..5 */
+    moe_cuda_layer L[NLAYERS];
+    for (int l = 0; l < NLAYERS; l++) make_layer(&L[l], &s, (uint32_t)l + 1, gate, bias);
+    moe_cuda_ws W;
+    if (moe_cuda_ws_init(&W, &L[0], MAXB)) return 1;
+    uint16_t *x[NSETS]; float *out; int32_t *tok;
+    for (int i = 0; i < NSETS; i++) {
+        CU(cudaMalloc((void **)&x[i], (size_t)MAXB * H * 2));
+        CU(moe_fill_bf16(x[i], (size_t)MAXB * H, 777u + (uint32_t)i, 2.f, 0));
+    }
+    CU(cudaMalloc((void **)&out, (size_t)MAXB * H * 4)); CU(cudaMalloc((void **)&tok, MAXB * 4));
+    CU(cudaDeviceSynchronize());
+    printf("layer: %d experts x %.2f MB (NVFP4 + scales), shared FP8 %.2f MB, %d weight sets, %d input sets; grid gu %d dn %d\n",
+           E, L[0].expert_bytes / 1e6, L[0].shared_bytes / 1e6, NLAYERS, NSETS, W.grid_gu, W.grid_dn);
+
+    char *rows = calloc(1, 1 << 16);
+    size_t rl = 0;
+    cudaStream_t st;
+    CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    int32_t *idx = malloc((size_t)MAXB * 6 * sizeof(int32_t));
+    printf("%6s %8s %10s %10s %8s %7s %9s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer");
+    for (int sk = 0; sk < 2; sk++) {
+        const char *routing = sk ? "skewed" : "random";
+        for (int l = 0; l < NLAYERS; l++)
+            if (moe_cuda_set_router(&L[l], gate, sk ? bias_sk : bias, NULL)) return 1;
+        for (int bi = 0; bi < nb; bi++) {
+            const int T = batches[bi];
+            cudaGraphExec_t g[NSETS];
+            double bytes = 0;
+            for (int i = 0; i < NSETS; i++) {
+                cudaGraph_t gr;
+                CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                if (moe_cuda_forward(&L[i % NLAYERS], &W, x[i], tok, T, out, st)) return 1;
+                CU(cudaStreamEndCapture(st, &gr));
+                CU(cudaGraphInstantiate(&g[i], gr, 0));
+                CU(cudaGraphDestroy(gr));
+                /* bytes of this set: touched experts + shared + router gate + activations */
+                CU(cudaGraphLaunch(g[i], st)); CU(cudaStreamSynchronize(st));
+                CU(cudaMemcpy(idx, W.idx, (size_t)T * 6 * 4, cudaMemcpyDeviceToHost));
+                unsigned char touched[256] = {0};
+                int nt = 0;
+                for (int j = 0; j < T * 6; j++) if (!touched[idx[j]]) touched[idx[j]] = 1, nt++;
+                bytes += (double)nt * L[0].expert_bytes + L[0].shared_bytes + (double)E * H * 4 + (double)T * H * 2;
+            }
+            bytes /= NSETS;
+            float *tm = malloc((size_t)reps * NSETS * sizeof(float));
+            for (int rr = 0; rr < reps * NSETS; rr++) {
+                CU(cudaEventRecord(e0, st)); CU(cudaGraphLaunch(g[rr % NSETS], st)); CU(cudaEventRecord(e1, st));
+                CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tm[rr], e0, e1));
+            }
+            const double ms = median(tm, reps * NSETS), tbs = bytes / (ms * 1e-3) / 1e12;
+            const double pm = peer_ms(T, routing);
+            printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f\n", T, routing, ms, bytes / 1e6, tbs, 100 * tbs / ceiling,
+                   pm, pm > 0 ? pm / ms : 0.0);
+            char pms[32] = "null";
+            if (pm > 0) snprintf(pms, sizeof pms, "%.5f", pm);
+            rl += (size_t)snprintf(rows + rl, (1 << 16) - rl,
+                                   "%s\n  {\"batch\": %d, \"routing\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, "
+                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s}",
+                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms);
+            for (int i = 0; i < NSETS; i++) CU(cudaGraphExecDestroy(g[i]));
+            free(tm);
+        }
+    }
+    if (out_path) {
+        char cmd[1024] = "";
+        for (int i = 0; i < argc; i++) {
+            if (!strcmp(argv[i], "--out") || !strcmp(argv[i], "--commit")) { i++; continue; }
+            strncat(cmd, i ? " " : "", sizeof cmd - strlen(cmd) - 1);
+            strncat(cmd, i == 0 ? "sluice-bench" : argv[i], sizeof cmd - strlen(cmd) - 1);
+        }
+        FILE *f = fopen(out_path, "w");
+        if (!f) { fprintf(stderr, "sluice-bench: cannot write %s\n", out_path); return 1; }
+        fprintf(f, "{\"gpu\": \"%s\", \"commit\": \"%s\", \"command\": \"%s\",\n \"read_ceiling_tb_per_s\": %.4f,\n"
+                   " \"rows\": [%s\n ]}\n", prop.name, commit, cmd, ceiling, rows);
+        if (fclose(f) != 0) { fprintf(stderr, "sluice-bench: writing %s failed\n", out_path); return 1; }
+    }
+    free(rows);
+    for (int l = 0; l < NLAYERS; l++) moe_cuda_layer_free(&L[l]);
+    moe_cuda_ws_free(&W);
+    free(gate); free(bias); free(bias_sk); free(idx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "moe")) return bench_moe(argc, argv);
+    fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N]\n");
+    return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+}
+#endif

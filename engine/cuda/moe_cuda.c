@@ -1,0 +1,288 @@
+/* moe_cuda.c — host side of the GPU MoE layer: allocation, load-time upload + repack, and the
+ * launch sequence of one forward (router logits -> top-k -> lists -> gate/up -> down -> combine).
+ */
+#include "moe_cuda.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+#include "moe_kernels.h"
+
+#define CK(call, what)                                                                    \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "moe_cuda: %s failed: %s\n", what, cudaGetErrorString(e_));   \
+            return -1;                                                                    \
+        }                                                                                 \
+    } while (0)
+
+static int fail(const char *msg)
+{
+    fprintf(stderr, "moe_cuda: %s\n", msg);
+    return -1;
+}
+
+int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s)
+{
+    memset(L, 0, sizeof *L);
+    if (s->n_experts < 1 || s->n_experts > 512 || s->topk < 1 || s->topk > s->n_experts || s->topk > 32)
+        return fail("bad expert count / topk (need 1 <= topk <= 32, experts <= 512)");
+    if (s->hidden % 128 || s->inter % 128 || s->hidden > 8192 || s->inter > 8192)
+        return fail("hidden and inter must be multiples of 128 and <= 8192");
+    if (s->fp4_fmt != QT_NVFP4 && s->fp4_fmt != QT_MXFP4) return fail("routed experts must be QT_NVFP4 or QT_MXFP4");
+    if (s->hash && s->vocab < 1) return fail("hash routing needs vocab > 0");
+    L->s = *s;
+    L->kfmt = s->fp4_fmt == QT_NVFP4 ? MOE_FP4_NVFP4 : MOE_FP4_MXFP4;
+    const int E = s->n_experts, H = s->hidden, I = s->inter;
+    L->w13_stride = 2 * moe_fp4_matrix_bytes(L->kfmt, I, H);
+    L->w2_stride = moe_fp4_matrix_bytes(L->kfmt, H, I);
+    L->expert_bytes = L->w13_stride + L->w2_stride;
+    CK(cudaMalloc((void **)&L->w13, (size_t)E * L->w13_stride), "cudaMalloc(w13)");
+    CK(cudaMalloc((void **)&L->w2, (size_t)E * L->w2_stride), "cudaMalloc(w2)");
+    CK(cudaMalloc((void **)&L->post13, (size_t)E * 2 * sizeof(float)), "cudaMalloc(post13)");
+    CK(cudaMalloc((void **)&L->post2, (size_t)E * sizeof(float)), "cudaMalloc(post2)");
+    CK(cudaMalloc((void **)&L->gate_t, (size_t)E * H * sizeof(float)), "cudaMalloc(gate)");
+    if (s->hash) CK(cudaMalloc((void **)&L->tid2eid, (size_t)s->vocab * s->topk * sizeof(int32_t)), "cudaMalloc(tid2eid)");
+    if (s->has_shared) {
+        const size_t nb13 = (size_t)(I / 128) * (H / 128), nb2 = (size_t)(H / 128) * (I / 128);
+        CK(cudaMalloc((void **)&L->sh_w13, (size_t)2 * I * H), "cudaMalloc(shared w13)");
+        CK(cudaMalloc((void **)&L->sh_w2, (size_t)H * I), "cudaMalloc(shared w2)");
+        CK(cudaMalloc((void **)&L->sh_s13, 2 * nb13 * sizeof(float)), "cudaMalloc(shared s13)");
+        CK(cudaMalloc((void **)&L->sh_s2, nb2 * sizeof(float)), "cudaMalloc(shared s2)");
+        L->shared_bytes = (size_t)3 * I * H + (2 * nb13 + nb2) * sizeof(float);
+    }
+    return 0;
+}
+
+void moe_cuda_layer_free(moe_cuda_layer *L)
+{
+    void *p[] = {L->w13, L->w2, L->post13, L->post2, L->gate_t, L->bias, L->tid2eid,
+                 L->sh_w13, L->sh_w2, L->sh_s13, L->sh_s2};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        if (p[i]) cudaFree(p[i]);
+    memset(L, 0, sizeof *L);
+}
+
+int moe_cuda_set_router(moe_cuda_layer *L, const float *gate_w, const float *bias, const int32_t *tid2eid)
+{
+    const int E = L->s.n_experts, H = L->s.hidden;
+    float *t = malloc((size_t)E * H * sizeof(float));
+    if (!t) return fail("out of host memory for the router weight");
+    for (int e = 0; e < E; e++)
+        for (int k = 0; k < H; k++) t[(size_t)k * E + e] = gate_w[(size_t)e * H + k];
+    cudaError_t err = cudaMemcpy(L->gate_t, t, (size_t)E * H * sizeof(float), cudaMemcpyHostToDevice);
+    free(t);
+    CK(err, "upload router weight");
+    if (bias) {
+        if (!L->bias) CK(cudaMalloc((void **)&L->bias, (size_t)E * sizeof(float)), "cudaMalloc(bias)");
+        CK(cudaMemcpy(L->bias, bias, (size_t)E * sizeof(float), cudaMemcpyHostToDevice), "upload bias");
+    }
+    if (L->s.hash) {
+        if (!tid2eid) return fail("hash layer needs tid2eid");
+        const size_t n = (size_t)L->s.vocab * L->s.topk;
+        for (size_t i = 0; i < n; i++)
+            if (tid2eid[i] < 0 || tid2eid[i] >= E) return fail("tid2eid holds an expert index out of range");
+        CK(cudaMemcpy(L->tid2eid, tid2eid, n * sizeof(int32_t), cudaMemcpyHostToDevice), "upload tid2eid");
+    }
+    return 0;
+}
+
+/* Repack one FP4 matrix from device checkpoint bytes; returns the per-tensor multiplier. */
+static int repack_one(moe_cuda_layer *L, const uint8_t *q, const uint8_t *sc, float scale2, int n, int k,
+                      uint8_t *dst, int nm, int m, float *post)
+{
+    const int sb = L->kfmt == MOE_FP4_NVFP4 ? 16 : 32;
+    int *scratch;
+    int init[2] = {INT_MAX, 0}, got[2];
+    CK(cudaMalloc((void **)&scratch, 2 * sizeof(int)), "cudaMalloc(scratch)");
+    int rc = -1;
+    cudaError_t e = cudaMemcpy(scratch, init, sizeof init, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = moe_scale_emin(sc, (size_t)n * (k / sb), L->kfmt, scratch, 0);
+    if (e == cudaSuccess) e = cudaMemcpy(got, scratch, sizeof(int), cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) {
+        const int emin = got[0] == INT_MAX ? 0 : got[0];
+        e = moe_repack_fp4(q, sc, L->kfmt, n, k, emin, dst, nm, m, scratch + 1, 0);
+        if (e == cudaSuccess) e = cudaMemcpy(got, scratch, sizeof got, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess) {
+            L->clamped_scales += got[1];
+            *post = ldexpf(scale2, 253 + emin - 190);   /* 190 = MOE_F0 */
+            rc = 0;
+        }
+    }
+    cudaFree(scratch);
+    if (rc) fprintf(stderr, "moe_cuda: repack failed: %s\n", cudaGetErrorString(e));
+    return rc;
+}
+
+int moe_cuda_set_expert_dev(moe_cuda_layer *L, int e, const uint8_t *const q[3], const uint8_t *const sc[3],
+                            const float scale2[3])
+{
+    if (e < 0 || e >= L->s.n_experts) return fail("expert index out of range");
+    const int H = L->s.hidden, I = L->s.inter;
+    float post[3];
+    uint8_t *d13 = L->w13 + (size_t)e * L->w13_stride, *d2 = L->w2 + (size_t)e * L->w2_stride;
+    if (repack_one(L, q[0], sc[0], scale2[0], I, H, d13, 2, 0, &post[0])) return -1;
+    if (repack_one(L, q[1], sc[1], scale2[1], I, H, d13, 2, 1, &post[1])) return -1;
+    if (repack_one(L, q[2], sc[2], scale2[2], H, I, d2, 1, 0, &post[2])) return -1;
+    CK(cudaMemcpy(L->post13 + 2 * e, post, 2 * sizeof(float), cudaMemcpyHostToDevice), "upload post13");
+    CK(cudaMemcpy(L->post2 + e, post + 2, sizeof(float), cudaMemcpyHostToDevice), "upload post2");
+    return 0;
+}
+
+int moe_cuda_set_expert(moe_cuda_layer *L, int e, const qtensor *w1, const qtensor *w3, const qtensor *w2)
+{
+    const qtensor *w[3] = {w1, w3, w2};
+    const int H = L->s.hidden, I = L->s.inter, sb = L->kfmt == MOE_FP4_NVFP4 ? 16 : 32;
+    uint8_t *q[3] = {0}, *sc[3] = {0};
+    float s2[3];
+    int rc = -1;
+    for (int m = 0; m < 3; m++) {
+        const int n = m < 2 ? I : H, k = m < 2 ? H : I;
+        if ((int)w[m]->fmt != L->s.fp4_fmt || w[m]->rows != n || w[m]->cols != k) {
+            fprintf(stderr, "moe_cuda: expert %d tensor %d: expected format %d [%d, %d], got %d [%d, %d]\n", e, m,
+                    L->s.fp4_fmt, n, k, w[m]->fmt, w[m]->rows, w[m]->cols);
+            goto out;
+        }
+        const size_t qb = (size_t)n * k / 2, sbytes = (size_t)n * (k / sb);
+        if (cudaMalloc((void **)&q[m], qb) != cudaSuccess || cudaMalloc((void **)&sc[m], sbytes) != cudaSuccess ||
+            cudaMemcpy(q[m], w[m]->data, qb, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(sc[m], w[m]->scale, sbytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+            fprintf(stderr, "moe_cuda: uploading expert %d failed\n", e);
+            goto out;
+        }
+        s2[m] = L->kfmt == MOE_FP4_NVFP4 ? w[m]->scale2 : 1.f;
+    }
+    rc = moe_cuda_set_expert_dev(L, e, (const uint8_t *const *)q, (const uint8_t *const *)sc, s2);
+out:
+    for (int m = 0; m < 3; m++) {
+        if (q[m]) cudaFree(q[m]);
+        if (sc[m]) cudaFree(sc[m]);
+    }
+    return rc;
+}
+
+int moe_cuda_set_shared_dev(moe_cuda_layer *L, const uint8_t *const w[3], const float *const s[3])
+{
+    if (!L->s.has_shared) return fail("layer was created without a shared expert");
+    const int H = L->s.hidden, I = L->s.inter;
+    const size_t nb = (size_t)(I / 128) * (H / 128);
+    CK(moe_repack_fp8(w[0], I, H, L->sh_w13, 2, 0, 0), "repack shared w1");
+    CK(moe_repack_fp8(w[1], I, H, L->sh_w13, 2, 1, 0), "repack shared w3");
+    CK(moe_repack_fp8(w[2], H, I, L->sh_w2, 1, 0, 0), "repack shared w2");
+    CK(cudaMemcpy(L->sh_s13, s[0], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s1");
+    CK(cudaMemcpy(L->sh_s13 + nb, s[1], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s3");
+    CK(cudaMemcpy(L->sh_s2, s[2], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s2");
+    CK(cudaDeviceSynchronize(), "shared expert repack");
+    return 0;
+}
+
+int moe_cuda_set_shared(moe_cuda_layer *L, const qtensor *w1, const qtensor *w3, const qtensor *w2)
+{
+    const qtensor *w[3] = {w1, w3, w2};
+    const int H = L->s.hidden, I = L->s.inter;
+    uint8_t *d[3] = {0};
+    float *s[3] = {0};
+    int rc = -1;
+    for (int m = 0; m < 3; m++) {
+        const int n = m < 2 ? I : H, k = m < 2 ? H : I;
+        if (w[m]->fmt != QT_FP8_B128 || w[m]->rows != n || w[m]->cols != k) {
+            fprintf(stderr, "moe_cuda: shared tensor %d: expected QT_FP8_B128 [%d, %d]\n", m, n, k);
+            goto out;
+        }
+        const size_t nb = (size_t)(n / 128) * (k / 128);
+        s[m] = malloc(nb * sizeof(float));
+        if (!s[m]) { fprintf(stderr, "moe_cuda: out of host memory\n"); goto out; }
+        for (size_t i = 0; i < nb; i++)
+            s[m][i] = w[m]->scale_is_f32 ? ((const float *)w[m]->scale)[i]
+                                         : ldexpf(1.f, (int)((const uint8_t *)w[m]->scale)[i] - 127);
+        if (cudaMalloc((void **)&d[m], (size_t)n * k) != cudaSuccess ||
+            cudaMemcpy(d[m], w[m]->data, (size_t)n * k, cudaMemcpyHostToDevice) != cudaSuccess) {
+            fprintf(stderr, "moe_cuda: uploading the shared expert failed\n");
+            goto out;
+        }
+    }
+    rc = moe_cuda_set_shared_dev(L, (const uint8_t *const *)d, (const float *const *)s);
+out:
+    for (int m = 0; m < 3; m++) {
+        if (d[m]) cudaFree(d[m]);
+        free(s[m]);
+    }
+    return rc;
+}
+
+int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
+{
+    memset(W, 0, sizeof *W);
+    if (max_tokens < 1) return fail("max_tokens must be >= 1");
+    const int E = L->s.n_experts, K = L->s.topk, H = L->s.hidden, I = L->s.inter;
+    const size_t pairs = (size_t)max_tokens * K + (size_t)max_tokens;
+    W->max_tokens = max_tokens;
+    CK(cudaMalloc((void **)&W->logit_part, (size_t)32 * max_tokens * E * sizeof(float)), "cudaMalloc(logits)");
+    CK(cudaMalloc((void **)&W->idx, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(idx)");
+    CK(cudaMalloc((void **)&W->w, (size_t)max_tokens * K * sizeof(float)), "cudaMalloc(w)");
+    CK(cudaMalloc((void **)&W->off, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(off)");
+    CK(cudaMalloc((void **)&W->items_gu, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(items)");
+    CK(cudaMalloc((void **)&W->items_dn, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(items)");
+    CK(cudaMalloc((void **)&W->pair_tok, pairs * sizeof(int32_t)), "cudaMalloc(pair_tok)");
+    CK(cudaMalloc((void **)&W->pair_w, pairs * sizeof(float)), "cudaMalloc(pair_w)");
+    CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
+    CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
+    CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
+    int dev, sms, gu, dn;
+    CK(cudaGetDevice(&dev), "cudaGetDevice");
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
+    CK(moe_expert_occupancy(L->kfmt, &gu, &dn), "occupancy");
+    if (gu < 1 || dn < 1) return fail("expert kernels cannot be resident on this device");
+    W->grid_gu = sms * gu;
+    W->grid_dn = sms * dn;
+    return 0;
+}
+
+void moe_cuda_ws_free(moe_cuda_ws *W)
+{
+    void *p[] = {W->logit_part, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
+                 W->h, W->y};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        if (p[i]) cudaFree(p[i]);
+    memset(W, 0, sizeof *W);
+}
+
+int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids, int T,
+                     float *out, cudaStream_t st)
+{
+    if (T < 1 || T > W->max_tokens) return fail("batch larger than the workspace (or < 1)");
+    if (L->s.hash && !token_ids) return fail("hash routing needs token ids");
+    const moe_cuda_shape *s = &L->s;
+    const int E = s->n_experts, H = s->hidden, I = s->inter, K = s->topk;
+    /* K-split of the router logits: enough blocks to stream the gate at small batch */
+    const int tiles = (T + 15) / 16;
+    int ksplit = 32;
+    while (ksplit > 1 && (tiles * ksplit > 264 || H % ksplit || (H / ksplit) % 4)) ksplit >>= 1;
+    const moe_expert_args a = {
+        .E = E, .H = H, .I = I, .fmt = L->kfmt, .has_shared = s->has_shared,
+        .w13 = L->w13, .w13_stride = L->w13_stride, .w2 = L->w2, .w2_stride = L->w2_stride,
+        .post13 = L->post13, .post2 = L->post2,
+        .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
+        .limit = s->swiglu_limit,
+    };
+    CK(moe_router_logits(x, L->gate_t, T, H, E, ksplit, W->logit_part, st), "router logits");
+    CK(moe_router_topk(W->logit_part, ksplit, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
+                       token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
+    CK(moe_build_lists(W->idx, W->w, T, E, K, s->has_shared, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM, W->off,
+                       W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn, st), "expert lists");
+    CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
+    CK(moe_down(&a, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
+    CK(moe_combine(W->y, W->inv, W->off, T, H, E, K, s->has_shared, out, st), "combine");
+    return 0;
+}
+
+int moe_cuda_quantize_nvfp4(const float *w, int rows, int cols, uint8_t *q, uint8_t *scale, float *scale2,
+                            cudaStream_t st)
+{
+    CK(moe_quantize_nvfp4(w, rows, cols, q, scale, scale2, st), "NVFP4 quantisation");
+    return 0;
+}

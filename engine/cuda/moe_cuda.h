@@ -1,0 +1,82 @@
+/* moe_cuda.h — one DeepSeek-V4 MoE layer on the GPU: router + routed FP4 experts + FP8 shared expert.
+ *
+ * Contract:
+ *   - moe_cuda_layer_init allocates the layer's device weights for a shape; the set_* calls upload
+ *     and repack them (load time: they may synchronise). All routed experts share one FP4 format
+ *     (QT_NVFP4 ModelOpt or QT_MXFP4 DeepSeek), repacked at load into the kernels' layout
+ *     (kernels/moe_kernels.h, "sluice fp4 v1"); the shared expert is QT_FP8_B128.
+ *   - moe_cuda_ws_init allocates every buffer a forward of up to max_tokens needs.
+ *   - moe_cuda_forward only enqueues kernels on the stream: no allocation, no host sync, so it can
+ *     be captured in a CUDA graph. x: bf16 [T][hidden] (device), token_ids: int32 [T] (device;
+ *     needed for hash routing, else may be NULL), out: fp32 [T][hidden] (device) =
+ *     sum of the routed experts (weights from the router) + the shared expert.
+ *   - Every function returns 0 or -1 after printing one line to stderr saying what failed.
+ */
+#ifndef SLUICE_MOE_CUDA_H
+#define SLUICE_MOE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include "quant.h"
+
+typedef struct {
+    int n_experts, hidden, inter, topk;
+    int score_func;          /* MOE_SCORE_* (kernels/moe_kernels.h) */
+    float route_scale;       /* routed_scaling_factor */
+    float swiglu_limit;      /* <= 0: no clamp */
+    int hash;                /* 1: hash routing through tid2eid */
+    int vocab;               /* rows of tid2eid (hash layers) */
+    int has_shared;
+    int fp4_fmt;             /* QT_NVFP4 or QT_MXFP4 */
+} moe_cuda_shape;
+
+typedef struct {
+    moe_cuda_shape s;
+    int kfmt;                         /* MOE_FP4_* */
+    uint8_t *w13, *w2;                /* repacked routed experts, expert e at + e * stride */
+    size_t w13_stride, w2_stride;
+    float *post13, *post2;            /* per-tensor multipliers [E][2], [E] */
+    float *gate_t;                    /* router weight, transposed fp32 [hidden][E] */
+    float *bias;                      /* [E] or NULL */
+    int32_t *tid2eid;                 /* [vocab][topk] or NULL */
+    uint8_t *sh_w13, *sh_w2;          /* repacked FP8 shared expert */
+    float *sh_s13, *sh_s2;            /* its block scales, fp32 */
+    int clamped_scales;               /* scale codes clamped at repack (MXFP4 spanning > 32 binades) */
+    size_t expert_bytes, shared_bytes;/* bytes one routed expert / the shared expert occupy */
+} moe_cuda_layer;
+
+typedef struct {
+    int max_tokens, grid_gu, grid_dn;
+    float *logit_part;                /* [32][max][E] */
+    int32_t *idx; float *w;           /* [max][topk] */
+    int32_t *off, *items_gu, *items_dn;   /* [E+2] */
+    int32_t *pair_tok, *inv; float *pair_w;
+    uint16_t *h;                      /* [pairs][inter] bf16 */
+    float *y;                         /* [pairs][hidden] */
+} moe_cuda_ws;
+
+int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s);
+void moe_cuda_layer_free(moe_cuda_layer *L);
+/* gate_w: host fp32 [E][hidden]; bias: host [E] or NULL; tid2eid: host [vocab][topk] or NULL */
+int moe_cuda_set_router(moe_cuda_layer *L, const float *gate_w, const float *bias, const int32_t *tid2eid);
+/* Routed expert e from host qtensors (w1 gate [inter][hidden], w3 up, w2 down [hidden][inter]). */
+int moe_cuda_set_expert(moe_cuda_layer *L, int e, const qtensor *w1, const qtensor *w3, const qtensor *w2);
+/* Same from device-resident checkpoint bytes: q[3] codes, sc[3] block scales, scale2[3]. */
+int moe_cuda_set_expert_dev(moe_cuda_layer *L, int e, const uint8_t *const q[3], const uint8_t *const sc[3],
+                            const float scale2[3]);
+/* Shared expert from host QT_FP8_B128 qtensors (E8M0 or F32 block scales). */
+int moe_cuda_set_shared(moe_cuda_layer *L, const qtensor *w1, const qtensor *w3, const qtensor *w2);
+/* Same from device E4M3 bytes and host fp32 block scales [ceil(n/128)][ceil(k/128)]. */
+int moe_cuda_set_shared_dev(moe_cuda_layer *L, const uint8_t *const w[3], const float *const s[3]);
+
+int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens);
+void moe_cuda_ws_free(moe_cuda_ws *W);
+int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids, int T,
+                     float *out, cudaStream_t st);
+
+/* NVFP4 quantisation on the GPU (load time): w [rows][cols] fp32 device -> q, scale, scale2 device. */
+int moe_cuda_quantize_nvfp4(const float *w, int rows, int cols, uint8_t *q, uint8_t *scale, float *scale2,
+                            cudaStream_t st);
+
+#endif

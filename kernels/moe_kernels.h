@@ -1,0 +1,130 @@
+/* moe_kernels.h — launchers for the MoE decode kernels (kernels/sm90, kernels/sm120), callable from C.
+ *
+ * Contract: every launcher only enqueues work on `st` (no host sync, no allocation) and returns
+ * the cudaError_t of the launch (cudaSuccess or the launch error). Pointers are device pointers.
+ * Shapes the expert kernels accept: hidden and inter multiples of 128 (V4: 4096 / 2048 for Flash).
+ *
+ * Repacked expert layout ("sluice fp4 v1", written by moe_repack_fp4, read by moe_gate_up / moe_down):
+ *   A matrix W [N, K] (N = out, K = in) is cut into chunks of 16 rows x 128 inputs. A chunk is
+ *   1024 bytes of FP4 codes + the chunk's scale codes (128 bytes NVFP4: 16 rows x 8 blocks of 16;
+ *   64 bytes MXFP4: 16 rows x 4 blocks of 32). Chunk (r, c, m) sits at ((r * K/128 + c) * NM + m)
+ *   * chunk_bytes, where NM = 2 for the fused gate/up weight (m = 0 gate w1, 1 up w3) and 1 for w2.
+ *   Inside a chunk, lane t = 4g+q of the warp that owns the 16 rows loads 16 bytes at t*16 and
+ *   512 + t*16: exactly its mma.m16n8k16 A fragments (rows g, g+8) for 8 k-steps, with the inputs
+ *   permuted so that the matching activation fragments are one 16-byte shared-memory load
+ *   (lane q covers inputs 8q..8q+7 of every 32). Inside each 32-bit word the 8 nibbles are placed
+ *   so that a rotate and a mask drop them into bf16 bit positions (see moe_fp4_common.cuh).
+ *   Scale codes are the block scales re-encoded as unsigned E5M3 relative to the tensor's smallest
+ *   exponent (exact for every E4M3 and for E8M0 within 32 binades); the rest of the scale, with
+ *   NVFP4's weight_scale_2, is one fp32 multiplier per tensor applied to the accumulator.
+ * FP8 shared expert ("sluice fp8 v1"): chunks of 16 rows x 128 inputs, 2048 bytes, lane t loads
+ *   t*16 + 512*j (j = 0..3), same input permutation; block scales stay fp32 [N/128][K/128].
+ */
+#ifndef SLUICE_MOE_KERNELS_H
+#define SLUICE_MOE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { MOE_FP4_NVFP4 = 0, MOE_FP4_MXFP4 = 1 };
+enum { MOE_SCORE_SQRTSOFTPLUS = 0, MOE_SCORE_SOFTMAX = 1, MOE_SCORE_SIGMOID = 2 };
+
+#define MOE_CHUNK_K 128           /* inputs per chunk */
+#define MOE_TILE_ROWS 16          /* rows per warp (mma M) */
+#define MOE_TOK_CHUNK 8           /* tokens per work item (mma N) */
+#define MOE_WARPS 4               /* warps per block: one block covers 64 rows */
+#define MOE_ROWS_PER_ITEM (MOE_TILE_ROWS * MOE_WARPS)
+#define MOE_FP8_CHUNK_BYTES 2048
+
+#ifdef __CUDACC__
+#define MOE_HD __host__ __device__
+#else
+#define MOE_HD
+#endif
+static inline MOE_HD size_t moe_fp4_chunk_bytes(int fmt) { return 1024 + (fmt == MOE_FP4_NVFP4 ? 128 : 64); }
+/* bytes of one repacked matrix [n, k] (NM matrices interleaved: multiply by NM) */
+static inline MOE_HD size_t moe_fp4_matrix_bytes(int fmt, int n, int k)
+{
+    return (size_t)(n / 16) * (size_t)(k / 128) * moe_fp4_chunk_bytes(fmt);
+}
+
+/* ---- load time (moe_repack.cu) */
+/* Smallest unbiased exponent among the nonzero block scales -> *emin_dev (int, init by caller to
+ * INT32_MAX). scales: E4M3 (NVFP4) or E8M0 (MXFP4) bytes, n_scales of them. */
+cudaError_t moe_scale_emin(const uint8_t *scales, size_t n_scales, int fmt, int *emin_dev, cudaStream_t st);
+/* Repack one FP4 matrix (checkpoint layout: q [n][k/2], scales [n][k/sb]) into slot m of NM at dst.
+ * Counts scales that had to be clamped (more than 31 binades above emin) into *clamped_dev. */
+cudaError_t moe_repack_fp4(const uint8_t *q, const uint8_t *scales, int fmt, int n, int k, int emin,
+                           uint8_t *dst, int nm, int m, int *clamped_dev, cudaStream_t st);
+/* Repack one FP8 E4M3 matrix [n][k] into slot m of NM at dst. */
+cudaError_t moe_repack_fp8(const uint8_t *w, int n, int k, uint8_t *dst, int nm, int m, cudaStream_t st);
+/* NVFP4 quantiser (ModelOpt rounding): w [n][k] fp32 -> q [n][k/2], scale E4M3 [n][k/16], scale2.
+ * work: 1 float of device scratch. */
+cudaError_t moe_quantize_nvfp4(const float *w, int n, int k, uint8_t *q, uint8_t *scale, float *scale2,
+                               cudaStream_t st);
+
+/* ---- router (moe_router.cu) */
+/* part[s][t][e] = sum over k in split s of x[t][k] * gate_t[k][e]; x bf16 [T][H], gate_t fp32 [H][E]. */
+cudaError_t moe_router_logits(const uint16_t *x, const float *gate_t, int T, int H, int E, int ksplit,
+                              float *part, cudaStream_t st);
+/* Scores, top-k (or hash), weights. idx/w [T][topk]. */
+cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
+                            const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
+                            float route_scale, int32_t *idx, float *w, cudaStream_t st);
+/* Per-expert lists. Expert E is the shared expert (all T tokens, weight 1) when has_shared.
+ * off [E+2]: pair offsets (routed pairs sorted by expert, then the shared expert's T pairs);
+ * pair_tok/pair_w [T*topk + T]; inv [T*topk]: pair of (t, k), -1 for an out-of-range index;
+ * items_gu/items_dn [E+2]: prefix sums of work items (token chunks x row groups) per expert. */
+cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
+                            int rg_gu, int rg_dn, int32_t *off, int32_t *pair_tok, float *pair_w,
+                            int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st);
+
+/* ---- experts (moe_expert.cu) */
+typedef struct {
+    int E, H, I, fmt, has_shared;
+    const uint8_t *w13; size_t w13_stride;   /* repacked gate/up per expert */
+    const uint8_t *w2;  size_t w2_stride;
+    const float *post13;                      /* [E][2] */
+    const float *post2;                       /* [E] */
+    const uint8_t *sh_w13, *sh_w2;            /* FP8 repacked shared expert, or NULL */
+    const float *sh_s13, *sh_s2;              /* fp32 block scales [2][I/128][H/128], [H/128][I/128] */
+    float limit;                              /* swiglu clamp (<= 0: none) */
+} moe_expert_args;
+
+/* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair. */
+cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
+                        const int32_t *pair_tok, const float *pair_w, const int32_t *items,
+                        int T, int topk, int grid, uint16_t *h, cudaStream_t st);
+/* y[pair][H] fp32 = w2 . h[pair] */
+cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off,
+                     const int32_t *items, int T, int topk, int grid, float *y, cudaStream_t st);
+/* out[t][H] = sum_k y[inv[t][k]] + y[shared pair of t] (fixed order: deterministic) */
+cudaError_t moe_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,
+                        int has_shared, float *out, cudaStream_t st);
+/* Blocks per SM the expert kernels reach (for a persistent grid). */
+cudaError_t moe_expert_occupancy(int fmt, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
+
+/* ---- bench helpers (moe_bench_kernels.cu) */
+/* Reads n bytes (multiple of 16) and writes one word per block to sink. */
+cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t st);
+/* Fills n bytes with a hash of (seed, offset); kind 0: any byte, 1: E4M3 scale in [lo, hi] codes. */
+cudaError_t moe_fill_bytes(uint8_t *p, size_t n, uint32_t seed, int kind, int lo, int hi, cudaStream_t st);
+/* Fills n bf16 values with uniform(-a, a). */
+cudaError_t moe_fill_bf16(uint16_t *p, size_t n, uint32_t seed, float a, cudaStream_t st);
+
+/* ---- sm_120 variant (kernels/sm120): W4A4 block-scaled FP4 MMA; returns cudaErrorNotSupported
+ * unless the device is compute capability 12.x. */
+cudaError_t moe_gate_up_w4a4_sm120(const moe_expert_args *a, const uint16_t *x, float input_scale,
+                                   const int32_t *off, const int32_t *pair_tok, const float *pair_w,
+                                   const int32_t *items, int T, int topk, int grid, uint16_t *h,
+                                   cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

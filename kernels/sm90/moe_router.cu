@@ -1,0 +1,242 @@
+/* moe_router.cu — V4 router on the GPU: fp32 logits, score function, top-k on score + bias (ties
+ * -> lower expert index) or hash routing, weights, and the per-expert token lists the expert
+ * kernels walk. Three launches, no host round trip.
+ *
+ * Logits are split over K into `ksplit` partial sums (enough blocks to stream the 4 MB fp32 gate at
+ * batch 1); the top-k kernel adds the partials in a fixed order, so logits and indices are
+ * deterministic. Roofline: the gate is H*E*4 bytes (4 MiB for V4-Flash), ~1 us at HBM rate.
+ */
+#include <stdint.h>
+#include <math.h>
+#include "moe_kernels.h"
+
+#define RT_TOK 16      /* tokens per logits block */
+#define RT_KT 256      /* inputs staged per step */
+#define RT_MAXPL 16    /* experts per lane in top-k: E <= 512 */
+
+__global__ void k_router_logits(const uint16_t *x, const float *gt, int T, int H, int E, int ksplit, float *part)
+{
+    __shared__ float xs[RT_KT * RT_TOK];          /* [k][token] */
+    const int e = threadIdx.x, split = blockIdx.x, t0 = blockIdx.y * RT_TOK;
+    const int KS = H / ksplit, k0 = split * KS;
+    float acc[RT_TOK];
+#pragma unroll
+    for (int i = 0; i < RT_TOK; i++) acc[i] = 0.f;
+    for (int kb = 0; kb < KS; kb += RT_KT) {
+        const int n = min(RT_KT, KS - kb);
+        for (int i = threadIdx.x; i < RT_KT * RT_TOK; i += blockDim.x) {
+            const int tk = i / RT_KT, kk = i % RT_KT;
+            float v = 0.f;
+            if (t0 + tk < T && kk < n) v = __uint_as_float((uint32_t)x[(size_t)(t0 + tk) * H + k0 + kb + kk] << 16);
+            xs[kk * RT_TOK + tk] = v;
+        }
+        __syncthreads();
+        if (e < E) {
+            const float *g = gt + (size_t)(k0 + kb) * E + e;
+#pragma unroll 4
+            for (int kk = 0; kk < n; kk++) {
+                const float w = g[(size_t)kk * E];
+                const float4 *xv = (const float4 *)(xs + kk * RT_TOK);
+#pragma unroll
+                for (int i = 0; i < RT_TOK / 4; i++) {
+                    const float4 a = xv[i];
+                    acc[4 * i + 0] = fmaf(a.x, w, acc[4 * i + 0]);
+                    acc[4 * i + 1] = fmaf(a.y, w, acc[4 * i + 1]);
+                    acc[4 * i + 2] = fmaf(a.z, w, acc[4 * i + 2]);
+                    acc[4 * i + 3] = fmaf(a.w, w, acc[4 * i + 3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (e < E)
+#pragma unroll
+        for (int i = 0; i < RT_TOK; i++)
+            if (t0 + i < T) part[((size_t)split * T + t0 + i) * E + e] = acc[i];
+}
+
+extern "C" cudaError_t moe_router_logits(const uint16_t *x, const float *gate_t, int T, int H, int E, int ksplit,
+                                         float *part, cudaStream_t st)
+{
+    if (E > 1024 || ksplit < 1 || H % ksplit) return cudaErrorInvalidValue;
+    dim3 grid(ksplit, (T + RT_TOK - 1) / RT_TOK);
+    k_router_logits<<<grid, (E + 31) / 32 * 32, 0, st>>>(x, gate_t, T, H, E, ksplit, part);
+    return cudaGetLastError();
+}
+
+/* (v, e) beats (v2, e2): higher value, equal values -> lower index */
+__device__ __forceinline__ bool rt_better(float v, int e, float v2, int e2)
+{
+    return v > v2 || (v == v2 && e < e2);
+}
+
+/* One warp per token. */
+__global__ void k_router_topk(const float *part, int ksplit, int T, int E, int topk, int func, const float *bias,
+                              const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
+                              float *wout)
+{
+    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (t >= T) return;
+    float lg[RT_MAXPL], sc[RT_MAXPL], sel[RT_MAXPL];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < RT_MAXPL; i++) {
+        const int e = lane + 32 * i;
+        float l = -INFINITY;
+        if (e < E) {
+            l = 0.f;
+            for (int s = 0; s < ksplit; s++) l += part[((size_t)s * T + t) * E + e];
+        }
+        lg[i] = l;
+        mx = fmaxf(mx, l);
+    }
+    float sum = 0.f;
+    if (func == MOE_SCORE_SOFTMAX) {
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+#pragma unroll
+        for (int i = 0; i < RT_MAXPL; i++) sum += (lane + 32 * i < E) ? expf(lg[i] - mx) : 0.f;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+#pragma unroll
+    for (int i = 0; i < RT_MAXPL; i++) {
+        const int e = lane + 32 * i;
+        const float l = lg[i];
+        float s;
+        if (func == MOE_SCORE_SOFTMAX) s = expf(l - mx) / sum;
+        else if (func == MOE_SCORE_SIGMOID) s = 1.f / (1.f + expf(-l));
+        else s = sqrtf(l > 20.f ? l : log1pf(expf(l)));   /* torch softplus, threshold 20 */
+        sc[i] = e < E ? s : 0.f;
+        sel[i] = e < E ? s + (bias ? bias[e] : 0.f) : -INFINITY;
+    }
+    int my_e = -1;
+    float my_w = 0.f;
+    if (tid2eid) {
+        const int tok = token_ids ? token_ids[t] : t;
+        for (int k = 0; k < topk; k++) {
+            const int e = tid2eid[(size_t)tok * topk + k];
+            float v = 0.f;
+#pragma unroll
+            for (int i = 0; i < RT_MAXPL; i++)
+                if (e >= 0 && (e >> 5) == i) v = sc[i];
+            v = __shfl_sync(0xffffffffu, v, e & 31);
+            if (lane == k) { my_e = e; my_w = v; }
+        }
+    } else {
+        unsigned taken = 0;   /* bit i: expert lane + 32 i already picked */
+        for (int k = 0; k < topk; k++) {
+            float bv = -INFINITY, bs = 0.f;
+            int be = 0x7fffffff;
+#pragma unroll
+            for (int i = 0; i < RT_MAXPL; i++) {
+                const int e = lane + 32 * i;
+                if (e < E && !(taken >> i & 1u) && rt_better(sel[i], e, bv, be)) { bv = sel[i]; be = e; bs = sc[i]; }
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                const float os = __shfl_xor_sync(0xffffffffu, bs, o);
+                if (rt_better(ov, oe, bv, be)) { bv = ov; be = oe; bs = os; }
+            }
+            if ((be & 31) == lane) taken |= 1u << (be >> 5);
+            if (lane == k) { my_e = be; my_w = bs; }
+        }
+    }
+    float ws = lane < topk ? my_w : 0.f;
+    for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
+    if (lane < topk) {
+        float w = my_w;
+        if (func != MOE_SCORE_SOFTMAX) w = w / ws;
+        idx[(size_t)t * topk + lane] = my_e;
+        wout[(size_t)t * topk + lane] = w * route_scale;
+    }
+}
+
+extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
+                                       const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
+                                       float route_scale, int32_t *idx, float *w, cudaStream_t st)
+{
+    if (E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E) return cudaErrorInvalidValue;
+    const int threads = 256, blocks = (T * 32 + threads - 1) / threads;
+    k_router_topk<<<blocks, threads, 0, st>>>(part, ksplit, T, E, topk, score_func, bias, tid2eid, token_ids,
+                                              route_scale, idx, w);
+    return cudaGetLastError();
+}
+
+/* Exclusive scan of n ints in smem by one warp; returns the total. */
+__device__ static int warp_scan(int *v, int n, int lane)
+{
+    int carry = 0;
+    for (int base = 0; base < n; base += 32) {
+        const int i = base + lane;
+        const int x = i < n ? v[i] : 0;
+        int inc = x;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += y;
+        }
+        if (i < n) v[i] = carry + inc - x;
+        carry += __shfl_sync(0xffffffffu, inc, 31);
+    }
+    return carry;
+}
+
+/* One block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2). */
+__global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared, int rg_gu,
+                              int rg_dn, int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
+                              int32_t *items_gu, int32_t *items_dn)
+{
+    extern __shared__ int sm[];
+    const int nE = E + (has_shared ? 1 : 0);
+    int *cnt = sm, *fill = sm + (E + 2), *so = sm + 2 * (E + 2), *sg = sm + 3 * (E + 2), *sd = sm + 4 * (E + 2);
+    for (int i = threadIdx.x; i < E + 2; i += blockDim.x) cnt[i] = 0, fill[i] = 0;
+    __syncthreads();
+    const int P = T * topk;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        const int e = idx[i];
+        if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (has_shared && threadIdx.x == 0) cnt[E] = T;
+    __syncthreads();
+    for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
+        const int c = i < nE ? cnt[i] : 0, ch = (c + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
+        so[i] = c;
+        sg[i] = ch * rg_gu;
+        sd[i] = ch * rg_dn;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp == 0) warp_scan(so, nE + 1, lane);
+    if (warp == 1) warp_scan(sg, nE + 1, lane);
+    if (warp == 2) warp_scan(sd, nE + 1, lane);
+    __syncthreads();
+    for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
+        off[i] = so[i];
+        items_gu[i] = sg[i];
+        items_dn[i] = sd[i];
+    }
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        const int e = idx[i];
+        if (e < 0 || e >= E) { inv[i] = -1; continue; }
+        const int pos = so[e] + atomicAdd(&fill[e], 1);
+        pair_tok[pos] = i / topk;
+        pair_w[pos] = w[i];
+        inv[i] = pos;
+    }
+    if (has_shared)
+        for (int t = threadIdx.x; t < T; t += blockDim.x) {
+            pair_tok[so[E] + t] = t;
+            pair_w[so[E] + t] = 1.f;
+        }
+}
+
+extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
+                                       int rg_gu, int rg_dn, int32_t *off, int32_t *pair_tok, float *pair_w,
+                                       int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st)
+{
+    const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
+    if (smem > 48 * 1024) return cudaErrorInvalidValue;
+    k_build_lists<<<1, 1024, smem, st>>>(idx, w, T, E, topk, has_shared, rg_gu, rg_dn, off, pair_tok, pair_w, inv,
+                                         items_gu, items_dn);
+    return cudaGetLastError();
+}

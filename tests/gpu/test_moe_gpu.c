@@ -1,0 +1,396 @@
+/* test_moe_gpu.c — the GPU MoE layer (engine/cuda/moe_cuda.h) against a float64 CPU reference on the
+ * same dequantised weights. Fresh random inputs each run (seed printed), poisoned outputs and
+ * intermediates, relative L2 < 1e-2; router indices identical to the reference (a token whose k-th
+ * and (k+1)-th selection scores are within 1e-5 is reported as a near-tie and compared with the
+ * GPU's choice); the CUDA NVFP4 quantiser bit-identical to the host one here. Exit 77 without a GPU.
+ * The reference codecs and quantiser are this test's own (independent of engine/quant.c).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cuda_runtime_api.h>
+#include "moe_cuda.h"
+#include "moe_kernels.h"
+
+static int g_fail = 0;
+#define CHECK(c, ...) do { if (!(c)) { printf("FAIL: " __VA_ARGS__); printf("\n"); g_fail = 1; } } while (0)
+#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    printf("FAIL: %s: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+
+/* ---- random */
+static uint64_t g_rng;
+static uint32_t rnd(void) { g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17; return (uint32_t)(g_rng >> 11); }
+static float urand(void) { return (rnd() & 0xffffff) / 16777216.0f; }
+static float nrand(void) { float u = urand() + 1e-7f, v = urand(); return sqrtf(-2.f * logf(u)) * cosf(6.2831853f * v); }
+
+/* ---- reference codecs */
+static float e2m1(uint8_t n) { static const float v[8] = {0, .5f, 1, 1.5f, 2, 3, 4, 6}; return (n & 8) ? -v[n & 7] : v[n & 7]; }
+static float e4m3(uint8_t b)
+{
+    int ex = (b >> 3) & 15, man = b & 7;
+    float m = ex ? ldexpf(1.f + man / 8.f, ex - 7) : ldexpf((float)man, -9);
+    return (b & 0x80) ? -m : m;
+}
+static uint8_t f32_to_e4m3(float f)   /* round to nearest even, saturate to 448 (positive inputs) */
+{
+    uint8_t best = 0;
+    float bd = INFINITY;
+    for (int c = 0; c < 0x7F; c++) {
+        float d = fabsf(e4m3((uint8_t)c) - f);
+        if (d < bd || (d == bd && !(c & 1))) { bd = d; best = (uint8_t)c; }
+    }
+    return best;
+}
+static uint8_t f32_to_e2m1(float x)
+{
+    float a = fabsf(x);
+    uint8_t c = a <= .25f ? 0 : a < .75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3 : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.f ? 6 : 7;
+    return (uint8_t)(c | (x < 0 ? 8 : 0));
+}
+static uint16_t f2bf(float f) { uint32_t u; memcpy(&u, &f, 4); u += 0x7fff + ((u >> 16) & 1); return (uint16_t)(u >> 16); }
+static float bf2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+
+/* host NVFP4 quantiser: scale_2 = amax/(6*448); s = e4m3(bamax/6/scale_2); q = e2m1(w/(s*scale_2)) */
+static void quant_nvfp4(const float *w, int n, int k, uint8_t *q, uint8_t *sc, float *s2out)
+{
+    float amax = 0;
+    for (size_t i = 0; i < (size_t)n * k; i++) amax = fmaxf(amax, fabsf(w[i]));
+    const float s2 = amax / (6.0f * 448.0f);
+    *s2out = s2;
+    for (size_t b = 0; b < (size_t)n * k / 16; b++) {
+        float bm = 0;
+        for (int i = 0; i < 16; i++) bm = fmaxf(bm, fabsf(w[b * 16 + i]));
+        uint8_t s = s2 > 0 ? f32_to_e4m3(bm / 6.0f / s2) : 0;
+        sc[b] = s;
+        const float d = e4m3(s) * s2;
+        for (int i = 0; i < 16; i += 2) {
+            uint8_t lo = d > 0 ? f32_to_e2m1(w[b * 16 + i] / d) : 0, hi = d > 0 ? f32_to_e2m1(w[b * 16 + i + 1] / d) : 0;
+            q[b * 8 + i / 2] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
+/* ---- one test model */
+typedef struct {
+    moe_cuda_shape s;
+    float *gate, *bias;           /* [E][H], [E] */
+    int32_t *tid2eid;             /* [vocab][topk] */
+    float **wd;                   /* [E][3] dequantised weights (w1, w3: [I][H]; w2: [H][I]) */
+    float *sh[3];                 /* shared expert dequantised */
+} model;
+
+static float *dq_fp4(const uint8_t *q, const uint8_t *sc, float s2, int n, int k, int fmt)
+{
+    float *w = malloc((size_t)n * k * sizeof(float));
+    const int sb = fmt == QT_NVFP4 ? 16 : 32;
+    for (size_t r = 0; r < (size_t)n; r++)
+        for (int c = 0; c < k; c++) {
+            uint8_t b = q[r * (k / 2) + c / 2], nib = (c & 1) ? b >> 4 : b & 15, s = sc[r * (k / sb) + c / sb];
+            float sv = fmt == QT_NVFP4 ? e4m3(s) * s2 : ldexpf(1.f, (int)s - 127);
+            w[r * k + c] = e2m1(nib) * sv;
+        }
+    return w;
+}
+
+/* Build random experts; `gpu_quant`: quantise NVFP4 on the GPU (moe_cuda_set_expert_dev path). */
+static void make_model(model *M, moe_cuda_layer *L, const moe_cuda_shape *s, int gpu_quant, int dup_gate_rows)
+{
+    memset(M, 0, sizeof *M);
+    M->s = *s;
+    const int E = s->n_experts, H = s->hidden, I = s->inter;
+    if (moe_cuda_layer_init(L, s)) exit(1);
+    M->gate = malloc((size_t)E * H * sizeof(float));
+    M->bias = malloc(E * sizeof(float));
+    for (size_t i = 0; i < (size_t)E * H; i++) M->gate[i] = nrand() / sqrtf((float)H);
+    if (dup_gate_rows)   /* exact ties: experts 3 and 4 (and 9, 10) identical */
+        for (int k = 0; k < H; k++) M->gate[4 * H + k] = M->gate[3 * H + k], M->gate[10 * H + k] = M->gate[9 * H + k];
+    for (int e = 0; e < E; e++) M->bias[e] = dup_gate_rows && (e == 4 || e == 10) ? 0.f : 0.05f * nrand();
+    if (dup_gate_rows) M->bias[3] = M->bias[9] = 0.f;
+    if (s->hash) {
+        M->tid2eid = malloc((size_t)s->vocab * s->topk * sizeof(int32_t));
+        for (int v = 0; v < s->vocab; v++)
+            for (int k = 0; k < s->topk; k++) {
+                int e, dup;
+                do { e = (int)(rnd() % E); dup = 0; for (int j = 0; j < k; j++) dup |= M->tid2eid[v * s->topk + j] == e; } while (dup);
+                M->tid2eid[v * s->topk + k] = e;
+            }
+    }
+    if (moe_cuda_set_router(L, M->gate, M->bias, M->tid2eid)) exit(1);
+    M->wd = malloc((size_t)E * 3 * sizeof(float *));
+    for (int e = 0; e < E; e++) {
+        qtensor t[3];
+        for (int m = 0; m < 3; m++) {
+            const int n = m < 2 ? I : H, k = m < 2 ? H : I, sb = s->fp4_fmt == QT_NVFP4 ? 16 : 32;
+            uint8_t *q = malloc((size_t)n * k / 2), *sc = malloc((size_t)n * k / sb);
+            float s2 = 1.f;
+            if (s->fp4_fmt == QT_NVFP4) {
+                float *w = malloc((size_t)n * k * sizeof(float));
+                const float sd = (m == 2 ? 0.03f : 0.05f) * (0.5f + urand());
+                for (size_t i = 0; i < (size_t)n * k; i++) w[i] = sd * nrand();
+                if (e == 1 && m == 0) for (int i = 0; i < 64; i++) w[i] = 0.f;   /* zero blocks */
+                if (gpu_quant) {
+                    float *dw; uint8_t *dq, *ds; float *d2;
+                    CU(cudaMalloc((void **)&dw, (size_t)n * k * 4)); CU(cudaMalloc((void **)&dq, (size_t)n * k / 2));
+                    CU(cudaMalloc((void **)&ds, (size_t)n * k / 16)); CU(cudaMalloc((void **)&d2, 4));
+                    CU(cudaMemcpy(dw, w, (size_t)n * k * 4, cudaMemcpyHostToDevice));
+                    if (moe_cuda_quantize_nvfp4(dw, n, k, dq, ds, d2, 0)) exit(1);
+                    CU(cudaMemcpy(q, dq, (size_t)n * k / 2, cudaMemcpyDeviceToHost));
+                    CU(cudaMemcpy(sc, ds, (size_t)n * k / 16, cudaMemcpyDeviceToHost));
+                    CU(cudaMemcpy(&s2, d2, 4, cudaMemcpyDeviceToHost));
+                    cudaFree(dw); cudaFree(dq); cudaFree(ds); cudaFree(d2);
+                } else {
+                    quant_nvfp4(w, n, k, q, sc, &s2);
+                }
+                free(w);
+            } else {
+                for (size_t i = 0; i < (size_t)n * k / 2; i++) q[i] = (uint8_t)rnd();
+                for (size_t i = 0; i < (size_t)n * k / sb; i++) sc[i] = (uint8_t)(127 - 7 + rnd() % 4);
+                if (e == 1 && m == 0) sc[0] = 127 - 30;   /* a block 26 binades below the rest */
+            }
+            t[m] = (qtensor){.fmt = (qt_format)s->fp4_fmt, .rows = n, .cols = k, .data = q, .scale = sc, .scale2 = s2};
+            M->wd[e * 3 + m] = dq_fp4(q, sc, s2, n, k, s->fp4_fmt);
+        }
+        if (moe_cuda_set_expert(L, e, &t[0], &t[1], &t[2])) exit(1);
+        for (int m = 0; m < 3; m++) { free((void *)t[m].data); free((void *)t[m].scale); }
+    }
+    if (s->has_shared) {
+        qtensor t[3];
+        for (int m = 0; m < 3; m++) {
+            const int n = m < 2 ? I : H, k = m < 2 ? H : I;
+            const size_t nb = (size_t)(n / 128) * (k / 128);
+            uint8_t *d = malloc((size_t)n * k);
+            float *sc = malloc(nb * sizeof(float));
+            for (size_t i = 0; i < (size_t)n * k; i++) { uint8_t b = (uint8_t)rnd(); if ((b & 0x7F) == 0x7F) b = 0x10; d[i] = b; }
+            for (size_t i = 0; i < nb; i++) sc[i] = (0.5f + urand()) * (m == 2 ? 2e-3f : 4e-3f);
+            t[m] = (qtensor){.fmt = QT_FP8_B128, .rows = n, .cols = k, .data = d, .scale = sc, .scale_is_f32 = 1};
+            M->sh[m] = malloc((size_t)n * k * sizeof(float));
+            for (size_t r = 0; r < (size_t)n; r++)
+                for (int c = 0; c < k; c++) M->sh[m][r * k + c] = e4m3(d[r * k + c]) * sc[(r / 128) * (k / 128) + c / 128];
+        }
+        if (moe_cuda_set_shared(L, &t[0], &t[1], &t[2])) exit(1);
+        for (int m = 0; m < 3; m++) { free((void *)t[m].data); free((void *)t[m].scale); }
+    }
+}
+
+static void free_model(model *M, moe_cuda_layer *L)
+{
+    for (int i = 0; i < M->s.n_experts * 3; i++) free(M->wd[i]);
+    free(M->wd); free(M->gate); free(M->bias); free(M->tid2eid);
+    for (int m = 0; m < 3; m++) free(M->sh[m]);
+    moe_cuda_layer_free(L);
+}
+
+/* SwiGLU expert in float64 on dequantised weights; y += wt * w2 (silu(min(g,L)) * clamp(u)) */
+static void ref_expert(const moe_cuda_shape *s, float *const w[3], const float *x, double wt, double *y)
+{
+    const int H = s->hidden, I = s->inter;
+    double *h = malloc(I * sizeof(double));
+    for (int i = 0; i < I; i++) {
+        double g = 0, u = 0;
+        const float *a = w[0] + (size_t)i * H, *b = w[1] + (size_t)i * H;
+        for (int k = 0; k < H; k++) g += (double)a[k] * x[k], u += (double)b[k] * x[k];
+        if (s->swiglu_limit > 0) { g = fmin(g, s->swiglu_limit); u = fmax(fmin(u, s->swiglu_limit), -s->swiglu_limit); }
+        h[i] = g / (1 + exp(-g)) * u * wt;
+    }
+    for (int o = 0; o < H; o++) {
+        double acc = 0;
+        const float *c = w[2] + (size_t)o * I;
+        for (int i = 0; i < I; i++) acc += (double)c[i] * h[i];
+        y[o] += acc;
+    }
+    free(h);
+}
+
+/* Run one forward at batch T and compare. skew: bias pushes every token to experts 0..topk-1. */
+static void run_case(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws *W, int T, int skew)
+{
+    const moe_cuda_shape *s = &M->s;
+    const int E = s->n_experts, H = s->hidden, K = s->topk;
+    float *x = malloc((size_t)T * H * sizeof(float));
+    uint16_t *xb = malloc((size_t)T * H * 2);
+    int32_t *tok = malloc(T * sizeof(int32_t));
+    for (size_t i = 0; i < (size_t)T * H; i++) { xb[i] = f2bf(2.f * urand() - 1.f); x[i] = bf2f(xb[i]); }
+    for (int t = 0; t < T; t++) tok[t] = s->hash ? (int32_t)(rnd() % s->vocab) : t;
+    float *bias = malloc(E * sizeof(float));
+    memcpy(bias, M->bias, E * sizeof(float));
+    if (skew) for (int e = 0; e < K; e++) bias[e] += 100.f;
+    if (moe_cuda_set_router(L, M->gate, bias, M->tid2eid)) exit(1);
+
+    uint16_t *dx; int32_t *dtok; float *dout;
+    CU(cudaMalloc((void **)&dx, (size_t)T * H * 2)); CU(cudaMalloc((void **)&dtok, T * 4));
+    CU(cudaMalloc((void **)&dout, (size_t)T * H * 4));
+    CU(cudaMemcpy(dx, xb, (size_t)T * H * 2, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dtok, tok, T * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemset(dout, 0xFF, (size_t)T * H * 4));                       /* poison: NaN */
+    CU(cudaMemset(W->h, 0xFF, (size_t)W->max_tokens * (K + 1) * s->inter * 2));
+    CU(cudaMemset(W->y, 0xFF, (size_t)W->max_tokens * (K + 1) * H * 4));
+    if (moe_cuda_forward(L, W, dx, dtok, T, dout, 0)) exit(1);
+    CU(cudaDeviceSynchronize());
+    float *out = malloc((size_t)T * H * 4), *gw = malloc((size_t)T * K * 4);
+    int32_t *gi = malloc((size_t)T * K * 4);
+    CU(cudaMemcpy(out, dout, (size_t)T * H * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(gi, W->idx, (size_t)T * K * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(gw, W->w, (size_t)T * K * 4, cudaMemcpyDeviceToHost));
+
+    double err2 = 0, ref2 = 0, werr = 0;
+    int idx_mismatch = 0, near_ties = 0, nan_out = 0;
+    double *y = malloc(H * sizeof(double)), *sc = malloc(E * sizeof(double)), *sel = malloc(E * sizeof(double));
+    int *ri = malloc(K * sizeof(int));
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * H;
+        double mx = -INFINITY, sum = 0;
+        for (int e = 0; e < E; e++) {
+            double l = 0;
+            for (int k = 0; k < H; k++) l += (double)M->gate[(size_t)e * H + k] * xt[k];
+            sc[e] = l;
+            mx = fmax(mx, l);
+        }
+        for (int e = 0; e < E; e++) sum += exp(sc[e] - mx);
+        for (int e = 0; e < E; e++) {
+            double l = sc[e];
+            sc[e] = s->score_func == MOE_SCORE_SOFTMAX ? exp(l - mx) / sum
+                  : s->score_func == MOE_SCORE_SIGMOID ? 1 / (1 + exp(-l)) : sqrt(l > 20 ? l : log1p(exp(l)));
+            sel[e] = sc[e] + bias[e];
+        }
+        int tie = 0;
+        if (s->hash) {
+            for (int k = 0; k < K; k++) ri[k] = M->tid2eid[tok[t] * K + k];
+        } else {
+            unsigned char *taken = calloc(E, 1);
+            for (int k = 0; k <= K && k < E; k++) {
+                int b = -1;
+                for (int e = 0; e < E; e++) if (!taken[e] && (b < 0 || sel[e] > sel[b])) b = e;
+                if (k < K) { ri[k] = b; taken[b] = 1; }
+                else if (fabs(sel[b] - sel[ri[K - 1]]) < 1e-5 && b != ri[K - 1] &&
+                         !(M->gate[(size_t)b * H] == M->gate[(size_t)ri[K - 1] * H] && bias[b] == bias[ri[K - 1]])) tie = 1;
+            }
+            free(taken);
+        }
+        int same = 1;
+        for (int k = 0; k < K; k++) same &= gi[t * K + k] == ri[k];
+        if (!same && tie) { near_ties++; for (int k = 0; k < K; k++) ri[k] = gi[t * K + k]; }
+        else if (!same) idx_mismatch++;
+        double ws = 0;
+        for (int k = 0; k < K; k++) ws += sc[ri[k]];
+        memset(y, 0, H * sizeof(double));
+        for (int k = 0; k < K; k++) {
+            double wt = s->score_func == MOE_SCORE_SOFTMAX ? sc[ri[k]] : sc[ri[k]] / ws;
+            wt *= s->route_scale;
+            werr = fmax(werr, fabs(wt - gw[t * K + k]) / fmax(fabs(wt), 1e-12));
+            ref_expert(s, &M->wd[ri[k] * 3], xt, wt, y);
+        }
+        if (s->has_shared) ref_expert(s, M->sh, xt, 1.0, y);
+        for (int o = 0; o < H; o++) {
+            double g = out[(size_t)t * H + o];
+            if (!isfinite(g)) nan_out++;
+            err2 += (g - y[o]) * (g - y[o]);
+            ref2 += y[o] * y[o];
+        }
+    }
+    const double rel = sqrt(err2 / ref2);
+    printf("%-34s T=%-4d rel_l2=%.3e  weight_err=%.1e  idx_mismatch=%d near_ties=%d nonfinite=%d\n", name, T, rel, werr,
+           idx_mismatch, near_ties, nan_out);
+    CHECK(rel < 1e-2, "%s T=%d: relative L2 %.3e >= 1e-2", name, T, rel);
+    CHECK(nan_out == 0, "%s T=%d: %d outputs not written / not finite", name, T, nan_out);
+    CHECK(idx_mismatch == 0, "%s T=%d: %d tokens routed differently from the reference", name, T, idx_mismatch);
+    CHECK(werr < 1e-4, "%s T=%d: routing weight error %.1e", name, T, werr);
+    CHECK(near_ties <= T / 50, "%s T=%d: too many near ties (%d)", name, T, near_ties);
+    free(x); free(xb); free(tok); free(bias); free(out); free(gw); free(gi); free(y); free(sc); free(sel); free(ri);
+    cudaFree(dx); cudaFree(dtok); cudaFree(dout);
+}
+
+static void test_quantiser(void)
+{
+    const int n = 256, k = 1024;
+    float *w = malloc((size_t)n * k * 4);
+    for (size_t i = 0; i < (size_t)n * k; i++) w[i] = 0.1f * nrand() * (i % 97 == 0 ? 8.f : 1.f);
+    for (int i = 0; i < 32; i++) w[i] = 0.f;
+    uint8_t *q = malloc(n * k / 2), *sc = malloc(n * k / 16), *gq = malloc(n * k / 2), *gs = malloc(n * k / 16);
+    float s2, gs2;
+    quant_nvfp4(w, n, k, q, sc, &s2);
+    float *dw, *d2; uint8_t *dq, *ds;
+    CU(cudaMalloc((void **)&dw, (size_t)n * k * 4)); CU(cudaMalloc((void **)&dq, n * k / 2));
+    CU(cudaMalloc((void **)&ds, n * k / 16)); CU(cudaMalloc((void **)&d2, 4));
+    CU(cudaMemcpy(dw, w, (size_t)n * k * 4, cudaMemcpyHostToDevice));
+    if (moe_cuda_quantize_nvfp4(dw, n, k, dq, ds, d2, 0)) exit(1);
+    CU(cudaMemcpy(gq, dq, n * k / 2, cudaMemcpyDeviceToHost)); CU(cudaMemcpy(gs, ds, n * k / 16, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(&gs2, d2, 4, cudaMemcpyDeviceToHost));
+    int dq_diff = 0, ds_diff = 0;
+    for (int i = 0; i < n * k / 2; i++) dq_diff += q[i] != gq[i];
+    for (int i = 0; i < n * k / 16; i++) ds_diff += sc[i] != gs[i];
+    float *r = dq_fp4(gq, gs, gs2, n, k, QT_NVFP4);
+    double e2 = 0, r2 = 0;
+    for (size_t i = 0; i < (size_t)n * k; i++) e2 += (r[i] - w[i]) * (double)(r[i] - w[i]), r2 += (double)w[i] * w[i];
+    printf("quantiser: GPU vs host: %d code bytes and %d scales differ, scale2 %s; round-trip rel_l2=%.3f\n", dq_diff,
+           ds_diff, s2 == gs2 ? "equal" : "DIFFERS", sqrt(e2 / r2));
+    CHECK(dq_diff == 0 && ds_diff == 0 && s2 == gs2, "CUDA NVFP4 quantiser differs from the host one");
+    CHECK(sqrt(e2 / r2) < 0.12, "NVFP4 round trip error too large");
+    for (int i = 0; i < 32; i++) CHECK(r[i] == 0.f, "zero block did not round-trip to zero");
+    free(w); free(q); free(sc); free(gq); free(gs); free(r);
+    cudaFree(dw); cudaFree(dq); cudaFree(ds); cudaFree(d2);
+}
+
+int main(int argc, char **argv)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    g_rng = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL) * 2654435761u + 1;
+    printf("seed %llu\n", (unsigned long long)g_rng);
+    test_quantiser();
+
+    moe_cuda_layer L;
+    moe_cuda_ws W;
+    model M;
+    /* A: small V4-like layer, NVFP4 (host quantiser), sqrtsoftplus + bias, top-6, shared FP8, clamp */
+    moe_cuda_shape a = {.n_experts = 32, .hidden = 1024, .inter = 512, .topk = 6, .score_func = MOE_SCORE_SQRTSOFTPLUS,
+                        .route_scale = 1.5f, .swiglu_limit = 1.0f, .has_shared = 1, .fp4_fmt = QT_NVFP4};
+    make_model(&M, &L, &a, 0, 1);
+    if (moe_cuda_ws_init(&W, &L, 257)) return 1;
+    const int batches[] = {1, 2, 7, 64, 257};
+    for (int i = 0; i < 5; i++) run_case("nvfp4 sqrtsoftplus", &M, &L, &W, batches[i], 0);
+    run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 257, 1);
+    moe_cuda_ws_free(&W);
+    free_model(&M, &L);
+
+    /* B: top-1, all tokens to one expert (33 token chunks), softmax, no shared */
+    moe_cuda_shape b = a;
+    b.topk = 1; b.score_func = MOE_SCORE_SOFTMAX; b.has_shared = 0; b.route_scale = 1.f;
+    make_model(&M, &L, &b, 0, 0);
+    if (moe_cuda_ws_init(&W, &L, 257)) return 1;
+    run_case("nvfp4 softmax top-1 skewed", &M, &L, &W, 257, 1);
+    run_case("nvfp4 softmax top-1", &M, &L, &W, 64, 0);
+    moe_cuda_ws_free(&W);
+    free_model(&M, &L);
+
+    /* C: MXFP4 (DeepSeek official format), sigmoid, and hash routing */
+    moe_cuda_shape c = a;
+    c.fp4_fmt = QT_MXFP4; c.score_func = MOE_SCORE_SIGMOID;
+    make_model(&M, &L, &c, 0, 0);
+    if (moe_cuda_ws_init(&W, &L, 64)) return 1;
+    run_case("mxfp4 sigmoid", &M, &L, &W, 64, 0);
+    moe_cuda_ws_free(&W);
+    free_model(&M, &L);
+    c.hash = 1; c.vocab = 1000; c.score_func = MOE_SCORE_SQRTSOFTPLUS; c.fp4_fmt = QT_NVFP4;
+    make_model(&M, &L, &c, 0, 0);
+    if (moe_cuda_ws_init(&W, &L, 64)) return 1;
+    run_case("nvfp4 hash routing", &M, &L, &W, 33, 0);
+    moe_cuda_ws_free(&W);
+    free_model(&M, &L);
+
+    /* D: V4-Flash expert dims (hidden 4096, inter 2048), 8 experts, GPU quantiser */
+    moe_cuda_shape d = a;
+    d.n_experts = 8; d.hidden = 4096; d.inter = 2048; d.swiglu_limit = 10.f;
+    make_model(&M, &L, &d, 1, 0);
+    if (moe_cuda_ws_init(&W, &L, 16)) return 1;
+    run_case("V4-Flash dims, GPU-quantised", &M, &L, &W, 7, 0);
+    moe_cuda_ws_free(&W);
+    free_model(&M, &L);
+
+    printf(g_fail ? "test_moe_gpu: FAILED\n" : "test_moe_gpu: all passed\n");
+    return g_fail;
+}
