@@ -177,6 +177,103 @@ static int read_value(sl_codec *c, int s, const void *buf, size_t len, char *err
     return 0;
 }
 
+/* ---- structural pre-check of a Job payload (before avro-c sees it)
+ * avro-c allocates a string's buffer before reading its bytes and leaks it when the read fails; a
+ * forged length thus costs memory per hostile message. Walking the Job layout first (every length
+ * within the bytes left, union branches known, no trailing bytes) means avro-c only ever decodes
+ * well-formed input. */
+typedef struct {
+    const uint8_t *p, *end;
+    const char *what;
+} scan;
+
+static int scan_long(scan *s, int64_t *out, int maxbytes) {
+    uint64_t v = 0;
+    for (int i = 0; i < maxbytes; i++) {
+        if (s->p >= s->end) return -1;
+        uint8_t b = *s->p++;
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int scan_skip(scan *s, int64_t n) {
+    if (n < 0 || n > s->end - s->p) return -1;
+    s->p += n;
+    return 0;
+}
+
+static int scan_string(scan *s) {
+    int64_t n;
+    return scan_long(s, &n, 10) || scan_skip(s, n);
+}
+
+/* kind: 0 ints, 1 strings, 2 map of strings */
+static int scan_blocks(scan *s, int kind) {
+    for (;;) {
+        int64_t count, bytes, x;
+        if (scan_long(s, &count, 10)) return -1;
+        if (count == 0) return 0;
+        if (count < 0) {
+            if (count == INT64_MIN || scan_long(s, &bytes, 10)) return -1;
+            count = -count;
+        }
+        if (count > s->end - s->p) return -1;   /* every item takes at least one byte */
+        for (int64_t i = 0; i < count; i++) {
+            if (kind == 0 && scan_long(s, &x, 5)) return -1;
+            if (kind >= 1 && scan_string(s)) return -1;
+            if (kind == 2 && scan_string(s)) return -1;
+        }
+    }
+}
+
+static int scan_union(scan *s, int64_t *branch, int64_t n) {
+    return scan_long(s, branch, 10) || *branch < 0 || *branch >= n ? -1 : 0;
+}
+
+static int job_prescan(const uint8_t *buf, size_t len, char *err, size_t errlen) {
+    scan s = {buf, buf + len, NULL};
+    int64_t x, b;
+#define STEP(name, expr)          \
+    do {                          \
+        s.what = name;            \
+        if (expr) goto bad;       \
+    } while (0)
+    STEP("id", scan_string(&s));
+    STEP("prompt", scan_union(&s, &b, 2) || (b == 0 ? scan_string(&s) : scan_blocks(&s, 0)));
+    STEP("max_tokens", scan_long(&s, &x, 5));
+    STEP("tenant", scan_string(&s));
+    STEP("temperature", scan_skip(&s, 4));
+    STEP("top_p", scan_skip(&s, 4));
+    STEP("top_k", scan_long(&s, &x, 5));
+    STEP("min_p", scan_skip(&s, 4));
+    STEP("repetition_penalty", scan_skip(&s, 4));
+    STEP("seed", scan_union(&s, &b, 2) || (b == 1 && scan_long(&s, &x, 10)));
+    STEP("stop", scan_blocks(&s, 1));
+    STEP("stop_token_ids", scan_blocks(&s, 0));
+    STEP("ignore_eos", s.p >= s.end || *s.p++ > 1);
+    STEP("logprobs", s.p >= s.end || *s.p++ > 1);
+    STEP("stream", s.p >= s.end || *s.p++ > 1);
+    STEP("priority", scan_long(&s, &x, 5));
+    STEP("deadline_ms", scan_union(&s, &b, 2) || (b == 1 && scan_long(&s, &x, 10)));
+    STEP("reply_topic", scan_union(&s, &b, 2) || (b == 1 && scan_string(&s)));
+    STEP("metadata", scan_blocks(&s, 2));
+#undef STEP
+    if (s.p != s.end) {
+        snprintf(err, errlen, "avro: %zu trailing bytes after the Job record (wrong schema?)", (size_t)(s.end - s.p));
+        return -1;
+    }
+    return 0;
+bad:
+    snprintf(err, errlen, "avro: cannot decode Job: field '%s' is truncated or malformed at byte %zu", s.what,
+             (size_t)(s.p - buf));
+    return -1;
+}
+
 void job_free(sl_job *j) {
     free(j->id);
     free(j->prompt_text);
@@ -198,6 +295,7 @@ void job_free(sl_job *j) {
 
 int codec_decode_job(sl_codec *c, const void *buf, size_t len, sl_job *j, char *err, size_t errlen) {
     memset(j, 0, sizeof(*j));
+    if (job_prescan(buf, len, err, errlen) != 0) return -1;
     if (read_value(c, S_JOB, buf, len, err, errlen) != 0) return -1;
     avro_value_t *v = &c->value[S_JOB], f, b;
     int disc;
@@ -596,6 +694,8 @@ bad:
     arena_free(a);
     return -1;
 }
+
+void codec_chunk_mem_free(void *mem) { arena_free(mem); }
 
 const char *result_status_name(sl_result_status s) {
     static const char *const n[] = {"OK", "ERROR", "EXPIRED", "CANCELLED"};

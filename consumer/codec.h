@@ -110,6 +110,7 @@ int codec_decode_result(sl_codec *c, const void *buf, size_t len, sl_result_owne
 void result_owned_free(sl_result_owned *r);
 int codec_decode_chunk(sl_codec *c, const void *buf, size_t len, sl_chunk *out, void **mem, char *err,
                        size_t errlen);
+void codec_chunk_mem_free(void *mem);   /* frees what a decoded chunk points to */
 
 const char *result_status_name(sl_result_status s);
 const char *result_finish_name(sl_result_finish f);

@@ -21,6 +21,11 @@ static void on_signal(int s) {
     g_stop = 1;
 }
 
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    (void)rk;
+    if (strcmp(fac, "CONFWARN") != 0 && level <= 4) fprintf(stderr, "sluice-mock-kafka: %s: %s\n", fac, buf);
+}
+
 static int parse_pos(const char *s, const char *what, int *out) {
     char *end;
     long v = strtol(s, &end, 10);
@@ -53,6 +58,7 @@ int main(int argc, char **argv) {
     }
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set_log_cb(conf, log_cb);   /* stdout carries only the bootstrap line */
     /* the mock cluster needs a handle to live in; a producer with no bootstrap servers is enough */
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     if (!rk) {

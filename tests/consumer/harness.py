@@ -1,0 +1,361 @@
+"""Test harness for the sluice worker: real redis-server, the librdkafka mock cluster (sluice-mock-kafka),
+sluice-worker processes, and an independent client (confluent_kafka + python3-avro, Debian's packages).
+
+Every process a test starts is stopped by pid at the end. Ports are free loopback ports; group ids are fresh.
+"""
+import io
+import json
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import avro.io
+import avro.schema
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MODEL = os.path.join(ROOT, "tests", "data", "tiny-v4-public")
+
+
+def load_schema(name):
+    with open(os.path.join(ROOT, "schemas", name)) as f:
+        return avro.schema.parse(f.read())
+
+
+JOB_SCHEMA = load_schema("job.avsc")
+RESULT_SCHEMA = load_schema("result.avsc")
+CHUNK_SCHEMA = load_schema("token_chunk.avsc")
+
+
+def build_dir():
+    for i, a in enumerate(sys.argv):
+        if a == "--build" and i + 1 < len(sys.argv):
+            return os.path.abspath(sys.argv[i + 1])
+    return os.environ.get("SLUICE_BUILD", os.path.join(ROOT, "build"))
+
+
+BUILD = build_dir()
+
+
+def prog(name):
+    for sub in ("consumer", "engine"):
+        p = os.path.join(BUILD, sub, name)
+        if os.path.exists(p):
+            return p
+    raise SystemExit("harness: %s not built in %s" % (name, BUILD))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def log(*a):
+    print("[%.1f]" % (time.time() % 1000), *a, flush=True)
+
+
+# ---------------------------------------------------------------- Avro
+
+def avro_encode(schema, record):
+    buf = io.BytesIO()
+    avro.io.DatumWriter(schema).write(record, avro.io.BinaryEncoder(buf))
+    return buf.getvalue()
+
+
+def avro_decode(schema, data):
+    return avro.io.DatumReader(schema).read(avro.io.BinaryDecoder(io.BytesIO(data)))
+
+
+def job_record(id, prompt, max_tokens, **kw):
+    """A full Job record: every field (the client fills the ones with defaults too)."""
+    rec = {"id": id, "prompt": prompt, "max_tokens": max_tokens, "tenant": "", "temperature": 0.0, "top_p": 1.0,
+           "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0, "seed": None, "stop": [], "stop_token_ids": [],
+           "ignore_eos": False, "logprobs": False, "stream": False, "priority": 0, "deadline_ms": None,
+           "reply_topic": None, "metadata": {}}
+    rec.update(kw)
+    return rec
+
+
+def confluent(schema_id, payload):
+    return b"\x00" + struct.pack(">I", schema_id) + payload
+
+
+def encode_job(rec, schema_id=1):
+    body = avro_encode(JOB_SCHEMA, rec)
+    return confluent(schema_id, body) if schema_id is not None else body
+
+
+def decode_result(value):
+    if value[:1] == b"\x00":
+        value = value[5:]
+    return avro_decode(RESULT_SCHEMA, value)
+
+
+def seed_from_id(job_id):
+    """The worker's seed for a job without one: FNV-1a 64 of the id, top bit cleared."""
+    h = 0xcbf29ce484222325
+    for b in job_id.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    return h & 0x7fffffffffffffff
+
+
+# ---------------------------------------------------------------- Redis (minimal RESP client)
+
+class Redis:
+    def __init__(self, port):
+        self.port = port
+        self.sock = None
+
+    def _conn(self):
+        if self.sock is None:
+            self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            self.f = self.sock.makefile("rb")
+        return self.sock
+
+    def cmd(self, *args):
+        s = self._conn()
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        s.sendall(out)
+        return self._read()
+
+    def _read(self):
+        line = self.f.readline()
+        t, rest = line[:1], line[1:-2]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            raise RuntimeError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.f.read(n + 2)
+            return data[:-2]
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read() for _ in range(n)]
+        raise RuntimeError("bad RESP reply %r" % line)
+
+    def close(self):
+        if self.sock:
+            self.sock.close()
+            self.sock = None
+
+
+# ---------------------------------------------------------------- processes
+
+class Env:
+    """redis-server + sluice-mock-kafka + workers, all stopped by pid in close()."""
+
+    def __init__(self, name, partitions=4, topics=()):
+        self.dir = tempfile.mkdtemp(prefix="sluice-%s-" % name)
+        self.procs = []
+        self.workers = {}
+        self.redis_port = free_port()
+        self.start_redis()
+        args = [prog("sluice-mock-kafka"), "--partitions", str(partitions)]
+        if topics:
+            args += ["--topics", ",".join(topics)]
+        out = open(os.path.join(self.dir, "mock.out"), "w+")
+        self.mock = subprocess.Popen(args, stdout=out, stderr=open(os.path.join(self.dir, "mock.err"), "w"))
+        self.procs.append(self.mock)
+        for _ in range(100):
+            out.seek(0)
+            line = out.readline()
+            if line.endswith("\n"):
+                break
+            time.sleep(0.05)
+        self.brokers = line.strip().replace("bootstrap.servers=", "")
+        assert self.brokers, "mock cluster printed no bootstrap servers"
+        self.group = "g-%s-%d" % (name, random.randrange(1 << 30))
+        self.redis = Redis(self.redis_port)
+        log("env %s: redis %d, kafka %s, group %s, logs %s" % (name, self.redis_port, self.brokers, self.group,
+                                                               self.dir))
+
+    def start_redis(self):
+        self.redis_proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+             "no"], stdout=open(os.path.join(self.dir, "redis.log"), "a"), stderr=subprocess.STDOUT)
+        self.procs.append(self.redis_proc)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.redis_port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop_redis(self):
+        self.redis.close()
+        self.redis_proc.kill()
+        self.redis_proc.wait()
+
+    def start_worker(self, wid, **settings):
+        conf = {"kafka.bootstrap.servers": self.brokers, "kafka.group.id": self.group,
+                "kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500",
+                "redis.url": "redis://127.0.0.1:%d" % self.redis_port, "model.path": MODEL, "worker.id": wid,
+                "engine.threads": "1"}
+        conf.update({k: str(v) for k, v in settings.items()})
+        args = [prog("sluice-worker")]
+        for k, v in conf.items():
+            args += ["--set", "%s=%s" % (k, v)]
+        errpath = os.path.join(self.dir, "worker-%s-%d.err" % (wid, len(self.procs)))
+        p = subprocess.Popen(args, stdout=open(errpath + ".out", "w"), stderr=open(errpath, "w"))
+        p.errpath = errpath
+        self.procs.append(p)
+        self.workers[wid] = p
+        return p
+
+    def wait_assigned(self, p, timeout=20):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            with open(p.errpath) as f:
+                if "assigned" in f.read():
+                    return
+            if p.poll() is not None:
+                raise AssertionError("worker exited with %s:\n%s" % (p.returncode, open(p.errpath).read()))
+            time.sleep(0.1)
+        raise AssertionError("worker got no assignment in %d s" % timeout)
+
+    def producer(self):
+        return Producer({"bootstrap.servers": self.brokers, "linger.ms": 5})
+
+    def produce(self, values, topic="sluice.jobs"):
+        """values: list of (key, value). Returns [(partition, offset)] in order."""
+        p = self.producer()
+        where = [None] * len(values)
+
+        def cb(i):
+            def f(err, msg):
+                assert err is None, err
+                where[i] = (msg.partition(), msg.offset())
+            return f
+
+        for i, (k, v) in enumerate(values):
+            p.produce(topic, value=v, key=k, on_delivery=cb(i))
+            p.poll(0)
+        p.flush(30)
+        assert all(w is not None for w in where)
+        return where
+
+    def consumer(self, topic, group=None):
+        c = Consumer({"bootstrap.servers": self.brokers, "group.id": group or "reader-%d" % random.randrange(1 << 30),
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        md = c.list_topics(topic, timeout=10)
+        parts = [TopicPartition(topic, p, 0) for p in md.topics[topic].partitions]
+        c.assign(parts)
+        return c
+
+    def read_all(self, topic, until=None, timeout=60, idle=1.0):
+        """Read a topic from the start. until(msgs) -> True stops early (then drain `idle` more seconds)."""
+        c = self.consumer(topic)
+        msgs = []
+        t0 = time.time()
+        done_at = None
+        while time.time() - t0 < timeout:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                msgs.append(m)
+            if done_at is None and until is not None and until(msgs):
+                done_at = time.time()
+            if done_at is not None and time.time() - done_at > idle:
+                break
+        c.close()
+        return msgs
+
+    def results(self, ids, timeout=90, topic="sluice.results", idle=1.5):
+        """{id: [decoded results...]} once every id has one (or timeout); checks key and header."""
+        want = set(ids)
+        seen = {}
+        n = [0]
+
+        def until(msgs):
+            while n[0] < len(msgs):
+                m = msgs[n[0]]
+                n[0] += 1
+                r = decode_result(m.value())
+                assert m.key().decode() == r["id"], "result key must be the job id"
+                hdr = dict(m.headers() or [])
+                assert hdr.get("sluice.type") == b"result", hdr
+                seen.setdefault(r["id"], []).append(r)
+            return want.issubset(seen.keys())
+
+        self.read_all(topic, until, timeout, idle)
+        return seen
+
+    def job_status(self, job_id):
+        v = self.redis.cmd("HGET", "sluice:job:" + job_id, "status")
+        return v.decode() if v else None
+
+    def close(self):
+        self.redis.close()
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def generate(prompt_ids, max_tokens, seed=None, temperature=0.0, top_k=0, top_p=1.0, ignore_eos=False):
+    """Tokens from sluice-generate (the engine alone) for the same prompt and sampling."""
+    args = [prog("sluice-generate"), "--model", MODEL, "--tokens", ",".join(map(str, prompt_ids)),
+            "--max-new-tokens", str(max_tokens), "--threads", "1"]
+    if seed is not None:
+        args += ["--seed", str(seed)]
+    if temperature:
+        args += ["--temperature", repr(temperature)]
+    if top_k:
+        args += ["--top-k", str(top_k)]
+    if top_p != 1.0:
+        args += ["--top-p", repr(top_p)]
+    if ignore_eos:
+        args.append("--ignore-eos")
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main(test):
+    """Run test(env_factory); exit 0/1 with a clear line."""
+    envs = []
+
+    def make(name, **kw):
+        e = Env(name, **kw)
+        envs.append(e)
+        return e
+
+    try:
+        test(make)
+    except Exception:
+        import traceback
+        traceback.print_exc()
+        for e in envs:
+            for p in e.procs:
+                if hasattr(p, "errpath"):
+                    print("---- %s (tail)" % p.errpath)
+                    print("".join(open(p.errpath).readlines()[-15:]))
+        print("FAIL")
+        return 1
+    finally:
+        for e in envs:
+            e.close()
+    print("PASS")
+    return 0
