@@ -380,10 +380,11 @@ def bench_text(path, mb):
             p = " ".join(multilingual(rng, rng.randint(1, 8)))
         else:
             p = rand_unicode(rng, rng.randint(20, 400))
-        p = p.replace("\n", "\\n")  # one document per line; the escape keeps newlines' neighbours
+        # one document per line: escape line breaks (python's text mode would also split at \r)
+        p = p.replace("\r", "\\r").replace("\n", "\\n")
         out.append(p)
         size += len(p.encode("utf-8")) + 1
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path, "w", encoding="utf-8", newline="") as f:
         f.write("\n".join(out) + "\n")
     print(f"bench text: {len(out)} lines, {size} bytes")
 
@@ -394,7 +395,7 @@ def bench_rust(tok_path, text_path):
     import tokenizers
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tok_path)
-    with open(text_path, encoding="utf-8") as f:
+    with open(text_path, encoding="utf-8", newline="") as f:
         lines = f.read().split("\n")
     if lines and lines[-1] == "":
         lines.pop()
