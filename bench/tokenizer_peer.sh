@@ -23,7 +23,7 @@ if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ]; then
 fi
 # the same flags as the CMake Release build
 gcc -O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iengine "${INC[@]}" \
-    engine/tokenizer.c engine/tokenizer_load.c engine/cli/sluice_tokenize.c \
+    engine/tokenizer.c engine/tokenizer_load.c engine/tokenizer_decode.c engine/cli/sluice_tokenize.c \
     "${LIBS[@]}" -lonig -ljansson -lpthread -o "$W/sluice-tokenize"
 
 python3 tests/tokenizer/make_vectors.py --bench-text "$W/bench.txt" --mb 10

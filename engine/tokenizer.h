@@ -53,6 +53,13 @@ int sl_tokenizer_encode(sl_tokenizer *t, const char *text, size_t len, int add_s
 int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len);
 
 int sl_tokenizer_n_ids(const sl_tokenizer *t);          /* largest id + 1 */
+/* What the decoder makes of one token: its bytes (ByteLevel: raw bytes, maybe a partial UTF-8
+ * character), valid while t lives; NULL for an id the tokenizer does not know. Concatenating these
+ * and converting lossily equals sl_tokenizer_decode for the ByteLevel decoder and the byte
+ * tokenizer (the null decoder also puts " " between tokens). */
+const char *sl_tokenizer_token_bytes(const sl_tokenizer *t, int32_t id, size_t *len);
+/* 1 if id is an added token marked "special" (BOS, EOS, <｜User｜>, ...), else 0. */
+int sl_tokenizer_is_special(const sl_tokenizer *t, int32_t id);
 int sl_tokenizer_is_bytes(const sl_tokenizer *t);       /* 1: the byte fallback */
 /* Id of a token (added tokens first, then the model vocab, model-space spelling), or -1. */
 int32_t sl_tokenizer_token_id(const sl_tokenizer *t, const char *tok, size_t len);

@@ -81,6 +81,7 @@ struct sl_tokenizer {
     uint32_t *tok_len;
     char **dec;                  /* per id: bytes the decoder makes of the token */
     uint32_t *dec_len;
+    uint8_t *special;            /* per id: an added token marked special */
     int byte_fallback, ignore_merges, fuse_unk;
     int32_t unk_id;
     int32_t fb_id[256];          /* <0xXX> ids, -1 absent */

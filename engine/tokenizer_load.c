@@ -182,6 +182,7 @@ static int load_added(sl_tokenizer *t, json_t *added, char *err, size_t errlen)
     if (!json_is_array(added)) return errf(err, errlen, "added_tokens is not an array");
     t->added = calloc(json_array_size(added) + 1, sizeof *t->added);
     if (!t->added) return errf(err, errlen, "out of memory");
+    if (!(t->special = calloc((size_t)t->n_ids + 1, 1))) return errf(err, errlen, "out of memory");
     size_t i;
     json_t *v;
     int any_single = 0;
@@ -204,6 +205,7 @@ static int load_added(sl_tokenizer *t, json_t *added, char *err, size_t errlen)
         a->special = (uint8_t)get_bool(v, "special", 0);
         a->normalized = (uint8_t)get_bool(v, "normalized", !a->special);
         any_single |= a->single_word;
+        t->special[id] = a->special;
         if (set_token(t, id, s, n)) return errf(err, errlen, "out of memory");
     }
     for (int k = 0; k < t->n_added; k++) {
@@ -552,7 +554,7 @@ void sl_tokenizer_free(sl_tokenizer *t)
         if (t->tok_str) free(t->tok_str[id]);
         if (t->dec) free(t->dec[id]);
     }
-    free(t->tok_str), free(t->tok_len), free(t->dec), free(t->dec_len);
+    free(t->tok_str), free(t->tok_len), free(t->dec), free(t->dec_len), free(t->special);
     tk_strmap_free(&t->vocab);
     free(t->vocab_arena);
     free(t->merges.key), free(t->merges.rank), free(t->merges.new_id);
@@ -576,6 +578,19 @@ void sl_tokenizer_free(sl_tokenizer *t)
 }
 
 int sl_tokenizer_n_ids(const sl_tokenizer *t) { return t->n_ids; }
+
+const char *sl_tokenizer_token_bytes(const sl_tokenizer *t, int32_t id, size_t *len)
+{
+    *len = 0;
+    if (id < 0 || id >= t->n_ids || !t->dec[id]) return NULL;
+    *len = t->dec_len[id];
+    return t->dec[id];
+}
+
+int sl_tokenizer_is_special(const sl_tokenizer *t, int32_t id)
+{
+    return t->special && id >= 0 && id < t->n_ids && t->special[id];
+}
 int sl_tokenizer_is_bytes(const sl_tokenizer *t) { return t->is_bytes; }
 
 int32_t sl_tokenizer_token_id(const sl_tokenizer *t, const char *tok, size_t len)

@@ -221,6 +221,19 @@ static void random_checks(sl_tokenizer *t, int rounds)
         int k = 1 + (int)(rnd() % 40);
         for (int i = 0; i < k; i++) rid[i] = (int32_t)(rnd() % (uint32_t)(sl_tokenizer_n_ids(t) + 50));
         check_decode(t, rid, (size_t)k, NULL, 0, "random ids");
+        /* token_bytes, concatenated and converted lossily, is decode */
+        size_t rn = 0, ln = 0, lc = 0, held, wn, bl;
+        for (int i = 0; i < k; i++) rn += sl_tokenizer_token_bytes(t, rid[i], &bl) ? bl : 0;
+        char *raw = malloc(rn + 1), *lossy = NULL, *whole;
+        rn = 0;
+        for (int i = 0; i < k; i++) {
+            const char *b = sl_tokenizer_token_bytes(t, rid[i], &bl);
+            if (b) memcpy(raw + rn, b, bl), rn += bl;
+        }
+        CHECK(sl_utf8_lossy_append(raw, rn, 0, &lossy, &ln, &lc, &held) == 0, "lossy");
+        CHECK(sl_tokenizer_decode(t, rid, (size_t)k, &whole, &wn) == 0 && wn == ln && memcmp(whole, lossy, ln) == 0,
+              "token_bytes + lossy != decode");
+        free(raw), free(lossy), free(whole);
     }
     free(buf);
 }
@@ -264,6 +277,12 @@ static void misc_checks(const char *dir, sl_tokenizer *t, json_t *base)
     int32_t seq[3] = {cont, sl_tokenizer_token_id(t, "a", 1), cont};
     check_decode(t, seq, 3, "\xEF\xBF\xBD" "a" "\xEF\xBF\xBD", 7, "lone continuation bytes");
     CHECK(sl_tokenizer_token_id(t, "<｜User｜>", strlen("<｜User｜>")) == 2, "special token id");
+    CHECK(sl_tokenizer_is_special(t, 2) && !sl_tokenizer_is_special(t, seq[1]) && !sl_tokenizer_is_special(t, -1),
+          "is_special");
+    size_t bl;
+    const char *b = sl_tokenizer_token_bytes(t, sl_tokenizer_token_id(t, "\xC4\xA0", 2), &bl);  /* "Ġ" */
+    CHECK(b && bl == 1 && b[0] == ' ', "token_bytes of Ġ");
+    CHECK(!sl_tokenizer_token_bytes(t, sl_tokenizer_n_ids(t) + 5, &bl) && bl == 0, "token_bytes of an unknown id");
 
     expect_load_error(base, "normalizer", "{\"type\":\"NFC\"}", "NFC");
     expect_load_error(base, "normalizer", "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Lowercase\"}]}", "Lowercase");
