@@ -46,7 +46,7 @@ def main():
         wts = wts / wts.sum(-1, keepdim=True) * SCALE
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=E)
+        counts = torch.zeros(E, device=dev, dtype=torch.int64).index_add_(0, flat, torch.ones_like(flat))
         offs = torch.cumsum(counts, 0).to(torch.int32)
         tok = order // K
         xs = x[tok]

@@ -199,6 +199,34 @@ static int bench_moe(int argc, char **argv)
             free(tm);
         }
     }
+    /* where the time goes: events between the stages (no graph), random routing, median over sets */
+    {
+        static const char *names[6] = {"logits", "topk", "lists", "gate/up", "down", "combine"};
+        const int sb[4] = {1, 8, 64, 512};
+        cudaEvent_t ev[7];
+        for (int i = 0; i < 7; i++) CU(cudaEventCreate(&ev[i]));
+        for (int l = 0; l < NLAYERS; l++)
+            if (moe_cuda_set_router(&L[l], gate, bias, NULL)) return 1;
+        printf("stage breakdown (us, events, no graph):%*s", 1, "");
+        for (int i = 0; i < 6; i++) printf(" %9s", names[i]);
+        printf("\n");
+        for (int bi = 0; bi < 4; bi++) {
+            float st_us[6][NSETS * 2];
+            for (int rr = 0; rr < NSETS * 2; rr++) {
+                if (moe_cuda_forward_timed(&L[rr % NLAYERS], &W, x[rr % NSETS], tok, sb[bi], out, st, ev)) return 1;
+                CU(cudaStreamSynchronize(st));
+                for (int i = 0; i < 6; i++) {
+                    float v;
+                    CU(cudaEventElapsedTime(&v, ev[i], ev[i + 1]));
+                    st_us[i][rr] = 1000 * v;
+                }
+            }
+            printf("  batch %4d %27s", sb[bi], "");
+            for (int i = 0; i < 6; i++) printf(" %9.1f", median(st_us[i], NSETS * 2));
+            printf("\n");
+        }
+        for (int i = 0; i < 7; i++) cudaEventDestroy(ev[i]);
+    }
     if (out_path) {
         char cmd[1024] = "";
         for (int i = 0; i < argc; i++) {

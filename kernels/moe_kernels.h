@@ -69,10 +69,11 @@ cudaError_t moe_quantize_nvfp4(const float *w, int n, int k, uint8_t *q, uint8_t
                                cudaStream_t st);
 
 /* ---- router (moe_router.cu) */
-/* part[s][t][e] = sum over k in split s of x[t][k] * gate_t[k][e]; x bf16 [T][H], gate_t fp32 [H][E]. */
-cudaError_t moe_router_logits(const uint16_t *x, const float *gate_t, int T, int H, int E, int ksplit,
-                              float *part, cudaStream_t st);
-/* Scores, top-k (or hash), weights. idx/w [T][topk]. */
+/* logits[t][e] = sum_k x[t][k] * gate[e][k]; x bf16 [T][H], gate fp32 [E][H]; H % 256 == 0. */
+cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
+                              cudaStream_t st);
+/* Scores, top-k (or hash), weights. part: ksplit partial logit arrays [ksplit][T][E] (1 = logits).
+ * idx/w [T][topk]. */
 cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
                             const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
                             float route_scale, int32_t *idx, float *w, cudaStream_t st);

@@ -31,8 +31,8 @@ int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s)
     memset(L, 0, sizeof *L);
     if (s->n_experts < 1 || s->n_experts > 512 || s->topk < 1 || s->topk > s->n_experts || s->topk > 32)
         return fail("bad expert count / topk (need 1 <= topk <= 32, experts <= 512)");
-    if (s->hidden % 128 || s->inter % 128 || s->hidden > 8192 || s->inter > 8192)
-        return fail("hidden and inter must be multiples of 128 and <= 8192");
+    if (s->hidden % 256 || s->inter % 128 || s->hidden > 8192 || s->inter > 8192)
+        return fail("hidden must be a multiple of 256, inter of 128, both and <= 8192");
     if (s->fp4_fmt != QT_NVFP4 && s->fp4_fmt != QT_MXFP4) return fail("routed experts must be QT_NVFP4 or QT_MXFP4");
     if (s->hash && s->vocab < 1) return fail("hash routing needs vocab > 0");
     L->s = *s;
@@ -45,7 +45,7 @@ int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s)
     CK(cudaMalloc((void **)&L->w2, (size_t)E * L->w2_stride), "cudaMalloc(w2)");
     CK(cudaMalloc((void **)&L->post13, (size_t)E * 2 * sizeof(float)), "cudaMalloc(post13)");
     CK(cudaMalloc((void **)&L->post2, (size_t)E * sizeof(float)), "cudaMalloc(post2)");
-    CK(cudaMalloc((void **)&L->gate_t, (size_t)E * H * sizeof(float)), "cudaMalloc(gate)");
+    CK(cudaMalloc((void **)&L->gate, (size_t)E * H * sizeof(float)), "cudaMalloc(gate)");
     if (s->hash) CK(cudaMalloc((void **)&L->tid2eid, (size_t)s->vocab * s->topk * sizeof(int32_t)), "cudaMalloc(tid2eid)");
     if (s->has_shared) {
         const size_t nb13 = (size_t)(I / 128) * (H / 128), nb2 = (size_t)(H / 128) * (I / 128);
@@ -60,7 +60,7 @@ int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s)
 
 void moe_cuda_layer_free(moe_cuda_layer *L)
 {
-    void *p[] = {L->w13, L->w2, L->post13, L->post2, L->gate_t, L->bias, L->tid2eid,
+    void *p[] = {L->w13, L->w2, L->post13, L->post2, L->gate, L->bias, L->tid2eid,
                  L->sh_w13, L->sh_w2, L->sh_s13, L->sh_s2};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
@@ -70,13 +70,7 @@ void moe_cuda_layer_free(moe_cuda_layer *L)
 int moe_cuda_set_router(moe_cuda_layer *L, const float *gate_w, const float *bias, const int32_t *tid2eid)
 {
     const int E = L->s.n_experts, H = L->s.hidden;
-    float *t = malloc((size_t)E * H * sizeof(float));
-    if (!t) return fail("out of host memory for the router weight");
-    for (int e = 0; e < E; e++)
-        for (int k = 0; k < H; k++) t[(size_t)k * E + e] = gate_w[(size_t)e * H + k];
-    cudaError_t err = cudaMemcpy(L->gate_t, t, (size_t)E * H * sizeof(float), cudaMemcpyHostToDevice);
-    free(t);
-    CK(err, "upload router weight");
+    CK(cudaMemcpy(L->gate, gate_w, (size_t)E * H * sizeof(float), cudaMemcpyHostToDevice), "upload router weight");
     if (bias) {
         if (!L->bias) CK(cudaMalloc((void **)&L->bias, (size_t)E * sizeof(float)), "cudaMalloc(bias)");
         CK(cudaMemcpy(L->bias, bias, (size_t)E * sizeof(float), cudaMemcpyHostToDevice), "upload bias");
@@ -221,7 +215,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     const int E = L->s.n_experts, K = L->s.topk, H = L->s.hidden, I = L->s.inter;
     const size_t pairs = (size_t)max_tokens * K + (size_t)max_tokens;
     W->max_tokens = max_tokens;
-    CK(cudaMalloc((void **)&W->logit_part, (size_t)32 * max_tokens * E * sizeof(float)), "cudaMalloc(logits)");
+    CK(cudaMalloc((void **)&W->logits, (size_t)max_tokens * E * sizeof(float)), "cudaMalloc(logits)");
     CK(cudaMalloc((void **)&W->idx, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(idx)");
     CK(cudaMalloc((void **)&W->w, (size_t)max_tokens * K * sizeof(float)), "cudaMalloc(w)");
     CK(cudaMalloc((void **)&W->off, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(off)");
@@ -244,7 +238,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 
 void moe_cuda_ws_free(moe_cuda_ws *W)
 {
-    void *p[] = {W->logit_part, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
+    void *p[] = {W->logits, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
                  W->h, W->y};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
@@ -254,14 +248,16 @@ void moe_cuda_ws_free(moe_cuda_ws *W)
 int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids, int T,
                      float *out, cudaStream_t st)
 {
+    return moe_cuda_forward_timed(L, W, x, token_ids, T, out, st, NULL);
+}
+
+int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids,
+                           int T, float *out, cudaStream_t st, cudaEvent_t ev[7])
+{
     if (T < 1 || T > W->max_tokens) return fail("batch larger than the workspace (or < 1)");
     if (L->s.hash && !token_ids) return fail("hash routing needs token ids");
     const moe_cuda_shape *s = &L->s;
     const int E = s->n_experts, H = s->hidden, I = s->inter, K = s->topk;
-    /* K-split of the router logits: enough blocks to stream the gate at small batch */
-    const int tiles = (T + 15) / 16;
-    int ksplit = 32;
-    while (ksplit > 1 && (tiles * ksplit > 264 || H % ksplit || (H / ksplit) % 4)) ksplit >>= 1;
     const moe_expert_args a = {
         .E = E, .H = H, .I = I, .fmt = L->kfmt, .has_shared = s->has_shared,
         .w13 = L->w13, .w13_stride = L->w13_stride, .w2 = L->w2, .w2_stride = L->w2_stride,
@@ -269,14 +265,23 @@ int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x,
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
         .limit = s->swiglu_limit,
     };
-    CK(moe_router_logits(x, L->gate_t, T, H, E, ksplit, W->logit_part, st), "router logits");
-    CK(moe_router_topk(W->logit_part, ksplit, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
+#define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
+    MARK(0);
+    CK(moe_router_logits(x, L->gate, T, H, E, W->logits, st), "router logits");
+    MARK(1);
+    CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
                        token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
+    MARK(2);
     CK(moe_build_lists(W->idx, W->w, T, E, K, s->has_shared, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM, W->off,
                        W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn, st), "expert lists");
+    MARK(3);
     CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
+    MARK(4);
     CK(moe_down(&a, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
+    MARK(5);
     CK(moe_combine(W->y, W->inv, W->off, T, H, E, K, s->has_shared, out, st), "combine");
+    MARK(6);
+#undef MARK
     return 0;
 }
 

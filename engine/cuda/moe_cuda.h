@@ -37,7 +37,7 @@ typedef struct {
     uint8_t *w13, *w2;                /* repacked routed experts, expert e at + e * stride */
     size_t w13_stride, w2_stride;
     float *post13, *post2;            /* per-tensor multipliers [E][2], [E] */
-    float *gate_t;                    /* router weight, transposed fp32 [hidden][E] */
+    float *gate;                      /* router weight fp32 [E][hidden] */
     float *bias;                      /* [E] or NULL */
     int32_t *tid2eid;                 /* [vocab][topk] or NULL */
     uint8_t *sh_w13, *sh_w2;          /* repacked FP8 shared expert */
@@ -48,7 +48,7 @@ typedef struct {
 
 typedef struct {
     int max_tokens, grid_gu, grid_dn;
-    float *logit_part;                /* [32][max][E] */
+    float *logits;                    /* [max][E] fp32 */
     int32_t *idx; float *w;           /* [max][topk] */
     int32_t *off, *items_gu, *items_dn;   /* [E+2] */
     int32_t *pair_tok, *inv; float *pair_w;
@@ -74,6 +74,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens);
 void moe_cuda_ws_free(moe_cuda_ws *W);
 int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids, int T,
                      float *out, cudaStream_t st);
+/* Same, recording ev[0..6] around the stages (logits, top-k, lists, gate/up, down, combine). */
+int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids,
+                           int T, float *out, cudaStream_t st, cudaEvent_t ev[7]);
 
 /* NVFP4 quantisation on the GPU (load time): w [rows][cols] fp32 device -> q, scale, scale2 device. */
 int moe_cuda_quantize_nvfp4(const float *w, int rows, int cols, uint8_t *q, uint8_t *scale, float *scale2,

@@ -36,21 +36,26 @@ __device__ __forceinline__ uint32_t u4get(const uint4 &v, int i)
     return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
 
-/* Stage the item's activation rows (<= 8) into xs[8][K + XPAD]; rows past ntok are zero. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *g)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+}
+
+/* Stage the item's activation rows (<= 8) into xs[8][K + XPAD] with asynchronous copies (all in
+ * flight at once). Rows past ntok are left as they are: they only feed accumulator columns that
+ * are never stored (mma column n depends on B column n alone). */
 __device__ __forceinline__ void stage_rows(uint16_t *xs, const uint16_t *src, const int32_t *rows_tok, int p0,
                                            int ntok, int K)
 {
     const int per_row = K / 8;
     __syncthreads();   /* the previous item is done reading xs */
-    for (int i = threadIdx.x; i < MOE_TOK_CHUNK * per_row; i += blockDim.x) {
+    for (int i = threadIdx.x; i < ntok * per_row; i += blockDim.x) {
         const int row = i / per_row, c8 = i % per_row;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (row < ntok) {
-            const size_t r = rows_tok ? (size_t)rows_tok[p0 + row] : (size_t)(p0 + row);
-            v = *(const uint4 *)(src + r * K + (size_t)c8 * 8);
-        }
-        *(uint4 *)(xs + row * (K + XPAD) + c8 * 8) = v;
+        const size_t r = rows_tok ? (size_t)rows_tok[p0 + row] : (size_t)(p0 + row);
+        cp_async16(xs + row * (K + XPAD) + c8 * 8, src + r * K + (size_t)c8 * 8);
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
 }
 
@@ -58,7 +63,7 @@ __device__ __forceinline__ void stage_rows(uint16_t *xs, const uint16_t *src, co
 template <int FMT, int NM>
 struct Fp4Stage {
     uint4 w[NM][2];
-    uint4 s[NM];
+    uint2 s[NM];      /* scale codes: rows g (x) and g+8 (y), byte 2u + grp */
 };
 
 template <int FMT, int NM>
@@ -70,12 +75,8 @@ __device__ __forceinline__ void fp4_load(Fp4Stage<FMT, NM> &st, const uint8_t *r
         const uint8_t *ch = rowtile + ((size_t)c * NM + m) * cb;
         st.w[m][0] = moe_ld_stream(ch + lane * 16);
         st.w[m][1] = moe_ld_stream(ch + 512 + lane * 16);
-        if (FMT == MOE_FP4_NVFP4) {
-            st.s[m] = moe_ld_stream(ch + 1024 + (lane >> 2) * 16);
-        } else {
-            const uint2 v = ld_stream8(ch + 1024 + (lane >> 2) * 8);
-            st.s[m] = make_uint4(v.x, v.y, 0, 0);
-        }
+        if (FMT == MOE_FP4_NVFP4) st.s[m] = ld_stream8(ch + 1024 + (lane >> 2) * 16 + ((lane >> 1) & 1) * 8);
+        else st.s[m] = ld_stream8(ch + 1024 + (lane >> 2) * 8);
     }
 }
 
@@ -83,7 +84,7 @@ template <int FMT, int NM>
 __device__ __forceinline__ void fp4_compute(const Fp4Stage<FMT, NM> &st, int c, const uint16_t *xrow,
                                             float acc[NM][4], int lane)
 {
-    const int q = lane & 3, hq = q >> 1;
+    const int q = lane & 3;
 #pragma unroll
     for (int u = 0; u < 2; u++) {
 #pragma unroll
@@ -91,15 +92,8 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<FMT, NM> &st, int c, 
             const uint4 bx = *(const uint4 *)(xrow + c * 128 + u * 64 + grp * 32 + 8 * q);
 #pragma unroll
             for (int m = 0; m < NM; m++) {
-                uint32_t cg, c8;
-                if (FMT == MOE_FP4_NVFP4) {
-                    const uint32_t sel = (uint32_t)(2 * grp + hq) | 0x4440u;
-                    cg = __byte_perm(u4get(st.s[m], u), 0u, sel);
-                    c8 = __byte_perm(u4get(st.s[m], 2 + u), 0u, sel);
-                } else {
-                    cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
-                    c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;
-                }
+                const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
+                const uint32_t c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;
                 const uint32_t fg = moe_scale_factor(cg), f8 = moe_scale_factor(c8);
 #pragma unroll
                 for (int step = 0; step < 2; step++) {
@@ -220,7 +214,7 @@ __device__ __forceinline__ int find_expert(const int32_t *items, int n, int it)
 }
 
 template <int FMT>
-__global__ void __launch_bounds__(128) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
+__global__ void __launch_bounds__(128, 3) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w,
                                                  const int32_t *items, uint16_t *h)
 {
@@ -264,7 +258,7 @@ __global__ void __launch_bounds__(128) k_gate_up(moe_expert_args a, const uint16
 }
 
 template <int FMT>
-__global__ void __launch_bounds__(128) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
+__global__ void __launch_bounds__(128, 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               const int32_t *items, float *y)
 {
     extern __shared__ __align__(16) uint16_t xs[];

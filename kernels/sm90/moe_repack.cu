@@ -83,21 +83,27 @@ __global__ void k_repack_fp4_w(const uint8_t *q, const uint8_t *sc, int fmt, int
     }
 }
 
-/* One thread per scale code in the chunk's scale region: [g][row g blocks, row g+8 blocks]. */
+/* One thread per scale code in the chunk's scale region. Lane (g, q) reads 8 bytes: the codes of
+ * rows g (bytes 0..3) and g+8 (bytes 4..7) for its (k64 unit u, k32 group grp) = byte 2u + grp.
+ * MXFP4 (block 32): region [g][8]. NVFP4 (block 16): region [g][q>>1][8], block = 4u + 2grp + (q>>1). */
 __global__ void k_repack_fp4_s(const uint8_t *sc, int fmt, int n, int k, int emin, uint8_t *dst, int nm,
                                int m, int *clamped)
 {
-    const int nc = k / 128, sb = fmt == MOE_FP4_NVFP4 ? 16 : 32, nsc = k / sb, bpc = 128 / sb;
+    const int nc = k / 128, sb = fmt == MOE_FP4_NVFP4 ? 16 : 32, nsc = k / sb, per_chunk = 16 * (128 / sb);
     const size_t chunk_bytes = moe_fp4_chunk_bytes(fmt);
-    const size_t total = (size_t)(n / 16) * nc * 16 * bpc;
+    const size_t total = (size_t)(n / 16) * nc * per_chunk;
     for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < total; id += (size_t)gridDim.x * blockDim.x) {
-        const int i = (int)(id % (16 * bpc));
-        const size_t rc = id / (16 * bpc);
+        const int i = (int)(id % per_chunk);
+        const size_t rc = id / per_chunk;
         const int r = (int)(rc / nc), c = (int)(rc % nc);
-        const int g = i / (2 * bpc), rest = i % (2 * bpc), hi = rest / bpc, blk = rest % bpc;
+        int g, hq, byte;
+        if (fmt == MOE_FP4_NVFP4) g = i >> 4, hq = (i >> 3) & 1, byte = i & 7;
+        else g = i >> 3, hq = 0, byte = i & 7;
+        const int hi = byte >> 2, ug = byte & 3;          /* ug = 2u + grp */
+        const int blk = fmt == MOE_FP4_NVFP4 ? 2 * ug + hq : ug;
         const int row = 16 * r + g + 8 * hi;
         int E = 0, m3 = 0;
-        const int kind = scale_split(sc[(size_t)row * nsc + c * bpc + blk], fmt, &E, &m3);
+        const int kind = scale_split(sc[(size_t)row * nsc + c * (128 / sb) + blk], fmt, &E, &m3);
         uint32_t code = 0;
         if (kind == 1) {
             int d = E - emin;
