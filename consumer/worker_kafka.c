@@ -30,7 +30,9 @@ void wlog(worker *w, int level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "sluice-worker[%s] %s: %s\n", w->worker_id, names[level], buf);
+    int64_t t = wall_ms();
+    fprintf(stderr, "%02d:%02d:%02d.%03d sluice-worker[%s] %s: %s\n", (int)(t / 3600000 % 24), (int)(t / 60000 % 60),
+            (int)(t / 1000 % 60), (int)(t % 1000), w->worker_id, names[level], buf);
 }
 
 // ---------------------------------------------------------------- callbacks

@@ -29,7 +29,7 @@ redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no > "
 PIDS+=($!)
 "$BUILD/consumer/sluice-mock-kafka" --partitions 4 > "$RUN/mock.out" 2> "$RUN/mock.err" &
 PIDS+=($!)
-for _ in $(seq 50); do [ -s "$RUN/mock.out" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -s "$RUN/mock.out" ] && break; sleep 0.1; done
 BROKERS=$(head -1 "$RUN/mock.out" | sed 's/^bootstrap.servers=//')
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping > /dev/null 2>&1 && break; sleep 0.1; done
 echo "demo: redis on 127.0.0.1:$REDIS_PORT, mock Kafka on $BROKERS, model $MODEL"

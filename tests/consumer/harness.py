@@ -174,7 +174,7 @@ class Env:
         out = open(os.path.join(self.dir, "mock.out"), "w+")
         self.mock = subprocess.Popen(args, stdout=out, stderr=open(os.path.join(self.dir, "mock.err"), "w"))
         self.procs.append(self.mock)
-        for _ in range(100):
+        for _ in range(600):   # the mock can take seconds to start on a loaded machine
             out.seek(0)
             line = out.readline()
             if line.endswith("\n"):
@@ -303,16 +303,24 @@ class Env:
         return v.decode() if v else None
 
     def close(self):
+        """Workers first (they commit on the way out), then the mock cluster and redis-server."""
         self.redis.close()
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        workers = [p for p in self.procs if hasattr(p, "errpath")]
+        others = [p for p in self.procs if not hasattr(p, "errpath")]
+        for group in (workers, others):
+            for p in group:
+                if p.poll() is None:
+                    p.terminate()
+            for p in group:
+                t0 = time.time()
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    log("%s did not stop in 30 s: kill" % getattr(p, "errpath", p.args[0]))
+                    p.kill()
+                    p.wait()
+                if time.time() - t0 > 2:
+                    log("%s took %.1f s to stop" % (getattr(p, "errpath", p.args[0]), time.time() - t0))
 
 
 def generate(prompt_ids, max_tokens, seed=None, temperature=0.0, top_k=0, top_p=1.0, ignore_eos=False):
@@ -357,5 +365,98 @@ def main(test):
     finally:
         for e in envs:
             e.close()
-    print("PASS")
+    log("PASS")
     return 0
+
+
+# ---------------------------------------------------------------- helpers for the failure tests
+
+import threading
+
+
+class ResultWatcher(threading.Thread):
+    """Reads the result topic from the start in the background: self.results {id: [(t, result)]}."""
+
+    def __init__(self, env, topic="sluice.results"):
+        super().__init__(daemon=True)
+        self.env, self.topic = env, topic
+        self.results = {}
+        self.n = 0
+        self.lock = threading.Lock()
+        self.stop = False
+        self.start()
+
+    def run(self):
+        c = self.env.consumer(self.topic)
+        while not self.stop:
+            m = c.poll(0.1)
+            if m is None or m.error():
+                continue
+            r = decode_result(m.value())
+            with self.lock:
+                self.results.setdefault(r["id"], []).append((time.time(), r))
+                self.n += 1
+        c.close()
+
+    def distinct(self):
+        with self.lock:
+            return len(self.results)
+
+    def wait(self, cond, timeout, what):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if cond():
+                return
+            time.sleep(0.05)
+        raise AssertionError("timeout after %d s waiting for %s (have %d distinct results)" % (timeout, what,
+                                                                                             self.distinct()))
+
+    def close(self):
+        self.stop = True
+        self.join(5)
+
+
+def slow_jobs(n, tag, max_tokens=48):
+    """Jobs that keep a worker with engine.max_batch small busy for a few seconds (ignore_eos)."""
+    rnd = random.Random()
+    jobs = []
+    for i in range(n):
+        text = "".join(rnd.choice("abcdefghij ") for _ in range(rnd.randint(2, 12)))
+        kw = {"ignore_eos": True}
+        if i % 2:
+            kw.update(temperature=0.8, seed=rnd.getrandbits(62))
+        jobs.append(job_record("%s-%d-%06x" % (tag, i, rnd.getrandbits(24)), text, max_tokens, **kw))
+    return jobs
+
+
+def same_result(a, b):
+    keys = ("id", "status", "finish_reason", "tokens", "text", "error")
+    return all(a[k] == b[k] for k in keys) and a["usage"]["completion_tokens"] == b["usage"]["completion_tokens"]
+
+
+def check_complete(watcher, jobs):
+    """Every job has a result; distinct ids == submitted; duplicates carry identical results."""
+    ids = {j["id"] for j in jobs}
+    with watcher.lock:
+        got = dict(watcher.results)
+    assert set(got) >= ids, "missing results for %d jobs" % len(ids - set(got))
+    assert len(set(got) & ids) == len(ids)
+    assert set(got) == ids, "results for unknown ids: %s" % list(set(got) - ids)[:3]
+    dups = 0
+    for jid, rs in got.items():
+        for _, r in rs[1:]:
+            dups += 1
+            assert same_result(rs[0][1], r), (rs[0][1], r)
+        assert rs[0][1]["status"] == "OK", rs[0][1]
+    return dups
+
+
+def assignment(p):
+    """Partitions a worker holds now, from its log."""
+    held = set()
+    for line in open(p.errpath):
+        if " assigned sluice.jobs[" in line:
+            held.add(int(line.rsplit("[", 1)[1].split("]")[0]))
+        elif " revoked sluice.jobs[" in line or " lost sluice.jobs[" in line:
+            held.discard(int(line.rsplit("[", 1)[1].split("]")[0]))
+    return held
