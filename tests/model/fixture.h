@@ -103,6 +103,35 @@ static inline int fx_list(const char *root, char names[][256], int max) {
     return n;
 }
 
+/* Bytes of the checkpoint's *.safetensors files (the CPU cost of a forward grows with it). */
+static inline long long fx_weight_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    long long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors")) continue;
+        char path[1400];
+        struct stat sb;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path && stat(path, &sb) == 0) n += sb.st_size;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Test selection by argument: "fast" = checkpoints under 4 MiB (ASan-friendly, label unit),
+ * "slow" = the others, any other text = fixture names containing it, none = all. */
+static inline int fx_selected(const char *root, const char *name, const char *sel) {
+    if (!sel) return 1;
+    int fast = !strcmp(sel, "fast"), slow = !strcmp(sel, "slow");
+    if (!fast && !slow) return strstr(name, sel) != NULL;
+    char dir[1400];
+    if (snprintf(dir, sizeof dir, "%s/%s", root, name) >= (int)sizeof dir) return 0;
+    int small = fx_weight_bytes(dir) < (4LL << 20);
+    return fast ? small : !small;
+}
+
 static inline int fx_argmax(const float *v, int n) {
     int b = 0;
     for (int i = 1; i < n; i++) if (v[i] > v[b]) b = i;
