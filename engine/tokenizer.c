@@ -645,14 +645,18 @@ static int added_split(sl_tokenizer *t, int pass, const char *p, size_t n)
 {
     size_t start_offset = 0;
     for (size_t i = 0; i < n;) {
-        unsigned char b = (unsigned char)p[i];
-        int best = -1;
-        for (int k = 0; k < t->nbucket[pass][b]; k++) {   /* longest first: the first hit wins */
-            tk_added *a = &t->added[t->bucket[pass][b][k]];
-            if (a->len <= n - i && memcmp(p + i, a->content, a->len) == 0) {
-                best = t->bucket[pass][b][k];
-                break;
-            }
+        if (!t->first[pass][(unsigned char)p[i]]) {
+            i++;
+            continue;
+        }
+        int best = -1;                    /* the longest token starting at i */
+        const tk_tnode *tr = t->trie[pass];
+        for (size_t j = i, node = 0; j < n; j++) {
+            int32_t c = tr[node].child;
+            while (c >= 0 && tr[c].b != (unsigned char)p[j]) c = tr[c].sib;
+            if (c < 0) break;
+            node = (size_t)c;
+            if (tr[c].tok >= 0) best = tr[c].tok;
         }
         if (best < 0) {
             i++;

@@ -25,6 +25,12 @@ typedef struct {
     int add_prefix_space, use_regex; /* BYTELEVEL */
 } tk_step;
 
+typedef struct {                 /* added-token trie node; node 0 is the root */
+    int32_t child, sib;          /* first child, next sibling (-1 = none) */
+    int32_t tok;                 /* index into added[] of the token ending here, or -1 */
+    uint8_t b;
+} tk_tnode;
+
 typedef struct {
     char *content;
     uint32_t len;
@@ -109,8 +115,9 @@ struct sl_tokenizer {
     tk_buf wbuf;                 /* BPE word scratch: model-space string */
     void *bw, *bh;               /* BPE symbols and heap (types private to tokenizer.c) */
     size_t cbw, cbh;
-    int *bucket[2][256];         /* added tokens by first byte, longest first; [0] raw, [1] normalized */
-    int nbucket[2][256];
+    tk_tnode *trie[2];           /* added tokens as byte tries: [0] normalized=false, [1] true */
+    int32_t ntrie[2], ctrie[2];
+    uint8_t first[2][256];       /* bytes an added token can start with */
     int32_t *out;
     size_t nout, capout;
     int failed;

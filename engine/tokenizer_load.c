@@ -169,11 +169,40 @@ static int load_model(sl_tokenizer *t, json_t *m, json_t *added, char *err, size
 
 // ---------------------------------------------------------------- added tokens
 
-static int cmp_len_desc(const void *a, const void *b, void *ctx)
+static int32_t trie_node(sl_tokenizer *t, int pass, uint8_t b)
 {
-    const tk_added *ad = ctx;
-    uint32_t la = ad[*(const int *)a].len, lb = ad[*(const int *)b].len;
-    return la < lb ? 1 : la > lb ? -1 : *(const int *)a - *(const int *)b;
+    if (t->ntrie[pass] == t->ctrie[pass]) {
+        int32_t nc = t->ctrie[pass] ? 2 * t->ctrie[pass] : 256;
+        tk_tnode *nt = realloc(t->trie[pass], (size_t)nc * sizeof *nt);
+        if (!nt) return -1;
+        t->trie[pass] = nt;
+        t->ctrie[pass] = nc;
+    }
+    t->trie[pass][t->ntrie[pass]] = (tk_tnode){-1, -1, -1, b};
+    return t->ntrie[pass]++;
+}
+
+/* Leftmost-longest matching walks this trie (tokenizer.c added_split). */
+static int trie_add(sl_tokenizer *t, int pass, const tk_added *a, int k)
+{
+    if (t->ntrie[pass] == 0 && trie_node(t, pass, 0) < 0) return -1;
+    int32_t node = 0;
+    for (uint32_t i = 0; i < a->len; i++) {
+        uint8_t b = (uint8_t)a->content[i];
+        int32_t c = t->trie[pass][node].child;
+        while (c >= 0 && t->trie[pass][c].b != b) c = t->trie[pass][c].sib;
+        if (c < 0) {
+            if ((c = trie_node(t, pass, b)) < 0) return -1;
+            t->trie[pass][c].sib = t->trie[pass][node].child;
+            t->trie[pass][node].child = c;
+        }
+        node = c;
+    }
+    t->trie[pass][node].tok = k;           /* the same content twice: the later one wins */
+    t->first[pass][(uint8_t)a->content[0]] = 1;
+    if (pass) t->has_norm = 1;
+    else t->has_raw = 1;
+    return 0;
 }
 
 static int load_added(sl_tokenizer *t, json_t *added, char *err, size_t errlen)
@@ -208,20 +237,8 @@ static int load_added(sl_tokenizer *t, json_t *added, char *err, size_t errlen)
         t->special[id] = a->special;
         if (set_token(t, id, s, n)) return errf(err, errlen, "out of memory");
     }
-    for (int k = 0; k < t->n_added; k++) {
-        int pass = t->added[k].normalized;
-        unsigned char b = (unsigned char)t->added[k].content[0];
-        int *nb = realloc(t->bucket[pass][b], (size_t)(t->nbucket[pass][b] + 1) * sizeof *nb);
-        if (!nb) return errf(err, errlen, "out of memory");
-        t->bucket[pass][b] = nb;
-        nb[t->nbucket[pass][b]++] = k;
-        if (pass) t->has_norm = 1;
-        else t->has_raw = 1;
-    }
-    for (int pass = 0; pass < 2; pass++)
-        for (int b = 0; b < 256; b++)
-            if (t->nbucket[pass][b] > 1)
-                qsort_r(t->bucket[pass][b], (size_t)t->nbucket[pass][b], sizeof(int), cmp_len_desc, t->added);
+    for (int k = 0; k < t->n_added; k++)
+        if (trie_add(t, t->added[k].normalized, &t->added[k], k)) return errf(err, errlen, "out of memory");
     if (any_single) {
         if (!(t->word_re = tk_regex(WORD_RE, strlen(WORD_RE), err, errlen))) return -1;
         if (!(t->word_region = onig_region_new())) return errf(err, errlen, "out of memory");
@@ -560,8 +577,7 @@ void sl_tokenizer_free(sl_tokenizer *t)
     free(t->merges.key), free(t->merges.rank), free(t->merges.new_id);
     for (int k = 0; k < t->n_added; k++) free(t->added[k].content);
     free(t->added);
-    for (int p = 0; p < 2; p++)
-        for (int b = 0; b < 256; b++) free(t->bucket[p][b]);
+    free(t->trie[0]), free(t->trie[1]);
     if (t->word_re) onig_free(t->word_re);
     if (t->word_region) onig_region_free(t->word_region, 1);
     for (int s = 0; s < TK_MAX_STEPS; s++) {
