@@ -20,6 +20,13 @@ gcc $CF -c bench/sluice_bench.c -o $B/sluice_bench.o || exit 1
 KO="$B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_bench_kernels.o $B/moe_cuda.o"
 $NVCC $ARCH -o $B/test_moe_gpu $B/test_moe_gpu.o $KO -lm || exit 1
 $NVCC $ARCH -o $B/sluice-bench $B/sluice_bench.o $KO -lm || exit 1
+if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + one ncu pass over the expert kernels
+  cuobjdump -sass $B/moe_expert.o > $OUT/expert.sass 2>&1
+  awk '/Function : .*k_gate_upILi0/{f=1} /Function : .*k_downILi0/{f=0} f' $OUT/expert.sass | grep -oE "^ +/\*[0-9a-f]+\*/ +[A-Z0-9_.]+" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25
+  ncu --clock-control none -k regex:"k_gate_up|k_down" -c 2 --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy $B/sluice-bench moe --batches 64 --reps 1 > $OUT/ncu.txt 2>&1
+  grep -E "k_gate_up|k_down|Throughput|Issued|Eligible|Active Warps|Stall|Pipe|Achieved Occupancy|Duration|One or More|No Eligible" $OUT/ncu.txt | head -80
+  exit 0
+fi
 echo "== test"; $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"
 echo "== peer"; PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-200} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
 echo "== bench"; $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
