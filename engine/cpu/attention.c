@@ -278,6 +278,7 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
             int n_win = t + 1 < W ? (int)t + 1 : W;
             int n_vis = ratio ? (int)((t + 1) / ratio) : 0;
             int n_cmp = csa ? (n_vis < c->index_topk ? n_vis : c->index_topk) : n_vis;
+            if (n_cmp < 0) n_cmp = 0;
             if (buf_ensure_keys(b, c, n_win + n_cmp, n_vis)) return -1;
             int nk = 0;
             for (long p = t - n_win + 1; p <= t; p++) b->keys[nk++] = ring + (size_t)(p % W) * hd;
@@ -292,7 +293,7 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
                 compress_push(&L->comp, ratio, hd, half, freq, eps, v4_cbuf(pool, st, l),
                               b->cC + (size_t)i * coff * hd, b->cZ + (size_t)i * coff * hd, t, e);
             }
-            if (csa && n_vis > 0) {
+            if (csa && n_cmp > 0) {
                 /* lightning indexer: score(e) = Σ_h wI_h · ReLU(qI_h · K_e) */
                 const float *iq = b->iq + (size_t)i * nI * dI;
                 float *iqh = b->iqh;
