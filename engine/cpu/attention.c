@@ -309,7 +309,7 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
                 else cpu_pool_run(tp, index_scores, &ij, n_vis);
                 topk_select(b->iscore, n_vis, n_cmp, b->sel);
                 for (int k2 = 0; k2 < n_cmp; k2++) b->keys[nk++] = v4_entry(pool, st, l, b->sel[k2]);
-            } else if (ratio) {
+            } else if (ratio && !csa) {
                 for (int e = 0; e < n_vis; e++) b->keys[nk++] = v4_entry(pool, st, l, e);
             }
 
