@@ -49,6 +49,14 @@ struct sl_backend {
 /* CPU reference backend; n_threads 0 = online cores. NULL with err on failure. */
 sl_backend *sl_backend_cpu_create(const v4_weights *w, v4_state_pool *pool, int n_threads,
                                   char *err, size_t errlen);
+
+/* Optional offload of each layer's MoE (e.g. to the GPU kernels) from the CPU forward: called
+ * with the n normalised MoE inputs xn[n, dim] of the step and their token ids; returns 0 after
+ * writing f[n, dim] = routed + shared experts, 1 to let the CPU compute it, -1 on failure (the
+ * step fails). A backend built this way keeps the CPU's attention and state. */
+typedef int (*sl_moe_hook)(void *ctx, int layer, int n, const int32_t *tokens, const float *xn, float *f);
+sl_backend *sl_backend_cpu_create_hooked(const v4_weights *w, v4_state_pool *pool, int n_threads,
+                                         sl_moe_hook hook, void *hook_ctx, char *err, size_t errlen);
 /* CUDA backend (engine/cuda/, only when SLUICE_HAVE_CUDA_BACKEND). */
 sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, char *err, size_t errlen);
 
