@@ -157,7 +157,12 @@ int main(int argc, char **argv) {
         while (read(w.wake_rd, drain, sizeof(drain)) > 0) {
         }
         more = 0;
+        /* admission: at the in-flight limit pause the partitions (librdkafka drops what it prefetched
+         * and re-fetches from the last returned offset on resume) but keep polling: rebalances are
+         * served and max.poll.interval.ms is never exceeded */
+        int64_t max_inflight = cfg_int(&c, "worker.max_inflight");
         for (int k = 0; k < 4096; k++) {
+            if (w.n_inflight >= max_inflight && !w.paused && !w.draining) wk_pause_all(&w, 1);
             rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, 0);
             if (!m) break;
             wj_on_message(&w, m);

@@ -235,7 +235,7 @@ class Env:
     def producer(self):
         return Producer({"bootstrap.servers": self.brokers, "linger.ms": 5})
 
-    def produce(self, values, topic="sluice.jobs"):
+    def produce(self, values, topic="sluice.jobs", partition=None):
         """values: list of (key, value). Returns [(partition, offset)] in order."""
         p = self.producer()
         where = [None] * len(values)
@@ -247,7 +247,10 @@ class Env:
             return f
 
         for i, (k, v) in enumerate(values):
-            p.produce(topic, value=v, key=k, on_delivery=cb(i))
+            if partition is None:
+                p.produce(topic, value=v, key=k, on_delivery=cb(i))
+            else:
+                p.produce(topic, value=v, key=k, partition=partition, on_delivery=cb(i))
             p.poll(0)
         p.flush(30)
         assert all(w is not None for w in where)
@@ -416,7 +419,7 @@ class ResultWatcher(threading.Thread):
         self.join(5)
 
 
-def slow_jobs(n, tag, max_tokens=48):
+def slow_jobs(n, tag, max_tokens=128):
     """Jobs that keep a worker with engine.max_batch small busy for a few seconds (ignore_eos)."""
     rnd = random.Random()
     jobs = []

@@ -1,0 +1,85 @@
+"""Malformed, oversized, truncated, wrong-schema, unknown-schema-id, empty and invalid messages land in
+the DLQ with the original bytes and key and the error headers; the worker keeps going, the good jobs
+around them (same partition) complete, and the committed offset moves past all of them."""
+import random
+import sys
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+import harness as h
+
+
+def test(make):
+    env = make("dlq")
+    w = env.start_worker("w-dlq", **{"input.max_bytes": 4096, "input.schema_ids": "1,7"})
+    rnd = random.Random()
+    good, msgs = [], []   # msgs: (key, value, expected error class or None)
+
+    def add_good():
+        j = h.job_record("ok-%d-%06x" % (len(msgs), rnd.getrandbits(24)), "hello %d" % len(msgs), 3)
+        good.append(j)
+        msgs.append((j["id"].encode(), h.encode_job(j, schema_id=rnd.choice([1, 7])), None))
+
+    def add_bad(value, cls):
+        msgs.append((b"bad-%d" % len(msgs), value, cls))
+
+    valid = h.avro_encode(h.JOB_SCHEMA, h.job_record("trunc-%06x" % rnd.getrandbits(24), "some prompt text", 4))
+    chunk = h.avro_encode(h.CHUNK_SCHEMA, {"id": "c1", "seq": 5, "tokens": [1, 2, 3], "text": None, "done": False})
+    add_good()
+    add_bad(h.confluent(1, b"\x06abc\x0e" + bytes(rnd.getrandbits(8) for _ in range(40))), "decode")  # malformed
+    add_good()
+    add_bad(h.confluent(1, b"\x02a" + bytes(5000)), "size")                              # oversized
+    add_good()
+    add_bad(h.confluent(7, valid[: len(valid) // 2]), "decode")                          # truncated
+    add_good()
+    add_bad(h.confluent(7, chunk), "decode")                                             # wrong schema
+    add_good()
+    add_bad(h.confluent(99, valid), "schema")                                            # schema id not allowed
+    add_good()
+    add_bad(None, "framing")                                                             # null value
+    add_good()
+    add_bad(b"\x00\x00\x01", "framing")                                                  # short Confluent header
+    add_good()
+    add_bad(h.encode_job(h.job_record("inv-%06x" % rnd.getrandbits(24), "x", 0)), "validation")   # max_tokens 0
+    add_good()
+    add_bad(h.encode_job(h.job_record("inv2-%06x" % rnd.getrandbits(24), [1, 999], 2)), "validation")  # bad id
+    add_good()
+    add_bad(h.encode_job(h.job_record("inv3-%06x" % rnd.getrandbits(24), "", 2)), "validation")  # empty prompt
+    add_good()
+    add_bad(h.encode_job(h.job_record("inv4-%06x" % rnd.getrandbits(24), "x", 2, top_p=1.5)), "validation")
+    add_good()
+    env.wait_assigned(w)
+    where = env.produce([(k, v) for k, v, _ in msgs], partition=0)
+    res = env.results([j["id"] for j in good], timeout=60)
+    for j in good:
+        assert j["id"] in res and res[j["id"]][0]["status"] == "OK", j["id"]
+    bad = [(m, wh) for m, wh in zip(msgs, where) if m[2]]
+    dlq = env.read_all("sluice.jobs.dlq", until=lambda ms: len(ms) >= len(bad), timeout=30)
+    assert len(dlq) == len(bad), "DLQ has %d messages, want %d" % (len(dlq), len(bad))
+    by_off = {int(dict(m.headers())["sluice.original.offset"]): m for m in dlq}
+    for (key, value, cls), (part, off) in bad:
+        m = by_off.get(off)
+        assert m is not None, "no DLQ message for offset %d (%s)" % (off, cls)
+        hd = dict(m.headers())
+        assert hd["sluice.error.class"].decode() == cls, (off, cls, hd)
+        assert hd["sluice.error"] and len(hd["sluice.error"]) > 5, hd
+        assert hd["sluice.original.topic"] == b"sluice.jobs" and int(hd["sluice.original.partition"]) == part
+        assert m.value() == value and m.key() == key, (off, m.value()[:20] if m.value() else None)
+        h.log("DLQ @%d %-10s %s" % (off, cls, hd["sluice.error"].decode()[:110]))
+    # the committed offset (auto-commit every 5 s) moves past every message
+    c = Consumer({"bootstrap.servers": env.brokers, "group.id": env.group})
+    last = where[-1][1]
+    t0 = time.time()
+    while True:
+        got = c.committed([TopicPartition("sluice.jobs", 0)], timeout=10)[0].offset
+        if got == last + 1:
+            break
+        assert time.time() - t0 < 20, "committed offset %d, want %d" % (got, last + 1)
+        time.sleep(0.5)
+    c.close()
+    assert w.poll() is None, "the worker died"
+
+
+if __name__ == "__main__":
+    sys.exit(h.main(test))
