@@ -29,4 +29,4 @@ if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + one ncu pass over 
 fi
 echo "== test"; $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"
 echo "== peer"; PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-200} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
-echo "== bench"; $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+echo "== bench"; BENCH_COMMAND="COMMIT=${COMMIT:-unknown} bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json)" $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"

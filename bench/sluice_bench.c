@@ -229,7 +229,9 @@ static int bench_moe(int argc, char **argv)
     }
     if (out_path) {
         char cmd[1024] = "";
-        for (int i = 0; i < argc; i++) {
+        const char *env_cmd = getenv("BENCH_COMMAND");   /* the command that made this run, if a script ran us */
+        if (env_cmd) snprintf(cmd, sizeof cmd, "%s", env_cmd);
+        else for (int i = 0; i < argc; i++) {
             if (!strcmp(argv[i], "--out") || !strcmp(argv[i], "--commit")) { i++; continue; }
             strncat(cmd, i ? " " : "", sizeof cmd - strlen(cmd) - 1);
             strncat(cmd, i == 0 ? "sluice-bench" : argv[i], sizeof cmd - strlen(cmd) - 1);

@@ -21,75 +21,84 @@
 #include <stdint.h>
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
+#include "common/moe_launch.cuh"
 
-#define XPAD 32   /* bf16 pad per staged activation row: keeps 16-byte fragment loads conflict-free */
-
-__device__ __forceinline__ uint2 ld_stream8(const void *p)
-{
-    uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
+#define RING_WARP_BYTES (10 * 1024)   /* per-warp shared-memory ring of weight chunks */
 
 __device__ __forceinline__ uint32_t u4get(const uint4 &v, int i)
 {
     return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *g)
+__device__ __forceinline__ void cp16(uint8_t *smem, const void *g)
 {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
 }
-
-/* Stage the item's activation rows (<= 8) into xs[8][K + XPAD] with asynchronous copies (all in
- * flight at once). Rows past ntok are left as they are: they only feed accumulator columns that
- * are never stored (mma column n depends on B column n alone). */
-__device__ __forceinline__ void stage_rows(uint16_t *xs, const uint16_t *src, const int32_t *rows_tok, int p0,
-                                           int ntok, int K)
+__device__ __forceinline__ void cp8(uint8_t *smem, const void *g)
 {
-    const int per_row = K / 8;
-    __syncthreads();   /* the previous item is done reading xs */
-    for (int i = threadIdx.x; i < ntok * per_row; i += blockDim.x) {
-        const int row = i / per_row, c8 = i % per_row;
-        const size_t r = rows_tok ? (size_t)rows_tok[p0 + row] : (size_t)(p0 + row);
-        cp_async16(xs + row * (K + XPAD) + c8 * 8, src + r * K + (size_t)c8 * 8);
-    }
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* A lane's activation fragments for one 128-input chunk: 4 x 16 bytes of its token's row (L1-cached;
+ * the 4 warps of a block read the same rows). */
+struct XFrag {
+    uint4 v[4];
+};
+__device__ __forceinline__ void load_x(XFrag &x, const uint16_t *xrow, int c, int q)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) x.v[i] = __ldg((const uint4 *)(xrow + c * 128 + i * 32 + 8 * q));
 }
 
-/* ---- FP4 stream: one warp, 16 rows, NM interleaved matrices, K inputs. */
-template <int FMT, int NM>
+/* ---- FP4 stream: one warp, 16 rows, NM interleaved matrices, K inputs.
+ * Weight chunks go HBM -> shared memory by cp.async (D chunks in flight per warp, each lane copies
+ * and later reads back only its own 16-byte pieces, so no barrier is needed), then into registers. */
+template <int NM>
 struct Fp4Stage {
     uint4 w[NM][2];
     uint2 s[NM];      /* scale codes: rows g (x) and g+8 (y), byte 2u + grp */
 };
 
 template <int FMT, int NM>
-__device__ __forceinline__ void fp4_load(Fp4Stage<FMT, NM> &st, const uint8_t *rowtile, int c, int lane)
+__device__ __forceinline__ void fp4_issue(uint8_t *ring, int slot, const uint8_t *rowtile, int c, int lane)
 {
     const size_t cb = moe_fp4_chunk_bytes(FMT);
 #pragma unroll
     for (int m = 0; m < NM; m++) {
         const uint8_t *ch = rowtile + ((size_t)c * NM + m) * cb;
-        st.w[m][0] = moe_ld_stream(ch + lane * 16);
-        st.w[m][1] = moe_ld_stream(ch + 512 + lane * 16);
-        if (FMT == MOE_FP4_NVFP4) st.s[m] = ld_stream8(ch + 1024 + (lane >> 2) * 16 + ((lane >> 1) & 1) * 8);
-        else st.s[m] = ld_stream8(ch + 1024 + (lane >> 2) * 8);
+        uint8_t *d = ring + (slot * NM + m) * 1280;
+        cp16(d + lane * 16, ch + lane * 16);
+        cp16(d + 512 + lane * 16, ch + 512 + lane * 16);
+        if (FMT == MOE_FP4_NVFP4) cp8(d + 1024 + lane * 8, ch + 1024 + (lane >> 2) * 16 + ((lane >> 1) & 1) * 8);
+        else cp8(d + 1024 + lane * 8, ch + 1024 + (lane >> 2) * 8);
     }
 }
 
-template <int FMT, int NM>
-__device__ __forceinline__ void fp4_compute(const Fp4Stage<FMT, NM> &st, int c, const uint16_t *xrow,
-                                            float acc[NM][4], int lane)
+template <int NM>
+__device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, int slot, int lane)
 {
-    const int q = lane & 3;
+#pragma unroll
+    for (int m = 0; m < NM; m++) {
+        const uint8_t *d = ring + (slot * NM + m) * 1280;
+        st.w[m][0] = *(const uint4 *)(d + lane * 16);
+        st.w[m][1] = *(const uint4 *)(d + 512 + lane * 16);
+        st.s[m] = *(const uint2 *)(d + 1024 + lane * 8);
+    }
+}
+
+template <int NM>
+__device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag &x, float acc[NM][4])
+{
 #pragma unroll
     for (int u = 0; u < 2; u++) {
 #pragma unroll
         for (int grp = 0; grp < 2; grp++) {
-            const uint4 bx = *(const uint4 *)(xrow + c * 128 + u * 64 + grp * 32 + 8 * q);
+            const uint4 bx = x.v[u * 2 + grp];
 #pragma unroll
             for (int m = 0; m < NM; m++) {
                 const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
@@ -108,18 +117,20 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<FMT, NM> &st, int c, 
     }
 }
 
-/* Streams K/128 chunks of one row tile; stages activations after issuing the first loads. */
+/* Streams the K/128 chunks of one 16-row tile; D even (the activation double buffer follows s & 1). */
 template <int FMT, int NM, int D>
-__device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint16_t *xs, const uint16_t *src,
-                                            const int32_t *rows_tok, int p0, int ntok, float acc[NM][4])
+__device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xrow,
+                                            float acc[NM][4])
 {
-    const int lane = threadIdx.x & 31, nc = K / 128;
-    Fp4Stage<FMT, NM> ring[D];
+    static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
+    const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
 #pragma unroll
-    for (int s = 0; s < D; s++)
-        if (s < nc) fp4_load<FMT, NM>(ring[s], rowtile, s, lane);
-    stage_rows(xs, src, rows_tok, p0, ntok, K);
-    const uint16_t *xrow = xs + (lane >> 2) * (K + XPAD);
+    for (int s = 0; s < D; s++) {
+        if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane);
+        cp_commit();
+    }
+    XFrag xb[2];
+    load_x(xb[0], xrow, 0, q);
 #pragma unroll
     for (int m = 0; m < NM; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.f;
     for (int c0 = 0; c0 < nc; c0 += D) {
@@ -127,37 +138,39 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint1
         for (int s = 0; s < D; s++) {
             const int c = c0 + s;
             if (c < nc) {
-                fp4_compute<FMT, NM>(ring[s], c, xrow, acc, lane);
-                if (c + D < nc) fp4_load<FMT, NM>(ring[s], rowtile, c + D, lane);
+                if (c + 1 < nc) load_x(xb[(s + 1) & 1], xrow, c + 1, q);
+                cp_wait<D - 1>();
+                Fp4Stage<NM> st;
+                fp4_read<NM>(st, ring, s, lane);
+                fp4_compute<NM>(st, xb[s & 1], acc);
             }
+            if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane);
+            cp_commit();
         }
     }
 }
 
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
-template <int NM>
-struct Fp8Stage {
-    uint4 w[NM][4];
-};
-
 template <int NM, int D>
 __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, const float *bscale, int bstride,
-                                            uint16_t *xs, const uint16_t *src, const int32_t *rows_tok, int p0,
-                                            int ntok, float acc[NM][4])
+                                            uint8_t *ring, const uint16_t *xrow, float acc[NM][4])
 {
+    static_assert(D % 2 == 0 && D * NM * 2048 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, nc = K / 128, q = lane & 3;
     const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
-    Fp8Stage<NM> ring[D];
 #pragma unroll
-    for (int s = 0; s < D; s++)
+    for (int s = 0; s < D; s++) {
         if (s < nc)
 #pragma unroll
             for (int m = 0; m < NM; m++)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
-                    ring[s].w[m][j] = moe_ld_stream(rowtile + ((size_t)s * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
-    stage_rows(xs, src, rows_tok, p0, ntok, K);
-    const uint16_t *xrow = xs + (lane >> 2) * (K + XPAD);
+                    cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
+                         rowtile + ((size_t)s * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+        cp_commit();
+    }
+    XFrag xb[2];
+    load_x(xb[0], xrow, 0, q);
 #pragma unroll
     for (int m = 0; m < NM; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.f;
     for (int c0 = 0; c0 < nc; c0 += D) {
@@ -165,39 +178,43 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, const
         for (int s = 0; s < D; s++) {
             const int c = c0 + s;
             if (c < nc) {
+                if (c + 1 < nc) load_x(xb[(s + 1) & 1], xrow, c + 1, q);
+                cp_wait<D - 1>();
                 float tmp[NM][4];
 #pragma unroll
                 for (int m = 0; m < NM; m++) tmp[m][0] = tmp[m][1] = tmp[m][2] = tmp[m][3] = 0.f;
 #pragma unroll
                 for (int grp = 0; grp < 4; grp++) {
-                    const uint4 bx = *(const uint4 *)(xrow + c * 128 + grp * 32 + 8 * q);
+                    const uint4 bx = xb[s & 1].v[grp];
 #pragma unroll
-                    for (int m = 0; m < NM; m++)
+                    for (int m = 0; m < NM; m++) {
+                        const uint4 wv = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
 #pragma unroll
                         for (int step = 0; step < 2; step++) {
-                            const uint32_t w0 = u4get(ring[s].w[m][grp], step * 2);
-                            const uint32_t w1 = u4get(ring[s].w[m][grp], step * 2 + 1);
+                            const uint32_t w0 = u4get(wv, step * 2), w1 = u4get(wv, step * 2 + 1);
                             moe_mma_bf16(tmp[m], moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120),
                                          moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120),
                                          moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120),
                                          moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120), u4get(bx, step * 2),
                                          u4get(bx, step * 2 + 1));
                         }
+                    }
                 }
 #pragma unroll
                 for (int m = 0; m < NM; m++) {
-                    const float bs = bscale[(size_t)m * bstride + c];
+                    const float bs = __ldg(bscale + (size_t)m * bstride + c);
 #pragma unroll
                     for (int i = 0; i < 4; i++) acc[m][i] = fmaf(tmp[m][i], bs, acc[m][i]);
                 }
-                if (c + D < nc)
-#pragma unroll
-                    for (int m = 0; m < NM; m++)
-#pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            ring[s].w[m][j] = moe_ld_stream(rowtile + ((size_t)(c + D) * NM + m) * MOE_FP8_CHUNK_BYTES +
-                                                            j * 512 + lane * 16);
             }
+            if (c + D < nc)
+#pragma unroll
+                for (int m = 0; m < NM; m++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
+                             rowtile + ((size_t)(c + D) * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+            cp_commit();
         }
     }
 }
@@ -214,12 +231,13 @@ __device__ __forceinline__ int find_expert(const int32_t *items, int n, int it)
 }
 
 template <int FMT>
-__global__ void __launch_bounds__(128, 3) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
+__global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w,
                                                  const int32_t *items, uint16_t *h)
 {
-    extern __shared__ __align__(16) uint16_t xs[];
+    extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    moe_pdl_wait();
     const int total = items[nE], rg_count = a.I / MOE_ROWS_PER_ITEM;
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = find_expert(items, nE, it);
@@ -228,17 +246,20 @@ __global__ void __launch_bounds__(128, 3) k_gate_up(moe_expert_args a, const uin
         const int p0 = off[e] + tc * MOE_TOK_CHUNK, ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
         const int r = rg * MOE_WARPS + warp;   /* 16-row tile of the I outputs */
         (void)rg_count;
+        uint8_t *ring = smem + warp * RING_WARP_BYTES;
+        const int g_ = lane >> 2;
+        const uint16_t *xrow = x + (size_t)pair_tok[p0 + (g_ < ntok ? g_ : 0)] * a.H;
         float acc[2][4];
         float pg = 1.f, pu = 1.f;
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * (a.H / 128) * 2 * moe_fp4_chunk_bytes(FMT);
-            fp4_rowtile<FMT, 2, 3>(rt, a.H, xs, x, pair_tok, p0, ntok, acc);
+            fp4_rowtile<FMT, 2, 4>(rt, a.H, ring, xrow, acc);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
             const uint8_t *rt = a.sh_w13 + (size_t)r * (a.H / 128) * 2 * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s13 + (size_t)(r * 16 / 128) * (a.H / 128);
-            fp8_rowtile<2, 2>(rt, a.H, bs, (a.I / 128) * (a.H / 128), xs, x, pair_tok, p0, ntok, acc);
+            fp8_rowtile<2, 2>(rt, a.H, bs, (a.I / 128) * (a.H / 128), ring, xrow, acc);
         }
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -255,14 +276,16 @@ __global__ void __launch_bounds__(128, 3) k_gate_up(moe_expert_args a, const uin
             }
         }
     }
+    moe_pdl_release();
 }
 
 template <int FMT>
 __global__ void __launch_bounds__(128, 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               const int32_t *items, float *y)
 {
-    extern __shared__ __align__(16) uint16_t xs[];
+    extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    moe_pdl_wait();
     const int total = items[nE];
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = find_expert(items, nE, it);
@@ -270,16 +293,19 @@ __global__ void __launch_bounds__(128, 4) k_down(moe_expert_args a, const uint16
         const int local = it - items[e], rg = local / nch, tc = local % nch;
         const int p0 = off[e] + tc * MOE_TOK_CHUNK, ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
         const int r = rg * MOE_WARPS + warp;   /* 16-row tile of the H outputs */
+        uint8_t *ring = smem + warp * RING_WARP_BYTES;
+        const int g_ = lane >> 2;
+        const uint16_t *xrow = h + (size_t)(p0 + (g_ < ntok ? g_ : 0)) * a.I;
         float acc[1][4];
         float post = 1.f;
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * (a.I / 128) * moe_fp4_chunk_bytes(FMT);
-            fp4_rowtile<FMT, 1, 4>(rt, a.I, xs, h, NULL, p0, ntok, acc);
+            fp4_rowtile<FMT, 1, 8>(rt, a.I, ring, xrow, acc);
             post = a.post2[e];
         } else {
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s2 + (size_t)(r * 16 / 128) * (a.I / 128);
-            fp8_rowtile<1, 3>(rt, a.I, bs, 0, xs, h, NULL, p0, ntok, acc);
+            fp8_rowtile<1, 4>(rt, a.I, bs, 0, ring, xrow, acc);
         }
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -288,9 +314,10 @@ __global__ void __launch_bounds__(128, 4) k_down(moe_expert_args a, const uint16
             if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][i] * post;
         }
     }
+    moe_pdl_release();
 }
 
-static size_t smem_for(int K) { return (size_t)MOE_TOK_CHUNK * (K + XPAD) * 2; }
+static size_t smem_for(int K) { (void)K; return (size_t)MOE_WARPS * RING_WARP_BYTES; }
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {
@@ -317,11 +344,8 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
     (void)T; (void)topk;
     if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->H);
-    if (a->fmt == MOE_FP4_NVFP4)
-        k_gate_up<MOE_FP4_NVFP4><<<grid, 128, sm, st>>>(*a, x, off, pair_tok, pair_w, items, h);
-    else
-        k_gate_up<MOE_FP4_MXFP4><<<grid, 128, sm, st>>>(*a, x, off, pair_tok, pair_w, items, h);
-    return cudaGetLastError();
+    return moe_launch(a->fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4> : k_gate_up<MOE_FP4_MXFP4>, dim3(grid),
+                      dim3(128), sm, st, *a, x, off, pair_tok, pair_w, items, h);
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
@@ -330,11 +354,8 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     (void)T; (void)topk;
     if (a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->I);
-    if (a->fmt == MOE_FP4_NVFP4)
-        k_down<MOE_FP4_NVFP4><<<grid, 128, sm, st>>>(*a, h, off, items, y);
-    else
-        k_down<MOE_FP4_MXFP4><<<grid, 128, sm, st>>>(*a, h, off, items, y);
-    return cudaGetLastError();
+    return moe_launch(a->fmt == MOE_FP4_NVFP4 ? k_down<MOE_FP4_NVFP4> : k_down<MOE_FP4_MXFP4>, dim3(grid), dim3(128),
+                      sm, st, *a, h, off, items, y);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,
@@ -342,6 +363,8 @@ __global__ void k_combine(const float *y, const int32_t *inv, const int32_t *off
 {
     const int t = blockIdx.y;
     const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    moe_pdl_wait();
+    moe_pdl_release();
     if (t >= T || c >= H) return;
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int k = 0; k < topk; k++) {
@@ -362,6 +385,5 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const int
 {
     if (H % 4) return cudaErrorInvalidValue;
     dim3 grid((H / 4 + 255) / 256, T);
-    k_combine<<<grid, 256, 0, st>>>(y, inv, off, T, H, E, topk, has_shared, out);
-    return cudaGetLastError();
+    return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, off, T, H, E, topk, has_shared, out);
 }

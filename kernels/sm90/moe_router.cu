@@ -9,9 +9,10 @@
 #include <stdint.h>
 #include <math.h>
 #include "moe_kernels.h"
+#include "common/moe_launch.cuh"
 
 #define RT_TOK 8       /* tokens per logits block */
-#define RT_WARPS 8     /* experts per logits block (one per warp) */
+#define RT_WARPS 4     /* experts per logits block (one per warp) */
 #define RT_MAXPL 16    /* experts per lane in top-k: E <= 512 */
 
 /* One warp per (expert, 8-token tile): lanes stride over K with 16-byte loads of the expert's gate
@@ -22,15 +23,17 @@ __global__ void k_router_logits(const uint16_t *x, const float *gate, int T, int
     extern __shared__ __align__(16) uint16_t xt[];   /* [nt][H] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = blockIdx.x * RT_WARPS + warp, t0 = blockIdx.y * RT_TOK, nt = min(RT_TOK, T - t0);
+    moe_pdl_wait();
     for (int i = threadIdx.x; i < nt * (H / 8); i += blockDim.x)
         *(uint4 *)(xt + (size_t)i * 8) = *(const uint4 *)(x + (size_t)t0 * H + (size_t)i * 8);
     __syncthreads();
+    moe_pdl_release();
     if (e >= E) return;
     float acc[RT_TOK];
 #pragma unroll
     for (int j = 0; j < RT_TOK; j++) acc[j] = 0.f;
     const float *g = gate + (size_t)e * H;
-#pragma unroll 8
+#pragma unroll 16
     for (int k = lane * 8; k < H; k += 256) {
         const float4 w0 = __ldg((const float4 *)(g + k)), w1 = __ldg((const float4 *)(g + k + 4));
         const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
@@ -69,8 +72,7 @@ extern "C" cudaError_t moe_router_logits(const uint16_t *x, const float *gate, i
         raised = 1;
     }
     dim3 grid((E + RT_WARPS - 1) / RT_WARPS, (T + RT_TOK - 1) / RT_TOK);
-    k_router_logits<<<grid, 32 * RT_WARPS, smem, st>>>(x, gate, T, H, E, logits);
-    return cudaGetLastError();
+    return moe_launch(k_router_logits, grid, dim3(32 * RT_WARPS), smem, st, x, gate, T, H, E, logits);
 }
 
 /* (v, e) beats (v2, e2): higher value, equal values -> lower index */
@@ -85,6 +87,8 @@ __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int t
                               float *wout)
 {
     const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    moe_pdl_wait();
+    moe_pdl_release();
     if (t >= T) return;
     float lg[RT_MAXPL], sc[RT_MAXPL], sel[RT_MAXPL];
     float mx = -INFINITY;
@@ -166,9 +170,8 @@ extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int
 {
     if (E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E) return cudaErrorInvalidValue;
     const int threads = 256, blocks = (T * 32 + threads - 1) / threads;
-    k_router_topk<<<blocks, threads, 0, st>>>(part, ksplit, T, E, topk, score_func, bias, tid2eid, token_ids,
-                                              route_scale, idx, w);
-    return cudaGetLastError();
+    return moe_launch(k_router_topk, dim3(blocks), dim3(threads), 0, st, part, ksplit, T, E, topk, score_func, bias,
+                      tid2eid, token_ids, route_scale, idx, w);
 }
 
 /* Exclusive scan of n ints in smem by one warp; returns the total. */
@@ -197,6 +200,8 @@ __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, 
     extern __shared__ int sm[];
     const int nE = E + (has_shared ? 1 : 0);
     int *cnt = sm, *fill = sm + (E + 2), *so = sm + 2 * (E + 2), *sg = sm + 3 * (E + 2), *sd = sm + 4 * (E + 2);
+    moe_pdl_wait();
+    moe_pdl_release();
     for (int i = threadIdx.x; i < E + 2; i += blockDim.x) cnt[i] = 0, fill[i] = 0;
     __syncthreads();
     const int P = T * topk;
@@ -245,7 +250,6 @@ extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T
 {
     const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
     if (smem > 48 * 1024) return cudaErrorInvalidValue;
-    k_build_lists<<<1, 1024, smem, st>>>(idx, w, T, E, topk, has_shared, rg_gu, rg_dn, off, pair_tok, pair_w, inv,
-                                         items_gu, items_dn);
-    return cudaGetLastError();
+    return moe_launch(k_build_lists, dim3(1), dim3(1024), smem, st, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, off,
+                      pair_tok, pair_w, inv, items_gu, items_dn);
 }
