@@ -200,6 +200,7 @@ static void test_quantize_experts(const char *src, const char *deq)
 static char tmpdir[256];
 static unsigned char *pub_data;  /* whole model.safetensors */
 static size_t pub_size, pub_hlen;
+static const char *cfg_src = SLUICE_TEST_DATA "/tiny-v4-public/config.json";
 
 static int read_all(const char *path, unsigned char **buf, size_t *n)
 {
@@ -248,7 +249,7 @@ static void make_ckpt(hdr_edit edit, const char *cfg_from, const char *cfg_to)
     json_decref(h);
     unsigned char *cfg;
     size_t cn;
-    if (read_all(SLUICE_TEST_DATA "/tiny-v4-public/config.json", &cfg, &cn)) exit(2);
+    if (read_all(cfg_src, &cfg, &cn)) exit(2);
     char *c = malloc(cn + 256);
     memcpy(c, cfg, cn);
     c[cn] = 0;
@@ -370,6 +371,82 @@ static void test_tid2eid_i32(void)
     v4_weights_free(&p);
 }
 
+/* random header edits (drop a tensor, change its dtype keeping the byte count, transpose it,
+ * rename it): the loader answers 0 or one error line, never crashes or leaks */
+static uint32_t fz = 0xC0FFEEu;
+static uint32_t fz_next(void)
+{
+    fz ^= fz << 13;
+    fz ^= fz >> 17;
+    fz ^= fz << 5;
+    return fz;
+}
+
+static void e_random(json_t *h)
+{
+    static const char *dts[] = {"F32", "BF16", "F16", "F8_E4M3", "F8_E8M0", "I8", "U8", "I64", "I32"};
+    static const int dsz[] = {4, 2, 2, 1, 1, 1, 1, 8, 4};
+    for (int k = 0; k < 1 + (int)(fz_next() % 3); k++) {
+        size_t n = json_object_size(h), pick = fz_next() % n, i = 0;
+        const char *key;
+        json_t *v, *t = NULL;
+        char name[256] = "";
+        json_object_foreach(h, key, v) {
+            if (i++ == pick) {
+                snprintf(name, sizeof(name), "%s", key);
+                t = v;
+            }
+        }
+        if (!t || !json_is_object(t)) continue;
+        json_t *off = json_object_get(t, "data_offsets");
+        json_int_t b = json_integer_value(json_array_get(off, 0)), e = json_integer_value(json_array_get(off, 1));
+        switch (fz_next() % 4) {
+        case 0: json_object_del(h, name); break;
+        case 1: {
+            int d = (int)(fz_next() % 9);
+            json_int_t cnt = (e - b) / dsz[d];
+            json_object_set_new(t, "dtype", json_string(dts[d]));
+            json_object_set_new(t, "data_offsets", json_pack("[II]", b, b + cnt * dsz[d]));
+            json_t *sh = json_object_get(t, "shape");
+            json_int_t r = json_array_size(sh) == 2 ? json_integer_value(json_array_get(sh, 0)) : 1;
+            if (r > 0 && cnt % r == 0) json_object_set_new(t, "shape", json_pack("[II]", r, cnt / r));
+            else json_object_set_new(t, "shape", json_pack("[I]", cnt));
+            break;
+        }
+        case 2: {
+            json_t *sh = json_object_get(t, "shape");
+            if (json_array_size(sh) == 2)
+                json_object_set_new(t, "shape", json_pack("[OO]", json_array_get(sh, 1), json_array_get(sh, 0)));
+            break;
+        }
+        default: {
+            char nn[300];
+            snprintf(nn, sizeof(nn), "%s.x", name);
+            json_object_set(h, nn, t);
+            json_object_del(h, name);
+        }
+        }
+    }
+}
+
+static void test_random_edits(int iters)
+{
+    int ok = 0;
+    for (int it = 0; it < iters; it++) {
+        make_ckpt(e_random, NULL, NULL);
+        v4_weights w;
+        char err[512] = "";
+        if (v4_weights_load(tmpdir, &w, err, sizeof(err)) == 0) {
+            ok++;
+            v4_weights_free(&w);
+        } else {
+            CHECK(err[0] && !strchr(err, '\n'));
+            if (getenv("SLUICE_TEST_VERBOSE")) fprintf(stderr, "edit %d: %s\n", it, err);
+        }
+    }
+    CHECK(ok < iters); /* the edits do break things */
+}
+
 static void poke_tid2eid(int value)
 {
     /* a copy whose tid2eid[0][0] is `value` */
@@ -419,6 +496,7 @@ static void test_mutations(void)
     /* a layer that is sliding-only in the config simply ignores its compressor tensors */
     expect_load(NULL, "\"heavily_compressed_attention\",", "\"sliding_attention\",", NULL);
     test_tid2eid_i32();
+    test_random_edits(100);
     /* tid2eid must hold expert ids */
     poke_tid2eid(8);
     {
@@ -479,10 +557,47 @@ static void test_load_only(const char *dir, int want_expert_fmt)
     v4_weights_free(&w);
 }
 
+/* random edits of another single-file checkpoint (e.g. hub FP8/MXFP4 or NVFP4 converted with one shard) */
+static void test_fuzz_file(const char *st_path, const char *cfg_path, int iters)
+{
+    unsigned char *save = pub_data;
+    size_t ss = pub_size, sh = pub_hlen;
+    const char *sc = cfg_src;
+    snprintf(tmpdir, sizeof(tmpdir), "%s", "wt_test_XXXXXX");
+    if (!mkdtemp(tmpdir) || read_all(st_path, &pub_data, &pub_size)) {
+        fprintf(stderr, "cannot read %s\n", st_path);
+        check_failures++;
+        return;
+    }
+    pub_hlen = 0;
+    for (int i = 7; i >= 0; i--) pub_hlen = (pub_hlen << 8) | pub_data[i];
+    cfg_src = cfg_path;
+    make_ckpt(NULL, NULL, NULL);
+    v4_weights w;
+    char err[512];
+    int rc = v4_weights_load(tmpdir, &w, err, sizeof(err));
+    if (rc) fprintf(stderr, "unedited %s: %s\n", st_path, err);
+    CHECK(rc == 0);
+    if (rc == 0) v4_weights_free(&w);
+    test_random_edits(iters);
+    char p[512];
+    snprintf(p, sizeof(p), "%s/model.safetensors", tmpdir);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s/config.json", tmpdir);
+    unlink(p);
+    rmdir(tmpdir);
+    free(pub_data);
+    pub_data = save;
+    pub_size = ss;
+    pub_hlen = sh;
+    cfg_src = sc;
+}
+
 /* Usage: test_engine_weights [COMMAND]...
  *   cmp QUANT_DIR DEQUANT_DIR mxfp4|nvfp4   every role of a quantised checkpoint, bit for bit
  *   quantize FLOAT_DIR NVFP4_DEQUANT_DIR     --quantize-experts nvfp4 == make_official's NVFP4
- *   load DIR mxfp4|nvfp4                     a quantised checkpoint loads with these formats */
+ *   load DIR mxfp4|nvfp4                     a quantised checkpoint loads with these formats
+ *   fuzz FILE.safetensors CONFIG.json N      N random header edits of a single-file checkpoint */
 int main(int argc, char **argv)
 {
     test_public();
@@ -494,6 +609,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "quantize") && i + 2 < argc) {
             test_quantize_experts(argv[i + 1], argv[i + 2]);
             i += 3;
+        } else if (!strcmp(argv[i], "fuzz") && i + 3 < argc) {
+            test_fuzz_file(argv[i + 1], argv[i + 2], atoi(argv[i + 3]));
+            i += 4;
         } else if (!strcmp(argv[i], "load") && i + 2 < argc) {
             test_load_only(argv[i + 1], !strcmp(argv[i + 2], "nvfp4") ? QT_NVFP4 : QT_MXFP4);
             i += 3;
