@@ -7,6 +7,7 @@
  * concurrently give the same tokens as each alone.
  */
 #include "jobs.h"
+#include "../../engine/sampler.h"
 #include "../../engine/state.h"
 #include "../../engine/weights.h"
 
@@ -138,6 +139,103 @@ sampling:
     fx_free(&f);
 }
 
+/* Scheduler stress on the public fixture: random prompts, lengths, chunk sizes, step budgets, a
+ * small state pool and random cancellations. Every request gets exactly one FINISH, after all its
+ * tokens; uncancelled greedy requests give the tokens they give alone; all state is returned. */
+static void stress(const char *dir) {
+    enum { NR = 24 };
+    static int32_t prompts[NR][48];
+    int np[NR], mt[NR], seen_fin[NR], ntok[NR], cancelled[NR];
+    int32_t toks[NR][32];
+    uint64_t ids[NR];
+    sl_rng r = {12345};
+    for (int i = 0; i < NR; i++) {
+        np[i] = 1 + (int)(sl_rng_next(&r) % 40);
+        mt[i] = 1 + (int)(sl_rng_next(&r) % 24);
+        for (int k = 0; k < np[i]; k++) prompts[i][k] = (int32_t)(sl_rng_next(&r) % 256);
+    }
+    /* alone */
+    int32_t want[NR][32];
+    sl_engine *e = open_engine(dir, 0, 0, 0, 0, NULL);
+    if (!e) { failures++; return; }
+    for (int i = 0; i < NR; i++) {
+        job j;
+        memset(&j, 0, sizeof j);
+        j.prompt = prompts[i];
+        j.n_prompt = np[i];
+        j.s = greedy_sampling(mt[i]);
+        j.s.ignore_eos = 1;
+        if (run_jobs(e, &j, 1) || j.n != mt[i]) { FAIL("stress: alone run %d failed", i); sl_engine_close(e); return; }
+        memcpy(want[i], j.toks, (size_t)j.n * sizeof(int32_t));
+    }
+    /* state budgets that admit two or three requests and then run out of pages as they grow */
+    v4_state_pool probe;
+    char err[256];
+    size_t fixed = 0, page = 0;
+    v4_weights w;
+    if (!v4_weights_load(dir, &w, err, sizeof err)) {
+        if (!v4_pool_init(&probe, &w.cfg, 1, err, sizeof err)) {
+            fixed = probe.fixed_floats * sizeof(float);
+            page = probe.page_floats * sizeof(float);
+            v4_pool_free(&probe);
+        }
+        v4_weights_free(&w);
+    }
+    sl_engine_close(e);
+    if (!fixed) { FAIL("stress: cannot size the pool"); return; }
+    const size_t budgets[3] = {2 * fixed + 3 * page, 2 * fixed + 4 * page, 3 * fixed + 5 * page};
+    uint64_t preempted = 0;
+    for (int round = 0; round < 3; round++) {
+        int chunk = 1 + (int)(sl_rng_next(&r) % 9), budget = 1 + (int)(sl_rng_next(&r) % 40);
+        size_t bytes = budgets[round];
+        if (!(e = open_engine(dir, chunk, 2 + (int)(sl_rng_next(&r) % 6), budget, bytes, NULL))) { failures++; return; }
+        memset(seen_fin, 0, sizeof seen_fin);
+        memset(ntok, 0, sizeof ntok);
+        memset(cancelled, 0, sizeof cancelled);
+        int submitted = 0, done = 0;
+        for (int step = 0; done < NR && step < 20000; step++) {
+            if (submitted < NR && sl_rng_next(&r) % 3 == 0) {
+                sl_sampling s = greedy_sampling(mt[submitted]);
+                s.ignore_eos = 1;
+                if (sl_engine_submit(e, prompts[submitted], np[submitted], &s, (uint64_t)submitted, &ids[submitted], err, sizeof err))
+                    { FAIL("stress submit: %s", err); break; }
+                submitted++;
+            }
+            if (submitted > 0 && sl_rng_next(&r) % 17 == 0) {
+                int v = (int)(sl_rng_next(&r) % (uint64_t)submitted);
+                if (!seen_fin[v]) cancelled[v] = 1;
+                sl_engine_finish(e, ids[v], SL_FINISH_CANCELLED);
+            }
+            if (sl_engine_step(e) < 0) { FAIL("stress: step failed"); break; }
+            sl_event ev;
+            while (sl_engine_poll(e, &ev)) {
+                int i = (int)ev.tag;
+                if (seen_fin[i]) FAIL("stress: event after FINISH for %d", i);
+                if (ev.kind == SL_EV_TOKEN && ntok[i] < 32) toks[i][ntok[i]++] = ev.token;
+                if (ev.kind == SL_EV_FINISH) {
+                    seen_fin[i] = 1;
+                    done++;
+                    if (ev.n_generated != ntok[i]) FAIL("stress: %d generated %d, %d TOKEN events", i, ev.n_generated, ntok[i]);
+                    if (!cancelled[i] && (ev.reason != SL_FINISH_LENGTH || ntok[i] != mt[i]))
+                        FAIL("stress: %d finished %d with %d tokens, want LENGTH %d", i, ev.reason, ntok[i], mt[i]);
+                    if (memcmp(toks[i], want[i], (size_t)ntok[i] * sizeof(int32_t)))
+                        FAIL("stress round %d: request %d tokens differ from alone", round, i);
+                }
+            }
+            if (submitted == NR && done < NR && sl_engine_active(e) == 0) FAIL("stress: requests lost");
+        }
+        sl_engine_stats st;
+        sl_engine_get_stats(e, &st);
+        if (done != NR || st.state_bytes_used != 0 || sl_engine_active(e))
+            FAIL("stress round %d: %d/%d finished, %zu state bytes held", round, done, NR, st.state_bytes_used);
+        printf("stress round %d (chunk %d, step budget %d, state %zu B): %llu steps, %llu preemptions\n", round, chunk,
+               budget, bytes, (unsigned long long)st.steps, (unsigned long long)st.preemptions);
+        preempted += st.preemptions;
+        sl_engine_close(e);
+    }
+    if (!preempted) FAIL("stress: no preemption happened");
+}
+
 int main(int argc, char **argv) {
     char names[FX_MAX][256];
     int nf = fx_list(SLUICE_TEST_DATA, names, FX_MAX), tested = 0;
@@ -149,6 +247,7 @@ int main(int argc, char **argv) {
         tested++;
     }
     if (!tested && !(argc > 1 && !strcmp(argv[1], "slow"))) { fprintf(stderr, "no fixtures\n"); return 1; }
+    if (argc > 1 && !strcmp(argv[1], "fast")) stress(SLUICE_TEST_DATA "/tiny-v4-public");
     if (failures) { fprintf(stderr, "%d failures\n", failures); return 1; }
     printf("ok\n");
     return 0;
