@@ -316,6 +316,46 @@ static int load_tid2eid(ctx *x, int L, int32_t **out)
     return 0;
 }
 
+/* Routed experts stored fused, as transformers' fused-MoE modules save them:
+ * experts.gate_up_proj [E, 2I, D] (w1 rows, then w3 rows) and experts.down_proj [E, D, I], float
+ * dtypes only; each expert's matrices become views into them. */
+static int load_fused_experts(ctx *x, int L, v4_layer_w *l)
+{
+    const v4_config *c = x->c;
+    const int E = c->n_routed_experts, I = c->moe_inter, D = c->dim;
+    char gn[NAME_MAX_LEN], dn[NAME_MAX_LEN];
+    const st_tensor *gu = find_layer(x, gn, L, "ffn.experts.gate_up_proj", NULL, "mlp.experts.gate_up_proj");
+    const st_tensor *dp = find_layer(x, dn, L, "ffn.experts.down_proj", NULL, "mlp.experts.down_proj");
+    if (!gu) return missing(x, gn);
+    if (!dp) return missing(x, dn);
+    int64_t sg[3] = {E, 2 * (int64_t)I, D}, sd[3] = {E, D, I};
+    if (check_shape(x, gn, gu, 3, sg) || check_shape(x, dn, dp, 3, sd)) return -1;
+    const st_tensor *ts[2] = {gu, dp};
+    const char *ns[2] = {gn, dn};
+    qt_format f[2];
+    for (int k = 0; k < 2; k++) {
+        switch (ts[k]->dtype) {
+        case ST_F32: f[k] = QT_F32; break;
+        case ST_BF16: f[k] = QT_BF16; break;
+        case ST_F16: f[k] = QT_F16; break;
+        default:
+            seterr(x, "tensor '%s': dtype %s, fused experts must be F32, BF16 or F16", ns[k],
+                   st_dtype_name(ts[k]->dtype));
+            return -1;
+        }
+    }
+    const size_t eg = st_dtype_size(gu->dtype), ed = st_dtype_size(dp->dtype), mat = (size_t)I * D;
+    for (int e = 0; e < E; e++) {
+        v4_expert_w *ex = &l->experts[e];
+        const unsigned char *g = (const unsigned char *)gu->data + (size_t)e * 2 * mat * eg;
+        ex->w1 = (qtensor){.fmt = f[0], .rows = I, .cols = D, .data = g, .scale2 = 1.0f};
+        ex->w3 = (qtensor){.fmt = f[0], .rows = I, .cols = D, .data = g + mat * eg, .scale2 = 1.0f};
+        ex->w2 = (qtensor){.fmt = f[1], .rows = D, .cols = I,
+                           .data = (const unsigned char *)dp->data + (size_t)e * mat * ed, .scale2 = 1.0f};
+    }
+    return 0;
+}
+
 static int load_layer(ctx *x, int L, v4_layer_w *l)
 {
     const v4_config *c = x->c;
@@ -369,14 +409,19 @@ static int load_layer(ctx *x, int L, v4_layer_w *l)
         seterr(x, "out of memory");
         return -1;
     }
-    for (int e = 0; e < E; e++) {
-        char s[96];
-        snprintf(s, sizeof(s), "ffn.experts.%d.w1.weight", e);
-        if (layer_q(x, L, s, I, D, &l->experts[e].w1)) return -1;
-        snprintf(s, sizeof(s), "ffn.experts.%d.w2.weight", e);
-        if (layer_q(x, L, s, D, I, &l->experts[e].w2)) return -1;
-        snprintf(s, sizeof(s), "ffn.experts.%d.w3.weight", e);
-        if (layer_q(x, L, s, I, D, &l->experts[e].w3)) return -1;
+    if (!find_layer(x, name, L, "ffn.experts.0.w1.weight", NULL, NULL) &&
+        find_layer(x, name, L, "ffn.experts.gate_up_proj", NULL, "mlp.experts.gate_up_proj")) {
+        if (load_fused_experts(x, L, l)) return -1;
+    } else {
+        for (int e = 0; e < E; e++) {
+            char s[96];
+            snprintf(s, sizeof(s), "ffn.experts.%d.w1.weight", e);
+            if (layer_q(x, L, s, I, D, &l->experts[e].w1)) return -1;
+            snprintf(s, sizeof(s), "ffn.experts.%d.w2.weight", e);
+            if (layer_q(x, L, s, D, I, &l->experts[e].w2)) return -1;
+            snprintf(s, sizeof(s), "ffn.experts.%d.w3.weight", e);
+            if (layer_q(x, L, s, I, D, &l->experts[e].w3)) return -1;
+        }
     }
     if (c->n_shared_experts > 0) {
         int Is = I * c->n_shared_experts;

@@ -2,7 +2,9 @@
  *
  * Accepts DeepSeek's hub naming (`embed.weight`, `layers.N.attn.kv_norm.weight`, `hc_head_fn`, ...)
  * and transformers' (`model.` prefix, `model.embed_tokens.weight`, `model.layers.N.attn.norm.weight`,
- * `model.hc_head.hc_fn`, `head.weight` unprefixed). `mtp.*` tensors are skipped. Quantised tensors
+ * `model.hc_head.hc_fn`, `head.weight` unprefixed; routed experts either one tensor per expert or
+ * fused `experts.gate_up_proj` [E, 2I, D] + `experts.down_proj` [E, D, I], viewed per expert;
+ * `ffn.gate.e_score_correction_bias` = `ffn.gate.bias`). `mtp.*` tensors are skipped. Quantised tensors
  * (FP8 + `.scale`, MXFP4 + `.scale`, NVFP4 + `weight_scale`/`weight_scale_2`/`input_scale`) become
  * qtensors pointing into the mmap. Every shape is checked; an error names the tensor.
  *

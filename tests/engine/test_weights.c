@@ -447,6 +447,84 @@ static void test_random_edits(int iters)
     CHECK(ok < iters); /* the edits do break things */
 }
 
+/* transformers' fused-expert layout: experts.gate_up_proj [E, 2I, D] + experts.down_proj [E, D, I]
+ * (layer 0 spelled mlp.experts.*); every expert matrix must equal the per-expert checkpoint's */
+static void test_fused_experts(void)
+{
+    json_error_t je;
+    json_t *h = json_loadb((const char *)pub_data + 8, pub_hlen, 0, &je), *nh = json_object();
+    const unsigned char *d0 = pub_data + 8 + pub_hlen;
+    unsigned char *data = malloc(pub_size);
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(h, k, v) {
+        if (!strcmp(k, "__metadata__") || strstr(k, ".ffn.experts.")) continue;
+        json_t *o = json_object_get(v, "data_offsets");
+        size_t b = (size_t)json_integer_value(json_array_get(o, 0)), e = (size_t)json_integer_value(json_array_get(o, 1));
+        memcpy(data + n, d0 + b, e - b);
+        json_object_set_new(nh, k, json_pack("{s:O,s:O,s:[I,I]}", "dtype", json_object_get(v, "dtype"), "shape",
+                                             json_object_get(v, "shape"), "data_offsets", (json_int_t)n,
+                                             (json_int_t)(n + e - b)));
+        n += e - b;
+    }
+    for (int L = 0; L < 4; L++)
+        for (int which = 0; which < 2; which++) {
+            size_t start = n;
+            for (int e = 0; e < 8; e++)
+                for (int w = 0; w < (which ? 1 : 2); w++) {
+                    char key[128];
+                    snprintf(key, sizeof(key), "model.layers.%d.ffn.experts.%d.%s.weight", L, e,
+                             which ? "w2" : (w ? "w3" : "w1"));
+                    json_t *o = json_object_get(json_object_get(h, key), "data_offsets");
+                    size_t b = (size_t)json_integer_value(json_array_get(o, 0));
+                    memcpy(data + n, d0 + b, 32 * 64 * 4);
+                    n += 32 * 64 * 4;
+                }
+            char key[128];
+            snprintf(key, sizeof(key), "model.layers.%d.%s.experts.%s", L, L ? "ffn" : "mlp",
+                     which ? "down_proj" : "gate_up_proj");
+            json_object_set_new(nh, key, json_pack("{s:s,s:[i,i,i],s:[I,I]}", "dtype", "F32", "shape", 8, 64,
+                                                   which ? 32 : 64, "data_offsets",
+                                                   (json_int_t)start, (json_int_t)n));
+        }
+    char *txt = json_dumps(nh, JSON_COMPACT);
+    size_t tl = strlen(txt), pad = (8 - tl % 8) % 8, total = 8 + tl + pad + n;
+    unsigned char *out = malloc(total);
+    for (int i = 0; i < 8; i++) out[i] = (unsigned char)((tl + pad) >> (8 * i));
+    memcpy(out + 8, txt, tl);
+    memset(out + 8 + tl, ' ', pad);
+    memcpy(out + 8 + tl + pad, data, n);
+    write_file("model.safetensors", out, total);
+    free(out);
+    free(txt);
+    free(data);
+    json_decref(h);
+    json_decref(nh);
+
+    v4_weights f, p;
+    char err[512];
+    int rc = v4_weights_load(tmpdir, &f, err, sizeof(err));
+    if (rc) fprintf(stderr, "fused: %s\n", err);
+    CHECK(rc == 0);
+    CHECK(v4_weights_load(SLUICE_TEST_DATA "/tiny-v4-public", &p, err, sizeof(err)) == 0);
+    if (rc == 0) {
+        for (int L = 0; L < 4; L++)
+            for (int e = 0; e < 8; e++) {
+                CMPQ(f.layers[L].experts[e].w1, p.layers[L].experts[e].w1);
+                CMPQ(f.layers[L].experts[e].w2, p.layers[L].experts[e].w2);
+                CMPQ(f.layers[L].experts[e].w3, p.layers[L].experts[e].w3);
+            }
+        int L = 3;
+        CMPQ(f.layers[3].shared.w2, p.layers[3].shared.w2);
+        /* views into the fused tensors: expert e+1 starts 2*I*D floats after expert e */
+        CHECK((const char *)f.layers[2].experts[5].w1.data + 2 * 32 * 64 * 4 == f.layers[2].experts[6].w1.data);
+        CHECK((const char *)f.layers[2].experts[5].w1.data + 32 * 64 * 4 == f.layers[2].experts[5].w3.data);
+        v4_weights_free(&f);
+    }
+    v4_weights_free(&p);
+}
+
 static void poke_tid2eid(int value)
 {
     /* a copy whose tid2eid[0][0] is `value` */
@@ -496,6 +574,7 @@ static void test_mutations(void)
     /* a layer that is sliding-only in the config simply ignores its compressor tensors */
     expect_load(NULL, "\"heavily_compressed_attention\",", "\"sliding_attention\",", NULL);
     test_tid2eid_i32();
+    test_fused_experts();
     test_random_edits(100);
     /* tid2eid must hold expert ids */
     poke_tid2eid(8);
