@@ -108,7 +108,7 @@ cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t 
 cudaError_t moe_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,
                         int has_shared, float *out, cudaStream_t st);
 /* Blocks per SM the expert kernels reach (for a persistent grid). */
-cudaError_t moe_expert_occupancy(int fmt, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
+cudaError_t moe_expert_occupancy(int fmt, int E, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
 
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */

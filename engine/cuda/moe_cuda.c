@@ -229,7 +229,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     int dev, sms, gu, dn;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
-    CK(moe_expert_occupancy(L->kfmt, &gu, &dn), "occupancy");
+    CK(moe_expert_occupancy(L->kfmt, E, &gu, &dn), "occupancy");
     if (gu < 1 || dn < 1) return fail("expert kernels cannot be resident on this device");
     W->grid_gu = sms * gu;
     W->grid_dn = sms * dn;

@@ -119,8 +119,8 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag 
 
 /* Streams the K/128 chunks of one 16-row tile; D even (the activation double buffer follows s & 1). */
 template <int FMT, int NM, int D>
-__device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xrow,
-                                            float acc[NM][4])
+__device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
+                                            const int32_t *rows_tok, int prow, float acc[NM][4])
 {
     static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
@@ -129,6 +129,8 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
         if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane);
         cp_commit();
     }
+    /* activation row of this lane's token, looked up after the weight loads are on their way */
+    const uint16_t *xrow = xbase + (size_t)(rows_tok ? rows_tok[prow] : prow) * K;
     XFrag xb[2];
     load_x(xb[0], xrow, 0, q);
 #pragma unroll
@@ -153,7 +155,8 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
 template <int NM, int D>
 __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, const float *bscale, int bstride,
-                                            uint8_t *ring, const uint16_t *xrow, float acc[NM][4])
+                                            uint8_t *ring, const uint16_t *xbase, const int32_t *rows_tok, int prow,
+                                            float acc[NM][4])
 {
     static_assert(D % 2 == 0 && D * NM * 2048 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, nc = K / 128, q = lane & 3;
@@ -169,6 +172,8 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, const
                          rowtile + ((size_t)s * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
         cp_commit();
     }
+    /* activation row of this lane's token, looked up after the weight loads are on their way */
+    const uint16_t *xrow = xbase + (size_t)(rows_tok ? rows_tok[prow] : prow) * K;
     XFrag xb[2];
     load_x(xb[0], xrow, 0, q);
 #pragma unroll
@@ -237,29 +242,32 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
     moe_pdl_wait();
-    const int total = items[nE], rg_count = a.I / MOE_ROWS_PER_ITEM;
+    for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_items[i] = items[i], s_off[i] = off[i];
+    __syncthreads();
+    const int total = s_items[nE], rg_count = a.I / MOE_ROWS_PER_ITEM;
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
-        const int e = find_expert(items, nE, it);
-        const int n_e = off[e + 1] - off[e], nch = (n_e + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
-        const int local = it - items[e], rg = local / nch, tc = local % nch;
-        const int p0 = off[e] + tc * MOE_TOK_CHUNK, ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
+        const int e = find_expert(s_items, nE, it);
+        const int n_e = s_off[e + 1] - s_off[e], nch = (n_e + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
+        const int local = it - s_items[e], rg = local / nch, tc = local % nch;
+        const int p0 = s_off[e] + tc * MOE_TOK_CHUNK, ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
         const int r = rg * MOE_WARPS + warp;   /* 16-row tile of the I outputs */
         (void)rg_count;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
-        const uint16_t *xrow = x + (size_t)pair_tok[p0 + (g_ < ntok ? g_ : 0)] * a.H;
+        const int prow = p0 + (g_ < ntok ? g_ : 0);
         float acc[2][4];
         float pg = 1.f, pu = 1.f;
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * (a.H / 128) * 2 * moe_fp4_chunk_bytes(FMT);
-            fp4_rowtile<FMT, 2, 4>(rt, a.H, ring, xrow, acc);
+            fp4_rowtile<FMT, 2, 4>(rt, a.H, ring, x, pair_tok, prow, acc);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
             const uint8_t *rt = a.sh_w13 + (size_t)r * (a.H / 128) * 2 * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s13 + (size_t)(r * 16 / 128) * (a.H / 128);
-            fp8_rowtile<2, 2>(rt, a.H, bs, (a.I / 128) * (a.H / 128), ring, xrow, acc);
+            fp8_rowtile<2, 2>(rt, a.H, bs, (a.I / 128) * (a.H / 128), ring, x, pair_tok, prow, acc);
         }
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -285,27 +293,30 @@ __global__ void __launch_bounds__(128, 4) k_down(moe_expert_args a, const uint16
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
     moe_pdl_wait();
-    const int total = items[nE];
+    for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_items[i] = items[i], s_off[i] = off[i];
+    __syncthreads();
+    const int total = s_items[nE];
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
-        const int e = find_expert(items, nE, it);
-        const int n_e = off[e + 1] - off[e], nch = (n_e + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
-        const int local = it - items[e], rg = local / nch, tc = local % nch;
-        const int p0 = off[e] + tc * MOE_TOK_CHUNK, ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
+        const int e = find_expert(s_items, nE, it);
+        const int n_e = s_off[e + 1] - s_off[e], nch = (n_e + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
+        const int local = it - s_items[e], rg = local / nch, tc = local % nch;
+        const int p0 = s_off[e] + tc * MOE_TOK_CHUNK, ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
         const int r = rg * MOE_WARPS + warp;   /* 16-row tile of the H outputs */
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
-        const uint16_t *xrow = h + (size_t)(p0 + (g_ < ntok ? g_ : 0)) * a.I;
+        const int prow = p0 + (g_ < ntok ? g_ : 0);
         float acc[1][4];
         float post = 1.f;
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * (a.I / 128) * moe_fp4_chunk_bytes(FMT);
-            fp4_rowtile<FMT, 1, 8>(rt, a.I, ring, xrow, acc);
+            fp4_rowtile<FMT, 1, 8>(rt, a.I, ring, h, NULL, prow, acc);
             post = a.post2[e];
         } else {
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s2 + (size_t)(r * 16 / 128) * (a.I / 128);
-            fp8_rowtile<1, 4>(rt, a.I, bs, 0, ring, xrow, acc);
+            fp8_rowtile<1, 4>(rt, a.I, bs, 0, ring, h, NULL, prow, acc);
         }
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -317,22 +328,23 @@ __global__ void __launch_bounds__(128, 4) k_down(moe_expert_args a, const uint16
     moe_pdl_release();
 }
 
-static size_t smem_for(int K) { (void)K; return (size_t)MOE_WARPS * RING_WARP_BYTES; }
+/* per-warp rings + the block's copies of items[] and off[] (E <= 512) */
+static size_t smem_for(int E) { return (size_t)MOE_WARPS * RING_WARP_BYTES + 2 * (size_t)(E + 2) * 4; }
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {
     return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-extern "C" cudaError_t moe_expert_occupancy(int fmt, int *gu, int *dn)
+extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int *gu, int *dn)
 {
     /* the largest staged rows we support: H, I <= 8192 */
-    const size_t sg = smem_for(4096), sd = smem_for(2048);
+    const size_t sg = smem_for(E), sd = smem_for(E);
     const void *fg = fmt == MOE_FP4_NVFP4 ? (const void *)k_gate_up<MOE_FP4_NVFP4> : (const void *)k_gate_up<MOE_FP4_MXFP4>;
     const void *fd = fmt == MOE_FP4_NVFP4 ? (const void *)k_down<MOE_FP4_NVFP4> : (const void *)k_down<MOE_FP4_MXFP4>;
     cudaError_t e;
-    if ((e = raise_smem(fg, smem_for(8192))) != cudaSuccess) return e;
-    if ((e = raise_smem(fd, smem_for(8192))) != cudaSuccess) return e;
+    if ((e = raise_smem(fg, smem_for(512))) != cudaSuccess) return e;
+    if ((e = raise_smem(fd, smem_for(512))) != cudaSuccess) return e;
     if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sg)) != cudaSuccess) return e;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, fd, 128, sd);
 }
@@ -343,7 +355,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
 {
     (void)T; (void)topk;
     if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
-    const size_t sm = smem_for(a->H);
+    const size_t sm = smem_for(a->E);
     return moe_launch(a->fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4> : k_gate_up<MOE_FP4_MXFP4>, dim3(grid),
                       dim3(128), sm, st, *a, x, off, pair_tok, pair_w, items, h);
 }
@@ -353,7 +365,7 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
 {
     (void)T; (void)topk;
     if (a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192) return cudaErrorInvalidValue;
-    const size_t sm = smem_for(a->I);
+    const size_t sm = smem_for(a->E);
     return moe_launch(a->fmt == MOE_FP4_NVFP4 ? k_down<MOE_FP4_NVFP4> : k_down<MOE_FP4_MXFP4>, dim3(grid), dim3(128),
                       sm, st, *a, h, off, items, y);
 }

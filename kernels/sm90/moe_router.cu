@@ -11,34 +11,36 @@
 #include "moe_kernels.h"
 #include "common/moe_launch.cuh"
 
-#define RT_TOK 8       /* tokens per logits block */
-#define RT_WARPS 4     /* experts per logits block (one per warp) */
 #define RT_MAXPL 16    /* experts per lane in top-k: E <= 512 */
 
-/* One warp per (expert, 8-token tile): lanes stride over K with 16-byte loads of the expert's gate
- * row (all independent, so a warp has its whole row in flight), 8 fp32 accumulators, then a fixed
- * shuffle tree: deterministic. The token tile sits in shared memory (bf16). */
-__global__ void k_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits)
+/* One warp per (expert, TOK-token tile): lanes stride over K with 16-byte loads of the expert's gate
+ * row (all independent, so a warp has its whole row in flight), TOK fp32 accumulators, then a fixed
+ * shuffle tree: deterministic. The token tile sits in shared memory (bf16). Small batches use
+ * 8-token tiles and 4 warps per block (more blocks streaming the 4 MB gate); large ones 16-token
+ * tiles and 16 warps per block (fewer re-reads of the gate and of the tile). */
+template <int TOK, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS) k_router_logits(const uint16_t *x, const float *gate, int T, int H,
+                                                             int E, float *logits)
 {
     extern __shared__ __align__(16) uint16_t xt[];   /* [nt][H] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int e = blockIdx.x * RT_WARPS + warp, t0 = blockIdx.y * RT_TOK, nt = min(RT_TOK, T - t0);
+    const int e = blockIdx.x * WARPS + warp, t0 = blockIdx.y * TOK, nt = min(TOK, T - t0);
     moe_pdl_wait();
     for (int i = threadIdx.x; i < nt * (H / 8); i += blockDim.x)
         *(uint4 *)(xt + (size_t)i * 8) = *(const uint4 *)(x + (size_t)t0 * H + (size_t)i * 8);
     __syncthreads();
     moe_pdl_release();
     if (e >= E) return;
-    float acc[RT_TOK];
+    float acc[TOK];
 #pragma unroll
-    for (int j = 0; j < RT_TOK; j++) acc[j] = 0.f;
+    for (int j = 0; j < TOK; j++) acc[j] = 0.f;
     const float *g = gate + (size_t)e * H;
-#pragma unroll 16
+#pragma unroll 8
     for (int k = lane * 8; k < H; k += 256) {
         const float4 w0 = __ldg((const float4 *)(g + k)), w1 = __ldg((const float4 *)(g + k + 4));
         const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-        for (int j = 0; j < RT_TOK; j++) {
+        for (int j = 0; j < TOK; j++) {
             if (j < nt) {
                 const uint4 v = *(const uint4 *)(xt + (size_t)j * H + k);
                 const uint32_t u[4] = {v.x, v.y, v.z, v.w};
@@ -51,28 +53,36 @@ __global__ void k_router_logits(const uint16_t *x, const float *gate, int T, int
         }
     }
 #pragma unroll
-    for (int j = 0; j < RT_TOK; j++)
+    for (int j = 0; j < TOK; j++)
         for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
     if (lane == 0)
 #pragma unroll
-        for (int j = 0; j < RT_TOK; j++)
+        for (int j = 0; j < TOK; j++)
             if (j < nt) logits[(size_t)(t0 + j) * E + e] = acc[j];
+}
+
+template <int TOK, int WARPS>
+static cudaError_t logits_launch(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
+                                 cudaStream_t st)
+{
+    static int raised;
+    if (!raised) {
+        cudaError_t e = cudaFuncSetAttribute(k_router_logits<TOK, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             TOK * 8192 * 2 > 200 * 1024 ? 200 * 1024 : TOK * 8192 * 2);
+        if (e != cudaSuccess) return e;
+        raised = 1;
+    }
+    const size_t smem = (size_t)(T < TOK ? T : TOK) * H * 2;
+    dim3 grid((E + WARPS - 1) / WARPS, (T + TOK - 1) / TOK);
+    return moe_launch(k_router_logits<TOK, WARPS>, grid, dim3(32 * WARPS), smem, st, x, gate, T, H, E, logits);
 }
 
 extern "C" cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
                                          cudaStream_t st)
 {
     if (H % 256 || H > 8192) return cudaErrorInvalidValue;
-    const size_t smem = (size_t)(T < RT_TOK ? T : RT_TOK) * H * 2;
-    static int raised;
-    if (!raised) {
-        cudaError_t e = cudaFuncSetAttribute(k_router_logits, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             RT_TOK * 8192 * 2);
-        if (e != cudaSuccess) return e;
-        raised = 1;
-    }
-    dim3 grid((E + RT_WARPS - 1) / RT_WARPS, (T + RT_TOK - 1) / RT_TOK);
-    return moe_launch(k_router_logits, grid, dim3(32 * RT_WARPS), smem, st, x, gate, T, H, E, logits);
+    if (T > 16 && H <= 4096) return logits_launch<16, 16>(x, gate, T, H, E, logits, st);
+    return logits_launch<8, 4>(x, gate, T, H, E, logits, st);
 }
 
 /* (v, e) beats (v2, e2): higher value, equal values -> lower index */
