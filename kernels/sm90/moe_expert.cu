@@ -117,18 +117,23 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag 
     }
 }
 
-/* Streams the K/128 chunks of one 16-row tile; D even (the activation double buffer follows s & 1). */
+/* Streams the K/128 chunks of one 16-row tile; D even (the activation double buffer follows s & 1).
+ * primed: the first D chunks were already issued (and committed) by the previous item's tail.
+ * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
+ * of this tile issues the next tile's first D chunks, so the stream never drains between items. */
 template <int FMT, int NM, int D>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
-                                            const int32_t *rows_tok, int prow, float acc[NM][4])
+                                            const int32_t *rows_tok, int prow, float acc[NM][4], bool primed,
+                                            const uint8_t *next)
 {
     static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
+    if (!primed)
 #pragma unroll
-    for (int s = 0; s < D; s++) {
-        if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane);
-        cp_commit();
-    }
+        for (int s = 0; s < D; s++) {
+            if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane);
+            cp_commit();
+        }
     /* activation row of this lane's token, looked up after the weight loads are on their way */
     const uint16_t *xrow = xbase + (size_t)(rows_tok ? rows_tok[prow] : prow) * K;
     XFrag xb[2];
@@ -147,6 +152,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
                 fp4_compute<NM>(st, xb[s & 1], acc);
             }
             if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane);
+            else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane);
             cp_commit();
         }
     }
@@ -235,6 +241,23 @@ __device__ __forceinline__ int find_expert(const int32_t *items, int n, int it)
     return lo;
 }
 
+struct Item {
+    int e, r, p0, ntok;
+};
+
+/* Work item `it` for this warp: expert, 16-row tile, first pair, tokens (<= 8). */
+__device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_t *s_off, int nE, int it, int warp)
+{
+    Item t;
+    t.e = find_expert(s_items, nE, it);
+    const int n_e = s_off[t.e + 1] - s_off[t.e], nch = (n_e + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
+    const int local = it - s_items[t.e], rg = local / nch, tc = local % nch;
+    t.p0 = s_off[t.e] + tc * MOE_TOK_CHUNK;
+    t.ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
+    t.r = rg * MOE_WARPS + warp;
+    return t;
+}
+
 template <int FMT>
 __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w,
@@ -246,22 +269,23 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
     moe_pdl_wait();
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_items[i] = items[i], s_off[i] = off[i];
     __syncthreads();
-    const int total = s_items[nE], rg_count = a.I / MOE_ROWS_PER_ITEM;
+    const int total = s_items[nE], nc = a.H / 128;
+    const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
+    bool primed = false;
+    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
-        const int e = find_expert(s_items, nE, it);
-        const int n_e = s_off[e + 1] - s_off[e], nch = (n_e + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
-        const int local = it - s_items[e], rg = local / nch, tc = local % nch;
-        const int p0 = s_off[e] + tc * MOE_TOK_CHUNK, ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
-        const int r = rg * MOE_WARPS + warp;   /* 16-row tile of the I outputs */
-        (void)rg_count;
+        const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
+        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp);
+        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 4 == 0;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
         const int prow = p0 + (g_ < ntok ? g_ : 0);
         float acc[2][4];
         float pg = 1.f, pu = 1.f;
         if (e < a.E) {
-            const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * (a.H / 128) * 2 * moe_fp4_chunk_bytes(FMT);
-            fp4_rowtile<FMT, 2, 4>(rt, a.H, ring, x, pair_tok, prow, acc);
+            const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
+            const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
+            fp4_rowtile<FMT, 2, 4>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
@@ -269,6 +293,8 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
             const float *bs = a.sh_s13 + (size_t)(r * 16 / 128) * (a.H / 128);
             fp8_rowtile<2, 2>(rt, a.H, bs, (a.I / 128) * (a.H / 128), ring, x, pair_tok, prow, acc);
         }
+        primed = has_next;
+        cur = nxt;
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -288,7 +314,7 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
 }
 
 template <int FMT>
-__global__ void __launch_bounds__(128, 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
+__global__ void __launch_bounds__(128, 5) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               const int32_t *items, float *y)
 {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -297,27 +323,31 @@ __global__ void __launch_bounds__(128, 4) k_down(moe_expert_args a, const uint16
     moe_pdl_wait();
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_items[i] = items[i], s_off[i] = off[i];
     __syncthreads();
-    const int total = s_items[nE];
+    const int total = s_items[nE], nc = a.I / 128;
+    const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);
+    bool primed = false;
+    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
-        const int e = find_expert(s_items, nE, it);
-        const int n_e = s_off[e + 1] - s_off[e], nch = (n_e + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
-        const int local = it - s_items[e], rg = local / nch, tc = local % nch;
-        const int p0 = s_off[e] + tc * MOE_TOK_CHUNK, ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
-        const int r = rg * MOE_WARPS + warp;   /* 16-row tile of the H outputs */
+        const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
+        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp);
+        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 8 == 0;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
         const int prow = p0 + (g_ < ntok ? g_ : 0);
         float acc[1][4];
         float post = 1.f;
         if (e < a.E) {
-            const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * (a.I / 128) * moe_fp4_chunk_bytes(FMT);
-            fp4_rowtile<FMT, 1, 8>(rt, a.I, ring, h, NULL, prow, acc);
+            const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * rt_bytes;
+            const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * rt_bytes : NULL;
+            fp4_rowtile<FMT, 1, 8>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt);
             post = a.post2[e];
         } else {
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s2 + (size_t)(r * 16 / 128) * (a.I / 128);
             fp8_rowtile<1, 4>(rt, a.I, bs, 0, ring, h, NULL, prow, acc);
         }
+        primed = has_next;
+        cur = nxt;
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
