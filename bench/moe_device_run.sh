@@ -30,3 +30,9 @@ fi
 echo "== test"; $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"
 echo "== peer"; PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-200} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
 echo "== bench"; BENCH_COMMAND="COMMIT=${COMMIT:-unknown} bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json)" $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+if [ -n "${NCU_BATCH:-}" ]; then   # optional: ncu over the two expert kernels at one batch size
+  ncu --clock-control none -k regex:"k_gate_up|k_down" -c 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    $B/sluice-bench moe --batches $NCU_BATCH --reps 1 > $OUT/ncu.txt 2>&1
+  grep -E "^  [a-z_ ]*k_|Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots|Eligible Warps|Active Warps Per|Warp Cycles Per Issued" $OUT/ncu.txt
+  grep -B1 -A3 "Est. Speedup" $OUT/ncu.txt | grep -E "stalled|represents" | head -8
+fi
