@@ -51,6 +51,7 @@ typedef struct job_rec {
     int abandoned;                   /* handed back (revoke, shutdown): free once released */
     int claimed;                     /* the Redis claim succeeded (release on hand-back) */
     double t_recv, t_admit, next_check;
+    double t_claimed, t_finished, t_delivered;   /* stage profile */
     double ttft_ms, decode_ms;
     uint8_t *result;                 /* bare Avro Result (Redis copy) */
     size_t result_len;
@@ -97,6 +98,11 @@ typedef struct {
     eng_cmd *cmds;                   /* commands for the engine, sent once per loop */
     int n_cmds, cap_cmds;
 
+    int64_t max_inflight, max_pending;
+    int n_produce_failed;            /* results whose produce call failed, retried from the timers */
+    int64_t *store_off;              /* per partition: offset to store at the end of this loop round */
+    int n_store_off;
+    struct stage_prof *prof;
     int draining;
     double next_sweep, next_renew, next_parked, next_heartbeat, next_redis_retry;
     worker_metrics m;
@@ -117,7 +123,8 @@ void wk_dlq(worker *w, const rd_kafka_message_t *m, const char *error, const cha
 void wk_produce_result(worker *w, job_rec *r);
 void wk_produce_chunk(worker *w, job_rec *r, int done);
 void wk_pause_all(worker *w, int pause);
-void wk_store_offset(worker *w, int32_t partition, int64_t offset);
+void wk_store_offset(worker *w, int32_t partition, int64_t offset);   /* batched ... */
+void wk_flush_offsets(worker *w);                                      /* ... stored here */
 
 /* worker_jobs.c */
 void wj_on_message(worker *w, rd_kafka_message_t *m);
@@ -131,5 +138,7 @@ void wj_revoke(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost
 void wj_hand_back_all(worker *w);
 void wj_free_all(worker *w);
 int wj_live(worker *w);              /* records not yet released */
+/* Stage profile of released jobs (consume -> claim -> engine finish -> delivery -> Redis done). */
+void wj_profile_print(worker *w);
 
 #endif

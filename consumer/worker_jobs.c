@@ -50,8 +50,62 @@ static void rec_maybe_free(worker *w, job_rec *r) {
     if (!r->in_engine && !r->in_producer && !r->in_claimq && !r->in_doneq) rec_free(w, r);
 }
 
+// ---------------------------------------------------------------- stage profile
+
+#define PROF_STAGES 5
+#define PROF_MAX 400000
+struct stage_prof {
+    float *v[PROF_STAGES];           /* ms per stage, first PROF_MAX jobs */
+    int n;
+};
+static const char *const PROF_NAMES[PROF_STAGES] = {
+    "consume->claimed (decode, validate, Redis claim)", "claimed->engine finish (engine queue + compute)",
+    "engine finish->delivery report (produce, broker ack)", "delivery->Redis done (pipelined write)",
+    "consume->offset stored (whole stay in the worker)"};
+
+static void prof_add(worker *w, job_rec *r) {
+    if (r->kind != JK_JOB || r->t_claimed == 0 || r->t_finished == 0 || r->t_delivered == 0) return;
+    if (!w->prof) {
+        w->prof = calloc(1, sizeof(*w->prof));
+        for (int i = 0; w->prof && i < PROF_STAGES; i++) w->prof->v[i] = malloc(PROF_MAX * sizeof(float));
+    }
+    struct stage_prof *p = w->prof;
+    if (!p || !p->v[PROF_STAGES - 1] || p->n >= PROF_MAX) return;
+    double now = now_ms();
+    p->v[0][p->n] = (float)(r->t_claimed - r->t_recv);
+    p->v[1][p->n] = (float)(r->t_finished - r->t_claimed);
+    p->v[2][p->n] = (float)(r->t_delivered - r->t_finished);
+    p->v[3][p->n] = (float)(now - r->t_delivered);
+    p->v[4][p->n] = (float)(now - r->t_recv);
+    p->n++;
+}
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+void wj_profile_print(worker *w) {
+    struct stage_prof *p = w->prof;
+    if (!p) return;
+    if (p->n > 0) {
+        wlog(w, L_INFO, "stage profile over %d jobs (ms):        mean     p50     p99", p->n);
+        for (int s = 0; s < PROF_STAGES; s++) {
+            double sum = 0;
+            for (int i = 0; i < p->n; i++) sum += p->v[s][i];
+            qsort(p->v[s], (size_t)p->n, sizeof(float), cmp_f);
+            wlog(w, L_INFO, "  %-52s %7.3f %7.3f %7.3f", PROF_NAMES[s], sum / p->n, p->v[s][p->n / 2],
+                 p->v[s][(int)(p->n * 0.99)]);
+        }
+    }
+    for (int s = 0; s < PROF_STAGES; s++) free(p->v[s]);
+    free(p);
+    w->prof = NULL;
+}
+
 /* The record's work is over: release its offset (if the low-water mark moves) and free it. */
 static void rec_release(worker *w, job_rec *r) {
+    prof_add(w, r);
     int64_t off = offsets_done(&w->offs, r->partition, r->offset);
     if (off >= 0) wk_store_offset(w, r->partition, off);
     r->abandoned = 1;
@@ -262,6 +316,7 @@ static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const cha
     }
     r->failed = reason == SL_FINISH_ERROR;
     r->tokens_out = r->n_tokens;
+    r->t_finished = now_ms();
     if (reason == SL_FINISH_CANCELLED) atomic_fetch_add(&w->m.cancelled, 1);
     if (reason == SL_FINISH_EXPIRED) atomic_fetch_add(&w->m.expired, 1);
     if (reason == SL_FINISH_ERROR) atomic_fetch_add(&w->m.errors, 1);
@@ -387,10 +442,12 @@ void wj_claim_round(worker *w, int parked_only) {
             break;
         case RC_CLAIMED:
             r->claimed = 1;
+            r->t_claimed = now_ms();
             admit(w, r);
             break;
         default:
             /* Redis unreachable: run the job anyway; the done write is retried before the offset moves */
+            r->t_claimed = now_ms();
             admit(w, r);
             break;
         }
@@ -477,6 +534,7 @@ void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
         return;
     }
     if (r->kind == JK_JOB) {
+        r->t_delivered = now_ms();
         atomic_fetch_add(&w->m.results, 1);
         r->state = JS_DONEWRITE;
         r->in_doneq = 1;
@@ -603,7 +661,7 @@ void wj_timers(worker *w) {
         w->next_heartbeat = now + (double)cfg_int(w->cfg, "worker.heartbeat_ms");
     }
     /* results whose produce call failed (not a delivery report): try again */
-    for (job_rec *r = w->head; r; r = r->next)
+    for (job_rec *r = w->n_produce_failed > 0 ? w->head : NULL; r; r = r->next)
         if (!r->abandoned && r->state == JS_PRODUCING && !r->in_producer && r->kind != JK_DLQ && r->next_check <= now &&
             r->produce_tries > 0)
             wk_produce_result(w, r);
@@ -612,7 +670,7 @@ void wj_timers(worker *w) {
     atomic_store(&w->m.inflight, w->n_inflight);
     atomic_store(&w->m.pending, pending);
     if (w->draining) return;
-    int64_t maxin = cfg_int(w->cfg, "worker.max_inflight"), maxp = cfg_int(w->cfg, "worker.max_pending");
+    int64_t maxin = w->max_inflight, maxp = w->max_pending;
     if (!w->paused && (w->n_inflight >= maxin || pending >= maxp)) {
         wlog(w, L_DEBUG, "pausing: %lld in flight, %lld pending", (long long)w->n_inflight, (long long)pending);
         wk_pause_all(w, 1);
@@ -652,6 +710,7 @@ void wj_revoke(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost
         /* finish what is finished: delivery reports -> Redis done -> offsets, then commit them */
         rd_kafka_flush(w->producer, 2000);
         wj_flush_done(w);
+        wk_flush_offsets(w);
         rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, 0);
         if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) wlog(w, L_WARN, "commit on revoke: %s", rd_kafka_err2str(e));
     }
@@ -665,6 +724,7 @@ void wj_revoke(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost
             if (r->partition == p) hand_back(w, r, &rel, &n_rel);
         }
         offsets_drop(&w->offs, p);
+        if (p < w->n_store_off) w->store_off[p] = -1;
     }
     wj_send_cmds(w);
     release_claims(w, rel, n_rel);

@@ -286,10 +286,11 @@ void wk_produce_result(worker *w, job_rec *r) {
     if (e) {
         /* e.g. an invalid reply topic name: retried from the timers */
         wlog(w, L_WARN, "result produce for %s failed: %s (retrying)", r->job.id, rd_kafka_err2str(e));
-        r->produce_tries++;
+        if (r->produce_tries++ == 0) w->n_produce_failed++;
         r->next_check = now_ms() + 500;
         return;
     }
+    if (r->produce_tries > 0) w->n_produce_failed--, r->produce_tries = 0;
     r->in_producer = 1;
 }
 
@@ -341,9 +342,27 @@ void wk_pause_all(worker *w, int pause) {
 }
 
 void wk_store_offset(worker *w, int32_t partition, int64_t offset) {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, w->topic_jobs, partition)->offset = offset;
+    if (partition >= w->n_store_off) {
+        int n = partition + 1;
+        int64_t *p = realloc(w->store_off, (size_t)n * sizeof(int64_t));
+        if (!p) abort();
+        for (int i = w->n_store_off; i < n; i++) p[i] = -1;
+        w->store_off = p;
+        w->n_store_off = n;
+    }
+    if (offset > w->store_off[partition]) w->store_off[partition] = offset;
+}
+
+void wk_flush_offsets(worker *w) {
+    rd_kafka_topic_partition_list_t *l = NULL;
+    for (int p = 0; p < w->n_store_off; p++) {
+        if (w->store_off[p] < 0) continue;
+        if (!l) l = rd_kafka_topic_partition_list_new(w->n_store_off);
+        rd_kafka_topic_partition_list_add(l, w->topic_jobs, p)->offset = w->store_off[p];
+        w->store_off[p] = -1;
+    }
+    if (!l) return;
     rd_kafka_resp_err_t e = rd_kafka_offsets_store(w->consumer, l);
-    if (e) wlog(w, L_DEBUG, "offset store %d@%lld: %s", (int)partition, (long long)offset, rd_kafka_err2str(e));
+    if (e) wlog(w, L_DEBUG, "offset store: %s", rd_kafka_err2str(e));
     rd_kafka_topic_partition_list_destroy(l);
 }

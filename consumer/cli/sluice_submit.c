@@ -383,7 +383,7 @@ static rd_kafka_t *result_consumer(const opts *o) {
     snprintf(gid, sizeof(gid), "sluice-submit-%d", (int)getpid());
     rd_kafka_conf_set(c, "group.id", gid, err, sizeof(err));
     rd_kafka_conf_set(c, "enable.auto.commit", "false", err, sizeof(err));
-    rd_kafka_conf_set(c, "fetch.wait.max.ms", "5", err, sizeof(err));
+    rd_kafka_conf_set(c, "fetch.wait.max.ms", "1", err, sizeof(err));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof(err));
     if (!rk) {
         fprintf(stderr, "sluice-submit: %s\n", err);

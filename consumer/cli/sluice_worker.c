@@ -82,6 +82,8 @@ int main(int argc, char **argv) {
         p = *end ? end + 1 : end;
     }
     w.max_bytes = cfg_int(&c, "input.max_bytes");
+    w.max_inflight = cfg_int(&c, "worker.max_inflight");
+    w.max_pending = cfg_int(&c, "worker.max_pending");
     w.max_tokens_limit = (int)cfg_int(&c, "job.max_tokens_limit");
     w.topic_jobs = cfg_get(&c, "topic.jobs");
     w.topic_results = cfg_get(&c, "topic.results");
@@ -160,9 +162,8 @@ int main(int argc, char **argv) {
         /* admission: at the in-flight limit pause the partitions (librdkafka drops what it prefetched
          * and re-fetches from the last returned offset on resume) but keep polling: rebalances are
          * served and max.poll.interval.ms is never exceeded */
-        int64_t max_inflight = cfg_int(&c, "worker.max_inflight");
         for (int k = 0; k < 4096; k++) {
-            if (w.n_inflight >= max_inflight && !w.paused && !w.draining) wk_pause_all(&w, 1);
+            if (w.n_inflight >= w.max_inflight && !w.paused && !w.draining) wk_pause_all(&w, 1);
             rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, 0);
             if (!m) break;
             wj_on_message(&w, m);
@@ -176,6 +177,7 @@ int main(int argc, char **argv) {
         wj_flush_done(&w);
         wj_timers(&w);
         wj_send_cmds(&w);
+        wk_flush_offsets(&w);
     }
 
     /* drain end: deliver what is produced, write Redis done, store offsets; hand back the rest */
@@ -183,12 +185,15 @@ int main(int argc, char **argv) {
     rd_kafka_flush(w.producer, left > 1000 ? 1000 : left > 0 ? (int)left : 0);
     rd_kafka_poll(w.producer, 0);
     wj_flush_done(&w);
+    wk_flush_offsets(&w);
     int live = wj_live(&w);
     if (live > 0) wlog(&w, L_WARN, "grace over: handing back %d unfinished jobs", live);
     wj_hand_back_all(&w);
     wk_close(&w);   /* leaves the group; the revoke callback commits the stored offsets */
     eng_thread_stop(w.eng);
+    wj_profile_print(&w);
     wj_free_all(&w);
+    free(w.store_off);
     metrics_stop(ms);
     sl_engine_close(w.engine);
     textcodec_close(w.tc);
