@@ -152,6 +152,8 @@ int wk_setup(worker *w, char *err, size_t errlen) {
         conf_set(cc, "partition.assignment.strategy", "cooperative-sticky", err, errlen) ||
         conf_set(cc, "enable.auto.commit", "true", err, errlen) ||
         conf_set(cc, "enable.partition.eof", "false", err, errlen) ||
+        /* a job queue wants low pickup latency; brokers answer a fetch as soon as data arrives anyway */
+        conf_set(cc, "fetch.wait.max.ms", "10", err, errlen) ||
         apply_kafka_keys(w->cfg, cc, 1, err, errlen) ||
         /* the worker stores offsets itself, after the result is delivered and Redis says done */
         conf_set(cc, "enable.auto.offset.store", "false", err, errlen)) {

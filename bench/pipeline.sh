@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Pipeline benchmark (issue 3 "Measure"): everything on this machine — sluice-mock-kafka, redis-server,
+# one sluice-worker on the tiny model, sluice-submit as an open-loop load generator (2-token prompt
+# "hi", max_tokens=1). Results producer linger.ms=1 (the worker's default), Redis commands pipelined
+# per loop round. For each rate: DURATION seconds of load, then the submit report (latency
+# submit->result, engine time from Result.timing, added = latency - engine), the worker's stage
+# profile, and the CPU seconds each process used.
+#   usage: bench/pipeline.sh [BUILD_DIR] [RATES] [DURATION]
+#   e.g.   bench/pipeline.sh build "2000 3000 4000" 60   -> bench/results/pipeline.json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+RATES=${2:-"2000 3000 4000"}
+DURATION=${3:-60}
+OUT=${OUT:-bench/results/pipeline.json}
+B=$BUILD/consumer
+RUN=$(mktemp -d /tmp/sluice-pipeline.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+cpu_s() { awk '{print ($14+$15)/100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+entries=()
+for RATE in $RATES; do
+  RP=$(free_port)
+  redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no > "$RUN/redis-$RATE.log" 2>&1 & RPID=$!
+  "$B/sluice-mock-kafka" > "$RUN/mock-$RATE.out" 2> "$RUN/mock-$RATE.err" & MPID=$!
+  PIDS=("$RPID" "$MPID")
+  for _ in $(seq 300); do [ -s "$RUN/mock-$RATE.out" ] && break; sleep 0.1; done
+  BS=$(head -1 "$RUN/mock-$RATE.out")
+  "$B/sluice-worker" --set kafka.bootstrap.servers="$BS" --set redis.url="redis://127.0.0.1:$RP" \
+    --set model.path=tests/data/tiny-v4-public --set worker.id=bench --set engine.threads=1 \
+    --set kafka.fetch.wait.max.ms=1 --set kafka.session.timeout.ms=6000 2> "$RUN/worker-$RATE.err" & WPID=$!
+  PIDS+=("$WPID")
+  sleep 1
+  "$B/sluice-submit" --brokers "$BS" --max-tokens 1 --quiet --timeout 30 hi > /dev/null   # waits for the assignment
+  c0=($(cpu_s "$WPID") $(cpu_s "$MPID") $(cpu_s "$RPID"))
+  set +e
+  "$B/sluice-submit" --brokers "$BS" --max-tokens 1 --quiet --timeout 60 --rate "$RATE" --count $((RATE * DURATION)) \
+    --prompt hi --report "$RUN/report-$RATE.json" 2> "$RUN/submit-$RATE.err"
+  rc=$?
+  set -e
+  c1=($(cpu_s "$WPID") $(cpu_s "$MPID") $(cpu_s "$RPID"))
+  kill "$WPID"; wait "$WPID" || true
+  kill "$MPID" "$RPID"; wait "$MPID" "$RPID" 2>/dev/null || true
+  grep -v " t=" "$RUN/submit-$RATE.err" || true
+  grep -A6 "stage profile" "$RUN/worker-$RATE.err" | sed 's/^.*info: //'
+  entries+=("$(python3 - "$RUN" "$RATE" "$rc" "${c0[*]}" "${c1[*]}" "$DURATION" <<'PY'
+import json, re, sys
+run, rate, rc, c0, c1, dur = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(), sys.argv[5].split(), int(sys.argv[6])
+rep = json.load(open("%s/report-%d.json" % (run, rate)))
+prog = [l for l in open("%s/submit-%d.err" % (run, rate)) if " t=" in l]
+backlog = [int(re.search(r"outstanding (\d+)", l).group(1)) for l in prog]
+stages = {}
+for l in open("%s/worker-%d.err" % (run, rate)):
+    m = re.match(r".*info:\s+(\S.*?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", l)
+    if m and "stage profile" not in l:
+        stages[m.group(1)] = {"mean": float(m.group(2)), "p50": float(m.group(3)), "p99": float(m.group(4))}
+cpu = {k: round(float(b) - float(a), 2) for k, a, b in zip(("worker", "mock_kafka", "redis"), c0, c1)}
+rep.update({"rate": rate, "duration_s": dur, "submit_exit": rc, "backlog_per_second": backlog,
+            "worker_stage_ms": stages, "cpu_seconds": cpu})
+print(json.dumps(rep))
+PY
+)")
+done
+python3 - "$OUT" "$DURATION" "${entries[@]}" <<'PY'
+import json, os, platform, subprocess, sys
+out, dur, runs = sys.argv[1], int(sys.argv[2]), [json.loads(x) for x in sys.argv[3:]]
+ok = [r for r in runs if r["submit_exit"] == 0 and r["results"] == r["jobs"] and max(r["backlog_per_second"][-5:] or [0]) < r["rate"]]
+doc = {"benchmark": "pipeline", "command": "bench/pipeline.sh BUILD \"%s\" %d" % (" ".join(str(r["rate"]) for r in runs), dur),
+       "machine": {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+                   "note": "broker (librdkafka mock), redis-server, worker, load generator all on this machine"},
+       "load": {"prompt": "hi (2 byte tokens)", "max_tokens": 1, "model": "tests/data/tiny-v4-public",
+                "producer_linger_ms": 1, "consumer_fetch_wait_max_ms": 1, "engine_threads": 1},
+       "goal": {"rate": 3000, "added_p99_ms": 10},
+       "highest_sustained_rate": max([r["rate"] for r in ok], default=0),
+       "runs": runs}
+json.dump(doc, open(out, "w"), indent=1)
+print("wrote", out)
+PY
