@@ -159,37 +159,37 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 }
 
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
+/* Chunks [cb, ce) of one 16-row tile (the block's warps split K for the shared expert). */
 template <int NM, int D>
-__device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, const float *bscale, int bstride,
-                                            uint8_t *ring, const uint16_t *xbase, const int32_t *rows_tok, int prow,
-                                            float acc[NM][4])
+__device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int cb, int ce, const float *bscale,
+                                            int bstride, uint8_t *ring, const uint16_t *xbase,
+                                            const int32_t *rows_tok, int prow, float acc[NM][4])
 {
     static_assert(D % 2 == 0 && D * NM * 2048 <= RING_WARP_BYTES, "ring");
-    const int lane = threadIdx.x & 31, nc = K / 128, q = lane & 3;
+    const int lane = threadIdx.x & 31, q = lane & 3;
     const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
 #pragma unroll
     for (int s = 0; s < D; s++) {
-        if (s < nc)
+        if (cb + s < ce)
 #pragma unroll
             for (int m = 0; m < NM; m++)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
-                         rowtile + ((size_t)s * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+                         rowtile + ((size_t)(cb + s) * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
         cp_commit();
     }
-    /* activation row of this lane's token, looked up after the weight loads are on their way */
     const uint16_t *xrow = xbase + (size_t)(rows_tok ? rows_tok[prow] : prow) * K;
     XFrag xb[2];
-    load_x(xb[0], xrow, 0, q);
+    load_x(xb[0], xrow, cb, q);
 #pragma unroll
     for (int m = 0; m < NM; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.f;
-    for (int c0 = 0; c0 < nc; c0 += D) {
+    for (int c0 = cb; c0 < ce; c0 += D) {
 #pragma unroll
         for (int s = 0; s < D; s++) {
             const int c = c0 + s;
-            if (c < nc) {
-                if (c + 1 < nc) load_x(xb[(s + 1) & 1], xrow, c + 1, q);
+            if (c < ce) {
+                if (c + 1 < ce) load_x(xb[(s + 1) & 1], xrow, c + 1, q);
                 cp_wait<D - 1>();
                 float tmp[NM][4];
 #pragma unroll
@@ -218,7 +218,7 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, const
                     for (int i = 0; i < 4; i++) acc[m][i] = fmaf(tmp[m][i], bs, acc[m][i]);
                 }
             }
-            if (c + D < nc)
+            if (c + D < ce)
 #pragma unroll
                 for (int m = 0; m < NM; m++)
 #pragma unroll
@@ -228,6 +228,28 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, const
             cp_commit();
         }
     }
+}
+
+/* Adds the 4 warps' partial accumulators (K split) in a fixed order through their idle rings; the
+ * sum lands in warp 0. Every warp of the block must call it. */
+template <int NM>
+__device__ __forceinline__ void ksplit_reduce(uint8_t *smem, float acc[NM][4], int warp, int lane)
+{
+    float *mine = (float *)(smem + warp * RING_WARP_BYTES) + lane * NM * 4;
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) mine[m * 4 + i] = acc[m][i];
+    __syncthreads();
+    if (warp == 0)
+        for (int w = 1; w < MOE_WARPS; w++) {
+            const float *o = (const float *)(smem + w * RING_WARP_BYTES) + lane * NM * 4;
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[m][i] += o[m * 4 + i];
+        }
+    __syncthreads();   /* rings are free again before the next item's copies */
 }
 
 /* Work item -> (expert, local index): largest e with items[e] <= it. */
@@ -246,7 +268,8 @@ struct Item {
 };
 
 /* Work item `it` for this warp: expert, 16-row tile, first pair, tokens (<= 8). */
-__device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_t *s_off, int nE, int it, int warp)
+__device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_t *s_off, int nE, int it, int warp,
+                                            bool shared_last)
 {
     Item t;
     t.e = find_expert(s_items, nE, it);
@@ -254,7 +277,7 @@ __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_
     const int local = it - s_items[t.e], rg = local / nch, tc = local % nch;
     t.p0 = s_off[t.e] + tc * MOE_TOK_CHUNK;
     t.ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
-    t.r = rg * MOE_WARPS + warp;
+    t.r = t.e == nE - 1 && shared_last ? rg : rg * MOE_WARPS + warp;   /* shared: one tile, K split by warps */
     return t;
 }
 
@@ -272,10 +295,11 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp);
+    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
-        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp);
+        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
+                                     a.has_shared);
         const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 4 == 0;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
@@ -291,7 +315,10 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
         } else {
             const uint8_t *rt = a.sh_w13 + (size_t)r * (a.H / 128) * 2 * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s13 + (size_t)(r * 16 / 128) * (a.H / 128);
-            fp8_rowtile<2, 2>(rt, a.H, bs, (a.I / 128) * (a.H / 128), ring, x, pair_tok, prow, acc);
+            fp8_rowtile<2, 2>(rt, a.H, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs,
+                              (a.I / 128) * (a.H / 128), ring, x, pair_tok, prow, acc);
+            ksplit_reduce<2>(smem, acc, warp, lane);
+            if (warp != 0) { primed = false; cur = nxt; continue; }
         }
         primed = has_next;
         cur = nxt;
@@ -326,10 +353,11 @@ __global__ void __launch_bounds__(128, 5) k_down(moe_expert_args a, const uint16
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp);
+    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
-        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp);
+        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
+                                     a.has_shared);
         const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 8 == 0;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
@@ -344,7 +372,10 @@ __global__ void __launch_bounds__(128, 5) k_down(moe_expert_args a, const uint16
         } else {
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s2 + (size_t)(r * 16 / 128) * (a.I / 128);
-            fp8_rowtile<1, 4>(rt, a.I, bs, 0, ring, h, NULL, prow, acc);
+            fp8_rowtile<1, 4>(rt, a.I, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs, 0, ring, h, NULL, prow,
+                              acc);
+            ksplit_reduce<1>(smem, acc, warp, lane);
+            if (warp != 0) { primed = false; cur = nxt; continue; }
         }
         primed = has_next;
         cur = nxt;

@@ -225,8 +225,10 @@ __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, 
     for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
         const int c = i < nE ? cnt[i] : 0, ch = (c + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
         so[i] = c;
-        sg[i] = ch * rg_gu;
-        sd[i] = ch * rg_dn;
+        /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
+        const int ks = (has_shared && i == E) ? MOE_WARPS : 1;
+        sg[i] = ch * rg_gu * ks;
+        sd[i] = ch * rg_dn * ks;
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
