@@ -281,7 +281,7 @@ class Env:
         c.close()
         return msgs
 
-    def results(self, ids, timeout=90, topic="sluice.results", idle=1.5):
+    def results(self, ids, timeout=90, topic="sluice.results", idle=1.5, count=1):
         """{id: [decoded results...]} once every id has one (or timeout); checks key and header."""
         want = set(ids)
         seen = {}
@@ -296,7 +296,7 @@ class Env:
                 hdr = dict(m.headers() or [])
                 assert hdr.get("sluice.type") == b"result", hdr
                 seen.setdefault(r["id"], []).append(r)
-            return want.issubset(seen.keys())
+            return all(len(seen.get(i, ())) >= count for i in want)
 
         self.read_all(topic, until, timeout, idle)
         return seen
