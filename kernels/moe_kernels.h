@@ -80,12 +80,10 @@ cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int top
 /* Per-expert lists. Expert E is the shared expert (all T tokens, weight 1) when has_shared.
  * off [E+2]: pair offsets (routed pairs sorted by expert, then the shared expert's T pairs);
  * pair_tok/pair_w [T*topk + T]; inv [T*topk]: pair of (t, k), -1 for an out-of-range index;
- * items_gu/items_dn [E+3]: prefix sums of work items (token chunks x row groups x K parts) per
- * expert, then the K split ks in {1,2,4} chosen so the persistent grids (grid_gu/grid_dn blocks)
- * finish in the fewest full-K rounds (small batches split K to put more warps on the weights). */
+ * items_gu/items_dn [E+2]: prefix sums of work items (token chunks x row groups) per expert. */
 cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
-                            int rg_gu, int rg_dn, int grid_gu, int grid_dn, int32_t *off, int32_t *pair_tok,
-                            float *pair_w, int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st);
+                            int rg_gu, int rg_dn, int32_t *off, int32_t *pair_tok, float *pair_w,
+                            int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st);
 
 /* ---- experts (moe_expert.cu) */
 typedef struct {

@@ -219,8 +219,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->idx, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(idx)");
     CK(cudaMalloc((void **)&W->w, (size_t)max_tokens * K * sizeof(float)), "cudaMalloc(w)");
     CK(cudaMalloc((void **)&W->off, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(off)");
-    CK(cudaMalloc((void **)&W->items_gu, (size_t)(E + 3) * sizeof(int32_t)), "cudaMalloc(items)");
-    CK(cudaMalloc((void **)&W->items_dn, (size_t)(E + 3) * sizeof(int32_t)), "cudaMalloc(items)");
+    CK(cudaMalloc((void **)&W->items_gu, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(items)");
+    CK(cudaMalloc((void **)&W->items_dn, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(items)");
     CK(cudaMalloc((void **)&W->pair_tok, pairs * sizeof(int32_t)), "cudaMalloc(pair_tok)");
     CK(cudaMalloc((void **)&W->pair_w, pairs * sizeof(float)), "cudaMalloc(pair_w)");
     CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
@@ -272,8 +272,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
                        token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
     MARK(2);
-    CK(moe_build_lists(W->idx, W->w, T, E, K, s->has_shared, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM, W->grid_gu,
-                       W->grid_dn, W->off,
+    CK(moe_build_lists(W->idx, W->w, T, E, K, s->has_shared, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM, W->off,
                        W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn, st), "expert lists");
     MARK(3);
     CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");

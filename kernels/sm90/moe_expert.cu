@@ -122,37 +122,37 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag 
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
  * of this tile issues the next tile's first D chunks, so the stream never drains between items. */
 template <int FMT, int NM, int D>
-__device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, int cb, int ce, uint8_t *ring,
-                                            const uint16_t *xbase, const int32_t *rows_tok, int prow,
-                                            float acc[NM][4], bool primed, const uint8_t *next, int next_cb)
+__device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
+                                            const int32_t *rows_tok, int prow, float acc[NM][4], bool primed,
+                                            const uint8_t *next)
 {
     static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
-    const int lane = threadIdx.x & 31, q = lane & 3;
+    const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
     if (!primed)
 #pragma unroll
         for (int s = 0; s < D; s++) {
-            if (cb + s < ce) fp4_issue<FMT, NM>(ring, s, rowtile, cb + s, lane);
+            if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane);
             cp_commit();
         }
     /* activation row of this lane's token, looked up after the weight loads are on their way */
     const uint16_t *xrow = xbase + (size_t)(rows_tok ? rows_tok[prow] : prow) * K;
     XFrag xb[2];
-    load_x(xb[0], xrow, cb, q);
+    load_x(xb[0], xrow, 0, q);
 #pragma unroll
     for (int m = 0; m < NM; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.f;
-    for (int c0 = cb; c0 < ce; c0 += D) {
+    for (int c0 = 0; c0 < nc; c0 += D) {
 #pragma unroll
         for (int s = 0; s < D; s++) {
             const int c = c0 + s;
-            if (c < ce) {
-                if (c + 1 < ce) load_x(xb[(s + 1) & 1], xrow, c + 1, q);
+            if (c < nc) {
+                if (c + 1 < nc) load_x(xb[(s + 1) & 1], xrow, c + 1, q);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
                 fp4_compute<NM>(st, xb[s & 1], acc);
             }
-            if (c + D < ce) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane);
-            else if (next) fp4_issue<FMT, NM>(ring, s, next, next_cb + (c + D - ce), lane);
+            if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane);
+            else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane);
             cp_commit();
         }
     }
@@ -230,21 +230,19 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
     }
 }
 
-/* K split: warps w .. w+ks-1 (w = tile * ks) hold partial sums of one tile; they are added in a
- * fixed order through the warps' idle rings (no copies are in flight: items are not primed when
- * ks > 1) and land in the warp with kpart 0. Every warp of the block calls it (ks is uniform). */
+/* Adds the 4 warps' partial accumulators (K split) in a fixed order through their idle rings; the
+ * sum lands in warp 0. Every warp of the block must call it. */
 template <int NM>
-__device__ __forceinline__ void ksplit_reduce(uint8_t *smem, float acc[NM][4], int warp, int lane, int ks)
+__device__ __forceinline__ void ksplit_reduce(uint8_t *smem, float acc[NM][4], int warp, int lane)
 {
-    if (ks == 1) return;
     float *mine = (float *)(smem + warp * RING_WARP_BYTES) + lane * NM * 4;
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
         for (int i = 0; i < 4; i++) mine[m * 4 + i] = acc[m][i];
     __syncthreads();
-    if (warp % ks == 0)
-        for (int w = warp + 1; w < warp + ks; w++) {
+    if (warp == 0)
+        for (int w = 1; w < MOE_WARPS; w++) {
             const float *o = (const float *)(smem + w * RING_WARP_BYTES) + lane * NM * 4;
 #pragma unroll
             for (int m = 0; m < NM; m++)
@@ -266,13 +264,12 @@ __device__ __forceinline__ int find_expert(const int32_t *items, int n, int it)
 }
 
 struct Item {
-    int e, r, p0, ntok, kpart;
+    int e, r, p0, ntok;
 };
 
-/* Work item `it` for this warp. An item is (expert, token chunk of <= 8, group of 4/ks row tiles);
- * warp w takes tile w / ks of the group and K part w % ks. */
+/* Work item `it` for this warp: expert, 16-row tile, first pair, tokens (<= 8). */
 __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_t *s_off, int nE, int it, int warp,
-                                            int ks)
+                                            bool shared_last)
 {
     Item t;
     t.e = find_expert(s_items, nE, it);
@@ -280,8 +277,7 @@ __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_
     const int local = it - s_items[t.e], rg = local / nch, tc = local % nch;
     t.p0 = s_off[t.e] + tc * MOE_TOK_CHUNK;
     t.ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
-    t.r = rg * (MOE_WARPS / ks) + warp / ks;
-    t.kpart = warp % ks;
+    t.r = t.e == nE - 1 && shared_last ? rg : rg * MOE_WARPS + warp;   /* shared: one tile, K split by warps */
     return t;
 }
 
@@ -295,16 +291,16 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
     moe_pdl_wait();
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_items[i] = items[i], s_off[i] = off[i];
-    const int ks = items[nE + 1];   /* K split chosen by moe_build_lists */
     __syncthreads();
-    const int total = s_items[nE], nc = a.H / 128, kn = nc / ks;
+    const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, ks);
+    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
-        const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok, kp = cur.kpart;
-        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp, ks);
-        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && ks == 1 && nc % 4 == 0;
+        const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
+        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
+                                     a.has_shared);
+        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 4 == 0;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
         const int prow = p0 + (g_ < ntok ? g_ : 0);
@@ -313,20 +309,19 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, 4>(rt, a.H, kp * kn, (kp + 1) * kn, ring, x, pair_tok, prow, acc, primed, nrt,
-                                   nxt.kpart * kn);
+            fp4_rowtile<FMT, 2, 4>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
             const uint8_t *rt = a.sh_w13 + (size_t)r * (a.H / 128) * 2 * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s13 + (size_t)(r * 16 / 128) * (a.H / 128);
-            fp8_rowtile<2, 2>(rt, a.H, kp * kn, (kp + 1) * kn, bs, (a.I / 128) * (a.H / 128), ring, x, pair_tok,
-                              prow, acc);
+            fp8_rowtile<2, 2>(rt, a.H, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs,
+                              (a.I / 128) * (a.H / 128), ring, x, pair_tok, prow, acc);
+            ksplit_reduce<2>(smem, acc, warp, lane);
+            if (warp != 0) { primed = false; cur = nxt; continue; }
         }
-        ksplit_reduce<2>(smem, acc, warp, lane, ks);
         primed = has_next;
         cur = nxt;
-        if (kp != 0) continue;
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -354,16 +349,16 @@ __global__ void __launch_bounds__(128, 5) k_down(moe_expert_args a, const uint16
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
     moe_pdl_wait();
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_items[i] = items[i], s_off[i] = off[i];
-    const int ks = items[nE + 1];   /* K split chosen by moe_build_lists */
     __syncthreads();
-    const int total = s_items[nE], nc = a.I / 128, kn = nc / ks;
+    const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, ks);
+    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
-        const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok, kp = cur.kpart;
-        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp, ks);
-        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && ks == 1 && nc % 8 == 0;
+        const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
+        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
+                                     a.has_shared);
+        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 8 == 0;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
         const int prow = p0 + (g_ < ntok ? g_ : 0);
@@ -372,18 +367,18 @@ __global__ void __launch_bounds__(128, 5) k_down(moe_expert_args a, const uint16
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 1, 8>(rt, a.I, kp * kn, (kp + 1) * kn, ring, h, NULL, prow, acc, primed, nrt,
-                                   nxt.kpart * kn);
+            fp4_rowtile<FMT, 1, 8>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt);
             post = a.post2[e];
         } else {
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s2 + (size_t)(r * 16 / 128) * (a.I / 128);
-            fp8_rowtile<1, 4>(rt, a.I, kp * kn, (kp + 1) * kn, bs, 0, ring, h, NULL, prow, acc);
+            fp8_rowtile<1, 4>(rt, a.I, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs, 0, ring, h, NULL, prow,
+                              acc);
+            ksplit_reduce<1>(smem, acc, warp, lane);
+            if (warp != 0) { primed = false; cur = nxt; continue; }
         }
-        ksplit_reduce<1>(smem, acc, warp, lane, ks);
         primed = has_next;
         cur = nxt;
-        if (kp != 0) continue;
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -395,7 +390,7 @@ __global__ void __launch_bounds__(128, 5) k_down(moe_expert_args a, const uint16
 }
 
 /* per-warp rings + the block's copies of items[] and off[] (E <= 512) */
-static size_t smem_for(int E) { return (size_t)MOE_WARPS * RING_WARP_BYTES + 2 * (size_t)(E + 3) * 4; }
+static size_t smem_for(int E) { return (size_t)MOE_WARPS * RING_WARP_BYTES + 2 * (size_t)(E + 2) * 4; }
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {

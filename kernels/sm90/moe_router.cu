@@ -203,29 +203,16 @@ __device__ static int warp_scan(int *v, int n, int lane)
 }
 
 /* One block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2). */
-/* K split for one expert kernel: the smallest ks in {1, 2, 4} that minimises the rounds of the
- * persistent grid measured in full-K items, ceil(ks * base / grid) / ks. */
-__device__ static int pick_ks(int base, int grid)
-{
-    int best = 1;
-    float bt = 1e30f;
-    for (int ks = 1; ks <= 4; ks *= 2) {
-        const float t = (float)((ks * base + grid - 1) / grid) / ks;
-        if (t < bt - 1e-6f) bt = t, best = ks;
-    }
-    return best;
-}
-
 __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared, int rg_gu,
-                              int rg_dn, int grid_gu, int grid_dn, int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
+                              int rg_dn, int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
                               int32_t *items_gu, int32_t *items_dn)
 {
     extern __shared__ int sm[];
     const int nE = E + (has_shared ? 1 : 0);
-    int *cnt = sm, *fill = sm + (E + 3), *so = sm + 2 * (E + 3), *sg = sm + 3 * (E + 3), *sd = sm + 4 * (E + 3);
+    int *cnt = sm, *fill = sm + (E + 2), *so = sm + 2 * (E + 2), *sg = sm + 3 * (E + 2), *sd = sm + 4 * (E + 2);
     moe_pdl_wait();
     moe_pdl_release();
-    for (int i = threadIdx.x; i < E + 3; i += blockDim.x) cnt[i] = 0, fill[i] = 0;
+    for (int i = threadIdx.x; i < E + 2; i += blockDim.x) cnt[i] = 0, fill[i] = 0;
     __syncthreads();
     const int P = T * topk;
     for (int i = threadIdx.x; i < P; i += blockDim.x) {
@@ -238,8 +225,10 @@ __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, 
     for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
         const int c = i < nE ? cnt[i] : 0, ch = (c + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
         so[i] = c;
-        sg[i] = ch * rg_gu;
-        sd[i] = ch * rg_dn;
+        /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
+        const int ks = (has_shared && i == E) ? MOE_WARPS : 1;
+        sg[i] = ch * rg_gu * ks;
+        sd[i] = ch * rg_dn * ks;
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -247,14 +236,11 @@ __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, 
     if (warp == 1) warp_scan(sg, nE + 1, lane);
     if (warp == 2) warp_scan(sd, nE + 1, lane);
     __syncthreads();
-    /* items_*[nE + 1] = the K split; item counts scale with it */
-    const int ksg = pick_ks(sg[nE], grid_gu), ksd = pick_ks(sd[nE], grid_dn);
     for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
         off[i] = so[i];
-        items_gu[i] = sg[i] * ksg;
-        items_dn[i] = sd[i] * ksd;
+        items_gu[i] = sg[i];
+        items_dn[i] = sd[i];
     }
-    if (threadIdx.x == 0) items_gu[nE + 1] = ksg, items_dn[nE + 1] = ksd;
     for (int i = threadIdx.x; i < P; i += blockDim.x) {
         const int e = idx[i];
         if (e < 0 || e >= E) { inv[i] = -1; continue; }
@@ -271,12 +257,11 @@ __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, 
 }
 
 extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
-                                       int rg_gu, int rg_dn, int grid_gu, int grid_dn, int32_t *off,
-                                       int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
-                                       int32_t *items_dn, cudaStream_t st)
+                                       int rg_gu, int rg_dn, int32_t *off, int32_t *pair_tok, float *pair_w,
+                                       int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st)
 {
-    const size_t smem = 5 * (size_t)(E + 3) * sizeof(int);
+    const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
     if (smem > 48 * 1024) return cudaErrorInvalidValue;
-    return moe_launch(k_build_lists, dim3(1), dim3(1024), smem, st, idx, w, T, E, topk, has_shared, rg_gu, rg_dn,
-                      grid_gu, grid_dn, off, pair_tok, pair_w, inv, items_gu, items_dn);
+    return moe_launch(k_build_lists, dim3(1), dim3(1024), smem, st, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, off,
+                      pair_tok, pair_w, inv, items_gu, items_dn);
 }
