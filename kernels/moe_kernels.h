@@ -6,8 +6,10 @@
  *
  * Repacked expert layout ("sluice fp4 v1", written by moe_repack_fp4, read by moe_gate_up / moe_down):
  *   A matrix W [N, K] (N = out, K = in) is cut into chunks of 16 rows x 128 inputs. A chunk is
- *   1024 bytes of FP4 codes + the chunk's scale codes (128 bytes NVFP4: 16 rows x 8 blocks of 16;
- *   64 bytes MXFP4: 16 rows x 4 blocks of 32). Chunk (r, c, m) sits at ((r * K/128 + c) * NM + m)
+ *   1024 bytes of FP4 codes + the chunk's scale codes (128 bytes NVFP4: 16 rows x 8 blocks of 16,
+ *   as [g][q>>1][rows g, g+8][4 blocks]; 64 bytes MXFP4: 16 rows x 4 blocks of 32, as
+ *   [g][rows g, g+8][4 blocks], so each lane reads its 8 codes in one 8-byte load). Chunk (r, c, m)
+ *   sits at ((r * K/128 + c) * NM + m)
  *   * chunk_bytes, where NM = 2 for the fused gate/up weight (m = 0 gate w1, 1 up w3) and 1 for w2.
  *   Inside a chunk, lane t = 4g+q of the warp that owns the 16 rows loads 16 bytes at t*16 and
  *   512 + t*16: exactly its mma.m16n8k16 A fragments (rows g, g+8) for 8 k-steps, with the inputs
@@ -118,12 +120,20 @@ cudaError_t moe_fill_bytes(uint8_t *p, size_t n, uint32_t seed, int kind, int lo
 /* Fills n bf16 values with uniform(-a, a). */
 cudaError_t moe_fill_bf16(uint16_t *p, size_t n, uint32_t seed, float a, cudaStream_t st);
 
-/* ---- sm_120 variant (kernels/sm120): W4A4 block-scaled FP4 MMA; returns cudaErrorNotSupported
- * unless the device is compute capability 12.x. */
-cudaError_t moe_gate_up_w4a4_sm120(const moe_expert_args *a, const uint16_t *x, float input_scale,
-                                   const int32_t *off, const int32_t *pair_tok, const float *pair_w,
-                                   const int32_t *items, int T, int topk, int grid, uint16_t *h,
-                                   cudaStream_t st);
+/* ---- sm_120 variant (kernels/sm120/moe_w4a4_sm120.cu): W4A4 with the block-scaled FP4 MMA, weights
+ * in the checkpoint's ModelOpt layout (w1 rows then w3 rows: q [2I][H/2], E4M3 scales [2I][H/16]),
+ * activations quantised with input_scale. Compiled for sm_120a, never run here (no such GPU); returns
+ * cudaErrorNotSupported unless the device is compute capability 12.x. Routed experts only. */
+typedef struct {
+    int E, H, I;
+    const uint8_t *w13_q; size_t w13_q_stride;   /* per expert */
+    const uint8_t *w13_s; size_t w13_s_stride;
+    const float *post13;                          /* [E][2] weight_scale_2 of w1, w3 */
+    float input_scale, limit;
+} moe_w4a4_args;
+cudaError_t moe_gate_up_w4a4_sm120(const moe_w4a4_args *a, const uint16_t *x, const int32_t *off,
+                                   const int32_t *pair_tok, const float *pair_w, const int32_t *items, int grid,
+                                   uint16_t *h, cudaStream_t st);
 
 #ifdef __cplusplus
 }
