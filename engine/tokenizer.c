@@ -23,7 +23,7 @@ static void fail(sl_tokenizer *t, const char *fmt, ...)
     }
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elt)
+int tk_grow(void **p, size_t *cap, size_t need, size_t elt)
 {
     if (need <= *cap) return 0;
     size_t nc = *cap ? *cap : 64;
@@ -301,7 +301,7 @@ static hent hpop(hent *h, size_t *n)
 
 static int wpush(sl_tokenizer *t, size_t *nw, int32_t id, uint32_t len)
 {
-    if (grow(&t->bw, &t->cbw, *nw + 1, sizeof(sym))) return -1;
+    if (tk_grow(&t->bw, &t->cbw, *nw + 1, sizeof(sym))) return -1;
     sym *w = t->bw;
     w[*nw] = (sym){id, (int32_t)*nw - 1, (int32_t)*nw + 1, len};
     (*nw)++;
@@ -342,7 +342,7 @@ static int bpe(sl_tokenizer *t, const char *p, size_t n, int mapped)
     const char *s = p;                    /* model-space string: ByteLevel chars when mapped */
     size_t sn = n;
     if (mapped && (t->ignore_merges || t->byte_fallback || t->unk_id >= 0)) {
-        if (grow((void **)&t->wbuf.b, &t->wbuf.cap, 2 * n, 1)) goto oom;
+        if (tk_grow((void **)&t->wbuf.b, &t->wbuf.cap, 2 * n, 1)) goto oom;
         sn = 0;
         for (size_t i = 0; i < n; i++) sn += tk_bytelevel_char((uint8_t)p[i], t->wbuf.b + sn);
         s = t->wbuf.b;
@@ -350,7 +350,7 @@ static int bpe(sl_tokenizer *t, const char *p, size_t n, int mapped)
     if (t->ignore_merges) {
         int32_t id = tk_strmap_get(&t->vocab, s, sn);
         if (id >= 0) {
-            if (grow((void **)&t->out, &t->capout, t->nout + 1, sizeof *t->out)) goto oom;
+            if (tk_grow((void **)&t->out, &t->capout, t->nout + 1, sizeof *t->out)) goto oom;
             t->out[t->nout++] = id;
             return 0;
         }
@@ -383,7 +383,7 @@ static int bpe(sl_tokenizer *t, const char *p, size_t n, int mapped)
     if (nw == 0) return 0;
     sym *w = t->bw;
     w[nw - 1].next = -1;
-    if (grow(&t->bh, &t->cbh, nw + 2, sizeof(hent))) goto oom;
+    if (tk_grow(&t->bh, &t->cbh, nw + 2, sizeof(hent))) goto oom;
     hent *h = t->bh;
     size_t nh = 0;
     uint32_t r;
@@ -403,7 +403,7 @@ static int bpe(sl_tokenizer *t, const char *p, size_t n, int mapped)
         if (cur->next >= 0) w[cur->next].prev = (int32_t)top.pos;
         /* a pop is followed by at most two pushes; live entries never exceed the pairs left + 2 */
         if (nh + 2 > t->cbh) {
-            if (grow(&t->bh, &t->cbh, nh + 2, sizeof(hent))) goto oom;
+            if (tk_grow(&t->bh, &t->cbh, nh + 2, sizeof(hent))) goto oom;
             h = t->bh;
         }
         if (cur->prev >= 0 && merge_get(&t->merges, w[cur->prev].id, cur->id, &r, &nid))
@@ -411,7 +411,7 @@ static int bpe(sl_tokenizer *t, const char *p, size_t n, int mapped)
         if (cur->next >= 0 && merge_get(&t->merges, cur->id, w[cur->next].id, &r, &nid))
             hpush(h, &nh, (hent){r, top.pos, nid});
     }
-    if (grow((void **)&t->out, &t->capout, t->nout + nw, sizeof *t->out)) goto oom;
+    if (tk_grow((void **)&t->out, &t->capout, t->nout + nw, sizeof *t->out)) goto oom;
     for (int32_t i = 0; i >= 0; i = w[i].next) t->out[t->nout++] = w[i].id;
     return 0;
 oom:
@@ -445,7 +445,7 @@ static int model(sl_tokenizer *t, const char *p, size_t n)
     uint32_t mask = ((uint32_t)1 << TK_CACHE_BITS) - 1, i = (uint32_t)hv & mask;
     for (; c->hash[i]; i = (i + 1) & mask) {
         if (c->hash[i] == hv && c->klen[i] == n && memcmp(c->kbuf + c->koff[i], p, n) == 0) {
-            if (grow((void **)&t->out, &t->capout, t->nout + c->ilen[i], sizeof *t->out)) goto oom;
+            if (tk_grow((void **)&t->out, &t->capout, t->nout + c->ilen[i], sizeof *t->out)) goto oom;
             memcpy(t->out + t->nout, c->ibuf + c->ioff[i], c->ilen[i] * sizeof *t->out);
             t->nout += c->ilen[i];
             return 0;
@@ -458,7 +458,7 @@ static int model(sl_tokenizer *t, const char *p, size_t n)
         cache_clear(c);                   /* full: start over; hot pre-tokens come back at once */
         for (i = (uint32_t)hv & mask; c->hash[i]; i = (i + 1) & mask) {}
     }
-    if (grow((void **)&c->kbuf, &c->kcap, c->kn + n, 1) || grow((void **)&c->ibuf, &c->icap, c->in + k, sizeof *c->ibuf))
+    if (tk_grow((void **)&c->kbuf, &c->kcap, c->kn + n, 1) || tk_grow((void **)&c->ibuf, &c->icap, c->in + k, sizeof *c->ibuf))
         goto oom;
     memcpy(c->kbuf + c->kn, p, n);
     memcpy(c->ibuf + c->in, t->out + before, k * sizeof *c->ibuf);
@@ -569,7 +569,7 @@ static int bl_next(sl_tokenizer *t, int depth, const char *p, size_t n)
 {
     if (depth + 1 == t->n_steps) return pretok(t, depth + 1, p, n);
     tk_buf *mb = &t->mbuf[depth];
-    if (grow((void **)&mb->b, &mb->cap, 2 * n + 1, 1)) {
+    if (tk_grow((void **)&mb->b, &mb->cap, 2 * n + 1, 1)) {
         fail(t, "out of memory");
         return -1;
     }
@@ -587,7 +587,7 @@ static int pretok(sl_tokenizer *t, int depth, const char *p, size_t n)
     if (st->kind == TK_STEP_BYTELEVEL) {
         if (st->add_prefix_space && p[0] != ' ') {
             tk_buf *sb = &t->sbuf[depth];
-            if (grow((void **)&sb->b, &sb->cap, n + 1, 1)) {
+            if (tk_grow((void **)&sb->b, &sb->cap, n + 1, 1)) {
                 fail(t, "out of memory");
                 return -1;
             }
@@ -689,7 +689,7 @@ static int added_split(sl_tokenizer *t, int pass, const char *p, size_t n)
             while (stop < n && is_white_space(cp_at(p, n, stop, &l))) stop += l;
         }
         if (start_offset < start && segment(t, pass, p + start_offset, start - start_offset)) return -1;
-        if (grow((void **)&t->out, &t->capout, t->nout + 1, sizeof *t->out)) {
+        if (tk_grow((void **)&t->out, &t->capout, t->nout + 1, sizeof *t->out)) {
             fail(t, "out of memory");
             return -1;
         }
@@ -713,7 +713,7 @@ static int segment(sl_tokenizer *t, int pass, const char *p, size_t n)
 
 static int push_ids(sl_tokenizer *t, const int32_t *ids, int n)
 {
-    if (grow((void **)&t->out, &t->capout, t->nout + (size_t)n, sizeof *t->out)) return -1;
+    if (tk_grow((void **)&t->out, &t->capout, t->nout + (size_t)n, sizeof *t->out)) return -1;
     memcpy(t->out + t->nout, ids, (size_t)n * sizeof *ids);
     t->nout += (size_t)n;
     return 0;
@@ -732,7 +732,7 @@ int sl_tokenizer_encode(sl_tokenizer *t, const char *text, size_t len, int add_s
     int r = 0;
     if (add_special && t->n_pre) r = push_ids(t, t->pre_ids, t->n_pre);
     if (r == 0 && t->is_bytes) {
-        if (grow((void **)&t->out, &t->capout, t->nout + len, sizeof *t->out)) r = -1;
+        if (tk_grow((void **)&t->out, &t->capout, t->nout + len, sizeof *t->out)) r = -1;
         for (size_t i = 0; r == 0 && i < len; i++) t->out[t->nout++] = (uint8_t)text[i];
     } else if (r == 0 && len) {
         r = t->has_raw ? added_split(t, 0, text, len) : segment(t, 0, text, len);

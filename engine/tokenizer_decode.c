@@ -5,18 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int grow(void **p, size_t *cap, size_t need, size_t elt)
-{
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap : 64;
-    while (nc < need) nc *= 2;
-    void *q = realloc(*p, nc * elt);
-    if (!q) return -1;
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 // ---------------------------------------------------------------- UTF-8
 
 /* Length of the maximal well-formed prefix of one sequence at s[0..n): returns the sequence
@@ -70,7 +58,7 @@ int sl_utf8_lossy_append(const char *s, size_t n, int hold_tail, char **buf, siz
     const unsigned char *u = (const unsigned char *)s;
     *held = 0;
     /* worst case: every byte becomes U+FFFD (3 bytes); +1 for a NUL the caller may add */
-    if (grow((void **)buf, bcap, *blen + 3 * n + 1, 1)) return -1;
+    if (tk_grow((void **)buf, bcap, *blen + 3 * n + 1, 1)) return -1;
     char *o = *buf + *blen;
     for (size_t i = 0; i < n;) {
         if (u[i] < 0x80) {
@@ -107,7 +95,7 @@ int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, size_t n, cha
         int32_t id = ids[i];
         if (id < 0 || id >= t->n_ids || !t->dec[id]) continue;     /* unknown ids are skipped */
         size_t add = t->dec_len[id] + (t->decoder == TK_DEC_JOIN && ntok);
-        if (grow((void **)&raw, &raw_cap, raw_n + add + 1, 1)) goto oom;
+        if (tk_grow((void **)&raw, &raw_cap, raw_n + add + 1, 1)) goto oom;
         if (t->decoder == TK_DEC_JOIN && ntok) raw[raw_n++] = ' ';
         memcpy(raw + raw_n, t->dec[id], t->dec_len[id]);
         raw_n += t->dec_len[id];

@@ -127,6 +127,8 @@ struct sl_tokenizer {
 
 /* shared helpers (tokenizer.c) */
 uint64_t tk_hash(const char *s, size_t n);
+/* Grow *p (capacity *cap elements of elt bytes) to hold at least need elements; 0 or -1 (no memory). */
+int tk_grow(void **p, size_t *cap, size_t need, size_t elt);
 int tk_strmap_put(tk_strmap *m, const char *k, uint32_t kn, int32_t v);
 int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t kn);
 void tk_strmap_free(tk_strmap *m);
