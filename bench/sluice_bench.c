@@ -147,8 +147,9 @@ static int bench_moe(int argc, char **argv)
     }
     CU(cudaMalloc((void **)&out, (size_t)MAXB * H * 4)); CU(cudaMalloc((void **)&tok, MAXB * 4));
     CU(cudaDeviceSynchronize());
-    printf("layer: %d experts x %.2f MB (NVFP4 + scales), shared FP8 %.2f MB, %d weight sets, %d input sets; grid gu %d dn %d\n",
-           E, L[0].expert_bytes / 1e6, L[0].shared_bytes / 1e6, NLAYERS, NSETS, W.grid_gu, W.grid_dn);
+    printf("layer: %d experts x %.2f MB (NVFP4 + scales), shared FP8 %.2f MB, %d weight sets, %d input sets; grid gu %d/%d dn %d/%d\n",
+           E, L[0].expert_bytes / 1e6, L[0].shared_bytes / 1e6, NLAYERS, NSETS, W.grid_gu[0], W.grid_gu[1],
+           W.grid_dn[0], W.grid_dn[1]);
 
     char *rows = calloc(1, 1 << 16);
     size_t rl = 0;

@@ -48,6 +48,9 @@ enum { MOE_SCORE_SQRTSOFTPLUS = 0, MOE_SCORE_SOFTMAX = 1, MOE_SCORE_SIGMOID = 2 
 #else
 #define MOE_HD
 #endif
+/* n-tiles of 8 tokens per work item: 2 (16 tokens sharing one dequantised weight fragment) once a
+ * batch is large enough that experts see > 8 tokens, else 1 */
+static inline MOE_HD int moe_tok_tiles(int T) { return T >= 128 ? 2 : 1; }
 static inline MOE_HD size_t moe_fp4_chunk_bytes(int fmt) { return 1024 + (fmt == MOE_FP4_NVFP4 ? 128 : 64); }
 /* bytes of one repacked matrix [n, k] (NM matrices interleaved: multiply by NM) */
 static inline MOE_HD size_t moe_fp4_matrix_bytes(int fmt, int n, int k)
@@ -80,11 +83,12 @@ cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int top
                             const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
                             float route_scale, int32_t *idx, float *w, cudaStream_t st);
 /* Per-expert lists. Expert E is the shared expert (all T tokens, weight 1) when has_shared.
+ * tok_chunk = 8 * moe_tok_tiles(T): tokens per work item.
  * off [E+2]: pair offsets (routed pairs sorted by expert, then the shared expert's T pairs);
  * pair_tok/pair_w [T*topk + T]; inv [T*topk]: pair of (t, k), -1 for an out-of-range index;
  * items_gu/items_dn [E+2]: prefix sums of work items (token chunks x row groups) per expert. */
 cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
-                            int rg_gu, int rg_dn, int32_t *off, int32_t *pair_tok, float *pair_w,
+                            int rg_gu, int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st);
 
 /* ---- experts (moe_expert.cu) */
@@ -110,7 +114,7 @@ cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t 
 cudaError_t moe_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,
                         int has_shared, float *out, cudaStream_t st);
 /* Blocks per SM the expert kernels reach (for a persistent grid). */
-cudaError_t moe_expert_occupancy(int fmt, int E, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
+cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
 
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */

@@ -226,13 +226,16 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
     CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
-    int dev, sms, gu, dn;
+    int dev, sms;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
-    CK(moe_expert_occupancy(L->kfmt, E, &gu, &dn), "occupancy");
-    if (gu < 1 || dn < 1) return fail("expert kernels cannot be resident on this device");
-    W->grid_gu = sms * gu;
-    W->grid_dn = sms * dn;
+    for (int nt = 1; nt <= 2; nt++) {
+        int gu, dn;
+        CK(moe_expert_occupancy(L->kfmt, E, nt, &gu, &dn), "occupancy");
+        if (gu < 1 || dn < 1) return fail("expert kernels cannot be resident on this device");
+        W->grid_gu[nt - 1] = sms * gu;
+        W->grid_dn[nt - 1] = sms * dn;
+    }
     return 0;
 }
 
@@ -272,12 +275,14 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
                        token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
     MARK(2);
-    CK(moe_build_lists(W->idx, W->w, T, E, K, s->has_shared, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM, W->off,
+    const int nt = moe_tok_tiles(T);
+    CK(moe_build_lists(W->idx, W->w, T, E, K, s->has_shared, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
+                       MOE_TOK_CHUNK * nt, W->off,
                        W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn, st), "expert lists");
     MARK(3);
-    CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
+    CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu[nt - 1], W->h, st), "gate/up");
     MARK(4);
-    CK(moe_down(&a, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
+    CK(moe_down(&a, W->h, W->off, W->items_dn, T, K, W->grid_dn[nt - 1], W->y, st), "down");
     MARK(5);
     CK(moe_combine(W->y, W->inv, W->off, T, H, E, K, s->has_shared, out, st), "combine");
     MARK(6);

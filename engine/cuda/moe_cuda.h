@@ -47,7 +47,7 @@ typedef struct {
 } moe_cuda_layer;
 
 typedef struct {
-    int max_tokens, grid_gu, grid_dn;
+    int max_tokens, grid_gu[2], grid_dn[2];   /* persistent grids for 1 and 2 token tiles per item */
     float *logits;                    /* [max][E] fp32 */
     int32_t *idx; float *w;           /* [max][topk] */
     int32_t *off, *items_gu, *items_dn;   /* [E+2] */

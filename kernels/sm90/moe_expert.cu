@@ -46,13 +46,17 @@ __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0
 
 /* A lane's activation fragments for one 128-input chunk: 4 x 16 bytes of its token's row (L1-cached;
  * the 4 warps of a block read the same rows). */
+template <int NT>
 struct XFrag {
-    uint4 v[4];
+    uint4 v[NT][4];   /* n-tile j: token row j*8 + g */
 };
-__device__ __forceinline__ void load_x(XFrag &x, const uint16_t *xrow, int c, int q)
+template <int NT>
+__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q)
 {
 #pragma unroll
-    for (int i = 0; i < 4; i++) x.v[i] = __ldg((const uint4 *)(xrow + c * 128 + i * 32 + 8 * q));
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) x.v[j][i] = __ldg((const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q));
 }
 
 /* ---- FP4 stream: one warp, 16 rows, NM interleaved matrices, K inputs.
@@ -91,14 +95,13 @@ __device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, 
     }
 }
 
-template <int NM>
-__device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag &x, float acc[NM][4])
+template <int NM, int NT>
+__device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
 {
 #pragma unroll
     for (int u = 0; u < 2; u++) {
 #pragma unroll
         for (int grp = 0; grp < 2; grp++) {
-            const uint4 bx = x.v[u * 2 + grp];
 #pragma unroll
             for (int m = 0; m < NM; m++) {
                 const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
@@ -108,9 +111,12 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag 
                 for (int step = 0; step < 2; step++) {
                     uint32_t p[4];
                     moe_fp4_word(u4get(st.w[m][u], grp * 2 + step), p);
-                    moe_mma_bf16(acc[m], moe_bf16x2_mul(p[0], fg), moe_bf16x2_mul(p[1], f8),
-                                 moe_bf16x2_mul(p[2], fg), moe_bf16x2_mul(p[3], f8), u4get(bx, step * 2),
-                                 u4get(bx, step * 2 + 1));
+                    const uint32_t a0 = moe_bf16x2_mul(p[0], fg), a1 = moe_bf16x2_mul(p[1], f8);
+                    const uint32_t a2 = moe_bf16x2_mul(p[2], fg), a3 = moe_bf16x2_mul(p[3], f8);
+#pragma unroll
+                    for (int j = 0; j < NT; j++)   /* the dequantised fragment serves every n-tile */
+                        moe_mma_bf16(acc[m][j], a0, a1, a2, a3, u4get(x.v[j][u * 2 + grp], step * 2),
+                                     u4get(x.v[j][u * 2 + grp], step * 2 + 1));
                 }
             }
         }
@@ -121,10 +127,10 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag 
  * primed: the first D chunks were already issued (and committed) by the previous item's tail.
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
  * of this tile issues the next tile's first D chunks, so the stream never drains between items. */
-template <int FMT, int NM, int D>
+template <int FMT, int NM, int D, int NT>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
-                                            const int32_t *rows_tok, int prow, float acc[NM][4], bool primed,
-                                            const uint8_t *next)
+                                            const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
+                                            bool primed, const uint8_t *next)
 {
     static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
@@ -135,21 +141,25 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
             cp_commit();
         }
     /* activation row of this lane's token, looked up after the weight loads are on their way */
-    const uint16_t *xrow = xbase + (size_t)(rows_tok ? rows_tok[prow] : prow) * K;
-    XFrag xb[2];
-    load_x(xb[0], xrow, 0, q);
+    const uint16_t *xrow[NT];
 #pragma unroll
-    for (int m = 0; m < NM; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.f;
+    for (int j = 0; j < NT; j++) xrow[j] = xbase + (size_t)(rows_tok ? rows_tok[prow[j]] : prow[j]) * K;
+    XFrag<NT> xb[2];
+    load_x<NT>(xb[0], xrow, 0, q);
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
     for (int c0 = 0; c0 < nc; c0 += D) {
 #pragma unroll
         for (int s = 0; s < D; s++) {
             const int c = c0 + s;
             if (c < nc) {
-                if (c + 1 < nc) load_x(xb[(s + 1) & 1], xrow, c + 1, q);
+                if (c + 1 < nc) load_x<NT>(xb[(s + 1) & 1], xrow, c + 1, q);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
-                fp4_compute<NM>(st, xb[s & 1], acc);
+                fp4_compute<NM, NT>(st, xb[s & 1], acc);
             }
             if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane);
             else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane);
@@ -160,10 +170,10 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
 /* Chunks [cb, ce) of one 16-row tile (the block's warps split K for the shared expert). */
-template <int NM, int D>
+template <int NM, int D, int NT>
 __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int cb, int ce, const float *bscale,
                                             int bstride, uint8_t *ring, const uint16_t *xbase,
-                                            const int32_t *rows_tok, int prow, float acc[NM][4])
+                                            const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4])
 {
     static_assert(D % 2 == 0 && D * NM * 2048 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3;
@@ -179,35 +189,43 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
                          rowtile + ((size_t)(cb + s) * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
         cp_commit();
     }
-    const uint16_t *xrow = xbase + (size_t)(rows_tok ? rows_tok[prow] : prow) * K;
-    XFrag xb[2];
-    load_x(xb[0], xrow, cb, q);
+    const uint16_t *xrow[NT];
 #pragma unroll
-    for (int m = 0; m < NM; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.f;
+    for (int j = 0; j < NT; j++) xrow[j] = xbase + (size_t)(rows_tok ? rows_tok[prow[j]] : prow[j]) * K;
+    XFrag<NT> xb[2];
+    load_x<NT>(xb[0], xrow, cb, q);
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
     for (int c0 = cb; c0 < ce; c0 += D) {
 #pragma unroll
         for (int s = 0; s < D; s++) {
             const int c = c0 + s;
             if (c < ce) {
-                if (c + 1 < ce) load_x(xb[(s + 1) & 1], xrow, c + 1, q);
+                if (c + 1 < ce) load_x<NT>(xb[(s + 1) & 1], xrow, c + 1, q);
                 cp_wait<D - 1>();
-                float tmp[NM][4];
+                float tmp[NM][NT][4];
 #pragma unroll
-                for (int m = 0; m < NM; m++) tmp[m][0] = tmp[m][1] = tmp[m][2] = tmp[m][3] = 0.f;
+                for (int m = 0; m < NM; m++)
+#pragma unroll
+                    for (int j = 0; j < NT; j++) tmp[m][j][0] = tmp[m][j][1] = tmp[m][j][2] = tmp[m][j][3] = 0.f;
 #pragma unroll
                 for (int grp = 0; grp < 4; grp++) {
-                    const uint4 bx = xb[s & 1].v[grp];
 #pragma unroll
                     for (int m = 0; m < NM; m++) {
                         const uint4 wv = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
 #pragma unroll
                         for (int step = 0; step < 2; step++) {
                             const uint32_t w0 = u4get(wv, step * 2), w1 = u4get(wv, step * 2 + 1);
-                            moe_mma_bf16(tmp[m], moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120),
-                                         moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120),
-                                         moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120),
-                                         moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120), u4get(bx, step * 2),
-                                         u4get(bx, step * 2 + 1));
+                            const uint32_t a0 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
+                            const uint32_t a1 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
+                            const uint32_t a2 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
+                            const uint32_t a3 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
+#pragma unroll
+                            for (int j = 0; j < NT; j++)
+                                moe_mma_bf16(tmp[m][j], a0, a1, a2, a3, u4get(xb[s & 1].v[j][grp], step * 2),
+                                             u4get(xb[s & 1].v[j][grp], step * 2 + 1));
                         }
                     }
                 }
@@ -215,7 +233,9 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
                 for (int m = 0; m < NM; m++) {
                     const float bs = __ldg(bscale + (size_t)m * bstride + c);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) acc[m][i] = fmaf(tmp[m][i], bs, acc[m][i]);
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs, acc[m][j][i]);
                 }
             }
             if (c + D < ce)
@@ -232,22 +252,26 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
 
 /* Adds the 4 warps' partial accumulators (K split) in a fixed order through their idle rings; the
  * sum lands in warp 0. Every warp of the block must call it. */
-template <int NM>
-__device__ __forceinline__ void ksplit_reduce(uint8_t *smem, float acc[NM][4], int warp, int lane)
+template <int NM, int NT>
+__device__ __forceinline__ void ksplit_reduce(uint8_t *smem, float acc[NM][NT][4], int warp, int lane)
 {
-    float *mine = (float *)(smem + warp * RING_WARP_BYTES) + lane * NM * 4;
+    float *mine = (float *)(smem + warp * RING_WARP_BYTES) + lane * NM * NT * 4;
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) mine[m * 4 + i] = acc[m][i];
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) mine[(m * NT + j) * 4 + i] = acc[m][j][i];
     __syncthreads();
     if (warp == 0)
         for (int w = 1; w < MOE_WARPS; w++) {
-            const float *o = (const float *)(smem + w * RING_WARP_BYTES) + lane * NM * 4;
+            const float *o = (const float *)(smem + w * RING_WARP_BYTES) + lane * NM * NT * 4;
 #pragma unroll
             for (int m = 0; m < NM; m++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) acc[m][i] += o[m * 4 + i];
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) acc[m][j][i] += o[(m * NT + j) * 4 + i];
         }
     __syncthreads();   /* rings are free again before the next item's copies */
 }
@@ -268,21 +292,23 @@ struct Item {
 };
 
 /* Work item `it` for this warp: expert, 16-row tile, first pair, tokens (<= 8). */
+template <int NT>
 __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_t *s_off, int nE, int it, int warp,
                                             bool shared_last)
 {
+    const int tokc = MOE_TOK_CHUNK * NT;
     Item t;
     t.e = find_expert(s_items, nE, it);
-    const int n_e = s_off[t.e + 1] - s_off[t.e], nch = (n_e + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
+    const int n_e = s_off[t.e + 1] - s_off[t.e], nch = (n_e + tokc - 1) / tokc;
     const int local = it - s_items[t.e], rg = local / nch, tc = local % nch;
-    t.p0 = s_off[t.e] + tc * MOE_TOK_CHUNK;
-    t.ntok = min(MOE_TOK_CHUNK, n_e - tc * MOE_TOK_CHUNK);
+    t.p0 = s_off[t.e] + tc * tokc;
+    t.ntok = min(tokc, n_e - tc * tokc);
     t.r = t.e == nE - 1 && shared_last ? rg : rg * MOE_WARPS + warp;   /* shared: one tile, K split by warps */
     return t;
 }
 
-template <int FMT>
-__global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
+template <int FMT, int NT>
+__global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w,
                                                  const int32_t *items, uint16_t *h)
 {
@@ -295,39 +321,43 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
+    Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
-        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
+        const Item nxt = decode_item<NT>(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
                                      a.has_shared);
         const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 4 == 0;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
-        const int prow = p0 + (g_ < ntok ? g_ : 0);
-        float acc[2][4];
+        int prow[NT];
+#pragma unroll
+        for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
+        float acc[2][NT][4];
         float pg = 1.f, pu = 1.f;
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, 4>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt);
+            fp4_rowtile<FMT, 2, 4, NT>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
             const uint8_t *rt = a.sh_w13 + (size_t)r * (a.H / 128) * 2 * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s13 + (size_t)(r * 16 / 128) * (a.H / 128);
-            fp8_rowtile<2, 2>(rt, a.H, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs,
+            fp8_rowtile<2, 2, NT>(rt, a.H, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs,
                               (a.I / 128) * (a.H / 128), ring, x, pair_tok, prow, acc);
-            ksplit_reduce<2>(smem, acc, warp, lane);
+            ksplit_reduce<2, NT>(smem, acc, warp, lane);
             if (warp != 0) { primed = false; cur = nxt; continue; }
         }
         primed = has_next;
         cur = nxt;
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+            const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
             if (n < ntok) {
-                float gv = acc[0][i] * pg, uv = acc[1][i] * pu;
+                float gv = acc[0][j][i] * pg, uv = acc[1][j][i] * pu;
                 if (a.limit > 0.f) {
                     gv = fminf(gv, a.limit);
                     uv = fmaxf(fminf(uv, a.limit), -a.limit);
@@ -340,8 +370,8 @@ __global__ void __launch_bounds__(128, 5) k_gate_up(moe_expert_args a, const uin
     moe_pdl_release();
 }
 
-template <int FMT>
-__global__ void __launch_bounds__(128, 5) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
+template <int FMT, int NT>
+__global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               const int32_t *items, float *y)
 {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -353,38 +383,42 @@ __global__ void __launch_bounds__(128, 5) k_down(moe_expert_args a, const uint16
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    Item cur = decode_item(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
+    Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
-        const Item nxt = decode_item(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
+        const Item nxt = decode_item<NT>(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
                                      a.has_shared);
         const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 8 == 0;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
-        const int prow = p0 + (g_ < ntok ? g_ : 0);
-        float acc[1][4];
+        int prow[NT];
+#pragma unroll
+        for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
+        float acc[1][NT][4];
         float post = 1.f;
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 1, 8>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt);
+            fp4_rowtile<FMT, 1, 8, NT>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt);
             post = a.post2[e];
         } else {
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s2 + (size_t)(r * 16 / 128) * (a.I / 128);
-            fp8_rowtile<1, 4>(rt, a.I, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs, 0, ring, h, NULL, prow,
+            fp8_rowtile<1, 4, NT>(rt, a.I, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs, 0, ring, h, NULL, prow,
                               acc);
-            ksplit_reduce<1>(smem, acc, warp, lane);
+            ksplit_reduce<1, NT>(smem, acc, warp, lane);
             if (warp != 0) { primed = false; cur = nxt; continue; }
         }
         primed = has_next;
         cur = nxt;
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
-            if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][i] * post;
-        }
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
+                if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][j][i] * post;
+            }
     }
     moe_pdl_release();
 }
@@ -397,38 +431,51 @@ static cudaError_t raise_smem(const void *f, size_t bytes)
     return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int *gu, int *dn)
+template <int NT>
+static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
 {
-    /* the largest staged rows we support: H, I <= 8192 */
-    const size_t sg = smem_for(E), sd = smem_for(E);
-    const void *fg = fmt == MOE_FP4_NVFP4 ? (const void *)k_gate_up<MOE_FP4_NVFP4> : (const void *)k_gate_up<MOE_FP4_MXFP4>;
-    const void *fd = fmt == MOE_FP4_NVFP4 ? (const void *)k_down<MOE_FP4_NVFP4> : (const void *)k_down<MOE_FP4_MXFP4>;
+    const size_t sm = smem_for(E);
+    const void *fg = fmt == MOE_FP4_NVFP4 ? (const void *)k_gate_up<MOE_FP4_NVFP4, NT> : (const void *)k_gate_up<MOE_FP4_MXFP4, NT>;
+    const void *fd = fmt == MOE_FP4_NVFP4 ? (const void *)k_down<MOE_FP4_NVFP4, NT> : (const void *)k_down<MOE_FP4_MXFP4, NT>;
     cudaError_t e;
     if ((e = raise_smem(fg, smem_for(512))) != cudaSuccess) return e;
     if ((e = raise_smem(fd, smem_for(512))) != cudaSuccess) return e;
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sg)) != cudaSuccess) return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, fd, 128, sd);
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, fd, 128, sm);
+}
+
+extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int *dn)
+{
+    return nt == 2 ? occupancy_nt<2>(fmt, E, gu, dn) : occupancy_nt<1>(fmt, E, gu, dn);
 }
 
 extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                                    const int32_t *pair_tok, const float *pair_w, const int32_t *items, int T,
                                    int topk, int grid, uint16_t *h, cudaStream_t st)
 {
-    (void)T; (void)topk;
+    (void)topk;
     if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
-    return moe_launch(a->fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4> : k_gate_up<MOE_FP4_MXFP4>, dim3(grid),
-                      dim3(128), sm, st, *a, x, off, pair_tok, pair_w, items, h);
+    const bool nv = a->fmt == MOE_FP4_NVFP4;
+    if (moe_tok_tiles(T) == 2)
+        return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(grid), dim3(128), sm,
+                          st, *a, x, off, pair_tok, pair_w, items, h);
+    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(grid), dim3(128), sm, st,
+                      *a, x, off, pair_tok, pair_w, items, h);
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
                                 int T, int topk, int grid, float *y, cudaStream_t st)
 {
-    (void)T; (void)topk;
+    (void)topk;
     if (a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
-    return moe_launch(a->fmt == MOE_FP4_NVFP4 ? k_down<MOE_FP4_NVFP4> : k_down<MOE_FP4_MXFP4>, dim3(grid), dim3(128),
-                      sm, st, *a, h, off, items, y);
+    const bool nv = a->fmt == MOE_FP4_NVFP4;
+    if (moe_tok_tiles(T) == 2)
+        return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(grid), dim3(128), sm, st, *a,
+                          h, off, items, y);
+    return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(grid), dim3(128), sm, st, *a, h,
+                      off, items, y);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,

@@ -204,7 +204,7 @@ __device__ static int warp_scan(int *v, int n, int lane)
 
 /* One block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2). */
 __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared, int rg_gu,
-                              int rg_dn, int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
+                              int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
                               int32_t *items_gu, int32_t *items_dn)
 {
     extern __shared__ int sm[];
@@ -223,7 +223,7 @@ __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, 
     if (has_shared && threadIdx.x == 0) cnt[E] = T;
     __syncthreads();
     for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
-        const int c = i < nE ? cnt[i] : 0, ch = (c + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK;
+        const int c = i < nE ? cnt[i] : 0, ch = (c + tok_chunk - 1) / tok_chunk;
         so[i] = c;
         /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
         const int ks = (has_shared && i == E) ? MOE_WARPS : 1;
@@ -257,11 +257,13 @@ __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, 
 }
 
 extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
-                                       int rg_gu, int rg_dn, int32_t *off, int32_t *pair_tok, float *pair_w,
+                                       int rg_gu, int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok,
+                                       float *pair_w,
                                        int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st)
 {
     const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
     if (smem > 48 * 1024) return cudaErrorInvalidValue;
-    return moe_launch(k_build_lists, dim3(1), dim3(1024), smem, st, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, off,
+    return moe_launch(k_build_lists, dim3(1), dim3(1024), smem, st, idx, w, T, E, topk, has_shared, rg_gu, rg_dn,
+                      tok_chunk, off,
                       pair_tok, pair_w, inv, items_gu, items_dn);
 }
