@@ -13,6 +13,8 @@ BUILD=${1:-build}
 RATES=${2:-"2000 3000 4000"}
 DURATION=${3:-60}
 OUT=${OUT:-bench/results/pipeline.json}
+PARTITIONS=${PARTITIONS:-4}          # of the mock topics
+SUBMIT_LINGER=${SUBMIT_LINGER:-1}    # the load generator's own producer batching (not the worker's)
 B=$BUILD/consumer
 RUN=$(mktemp -d /tmp/sluice-pipeline.XXXXXX)
 PIDS=()
@@ -25,7 +27,7 @@ entries=()
 for RATE in $RATES; do
   RP=$(free_port)
   redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no > "$RUN/redis-$RATE.log" 2>&1 & RPID=$!
-  "$B/sluice-mock-kafka" > "$RUN/mock-$RATE.out" 2> "$RUN/mock-$RATE.err" & MPID=$!
+  "$B/sluice-mock-kafka" --partitions "$PARTITIONS" > "$RUN/mock-$RATE.out" 2> "$RUN/mock-$RATE.err" & MPID=$!
   PIDS=("$RPID" "$MPID")
   for _ in $(seq 300); do [ -s "$RUN/mock-$RATE.out" ] && break; sleep 0.1; done
   BS=$(head -1 "$RUN/mock-$RATE.out")
@@ -38,7 +40,7 @@ for RATE in $RATES; do
   c0=($(cpu_s "$WPID") $(cpu_s "$MPID") $(cpu_s "$RPID"))
   set +e
   "$B/sluice-submit" --brokers "$BS" --max-tokens 1 --quiet --timeout 60 --rate "$RATE" --count $((RATE * DURATION)) \
-    --prompt hi --report "$RUN/report-$RATE.json" 2> "$RUN/submit-$RATE.err"
+    --prompt hi -X linger.ms="$SUBMIT_LINGER" --report "$RUN/report-$RATE.json" 2> "$RUN/submit-$RATE.err"
   rc=$?
   set -e
   c1=($(cpu_s "$WPID") $(cpu_s "$MPID") $(cpu_s "$RPID"))
@@ -64,11 +66,11 @@ print(json.dumps(rep))
 PY
 )")
 done
-python3 - "$OUT" "$DURATION" "${entries[@]}" <<'PY'
+PARTITIONS=$PARTITIONS SUBMIT_LINGER=$SUBMIT_LINGER python3 - "$OUT" "$DURATION" "${entries[@]}" <<'PY'
 import json, os, platform, subprocess, sys
 out, dur, runs = sys.argv[1], int(sys.argv[2]), [json.loads(x) for x in sys.argv[3:]]
 ok = [r for r in runs if r["submit_exit"] == 0 and r["results"] == r["jobs"] and max(r["backlog_per_second"][-5:] or [0]) < r["rate"]]
-doc = {"benchmark": "pipeline", "command": "bench/pipeline.sh BUILD \"%s\" %d" % (" ".join(str(r["rate"]) for r in runs), dur),
+doc = {"benchmark": "pipeline", "command": "PARTITIONS=%s SUBMIT_LINGER=%s bench/pipeline.sh BUILD \"%s\" %d" % (os.environ.get("PARTITIONS", "4"), os.environ.get("SUBMIT_LINGER", "1"), " ".join(str(r["rate"]) for r in runs), dur),
        "machine": {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
                    "note": "broker (librdkafka mock), redis-server, worker, load generator all on this machine"},
        "load": {"prompt": "hi (2 byte tokens)", "max_tokens": 1, "model": "tests/data/tiny-v4-public",

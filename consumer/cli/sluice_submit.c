@@ -613,8 +613,14 @@ int main(int argc, char **argv) {
     atomic_store(&rc_.stop, 1);
     pthread_join(th, NULL);
     int got = atomic_load(&rc_.received), failed = atomic_load(&rc_.failed);
-    for (int i = 0; i < n && got < n; i++)
-        if (!slots[i].got) fprintf(stderr, "sluice-submit: no result for %s\n", slots[i].id);
+    for (int i = 0, shown = 0; i < n && got < n; i++) {
+        if (slots[i].got) continue;
+        if (shown++ < 10) fprintf(stderr, "sluice-submit: no result for %s\n", slots[i].id);
+        else {
+            fprintf(stderr, "sluice-submit: ... %d jobs without a result in all\n", n - got);
+            break;
+        }
+    }
 
     if (o.rate > 0 || o.report) {
         double *lat = malloc((size_t)n * sizeof(double)), *eng = malloc((size_t)n * sizeof(double)),
