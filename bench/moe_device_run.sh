@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# One device call for H5's MoE work: build with nvcc/gcc directly (the GPU image need not have the
-# project's CPU deps), run the GPU correctness test, the PyTorch peer and `sluice-bench moe`.
+# One device call for the MoE work: build with nvcc/gcc directly (the GPU image need not have the
+# project's CPU deps: jansson/oniguruma come from .debs/*.deb when /usr/include lacks them, as in
+# bench/tokenizer_peer.sh), run the GPU MoE test, the "cuda" engine backend test (test_backend_cuda)
+# and `sluice-generate --backend cuda` on the hub fixture, then the PyTorch peer and `sluice-bench moe`.
 # Usage (repo root, on the GPU machine): COMMIT=<sha> bash bench/moe_device_run.sh   -> files in $OUT
+# (ENGINE=0 skips the engine build and its tests.)
 set -uo pipefail
 OUT=${OUT:-/tmp/moe-out}; mkdir -p "$OUT"
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
@@ -27,9 +30,32 @@ if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + one ncu pass over 
   grep -E "k_gate_up|k_down|Throughput|Issued|Eligible|Active Warps|Stall|Pipe|Achieved Occupancy|Duration|One or More|No Eligible" $OUT/ncu.txt | head -80
   exit 0
 fi
-echo "== test"; $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"
-echo "== peer"; PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-200} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
-echo "== bench"; BENCH_COMMAND="COMMIT=${COMMIT:-unknown} bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json)" $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+echo "== test"; timeout 150 $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"
+if [ "${ENGINE:-1}" = 1 ]; then   # the engine with the "cuda" backend (MoE on the GPU, the rest on the CPU)
+  INC="" LIBS=""
+  if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ]; then
+    for f in .debs/*.deb; do dpkg -x "$f" /tmp/tokdeps; done
+    INC="-I/tmp/tokdeps/usr/include" LIBS="-L/tmp/tokdeps/usr/lib/x86_64-linux-gnu -Xlinker -rpath=/tmp/tokdeps/usr/lib/x86_64-linux-gnu"
+  fi
+  EF="$CF -DSLUICE_HAVE_CUDA_BACKEND=1 -DSLUICE_HAVE_ONIG=1 $INC"
+  mkdir -p $B/eng
+  ls engine/*.c engine/cpu/*.c engine/cuda/*.c | grep -v moe_cuda.c | xargs -P 16 -I{} sh -c 'gcc '"$EF"' -c {} -o '"$B"'/eng/$(echo {} | tr / _).o' 2>&1 | tee $OUT/build.log
+  gcc $EF -DSLUICE_TEST_DATA="\"$PWD/tests/data\"" -c tests/gpu/test_backend_cuda.c -o $B/test_backend_cuda.o 2>&1 | tee -a $OUT/build.log
+  gcc $EF -c engine/cli/sluice_generate.c -o $B/sluice_generate.o 2>&1 | tee -a $OUT/build.log
+  EO="$B/eng/*.o $B/moe_cuda.o $B/moe_repack.o $B/moe_router.o $B/moe_expert.o"
+  $NVCC $ARCH -o $B/test_backend_cuda $B/test_backend_cuda.o $EO $LIBS -ljansson -lonig -lpthread -lm 2>&1 | tee -a $OUT/build.log
+  $NVCC $ARCH -o $B/sluice-generate $B/sluice_generate.o $EO $LIBS -ljansson -lonig -lpthread -lm 2>&1 | tee -a $OUT/build.log
+  echo "== backend"; timeout 150 $B/test_backend_cuda 2>&1 | tee "$OUT/backend.log"
+  echo "== generate"; FX=tests/data/tiny-v4-hub-fp8-mxfp4
+  for k in 2 3; do
+    P=$(python3 -c "import json;print(','.join(map(str,json.load(open('$FX/oracle.json'))['prompts'][$k])))")
+    G=$(python3 -c "import json;print(json.load(open('$FX/oracle.json'))['greedy'][$k])")
+    echo "prompt $k oracle greedy: $G"
+    timeout 60 $B/sluice-generate --model $FX --backend cuda --tokens "$P" --max-new-tokens 24 --ignore-eos 2>&1 | tail -2
+  done 2>&1 | tee "$OUT/generate.log"
+fi
+echo "== peer"; PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-150} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
+echo "== bench"; timeout ${BENCH_TIMEOUT:-150} env BENCH_COMMAND="COMMIT=${COMMIT:-unknown} bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json)" $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 if [ -n "${NCU_BATCH:-}" ]; then   # optional: ncu over the two expert kernels at one batch size
   ncu --clock-control none -k regex:"k_gate_up|k_down" -c 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
     $B/sluice-bench moe --batches $NCU_BATCH --reps 1 > $OUT/ncu.txt 2>&1

@@ -49,8 +49,9 @@ enum { MOE_SCORE_SQRTSOFTPLUS = 0, MOE_SCORE_SOFTMAX = 1, MOE_SCORE_SIGMOID = 2 
 #define MOE_HD
 #endif
 /* n-tiles of 8 tokens per work item: 2 (16 tokens sharing one dequantised weight fragment) once a
- * batch is large enough that experts see > 8 tokens, else 1 */
-static inline MOE_HD int moe_tok_tiles(int T) { return T >= 128 ? 2 : 1; }
+ * batch is large enough that experts see > 8 tokens, else 1. Switch at 256 (bench/NOTES.md v8/v9:
+ * at 128, ~3 tokens per expert, the second tile is mostly empty and costs a block per SM). */
+static inline MOE_HD int moe_tok_tiles(int T) { return T >= 256 ? 2 : 1; }
 static inline MOE_HD size_t moe_fp4_chunk_bytes(int fmt) { return 1024 + (fmt == MOE_FP4_NVFP4 ? 128 : 64); }
 /* bytes of one repacked matrix [n, k] (NM matrices interleaved: multiply by NM) */
 static inline MOE_HD size_t moe_fp4_matrix_bytes(int fmt, int n, int k)
@@ -90,6 +91,15 @@ cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int top
 cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
                             int rg_gu, int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st);
+
+/* Top-k + lists in one launch (same results as moe_router_topk with ksplit 1, then moe_build_lists)
+ * for T <= MOE_FUSED_ROUTER_MAX_T: one block, a warp per token. */
+#define MOE_FUSED_ROUTER_MAX_T 32
+cudaError_t moe_router_topk_lists(const float *logits, int T, int E, int topk, int score_func, const float *bias,
+                                  const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
+                                  float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
+                                  int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
+                                  int32_t *items_dn, cudaStream_t st);
 
 /* ---- experts (moe_expert.cu) */
 typedef struct {

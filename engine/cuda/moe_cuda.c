@@ -1,5 +1,6 @@
 /* moe_cuda.c — host side of the GPU MoE layer: allocation, load-time upload + repack, and the
- * launch sequence of one forward (router logits -> top-k -> lists -> gate/up -> down -> combine).
+ * launch sequence of one forward (router logits -> top-k -> lists -> gate/up -> down -> combine; top-k and
+ * lists are one launch for batches of <= 32 tokens).
  */
 #include "moe_cuda.h"
 
@@ -272,13 +273,21 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     MARK(0);
     CK(moe_router_logits(x, L->gate, T, H, E, W->logits, st), "router logits");
     MARK(1);
-    CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
-                       token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
-    MARK(2);
     const int nt = moe_tok_tiles(T);
-    CK(moe_build_lists(W->idx, W->w, T, E, K, s->has_shared, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
-                       MOE_TOK_CHUNK * nt, W->off,
-                       W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn, st), "expert lists");
+    if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
+        MARK(2);
+        CK(moe_router_topk_lists(W->logits, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
+                                 s->route_scale, W->idx, W->w, s->has_shared, I / MOE_ROWS_PER_ITEM,
+                                 H / MOE_ROWS_PER_ITEM, MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv,
+                                 W->items_gu, W->items_dn, st), "router top-k + lists");
+    } else {
+        CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
+                           token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
+        MARK(2);
+        CK(moe_build_lists(W->idx, W->w, T, E, K, s->has_shared, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
+                           MOE_TOK_CHUNK * nt, W->off,
+                           W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn, st), "expert lists");
+    }
     MARK(3);
     CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu[nt - 1], W->h, st), "gate/up");
     MARK(4);

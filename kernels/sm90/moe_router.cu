@@ -2,6 +2,8 @@
  * -> lower expert index) or hash routing, weights, and the per-expert token lists the expert
  * kernels walk. Three launches, no host round trip.
  *
+ * Batches of <= 32 tokens fuse top-k and lists into one launch (two launches then).
+ *
  * Logits: one warp per expert and 8-token tile, fixed reduction order, so logits and indices are
  * deterministic. Roofline: the gate is H*E*4 bytes (4 MiB for V4-Flash), ~1 us at HBM rate; at
  * batch 512 the fp32 FMAs (1.07 GFLOP) take ~16 us on CUDA cores.
@@ -91,15 +93,12 @@ __device__ __forceinline__ bool rt_better(float v, int e, float v2, int e2)
     return v > v2 || (v == v2 && e < e2);
 }
 
-/* One warp per token. */
-__global__ void k_router_topk(const float *part, int ksplit, int T, int E, int topk, int func, const float *bias,
-                              const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
-                              float *wout)
+/* Scores, selection and weights of token t by one whole warp. */
+__device__ __forceinline__ void router_topk_token(const float *part, int ksplit, int T, int t, int lane, int E,
+                                                  int topk, int func, const float *bias, const int32_t *tid2eid,
+                                                  const int32_t *token_ids, float route_scale, int32_t *idx,
+                                                  float *wout)
 {
-    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    moe_pdl_wait();
-    moe_pdl_release();
-    if (t >= T) return;
     float lg[RT_MAXPL], sc[RT_MAXPL], sel[RT_MAXPL];
     float mx = -INFINITY;
 #pragma unroll
@@ -174,6 +173,18 @@ __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int t
     }
 }
 
+/* One warp per token. */
+__global__ void k_router_topk(const float *part, int ksplit, int T, int E, int topk, int func, const float *bias,
+                              const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
+                              float *wout)
+{
+    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    moe_pdl_wait();
+    moe_pdl_release();
+    if (t >= T) return;
+    router_topk_token(part, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, wout);
+}
+
 extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
                                        const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
                                        float route_scale, int32_t *idx, float *w, cudaStream_t st)
@@ -202,16 +213,14 @@ __device__ static int warp_scan(int *v, int n, int lane)
     return carry;
 }
 
-/* One block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2). */
-__global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared, int rg_gu,
-                              int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
-                              int32_t *items_gu, int32_t *items_dn)
+/* Lists body, run by every thread of one block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2). */
+__device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, const float *w, int T, int E, int topk,
+                                                  int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
+                                                  int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
+                                                  int32_t *items_dn)
 {
-    extern __shared__ int sm[];
     const int nE = E + (has_shared ? 1 : 0);
     int *cnt = sm, *fill = sm + (E + 2), *so = sm + 2 * (E + 2), *sg = sm + 3 * (E + 2), *sd = sm + 4 * (E + 2);
-    moe_pdl_wait();
-    moe_pdl_release();
     for (int i = threadIdx.x; i < E + 2; i += blockDim.x) cnt[i] = 0, fill[i] = 0;
     __syncthreads();
     const int P = T * topk;
@@ -256,6 +265,38 @@ __global__ void k_build_lists(const int32_t *idx, const float *w, int T, int E, 
         }
 }
 
+__global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, const float *w, int T, int E, int topk,
+                                                         int has_shared, int rg_gu, int rg_dn, int tok_chunk,
+                                                         int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
+                                                         int32_t *items_gu, int32_t *items_dn)
+{
+    extern __shared__ int sm[];
+    moe_pdl_wait();
+    moe_pdl_release();
+    build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
+                      items_dn);
+}
+
+/* Small batches (T <= 32): top-k (warp t = token t) and the lists in one block, one launch fewer in
+ * the chain. idx/w go through global memory; __syncthreads makes them visible to the whole block. */
+__global__ void __launch_bounds__(1024, 1) k_topk_lists(const float *logits, int T, int E, int topk, int func,
+                                                        const float *bias, const int32_t *tid2eid,
+                                                        const int32_t *token_ids, float route_scale, int32_t *idx,
+                                                        float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk,
+                                                        int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
+                                                        int32_t *items_gu, int32_t *items_dn)
+{
+    extern __shared__ int sm[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    moe_pdl_wait();
+    moe_pdl_release();
+    if (warp < T)
+        router_topk_token(logits, 1, T, warp, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
+    __syncthreads();
+    build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
+                      items_dn);
+}
+
 extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
                                        int rg_gu, int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok,
                                        float *pair_w,
@@ -266,4 +307,19 @@ extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T
     return moe_launch(k_build_lists, dim3(1), dim3(1024), smem, st, idx, w, T, E, topk, has_shared, rg_gu, rg_dn,
                       tok_chunk, off,
                       pair_tok, pair_w, inv, items_gu, items_dn);
+}
+
+extern "C" cudaError_t moe_router_topk_lists(const float *logits, int T, int E, int topk, int score_func,
+                                             const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
+                                             float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
+                                             int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
+                                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st)
+{
+    const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
+    if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
+        smem > 48 * 1024)
+        return cudaErrorInvalidValue;
+    return moe_launch(k_topk_lists, dim3(1), dim3(1024), smem, st, logits, T, E, topk, score_func, bias, tid2eid,
+                      token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
+                      items_gu, items_dn);
 }
