@@ -707,12 +707,13 @@ static void release_claims(worker *w, char **rel, int n_rel) {
 void wj_revoke(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost) {
     wj_send_cmds(w);   /* submits before any finish that hand_back sends */
     if (!lost) {
-        /* finish what is finished: delivery reports -> Redis done -> offsets, then commit them */
+        /* finish what is finished: delivery reports -> Redis done -> offsets */
         rd_kafka_flush(w->producer, 2000);
         wj_flush_done(w);
+        /* stored now; librdkafka commits a revoked partition's stored offset itself when it is
+         * unassigned (enable.auto.commit) — a synchronous commit here would block forever on a
+         * lost coordinator */
         wk_flush_offsets(w);
-        rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, 0);
-        if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) wlog(w, L_WARN, "commit on revoke: %s", rd_kafka_err2str(e));
     }
     char **rel = NULL;
     int n_rel = 0;

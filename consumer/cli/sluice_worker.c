@@ -29,6 +29,14 @@ static void on_signal(int sig) {
     }
 }
 
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "sluice-worker: shutdown did not finish in time (Kafka unreachable?); exiting\n";
+    if (write(2, msg, sizeof(msg) - 1) < 0) { /* nothing to do */
+    }
+    _exit(1);
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sluice-worker [--config FILE] [--set key=value]...\n"
@@ -189,6 +197,9 @@ int main(int argc, char **argv) {
     int live = wj_live(&w);
     if (live > 0) wlog(&w, L_WARN, "grace over: handing back %d unfinished jobs", live);
     wj_hand_back_all(&w);
+    /* leaving the group needs the coordinator; never hang on it */
+    signal(SIGALRM, on_alarm);
+    alarm(15);
     wk_close(&w);   /* leaves the group; the revoke callback commits the stored offsets */
     eng_thread_stop(w.eng);
     wj_profile_print(&w);
