@@ -5,7 +5,7 @@
 # per loop round. For each rate: DURATION seconds of load, then the submit report (latency
 # submit->result, engine time from Result.timing, added = latency - engine), the worker's stage
 # profile, and the CPU seconds each process used.
-#   usage: bench/pipeline.sh [BUILD_DIR] [RATES] [DURATION]
+#   usage: bench/pipeline.sh [BUILD_DIR] [RATES] [DURATION]      (a rate may be RATE:SECONDS)
 #   e.g.   bench/pipeline.sh build "2000 3000 4000" 60   -> bench/results/pipeline.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,42 +24,47 @@ cpu_s() { awk '{print ($14+$15)/100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 entries=()
-for RATE in $RATES; do
+for SPEC in $RATES; do
+  RATE=${SPEC%%:*}
+  DUR=$DURATION
+  [ "$SPEC" != "$RATE" ] && DUR=${SPEC#*:}
+  TAG=${RATE}_${DUR}
   RP=$(free_port)
-  redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no > "$RUN/redis-$RATE.log" 2>&1 & RPID=$!
-  "$B/sluice-mock-kafka" --partitions "$PARTITIONS" > "$RUN/mock-$RATE.out" 2> "$RUN/mock-$RATE.err" & MPID=$!
+  redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no > "$RUN/redis-$TAG.log" 2>&1 & RPID=$!
+  "$B/sluice-mock-kafka" --partitions "$PARTITIONS" > "$RUN/mock-$TAG.out" 2> "$RUN/mock-$TAG.err" & MPID=$!
   PIDS=("$RPID" "$MPID")
-  for _ in $(seq 300); do [ -s "$RUN/mock-$RATE.out" ] && break; sleep 0.1; done
-  BS=$(head -1 "$RUN/mock-$RATE.out")
+  for _ in $(seq 300); do [ -s "$RUN/mock-$TAG.out" ] && break; sleep 0.1; done
+  BS=$(head -1 "$RUN/mock-$TAG.out")
   "$B/sluice-worker" --set kafka.bootstrap.servers="$BS" --set redis.url="redis://127.0.0.1:$RP" \
     --set model.path=tests/data/tiny-v4-public --set worker.id=bench --set engine.threads=1 \
-    --set kafka.fetch.wait.max.ms=1 --set kafka.session.timeout.ms=6000 2> "$RUN/worker-$RATE.err" & WPID=$!
+    --set kafka.fetch.wait.max.ms=1 --set kafka.session.timeout.ms=6000 2> "$RUN/worker-$TAG.err" & WPID=$!
   PIDS+=("$WPID")
   sleep 1
   "$B/sluice-submit" --brokers "$BS" --max-tokens 1 --quiet --timeout 30 hi > /dev/null   # waits for the assignment
   c0=($(cpu_s "$WPID") $(cpu_s "$MPID") $(cpu_s "$RPID"))
   set +e
-  "$B/sluice-submit" --brokers "$BS" --max-tokens 1 --quiet --timeout 60 --rate "$RATE" --count $((RATE * DURATION)) \
-    --prompt hi -X linger.ms="$SUBMIT_LINGER" --report "$RUN/report-$RATE.json" 2> "$RUN/submit-$RATE.err"
+  "$B/sluice-submit" --brokers "$BS" --max-tokens 1 --quiet --timeout 60 --rate "$RATE" --count $((RATE * DUR)) \
+    --prompt hi -X linger.ms="$SUBMIT_LINGER" --report "$RUN/report-$TAG.json" 2> "$RUN/submit-$TAG.err"
   rc=$?
   set -e
   c1=($(cpu_s "$WPID") $(cpu_s "$MPID") $(cpu_s "$RPID"))
   kill "$WPID"; wait "$WPID" || true
   kill "$MPID" "$RPID"; wait "$MPID" "$RPID" 2>/dev/null || true
-  grep -v " t=" "$RUN/submit-$RATE.err" || true
-  grep -A6 "stage profile" "$RUN/worker-$RATE.err" | sed 's/^.*info: //'
-  entries+=("$(python3 - "$RUN" "$RATE" "$rc" "${c0[*]}" "${c1[*]}" "$DURATION" <<'PY'
+  grep -v " t=" "$RUN/submit-$TAG.err" || true
+  grep -A6 "stage profile" "$RUN/worker-$TAG.err" | sed 's/^.*info: //'
+  entries+=("$(python3 - "$RUN" "$TAG" "$rc" "${c0[*]}" "${c1[*]}" "$DUR" <<'PY'
 import json, re, sys
-run, rate, rc, c0, c1, dur = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(), sys.argv[5].split(), int(sys.argv[6])
-rep = json.load(open("%s/report-%d.json" % (run, rate)))
-prog = [l for l in open("%s/submit-%d.err" % (run, rate)) if " t=" in l]
+run, tag, rc, c0, c1, dur = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(), sys.argv[5].split(), int(sys.argv[6])
+rep = json.load(open("%s/report-%s.json" % (run, tag)))
+prog = [l for l in open("%s/submit-%s.err" % (run, tag)) if " t=" in l]
 backlog = [int(re.search(r"outstanding (\d+)", l).group(1)) for l in prog]
 stages = {}
-for l in open("%s/worker-%d.err" % (run, rate)):
+for l in open("%s/worker-%s.err" % (run, tag)):
     m = re.match(r".*info:\s+(\S.*?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", l)
     if m and "stage profile" not in l:
         stages[m.group(1)] = {"mean": float(m.group(2)), "p50": float(m.group(3)), "p99": float(m.group(4))}
 cpu = {k: round(float(b) - float(a), 2) for k, a, b in zip(("worker", "mock_kafka", "redis"), c0, c1)}
+rate = int(tag.split("_")[0])
 rep.update({"rate": rate, "duration_s": dur, "submit_exit": rc, "backlog_per_second": backlog,
             "worker_stage_ms": stages, "cpu_seconds": cpu})
 print(json.dumps(rep))
@@ -70,12 +75,13 @@ PARTITIONS=$PARTITIONS SUBMIT_LINGER=$SUBMIT_LINGER python3 - "$OUT" "$DURATION"
 import json, os, platform, subprocess, sys
 out, dur, runs = sys.argv[1], int(sys.argv[2]), [json.loads(x) for x in sys.argv[3:]]
 ok = [r for r in runs if r["submit_exit"] == 0 and r["results"] == r["jobs"] and max(r["backlog_per_second"][-5:] or [0]) < r["rate"]]
-doc = {"benchmark": "pipeline", "command": "PARTITIONS=%s SUBMIT_LINGER=%s bench/pipeline.sh BUILD \"%s\" %d" % (os.environ.get("PARTITIONS", "4"), os.environ.get("SUBMIT_LINGER", "1"), " ".join(str(r["rate"]) for r in runs), dur),
+doc = {"benchmark": "pipeline", "command": "PARTITIONS=%s SUBMIT_LINGER=%s bench/pipeline.sh BUILD \"%s\" %d" % (os.environ.get("PARTITIONS", "4"), os.environ.get("SUBMIT_LINGER", "1"), " ".join("%d:%d" % (r["rate"], r["duration_s"]) for r in runs), dur),
        "machine": {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
                    "note": "broker (librdkafka mock), redis-server, worker, load generator all on this machine"},
        "load": {"prompt": "hi (2 byte tokens)", "max_tokens": 1, "model": "tests/data/tiny-v4-public",
                 "producer_linger_ms": 1, "consumer_fetch_wait_max_ms": 1, "engine_threads": 1},
        "goal": {"rate": 3000, "added_p99_ms": 10},
+       "highest_sustained_rate_60s": max([r["rate"] for r in ok if r["duration_s"] >= 60], default=0),
        "highest_sustained_rate": max([r["rate"] for r in ok], default=0),
        "runs": runs}
 json.dump(doc, open(out, "w"), indent=1)

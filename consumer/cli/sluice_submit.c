@@ -357,8 +357,15 @@ static void *recv_main(void *arg) {
     return NULL;
 }
 
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    (void)rk;
+    /* -X goes to both clients; each warns about the other's properties */
+    if (strcmp(fac, "CONFWARN") != 0 && level <= 4) fprintf(stderr, "sluice-submit: librdkafka %s: %s\n", fac, buf);
+}
+
 static rd_kafka_conf_t *base_conf(const opts *o) {
     rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set_log_cb(c, log_cb);
     char err[256];
     if (rd_kafka_conf_set(c, "bootstrap.servers", o->brokers, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
         fprintf(stderr, "sluice-submit: %s\n", err);
