@@ -20,10 +20,13 @@
 #include "../../engine/engine.h"
 #include "../model/fixture.h"
 
-/* bounds (bf16 MoE activations, FP4 weights decoded exactly on both sides) */
-#define MIN_TOP1 0.90        /* fraction of rows whose argmax agrees with the CPU */
+/* bounds (bf16 MoE activations, FP4 weights decoded exactly on both sides). Measured on the H200
+ * (bench/NOTES.md, commit 5bad39e; deterministic): hub MXFP4 max 1.52, mean row 0.109, top-1 96.3 %,
+ * greedy 93.8 %; ModelOpt NVFP4 max 1.40, mean row 0.066, top-1 99.3 %, greedy 99.0 %. That run used
+ * MIN_TOP1 0.90 and MAX_ABS 3.0; tightened afterwards to these (the rest as run). */
+#define MIN_TOP1 0.93        /* fraction of rows whose argmax agrees with the CPU */
 #define MIN_GREEDY 0.90      /* fraction of generated-position rows giving the oracle's greedy token */
-#define MAX_ABS 3.0          /* any row, any logit (a flipped router near-tie moves a row) */
+#define MAX_ABS 2.5          /* any row, any logit (a flipped router near-tie moves a row) */
 #define MAX_MEAN_ROW 0.15    /* mean over rows of the row's max |diff| */
 #define MAX_CHUNKED 1e-4     /* MoE chunked by 16 tokens vs whole: the MoE is per token */
 
