@@ -74,7 +74,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens);
 void moe_cuda_ws_free(moe_cuda_ws *W);
 int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids, int T,
                      float *out, cudaStream_t st);
-/* Same, recording ev[0..6] around the stages (logits, top-k, lists, gate/up, down, combine). */
+/* Same, recording ev[0..6] around the stages (logits, top-k, lists, gate/up, down, combine); for
+ * T <= MOE_FUSED_ROUTER_MAX_T top-k and lists are one launch, timed as "lists" (top-k reads ~0). */
 int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids,
                            int T, float *out, cudaStream_t st, cudaEvent_t ev[7]);
 
