@@ -136,6 +136,7 @@ void wj_timers(worker *w);
 void wj_send_cmds(worker *w);
 void wj_revoke(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost);
 void wj_hand_back_all(worker *w);
+void wj_drop_parked(worker *w);      /* drain start: jobs another worker holds are not ours to wait for */
 void wj_free_all(worker *w);
 int wj_live(worker *w);              /* records not yet released */
 /* Stage profile of released jobs (consume -> claim -> engine finish -> delivery -> Redis done). */

@@ -731,6 +731,16 @@ void wj_revoke(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost
     release_claims(w, rel, n_rel);
 }
 
+void wj_drop_parked(worker *w) {
+    char **rel = NULL;
+    int n_rel = 0;
+    for (job_rec *r = w->head, *nx; r; r = nx) {
+        nx = r->next;
+        if (!r->abandoned && r->kind == JK_JOB && r->state == JS_PARKED) hand_back(w, r, &rel, &n_rel);
+    }
+    release_claims(w, rel, n_rel);
+}
+
 void wj_hand_back_all(worker *w) {
     wj_send_cmds(w);
     char **rel = NULL;

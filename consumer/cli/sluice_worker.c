@@ -152,6 +152,7 @@ int main(int argc, char **argv) {
         if (g_stop && !w.draining) {
             w.draining = 1;
             wk_pause_all(&w, 1);
+            wj_drop_parked(&w);
             grace_end = now + grace_ms;
             wlog(&w, L_INFO, "draining: %d jobs in progress, grace %.0f ms", wj_live(&w), grace_ms);
         }
