@@ -295,6 +295,7 @@ class Env:
                 assert m.key().decode() == r["id"], "result key must be the job id"
                 hdr = dict(m.headers() or [])
                 assert hdr.get("sluice.type") == b"result", hdr
+                r["_framed"] = m.value()[:1] == b"\x00"   # Confluent framing (bare Results start with the id length)
                 seen.setdefault(r["id"], []).append(r)
             return all(len(seen.get(i, ())) >= count for i in want)
 

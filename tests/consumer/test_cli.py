@@ -56,6 +56,8 @@ def test(make):
     p = run([submit, "--brokers", env.brokers, "--framing", "bare", "--jsonl", jl, "--timeout", "30"])
     assert p.returncode == 0, p.stderr
     out = [json.loads(l) for l in p.stdout.splitlines()]
+    bare = env.results(["cli-a", "cli-b"], timeout=20, idle=0.2)
+    assert not any(rs[0]["_framed"] for rs in bare.values()), "bare jobs must get bare results"
     assert sorted(o["id"] for o in out) == ["cli-a", "cli-b"] and all(o["status"] == "OK" for o in out), out
     assert [len(o["tokens"]) for o in sorted(out, key=lambda o: o["id"])] == [3, 2] or any(
         o["finish_reason"] == "STOP" for o in out), out

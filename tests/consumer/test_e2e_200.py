@@ -41,6 +41,7 @@ def test(make):
     for rec, ids in jobs:
         got = res[rec["id"]][0]
         assert got["status"] == "OK", got
+        assert got["_framed"], "a Confluent-framed job must get a Confluent-framed result"
         seed = rec["seed"] if rec["seed"] is not None else h.seed_from_id(rec["id"])
         ref = h.generate(ids, rec["max_tokens"], seed=seed, temperature=rec["temperature"], top_k=rec["top_k"],
                          top_p=rec["top_p"], ignore_eos=rec["ignore_eos"])
