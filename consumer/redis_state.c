@@ -13,14 +13,16 @@ static const char JOB_SCRIPT[] =
     "local key, op, me = KEYS[1], ARGV[1], ARGV[2]\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "if op == 'claim' then\n"  /* ARGV: lease_ms ttl_ms partition offset */
+    "if op == 'claim' then\n"  /* ARGV: lease_ms ttl_ms partition offset prefix */
     "  local st = redis.call('HMGET', key, 'status', 'worker', 'lease_until')\n"
     "  if st[1] == 'done' or st[1] == 'failed' then\n"
     "    local r = redis.call('GET', KEYS[2])\n"
     "    if r then return {'done', r} end\n"
     "  end\n"
     "  local lease = tonumber(st[3] or '0') or 0\n"
-    "  if st[1] == 'running' and st[2] ~= me and lease > now then\n"
+    /* held by another worker under a live lease: parked, unless that worker's heartbeat is gone */
+    "  if st[1] == 'running' and st[2] ~= me and lease > now and\n"
+    "     redis.call('EXISTS', ARGV[7] .. 'worker:' .. st[2]) == 1 then\n"
     "    return {'parked', st[2]}\n"
     "  end\n"
     "  redis.call('HSET', key, 'status', 'running', 'worker', me, 'lease_until', now + tonumber(ARGV[3]),\n"
@@ -285,6 +287,7 @@ int redis_claim_batch(sl_redis *r, redis_claim *c, int n) {
         call_num(&sc, 1, r->ttl_ms);
         call_num(&sc, 2, c[i].partition);
         call_num(&sc, 3, c[i].offset);
+        call_arg(&sc, r->prefix, strlen(r->prefix));
         if (append(r, &sc)) {
             drop(r);
             return -1;

@@ -6,8 +6,9 @@
  * Lua script (claim / renew / done / failed / release), using the server clock for leases.
  *
  * Claim: a job already done|failed whose result copy exists -> DONE with the stored bytes (re-emit);
- * running under another worker's unexpired lease -> PARKED; otherwise it becomes running under this
- * worker (the same worker id re-claims its own jobs after a restart).
+ * running under another worker's unexpired lease while that worker's heartbeat key exists -> PARKED;
+ * otherwise it becomes running under this worker (the same worker id re-claims its own jobs after a
+ * restart; a dead worker's jobs are taken once its heartbeat expires, before their leases do).
  *
  * Failure model: a context that errors is freed; the next call reconnects, at most once per second, so
  * a dead Redis costs the caller at most one connect timeout per second. Batch calls return -1 when

@@ -57,16 +57,22 @@ def test(make):
     j_dedupe = h.job_record("dedupe-" + uid, "same job twice", 5)
     j_park_expire = h.job_record("park1-" + uid, [1, 2, 3], 4)
     j_park_done = h.job_record("park2-" + uid, [4, 5, 6], 4)
+    j_ghost = h.job_record("ghost-" + uid, [7, 8, 9], 4)
 
     env.wait_assigned(w)
     # another live worker holds two jobs
     t = redis_now_ms(env)
+    env.redis.cmd("HSET", "sluice:worker:other", "state", "running")   # the holder is alive
+    env.redis.cmd("PEXPIRE", "sluice:worker:other", 60000)
     env.redis.cmd("HSET", "sluice:job:" + j_park_expire["id"], "status", "running", "worker", "other",
                   "lease_until", t + 3000)
+    # a holder without a heartbeat is dead: its job is claimed at once despite a 60 s lease
+    env.redis.cmd("HSET", "sluice:job:" + j_ghost["id"], "status", "running", "worker", "ghost",
+                  "lease_until", t + 60000)
     env.redis.cmd("HSET", "sluice:job:" + j_park_done["id"], "status", "running", "worker", "other",
                   "lease_until", t + 60000)
     jobs = [j_stop, j_stopid, j_expired, j_deadline, j_cancel, j_stream, j_reply, j_lp, j_dedupe,
-            j_park_expire, j_park_done]
+            j_park_expire, j_park_done, j_ghost]
     j_deadline["deadline_ms"] = int(time.time() * 1000) + 400   # expires mid-run (4000 tokens take longer)
     env.produce([(j["id"].encode(), h.encode_job(j)) for j in jobs])
 
@@ -128,6 +134,8 @@ def test(make):
     # parking: the expired lease is claimed by us after ~3 s; the done one is re-emitted from Redis
     r1 = res[j_park_expire["id"]]
     assert r1[0]["worker"] == "w-feat" and r1[0]["status"] == "OK"
+    rg = res[j_ghost["id"]][0]
+    assert rg["worker"] == "w-feat" and rg["status"] == "OK", rg
     r2 = res[j_park_done["id"]]
     assert r2[0].pop("_framed") and r2[0] == other, r2[0]
     # dedupe: the same job again is re-emitted byte for byte
