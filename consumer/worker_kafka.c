@@ -129,7 +129,9 @@ int wk_setup(worker *w, char *err, size_t errlen) {
     /* producer: idempotent, small linger so results leave quickly */
     rd_kafka_conf_t *pc = rd_kafka_conf_new();
     rd_kafka_conf_set_log_cb(pc, log_cb);
+    /* small request/response messages: Nagle + delayed ACK would add ms-scale tails */
     if (conf_set(pc, "enable.idempotence", "true", err, errlen) || conf_set(pc, "linger.ms", "1", err, errlen) ||
+        conf_set(pc, "socket.nagle.disable", "true", err, errlen) ||
         conf_set(pc, "bootstrap.servers", cfg_get(w->cfg, "kafka.bootstrap.servers"), err, errlen) ||
         apply_kafka_keys(w->cfg, pc, 0, err, errlen)) {
         rd_kafka_conf_destroy(pc);
@@ -154,6 +156,7 @@ int wk_setup(worker *w, char *err, size_t errlen) {
         conf_set(cc, "enable.partition.eof", "false", err, errlen) ||
         /* a job queue wants low pickup latency; brokers answer a fetch as soon as data arrives anyway */
         conf_set(cc, "fetch.wait.max.ms", "10", err, errlen) ||
+        conf_set(cc, "socket.nagle.disable", "true", err, errlen) ||
         apply_kafka_keys(w->cfg, cc, 1, err, errlen) ||
         /* the worker stores offsets itself, after the result is delivered and Redis says done */
         conf_set(cc, "enable.auto.offset.store", "false", err, errlen)) {

@@ -366,6 +366,7 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char 
 static rd_kafka_conf_t *base_conf(const opts *o) {
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     rd_kafka_conf_set_log_cb(c, log_cb);
+    rd_kafka_conf_set(c, "socket.nagle.disable", "true", NULL, 0);
     char err[256];
     if (rd_kafka_conf_set(c, "bootstrap.servers", o->brokers, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
         fprintf(stderr, "sluice-submit: %s\n", err);
