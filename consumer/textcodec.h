@@ -1,11 +1,21 @@
-/* textcodec.h — text <-> token ids for the worker, behind one small interface.
+/* textcodec.h — text <-> token ids for the worker, on the model's tokenizer (engine/tokenizer.h).
  *
- * A text codec has two functions: encode (UTF-8 text -> token ids) and token_bytes (one id -> the raw
- * bytes it stands for; special tokens such as eos give no bytes). Everything else — incremental
- * decoding to valid UTF-8 with U+FFFD for invalid bytes, and stop-string matching on the decoded text —
- * is built on token_bytes here, so plugging in the real tokenizer (engine/tokenizer.h) is a one-function
- * swap in textcodec_open(). Until then the byte codec serves byte-sized vocabularies (vocab_size 256:
- * id = byte); other models accept token-id prompts only and return text = null.
+ * Contract:
+ * - textcodec_open: the model directory's tokenizer.json when present (BOS/EOS per its
+ *   tokenizer_config.json), else the byte tokenizer (id = byte) when vocab_size >= 256, else no text
+ *   support (the worker then rejects text prompts and stop strings per job; token-id prompts work).
+ *   A tokenizer.json that is present but cannot be loaded is an error (the worker does not start).
+ * - textcodec_encode: prompt text -> ids exactly as sl_tokenizer_encode(text, add_special=1), the
+ *   same ids `sluice-generate --prompt` feeds the engine; every id must lie inside the model vocab.
+ * - Decoding (textdec_*): the text of generated ids is Tokenizer.decode(ids, skip_special_tokens=True)
+ *   of the tokenizers library, with the model's EOS ids also skipped (they matter for the byte
+ *   tokenizer, which has no special tokens): special tokens and EOS give no text. Streaming: the text
+ *   grows token by token and never ends inside a UTF-8 character (an incomplete one is held back until
+ *   the next token completes it; textdec_finish turns a leftover into U+FFFD). Invalid bytes become
+ *   U+FFFD as in from_utf8_lossy. The final text equals the whole-sequence decode.
+ * - stop_find: stop strings are matched on that decoded text, so a stop string spanning tokens (or
+ *   ending inside a multi-byte character) is found on the token that completes it.
+ * Threads: one codec per worker; encode and the decoders are used from the worker's main thread.
  */
 #ifndef SLUICE_TEXTCODEC_H
 #define SLUICE_TEXTCODEC_H
@@ -13,42 +23,47 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tokenizer.h"
+
 typedef struct sl_textcodec {
-    const char *name;
-    /* ids: malloc'ed array; 0 or -1 with err. */
-    int (*encode)(struct sl_textcodec *tc, const char *text, size_t len, int32_t **ids, int *n, char *err,
-                  size_t errlen);
-    /* Bytes of one token into buf (cap >= 64); returns the byte count (0 for special tokens), -1 if unknown. */
-    int (*token_bytes)(struct sl_textcodec *tc, int32_t id, uint8_t *buf, size_t cap);
-    void (*close)(struct sl_textcodec *tc);
-    void *impl;
+    const char *name;                /* "tokenizer.json" or "bytes" */
+    sl_tokenizer *tok;
+    int vocab_size;
     int eos_ids[8];
     int n_eos;
 } sl_textcodec;
 
-/* The codec for a model directory; NULL (no text support) when none fits. */
-sl_textcodec *textcodec_open(const char *model_path, int vocab_size, const int *eos_ids, int n_eos);
+/* 0 with *out set; 1 when the model has no text support (*out NULL, err says why); -1 when a
+ * tokenizer.json is present but unusable (err names the problem). */
+int textcodec_open(const char *model_path, int vocab_size, const int *eos_ids, int n_eos, sl_textcodec **out,
+                   char *err, size_t errlen);
 void textcodec_close(sl_textcodec *tc);
+/* Prompt text -> ids (malloc'd, free them). 0, or -1 with one line in err (invalid UTF-8, an id outside
+ * the model vocab, too long). */
+int textcodec_encode(sl_textcodec *tc, const char *text, size_t len, int32_t **ids, int *n, char *err,
+                     size_t errlen);
+/* 1 if id gives no text (a special token or an EOS id). */
+int textcodec_silent(const sl_textcodec *tc, int32_t id);
 
-/* Incremental decoder for one job: feed token ids, get the decoded text so far as valid UTF-8. */
+/* Incremental decoder for one job: push token ids, read the decoded text so far (valid UTF-8). */
 typedef struct {
-    uint8_t pending[8];              /* an incomplete UTF-8 sequence waiting for its next bytes */
-    int n_pending;
-    char *text;                      /* valid UTF-8, NUL-terminated */
+    const sl_textcodec *tc;
+    sl_detok det;                    /* holds back an incomplete UTF-8 character */
+    char *text;                      /* valid UTF-8, NUL-terminated once anything was pushed/finished */
     size_t len, cap;
 } sl_textdec;
 
-void textdec_init(sl_textdec *d);
+void textdec_init(sl_textdec *d, const sl_textcodec *tc);
 void textdec_free(sl_textdec *d);
 /* Append one token's text; 0 or -1 on out of memory. */
-int textdec_push(sl_textdec *d, sl_textcodec *tc, int32_t id);
-/* Flush an incomplete trailing sequence as U+FFFD (at the end of generation). */
+int textdec_push(sl_textdec *d, int32_t id);
+/* Flush a held-back incomplete character as U+FFFD (end of generation); makes text "" if empty. */
 int textdec_finish(sl_textdec *d);
-/* Append raw bytes (test hook and token_bytes sink). */
-int textdec_push_bytes(sl_textdec *d, const uint8_t *b, size_t n);
+/* Forget held-back bytes (after a stop string cut the text). */
+void textdec_drop_pending(sl_textdec *d);
 
-/* First occurrence of any stop string in text[0..len) that ends at or after `from`; returns the
- * match start or -1. */
+/* First occurrence of any stop string in text[0..len) that ends after `from` (i.e. uses text added
+ * since then); returns the match start or -1. */
 long stop_find(const char *text, size_t len, size_t from, char *const *stop, const size_t *stop_len, int n_stop);
 
 #endif

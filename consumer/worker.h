@@ -84,7 +84,8 @@ typedef struct {
     sl_codec *codec;
     sl_engine *engine;
     const sl_model_info *info;
-    sl_textcodec *tc;
+    sl_textcodec *tc;                /* NULL: no text support (token-id prompts only) */
+    char tc_err[320];                /* why tc is NULL */
     eng_thread *eng;
     offset_tracker offs;
     int wake_rd, wake_wr;

@@ -150,10 +150,9 @@ static int validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char 
     if (strlen(j->id) > 256) return snprintf(err, errlen, "id: longer than 256 bytes"), -1;
     if (j->prompt_is_text) {
         if (j->prompt_text_len == 0) return snprintf(err, errlen, "prompt: empty"), -1;
-        if (!w->tc)
-            return snprintf(err, errlen, "prompt: text prompts need a tokenizer for this model; send token ids"), -1;
-        char e2[160] = "";
-        if (w->tc->encode(w->tc, j->prompt_text, j->prompt_text_len, prompt, n_prompt, e2, sizeof(e2)))
+        if (!w->tc) return snprintf(err, errlen, "prompt: text prompts need a tokenizer: %s", w->tc_err), -1;
+        char e2[200] = "";
+        if (textcodec_encode(w->tc, j->prompt_text, j->prompt_text_len, prompt, n_prompt, e2, sizeof(e2)))
             return snprintf(err, errlen, "prompt: cannot tokenize: %s", e2), -1;
         if (*n_prompt == 0) return snprintf(err, errlen, "prompt: tokenizes to no tokens"), -1;
     } else {
@@ -189,7 +188,7 @@ static int validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char 
     for (int i = 0; i < j->n_stop; i++)
         if (j->stop_len[i] == 0) return snprintf(err, errlen, "stop[%d]: empty string", i), -1;
     if (j->n_stop > 0 && !w->tc)
-        return snprintf(err, errlen, "stop: stop strings need a tokenizer for this model; use stop_token_ids"), -1;
+        return snprintf(err, errlen, "stop: stop strings need a tokenizer (use stop_token_ids): %s", w->tc_err), -1;
     for (int i = 0; i < j->n_stop_ids; i++)
         if (j->stop_ids[i] < 0 || j->stop_ids[i] >= vocab)
             return snprintf(err, errlen, "stop_token_ids[%d]: %d outside the vocabulary [0, %d)", i,
@@ -268,7 +267,7 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
     r->n_prompt = n_prompt;
     r->seed = job.has_seed ? (uint64_t)job.seed : seed_from_id(job.id);
     r->has_text = w->tc != NULL;
-    if (r->has_text) textdec_init(&r->text);
+    if (r->has_text) textdec_init(&r->text, w->tc);
     set_state(w, r, JS_CLAIM);
     r->in_claimq = 1;
     push(&w->claimq, &w->n_claimq, &w->cap_claimq, r);
@@ -289,7 +288,7 @@ static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const cha
     res.tokens = r->tokens;
     res.n_tokens = r->n_tokens;
     if (r->has_text) {
-        if (r->stop_hit) r->text.n_pending = 0;
+        if (r->stop_hit) textdec_drop_pending(&r->text);
         if (textdec_finish(&r->text)) abort();   /* also makes "" for no tokens */
         res.text = r->text.text;
         res.text_len = r->text.len;
@@ -475,13 +474,13 @@ static void on_token(worker *w, job_rec *r, const eng_event *ev) {
     atomic_fetch_add(&w->m.tokens, 1);
     if (r->has_text) {
         size_t before = r->text.len;
-        if (textdec_push(&r->text, w->tc, ev->token)) abort();
+        if (textdec_push(&r->text, ev->token)) abort();
         if (r->job.n_stop > 0) {
             long at = stop_find(r->text.text, r->text.len, before, r->job.stop, r->job.stop_len, r->job.n_stop);
             if (at >= 0) {
                 r->text.len = (size_t)at;
                 r->text.text[at] = 0;
-                r->text.n_pending = 0;
+                textdec_drop_pending(&r->text);
                 if (r->chunk_text_sent > r->text.len) r->chunk_text_sent = r->text.len;
                 r->stop_hit = 1;
                 engine_finish(w, r, SL_FINISH_STOP);

@@ -308,9 +308,19 @@ void wk_produce_chunk(worker *w, job_rec *r, int done) {
     ch.tokens = r->tokens + from;
     ch.n_tokens = r->n_tokens - from;
     if (r->has_text) {
+        /* text that may still turn out to be the start of a stop string waits for a later chunk
+         * (at most the longest stop string - 1 bytes, cut back to a character boundary), so the
+         * chunks' texts always add up to the Result's text */
+        size_t upto = r->text.len, hold = 0;
+        for (int i = 0; !done && i < r->job.n_stop; i++)
+            if (r->job.stop_len[i] > hold + 1) hold = r->job.stop_len[i] - 1;
+        upto = upto > hold ? upto - hold : 0;
+        while (upto > r->chunk_text_sent && upto < r->text.len && ((unsigned char)r->text.text[upto] & 0xC0) == 0x80)
+            upto--;
+        if (upto < r->chunk_text_sent) upto = r->chunk_text_sent;
         ch.text = r->text.text ? r->text.text + r->chunk_text_sent : "";
-        ch.text_len = r->text.len - r->chunk_text_sent;
-        r->chunk_text_sent = r->text.len;
+        ch.text_len = upto - r->chunk_text_sent;
+        r->chunk_text_sent = upto;
     }
     ch.done = done;
     uint8_t *buf;

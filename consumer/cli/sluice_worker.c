@@ -120,7 +120,13 @@ int main(int argc, char **argv) {
         return fail(err);
     }
     w.info = sl_engine_info(w.engine);
-    w.tc = textcodec_open(eo.model_path, w.info->vocab_size, w.info->eos_ids, w.info->n_eos);
+    int tcr = textcodec_open(eo.model_path, w.info->vocab_size, w.info->eos_ids, w.info->n_eos, &w.tc, w.tc_err,
+                             sizeof(w.tc_err));
+    if (tcr < 0) {
+        snprintf(err, sizeof(err), "model %s: %s", eo.model_path, w.tc_err);
+        return fail(err);
+    }
+    if (tcr > 0) wlog(&w, L_WARN, "text prompts and stop strings off: %s", w.tc_err);
 
     if (redis_open(&w.redis, cfg_get(&c, "redis.url"), cfg_get(&c, "redis.prefix"), (int)cfg_int(&c, "redis.timeout_ms"),
                    w.worker_id, cfg_int(&c, "lease.ms"), cfg_int(&c, "redis.ttl_s") * 1000, err, sizeof(err)))

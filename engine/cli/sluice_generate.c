@@ -13,7 +13,8 @@
  * --logits-out writes little-endian float32 rows of vocab floats, one per position fed (the
  * prompt, then every generated token but the last): row t = next-token logits after position t.
  * --prompt TEXT is encoded with the model's tokenizer.json (BOS/EOS as its tokenizer_config says),
- * or as bytes when there is none and vocab >= 256; "text" is the decoded output (null without one).
+ * or as bytes when there is none and vocab >= 256; "text" is the decoded output without special
+ * tokens and EOS (decode(skip_special_tokens=True), like the worker's Result.text; null without one).
  * Errors: one line on stderr, exit status 2 for bad arguments, 1 for anything else.
  */
 #include <errno.h>
@@ -268,13 +269,21 @@ int main(int argc, char **argv) {
     json_object_set_new(res, "tokens", jt);
     if (want_logprobs) json_object_set_new(res, "logprobs", jl);
     else json_decref(jl);
+    /* "text": special tokens and EOS give none (decode(skip_special_tokens=True)), as the worker's Result.text */
     char *text = NULL;
-    size_t tlen = 0;
-    if (tz && sl_tokenizer_decode(tz, out, (size_t)n_out, &text, &tlen) == 0)
+    size_t tlen = 0, n_txt = 0;
+    int32_t *txt = malloc(((size_t)n_out + 1) * sizeof *txt);
+    for (int i = 0; txt && tz && i < n_out; i++) {
+        int silent = sl_tokenizer_is_special(tz, out[i]);
+        for (int k = 0; k < info->n_eos; k++) silent |= out[i] == info->eos_ids[k];
+        if (!silent) txt[n_txt++] = out[i];
+    }
+    if (tz && txt && sl_tokenizer_decode(tz, txt, n_txt, &text, &tlen) == 0)
         json_object_set_new(res, "text", json_stringn(text, tlen));
     else
         json_object_set_new(res, "text", json_null());
     free(text);
+    free(txt);
     json_object_set_new(res, "finish_reason", json_string(sl_finish_reason_name(why)));
     json_object_set_new(res, "n_prompt", json_integer(n_toks));
     json_object_set_new(res, "n_generated", json_integer(n_out));

@@ -1,6 +1,6 @@
 /* Unit tests (label unit, also under ASan/UBSan): Avro round-trip of every schema on fresh random
  * values, decode of v1 payloads written by python3-avro, framing errors, truncated / trailing / hostile
- * bytes, the config parser, incremental UTF-8 decoding and stop strings, the offset low-water mark. */
+ * bytes, the config parser, the offset low-water mark (text decoding and stop strings: test_textcodec.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +9,6 @@
 #include "codec.h"
 #include "config.h"
 #include "offsets.h"
-#include "textcodec.h"
 
 static int fails;
 #define CHECK(c)                                                          \
@@ -305,50 +304,6 @@ static void test_config(void) {
     remove(path);
 }
 
-static void test_text(void) {
-    int eos = 2;
-    sl_textcodec *tc = textcodec_open("/nonexistent", 256, &eos, 1);
-    CHECK(tc != NULL && textcodec_open("/x", 1000, &eos, 1) == NULL);
-    struct { const char *in; const char *out; } cases[] = {
-        {"abc", "abc"},
-        {"\xc3\xa9", "\xc3\xa9"},
-        {"\xe2\x82\xac!", "\xe2\x82\xac!"},
-        {"\xe2\x82" "A", "\xef\xbf\xbd" "A"},            /* truncated sequence: one U+FFFD */
-        {"\xf0\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},   /* F0 80: 80 is not allowed after F0 */
-        {"\xff" "a\x80", "\xef\xbf\xbd" "a\xef\xbf\xbd"},
-        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},   /* surrogate */
-        {"\xf0\x9f\x98\x80", "\xf0\x9f\x98\x80"},
-        {"x\x02y", "xy"},                                   /* eos renders as nothing */
-        {"\xf0\x9f\x98", "\xef\xbf\xbd"},                  /* cut at the end: flushed as one U+FFFD */
-    };
-    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-        sl_textdec d;
-        textdec_init(&d);
-        for (const char *p = cases[k].in; *p; p++) CHECK(textdec_push(&d, tc, (uint8_t)*p) == 0);
-        CHECK(textdec_finish(&d) == 0);
-        if (strcmp(d.text, cases[k].out)) {
-            fprintf(stderr, "utf8 case %zu: got '%s'\n", k, d.text);
-            fails++;
-        }
-        textdec_free(&d);
-    }
-    int32_t *ids;
-    int n;
-    CHECK(tc->encode(tc, "h\0i", 3, &ids, &n, NULL, 0) == 0 && n == 3 && ids[0] == 'h' && ids[1] == 0 && ids[2] == 'i');
-    free(ids);
-    char *stops[] = {"END", "\n\n"};
-    size_t sl[] = {3, 2};
-    const char *t = "abc\nxyEN";
-    CHECK(stop_find(t, strlen(t), 0, stops, sl, 2) == -1);
-    t = "abc\nxyEND";
-    CHECK(stop_find(t, strlen(t), 8, stops, sl, 2) == 6);
-    t = "a\n\nEND";
-    CHECK(stop_find(t, strlen(t), 0, stops, sl, 2) == 1);
-    CHECK(stop_find(t, strlen(t), 5, stops, sl, 2) == 3);   /* only matches ending after `from` count */
-    CHECK(stop_find(t, strlen(t), 6, stops, sl, 2) == -1);
-    textcodec_close(tc);
-}
-
 static void test_offsets(void) {
     for (int it = 0; it < 50; it++) {
         offset_tracker t;
@@ -409,7 +364,6 @@ int main(void) {
     test_framing_and_hostile(c);
     codec_free(c);
     test_config();
-    test_text();
     test_offsets();
     printf("%s (%d failures)\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
