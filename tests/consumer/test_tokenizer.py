@@ -6,7 +6,8 @@ prompts with multi-byte characters: the prompt ids are the tokenizer's (sluice-t
 and the engine fed those ids gives the worker's tokens, while raw bytes give different ones); Result.tokens ==
 `sluice-generate --model TMP --prompt TEXT` for the same seed; Result.text == sluice-generate's text ==
 `sluice-tokenize --decode` of the tokens without the specials; a stop string spanning tokens cuts the text;
-streamed chunk texts add up to Result.text even with a stop string; token-id prompts still work."""
+streamed chunk texts add up to Result.text even with a stop string; token-id prompts still work; a broken
+tokenizer.json stops the worker at start with an error."""
 import json
 import os
 import random
@@ -178,6 +179,13 @@ def run(make, model_dir, byte_id):
         rr = res[j["id"]][0]
         assert sum((c["tokens"] for c in chunks), []) == rr["tokens"]
         assert "".join(c["text"] or "" for c in chunks) == rr["text"], ([c["text"] for c in chunks], rr["text"])
+    # a tokenizer.json that is there but broken: the worker refuses to start, naming the problem
+    with open(os.path.join(model_dir, "tokenizer.json"), "w") as f:
+        f.write('{"model": {"type": "WordPiece"')
+    bad = env.start_worker("w-bad", **{"model.path": model_dir})
+    assert bad.wait(timeout=60) != 0
+    err = open(bad.errpath).read()
+    assert "tokenizer.json" in err or "JSON" in err, err
     h.log("tokenizer.json prompts: %d jobs, tokens and text equal sluice-generate / sluice-tokenize; raw bytes "
           "differ for %d of %d prompts; stop %r cut at %d" % (len(jobs) + 2, differs, len(prompts), stop, cut))
 
