@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uninorm.h>
 
 // ---------------------------------------------------------------- small helpers
 
@@ -611,6 +612,55 @@ static int pretok(sl_tokenizer *t, int depth, const char *p, size_t n)
     return 0;
 }
 
+// ---------------------------------------------------------------- normalizers (normalizers/unicode.rs)
+
+static uninorm_t uninorm_of(int form)
+{
+    switch (form) {
+    case TK_NFD: return UNINORM_NFD;
+    case TK_NFKC: return UNINORM_NFKC;
+    case TK_NFKD: return UNINORM_NFKD;
+    default: return UNINORM_NFC;
+    }
+}
+
+int tk_normalize(const int *forms, int nf, const char *s, size_t n, tk_buf *out)
+{
+    size_t i = 0;
+    while (i < n && !((unsigned char)s[i] & 0x80)) i++;
+    if (i == n || nf == 0) {              /* ASCII is the same in every form */
+        if (tk_grow((void **)&out->b, &out->cap, n ? n : 1, 1)) return -1;
+        if (n) memcpy(out->b, s, n);
+        out->n = n;
+        return 0;
+    }
+    const uint8_t *cur = (const uint8_t *)s;
+    size_t curn = n;
+    uint8_t *tmp = NULL;                  /* intermediate result of a Sequence */
+    for (int k = 0; k < nf; k++) {
+        int last = k == nf - 1;
+        size_t rn = last ? out->cap : 0;
+        uint8_t *r = u8_normalize(uninorm_of(forms[k]), cur, curn, last ? (uint8_t *)out->b : NULL, &rn);
+        if (!r) {
+            free(tmp);
+            return -1;
+        }
+        if (!last) {
+            free(tmp);
+            tmp = r, cur = r, curn = rn;
+            continue;
+        }
+        free(tmp);
+        if (r != (uint8_t *)out->b) {     /* did not fit: u8_normalize malloc'd it */
+            free(out->b);
+            out->b = (char *)r;
+            out->cap = rn;
+        }
+        out->n = rn;
+    }
+    return 0;
+}
+
 // ---------------------------------------------------------------- added tokens (added_vocabulary.rs)
 
 static uint32_t cp_at(const char *s, size_t n, size_t i, size_t *len)
@@ -650,20 +700,21 @@ static int added_split(sl_tokenizer *t, int pass, const char *p, size_t n)
             continue;
         }
         int best = -1;                    /* the longest token starting at i */
+        size_t blen = 0;                  /* its length in the trie (pass 1: normalized content) */
         const tk_tnode *tr = t->trie[pass];
         for (size_t j = i, node = 0; j < n; j++) {
             int32_t c = tr[node].child;
             while (c >= 0 && tr[c].b != (unsigned char)p[j]) c = tr[c].sib;
             if (c < 0) break;
             node = (size_t)c;
-            if (tr[c].tok >= 0) best = tr[c].tok;
+            if (tr[c].tok >= 0) best = tr[c].tok, blen = j + 1 - i;
         }
         if (best < 0) {
             i++;
             continue;
         }
         tk_added *a = &t->added[best];
-        size_t start = i, stop = i + a->len;
+        size_t start = i, stop = i + blen;
         i = stop;                         /* leftmost-longest, non-overlapping: go on after it */
         if (a->single_word) {             /* \w$ before and ^\w after must not match */
             int start_space = 1, stop_space = stop == n || !is_word_at(t, p, n, stop);
@@ -701,10 +752,20 @@ static int added_split(sl_tokenizer *t, int pass, const char *p, size_t n)
     return 0;
 }
 
-/* A piece no added token of `pass` matched: on to pass 1, or to the pre-tokenizer. */
+/* A piece no added token of `pass` matched: pass 0 normalizes it (extract_and_normalize), then
+ * on to pass 1 (tokens with normalized=true, matched on the normalized text), or to the
+ * pre-tokenizer. */
 static int segment(sl_tokenizer *t, int pass, const char *p, size_t n)
 {
     if (n == 0) return 0;
+    if (pass == 0 && t->n_norm) {
+        if (tk_normalize(t->norm, t->n_norm, p, n, &t->nbuf)) {
+            fail(t, "out of memory");
+            return -1;
+        }
+        p = t->nbuf.b, n = t->nbuf.n;
+        if (n == 0) return 0;
+    }
     if (pass == 0 && t->has_norm) return added_split(t, 1, p, n);
     return pretok(t, 0, p, n);
 }

@@ -9,7 +9,9 @@
  * Supported components (anything else is refused at load with an error naming it):
  *   model          BPE: vocab, merges ("a b" strings or ["a","b"] pairs), byte_fallback,
  *                  ignore_merges, unk_token, fuse_unk (no dropout, no subword prefix/suffix)
- *   normalizer     null, or Sequence of nothing (DeepSeek-V3's). NFC & co. are refused.
+ *   normalizer     null, NFC, NFD, NFKC, NFKD (libunistring's u8_normalize), Sequence of those
+ *                  (empty: DeepSeek-V3's); applied to the text between normalized=false added
+ *                  tokens, before normalized=true ones are matched (by their normalized content)
  *   pre_tokenizer  null, Split (Regex or String pattern; Isolated, Removed, MergedWithPrevious,
  *                  MergedWithNext, Contiguous; invert), ByteLevel (add_prefix_space, use_regex
  *                  with the GPT-2 pattern), Sequence of those

@@ -16,6 +16,8 @@
 enum { TK_SPLIT_ISOLATED, TK_SPLIT_REMOVED, TK_SPLIT_PREV, TK_SPLIT_NEXT, TK_SPLIT_CONTIGUOUS };
 enum { TK_STEP_SPLIT, TK_STEP_BYTELEVEL };
 enum { TK_DEC_JOIN, TK_DEC_BYTELEVEL };
+enum { TK_NFC, TK_NFD, TK_NFKC, TK_NFKD };   /* normalizers (libunistring's u8_normalize) */
+#define TK_MAX_NORM 8            /* normalizers after flattening Sequences */
 
 typedef struct {
     int kind;                    /* TK_STEP_* */
@@ -97,6 +99,10 @@ struct sl_tokenizer {
     int has_raw, has_norm;       /* any with normalized false / true */
     OnigRegex word_re;            /* \w of Rust's regex, for single_word */
     OnigRegion *word_region;
+    /* normalizer: applied in order to the text between normalized=false added tokens */
+    int norm[TK_MAX_NORM];       /* TK_NFC ... */
+    int n_norm;
+    tk_buf nbuf;                 /* encode scratch: the normalized piece */
     /* pre-tokenizer */
     tk_step step[TK_MAX_STEPS];
     int n_steps;
@@ -137,5 +143,8 @@ size_t tk_bytelevel_char(uint8_t b, char out[2]);   /* UTF-8 of byte b's ByteLev
 int tk_bytelevel_decode(const char *s, size_t n, char *out, size_t *outn); /* 1 if all chars map */
 OnigRegex tk_regex(const char *pat, size_t n, char *err, size_t errlen);
 void tk_init_onig(void);
+/* Apply the normalizers forms[0..nf) in order to s[0..n) (valid UTF-8), result in out->b[0..out->n)
+ * (out reused; s must not point into out). 0, or -1 (no memory). Exposed for the tests. */
+int tk_normalize(const int *forms, int nf, const char *s, size_t n, tk_buf *out);
 
 #endif

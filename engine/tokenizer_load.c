@@ -182,13 +182,13 @@ static int32_t trie_node(sl_tokenizer *t, int pass, uint8_t b)
     return t->ntrie[pass]++;
 }
 
-/* Leftmost-longest matching walks this trie (tokenizer.c added_split). */
-static int trie_add(sl_tokenizer *t, int pass, const tk_added *a, int k)
+/* Leftmost-longest matching walks this trie (tokenizer.c added_split). len > 0. */
+static int trie_add(sl_tokenizer *t, int pass, const char *content, uint32_t len, int k)
 {
     if (t->ntrie[pass] == 0 && trie_node(t, pass, 0) < 0) return -1;
     int32_t node = 0;
-    for (uint32_t i = 0; i < a->len; i++) {
-        uint8_t b = (uint8_t)a->content[i];
+    for (uint32_t i = 0; i < len; i++) {
+        uint8_t b = (uint8_t)content[i];
         int32_t c = t->trie[pass][node].child;
         while (c >= 0 && t->trie[pass][c].b != b) c = t->trie[pass][c].sib;
         if (c < 0) {
@@ -199,7 +199,7 @@ static int trie_add(sl_tokenizer *t, int pass, const tk_added *a, int k)
         node = c;
     }
     t->trie[pass][node].tok = k;           /* the same content twice: the later one wins */
-    t->first[pass][(uint8_t)a->content[0]] = 1;
+    t->first[pass][(uint8_t)content[0]] = 1;
     if (pass) t->has_norm = 1;
     else t->has_raw = 1;
     return 0;
@@ -237,8 +237,18 @@ static int load_added(sl_tokenizer *t, json_t *added, char *err, size_t errlen)
         t->special[id] = a->special;
         if (set_token(t, id, s, n)) return errf(err, errlen, "out of memory");
     }
-    for (int k = 0; k < t->n_added; k++)
-        if (trie_add(t, t->added[k].normalized, &t->added[k], k)) return errf(err, errlen, "out of memory");
+    /* refresh_added_tokens: normalized=true tokens are matched by their normalized content */
+    for (int k = 0; k < t->n_added; k++) {
+        tk_added *a = &t->added[k];
+        const char *c = a->content;
+        uint32_t len = a->len;
+        if (a->normalized && t->n_norm) {
+            if (tk_normalize(t->norm, t->n_norm, a->content, a->len, &t->nbuf))
+                return errf(err, errlen, "out of memory");
+            c = t->nbuf.b, len = (uint32_t)t->nbuf.n;
+        }
+        if (len && trie_add(t, a->normalized, c, len, k)) return errf(err, errlen, "out of memory");
+    }
     if (any_single) {
         if (!(t->word_re = tk_regex(WORD_RE, strlen(WORD_RE), err, errlen))) return -1;
         if (!(t->word_region = onig_region_new())) return errf(err, errlen, "out of memory");
@@ -248,7 +258,8 @@ static int load_added(sl_tokenizer *t, json_t *added, char *err, size_t errlen)
 
 // ---------------------------------------------------------------- normalizer, pre-tokenizer
 
-static int check_normalizer(json_t *n, char *err, size_t errlen)
+/* Sequences flatten into t->norm[]; an empty Sequence (DeepSeek-V3's) is no normalizer. */
+static int load_normalizer(sl_tokenizer *t, json_t *n, char *err, size_t errlen)
 {
     if (!n || json_is_null(n)) return 0;
     const char *ty = type_of(n);
@@ -256,10 +267,18 @@ static int check_normalizer(json_t *n, char *err, size_t errlen)
         size_t i;
         json_t *v;
         json_array_foreach(json_object_get(n, "normalizers"), i, v)
-            if (check_normalizer(v, err, errlen)) return -1;
+            if (load_normalizer(t, v, err, errlen)) return -1;
         return 0;
     }
-    return errf(err, errlen, "normalizer %s is not supported (only none or an empty Sequence, as DeepSeek-V3's)", ty);
+    static const char *const names[] = {"NFC", "NFD", "NFKC", "NFKD"};
+    static const int forms[] = {TK_NFC, TK_NFD, TK_NFKC, TK_NFKD};
+    for (int k = 0; k < 4; k++)
+        if (strcmp(ty, names[k]) == 0) {
+            if (t->n_norm == TK_MAX_NORM) return errf(err, errlen, "normalizer: more than %d in a Sequence", TK_MAX_NORM);
+            t->norm[t->n_norm++] = forms[k];
+            return 0;
+        }
+    return errf(err, errlen, "normalizer %s is not supported (only none, NFC, NFD, NFKC, NFKD or a Sequence of those)", ty);
 }
 
 static int add_step(sl_tokenizer *t, json_t *p, char *err, size_t errlen)
@@ -419,7 +438,7 @@ static int build(sl_tokenizer *t, json_t *root, char *err, size_t errlen)
     json_t *added = json_object_get(root, "added_tokens");
     if (added && !json_is_array(added) && !json_is_null(added)) return errf(err, errlen, "added_tokens is not an array");
     if (!json_is_array(added)) added = NULL;
-    if (check_normalizer(json_object_get(root, "normalizer"), err, errlen)) return -1;
+    if (load_normalizer(t, json_object_get(root, "normalizer"), err, errlen)) return -1;
     if (load_model(t, json_object_get(root, "model"), added, err, errlen)) return -1;
     if (load_added(t, added, err, errlen)) return -1;
     json_t *pre = json_object_get(root, "pre_tokenizer");
@@ -589,7 +608,7 @@ void sl_tokenizer_free(sl_tokenizer *t)
     free(t->pre_ids), free(t->post_ids);
     tk_cache *c = &t->cache;
     free(c->hash), free(c->koff), free(c->klen), free(c->ioff), free(c->ilen), free(c->kbuf), free(c->ibuf);
-    free(t->wbuf.b), free(t->bw), free(t->bh), free(t->out);
+    free(t->wbuf.b), free(t->nbuf.b), free(t->bw), free(t->bh), free(t->out);
     free(t);
 }
 

@@ -2,7 +2,7 @@
 # Idempotent install of the Debian packages sluice builds and tests with (see DESIGN.md).
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config librdkafka-dev libavro-dev libhiredis-dev libjansson-dev
-      libmicrohttpd-dev libonig-dev libcmocka-dev redis-server kcat
+      libmicrohttpd-dev libonig-dev libunistring-dev libcmocka-dev redis-server kcat
       python3-confluent-kafka python3-avro)
 missing=()
 for p in "${PKGS[@]}"; do
