@@ -33,7 +33,7 @@ fi
 echo "== test"; timeout 150 $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"
 if [ "${ENGINE:-1}" = 1 ]; then   # the engine with the "cuda" backend (MoE on the GPU, the rest on the CPU)
   INC="" LIBS=""
-  if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ]; then
+  if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ] || [ ! -f /usr/include/uninorm.h ]; then
     for f in .debs/*.deb; do dpkg -x "$f" /tmp/tokdeps; done
     INC="-I/tmp/tokdeps/usr/include" LIBS="-L/tmp/tokdeps/usr/lib/x86_64-linux-gnu -Xlinker -rpath=/tmp/tokdeps/usr/lib/x86_64-linux-gnu"
   fi
@@ -43,8 +43,8 @@ if [ "${ENGINE:-1}" = 1 ]; then   # the engine with the "cuda" backend (MoE on t
   gcc $EF -DSLUICE_TEST_DATA="\"$PWD/tests/data\"" -c tests/gpu/test_backend_cuda.c -o $B/test_backend_cuda.o 2>&1 | tee -a $OUT/build.log
   gcc $EF -c engine/cli/sluice_generate.c -o $B/sluice_generate.o 2>&1 | tee -a $OUT/build.log
   EO="$B/eng/*.o $B/moe_cuda.o $B/moe_repack.o $B/moe_router.o $B/moe_expert.o"
-  $NVCC $ARCH -o $B/test_backend_cuda $B/test_backend_cuda.o $EO $LIBS -ljansson -lonig -lpthread -lm 2>&1 | tee -a $OUT/build.log
-  $NVCC $ARCH -o $B/sluice-generate $B/sluice_generate.o $EO $LIBS -ljansson -lonig -lpthread -lm 2>&1 | tee -a $OUT/build.log
+  $NVCC $ARCH -o $B/test_backend_cuda $B/test_backend_cuda.o $EO $LIBS -ljansson -lonig -lunistring -lpthread -lm 2>&1 | tee -a $OUT/build.log
+  $NVCC $ARCH -o $B/sluice-generate $B/sluice_generate.o $EO $LIBS -ljansson -lonig -lunistring -lpthread -lm 2>&1 | tee -a $OUT/build.log
   echo "== backend"; timeout 150 $B/test_backend_cuda 2>&1 | tee "$OUT/backend.log"
   echo "== generate"; FX=tests/data/tiny-v4-hub-fp8-mxfp4
   for k in 2 3; do

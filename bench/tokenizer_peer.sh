@@ -5,8 +5,9 @@
 # the same ids for every line. Writes a JSON summary to $1 (default bench/results/tokenizer.json).
 #
 #   bench/tokenizer_peer.sh [OUT.json]
-# Needs gcc, python3 with `tokenizers`, and Oniguruma + jansson headers: when /usr/include lacks
-# them, .debs/*.deb (apt-get download libonig5 libonig-dev libjansson4 libjansson-dev) are
+# Needs gcc, python3 with `tokenizers`, and Oniguruma + jansson + libunistring headers: when /usr/include lacks
+# them, .debs/*.deb (apt-get download libonig5 libonig-dev libjansson4 libjansson-dev libunistring2
+# libunistring-dev) are
 # unpacked into /tmp/tokdeps and used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
 INC=() LIBS=()
-if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ]; then
+if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ] || [ ! -f /usr/include/uninorm.h ]; then
   for f in .debs/*.deb; do dpkg -x "$f" /tmp/tokdeps; done
   L=/tmp/tokdeps/usr/lib/x86_64-linux-gnu
   INC=(-I/tmp/tokdeps/usr/include) LIBS=(-L"$L" -Wl,-rpath,"$L")
@@ -24,7 +25,7 @@ fi
 # the same flags as the CMake Release build
 gcc -O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iengine "${INC[@]}" \
     engine/tokenizer.c engine/tokenizer_load.c engine/tokenizer_decode.c engine/cli/sluice_tokenize.c \
-    "${LIBS[@]}" -lonig -ljansson -lpthread -o "$W/sluice-tokenize"
+    "${LIBS[@]}" -lonig -ljansson -lunistring -lpthread -o "$W/sluice-tokenize"
 
 python3 tests/tokenizer/make_vectors.py --bench-text "$W/bench.txt" --mb 10
 CPU_C=${CPU_C:-2} CPU_R=${CPU_R:-3}
