@@ -16,12 +16,7 @@ TOK=tests/data/tokenizer/tokenizer.json
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
-INC=() LIBS=()
-if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ] || [ ! -f /usr/include/uninorm.h ]; then
-  for f in .debs/*.deb; do dpkg -x "$f" /tmp/tokdeps; done
-  L=/tmp/tokdeps/usr/lib/x86_64-linux-gnu
-  INC=(-I/tmp/tokdeps/usr/include) LIBS=(-L"$L" -Wl,-rpath,"$L")
-fi
+source bench/device_deps.sh   # INC / LIBS for gcc
 # the same flags as the CMake Release build
 gcc -O3 -DNDEBUG -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iengine "${INC[@]}" \
     engine/tokenizer.c engine/tokenizer_load.c engine/tokenizer_decode.c engine/cli/sluice_tokenize.c \

@@ -8,12 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-INC=() LIBS=()
-if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ] || [ ! -f /usr/include/uninorm.h ]; then
-  for f in .debs/*.deb; do dpkg -x "$f" /tmp/tokdeps; done
-  L=/tmp/tokdeps/usr/lib/x86_64-linux-gnu
-  INC=(-I/tmp/tokdeps/usr/include) LIBS=(-L"$L" -Wl,-rpath,"$L")
-fi
+source bench/device_deps.sh   # INC / LIBS for gcc
 gcc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iengine "${INC[@]}" engine/tokenizer*.c \
     engine/cli/sluice_tokenize.c "${LIBS[@]}" -lonig -ljansson -lunistring -lpthread -o "$W/sluice-tokenize"
 TOKENIZERS_PARALLELISM=false python3 - "$W" <<'PY'
