@@ -48,9 +48,9 @@ enum { MOE_SCORE_SQRTSOFTPLUS = 0, MOE_SCORE_SOFTMAX = 1, MOE_SCORE_SIGMOID = 2 
 #else
 #define MOE_HD
 #endif
-/* n-tiles of 8 tokens per work item: 2 (16 tokens sharing one dequantised weight fragment) once a
- * batch is large enough that experts see > 8 tokens, else 1. Switch at 256 (bench/NOTES.md v8/v9:
- * at 128, ~3 tokens per expert, the second tile is mostly empty and costs a block per SM). */
+/* n-tiles of 8 tokens per work item for the shared expert (T tokens): 2 (16 tokens sharing one
+ * dequantised weight fragment) from T >= 256, else 1 (bench/NOTES.md v8/v9). Routed experts choose
+ * on the GPU since v10: > 8 tokens -> 2 tiles, else 1 (moe_gate_up / moe_down). */
 static inline MOE_HD int moe_tok_tiles(int T) { return T >= 256 ? 2 : 1; }
 static inline MOE_HD size_t moe_fp4_chunk_bytes(int fmt) { return 1024 + (fmt == MOE_FP4_NVFP4 ? 128 : 64); }
 /* bytes of one repacked matrix [n, k] (NM matrices interleaved: multiply by NM) */
@@ -113,13 +113,17 @@ typedef struct {
     float limit;                              /* swiglu clamp (<= 0: none) */
 } moe_expert_args;
 
-/* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair. */
+/* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.
+ * Two launches (one for T <= 8): the 1-tile kernel on grid[0] blocks takes the experts with <= 8
+ * tokens, the 2-tile kernel on grid[1] those with more (decided on the GPU from off[]; the shared
+ * expert by moe_tok_tiles(T)). grid: persistent grids from moe_expert_occupancy with nt 1 and 2.
+ * items is not read (the kernels derive their item lists from off[]); kept for the callers. */
 cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                         const int32_t *pair_tok, const float *pair_w, const int32_t *items,
-                        int T, int topk, int grid, uint16_t *h, cudaStream_t st);
-/* y[pair][H] fp32 = w2 . h[pair] */
+                        int T, int topk, const int grid[2], uint16_t *h, cudaStream_t st);
+/* y[pair][H] fp32 = w2 . h[pair] (same two launches and grids as moe_gate_up) */
 cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off,
-                     const int32_t *items, int T, int topk, int grid, float *y, cudaStream_t st);
+                     const int32_t *items, int T, int topk, const int grid[2], float *y, cudaStream_t st);
 /* out[t][H] = sum_k y[inv[t][k]] + y[shared pair of t] (fixed order: deterministic) */
 cudaError_t moe_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,
                         int has_shared, float *out, cudaStream_t st);

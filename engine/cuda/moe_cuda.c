@@ -289,9 +289,9 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
                            W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn, st), "expert lists");
     }
     MARK(3);
-    CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu[nt - 1], W->h, st), "gate/up");
+    CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
     MARK(4);
-    CK(moe_down(&a, W->h, W->off, W->items_dn, T, K, W->grid_dn[nt - 1], W->y, st), "down");
+    CK(moe_down(&a, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
     MARK(5);
     CK(moe_combine(W->y, W->inv, W->off, T, H, E, K, s->has_shared, out, st), "combine");
     MARK(6);

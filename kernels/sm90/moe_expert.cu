@@ -9,11 +9,23 @@
  * continues into the warp's next item without draining. FP4 codes are dequantised to bf16 in
  * registers (moe_fp4_common.cuh: rotate + mask into bf16 bit positions, one bf16x2 multiply by the
  * block scale) and multiplied with mma.sync m16n8k16: weights are the M side, the item's tokens the
- * N side (NT = 1 or 2 n-tiles of 8; for batch >= 128 both n-tiles reuse one dequantised fragment).
+ * N side (NT = 1 or 2 n-tiles of 8; with 2 both n-tiles reuse one dequantised fragment).
  * Activation fragments come straight from L1/L2 one chunk ahead. gate and up rows are interleaved,
  * so one warp finishes silu(min(g,L)) * clamp(u) * routing weight in registers and writes h (bf16).
  * The FP8 shared expert runs in the same launches: its items are single 16-row tiles whose K is
  * split over the block's 4 warps (partial sums added in a fixed order through shared memory).
+ *
+ * Tile count per expert, chosen on the GPU (v10): a routed expert with > 8 tokens is served by the
+ * 2-tile kernel (items of 16 tokens), one with <= 8 tokens by the 1-tile kernel; the shared expert
+ * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
+ * moe_gate_up / moe_down launch both kernels back to back (only the 1-tile one for T <= 8, where no
+ * expert can have more than 8 tokens); each block derives its kernel's own item list from the
+ * per-expert counts in off[] (a 1-warp scan in shared memory), so the split needs no host sync, no
+ * allocation and is the same graph for every routing. Why two launches and not a per-item switch
+ * inside one persistent kernel: the 2-tile body needs ~128 registers (4 blocks/SM; capped at 102
+ * for 5 blocks/SM it spills 250-400 B per thread), so one kernel holding both bodies would run
+ * random routing, where almost every expert has <= 8 tokens, at 4 instead of 5 blocks per SM. Two
+ * launches keep each body at its own occupancy; the price is one more kernel boundary per stage.
  *
  * Reduction: no atomics. Every output element has one owner; the down kernel writes y[pair][H] and
  * moe_combine adds a token's routed pairs and its shared pair in a fixed order, so results are
@@ -292,6 +304,45 @@ __device__ __forceinline__ int find_expert(const int32_t *items, int n, int it)
     return lo;
 }
 
+/* The item table of the NT-tile kernel, from the per-expert pair counts (off[]): expert e's items are
+ * its token chunks of 8*NT x row groups if e belongs to this kernel (routed: > 8 tokens <=> NT 2;
+ * shared: moe_tok_tiles(T) == NT), else none. s_items[0..nE] = exclusive prefix sums; s_off filled.
+ * rows: output rows of the stage (I for gate/up, H for down). Every thread of the block calls it. */
+template <int NT>
+__device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, const int32_t *off, int nE, int E,
+                                           int rows)
+{
+    for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_off[i] = off[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i <= nE; i += blockDim.x) {
+        int c = 0;
+        if (i < nE) {
+            const int n = s_off[i + 1] - s_off[i];
+            const int nt = i < E ? (n > MOE_TOK_CHUNK ? 2 : 1) : moe_tok_tiles(n);
+            /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
+            if (nt == NT) c = (n + MOE_TOK_CHUNK * NT - 1) / (MOE_TOK_CHUNK * NT) * (i < E ? rows / MOE_ROWS_PER_ITEM : rows / MOE_TILE_ROWS);
+        }
+        s_items[i] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {   /* exclusive scan by warp 0 */
+        const int lane = threadIdx.x;
+        int carry = 0;
+        for (int base = 0; base <= nE; base += 32) {
+            const int i = base + lane, x = i <= nE ? s_items[i] : 0;
+            int inc = x;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += y;
+            }
+            if (i <= nE) s_items[i] = carry + inc - x;
+            carry += __shfl_sync(0xffffffffu, inc, 31);
+        }
+    }
+    __syncthreads();
+}
+
 struct Item {
     int e, r, p0, ntok;
 };
@@ -314,18 +365,17 @@ __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_
 
 template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
-                                                 const int32_t *pair_tok, const float *pair_w,
-                                                 const int32_t *items, uint16_t *h)
+                                                 const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
     moe_pdl_wait();
-    for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_items[i] = items[i], s_off[i] = off[i];
-    __syncthreads();
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.I);
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
+    if (total == 0) { moe_pdl_release(); return; }   /* no expert of this tile count */
     Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
@@ -377,17 +427,17 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
 
 template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
-                                              const int32_t *items, float *y)
+                                              float *y)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
     moe_pdl_wait();
-    for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_items[i] = items[i], s_off[i] = off[i];
-    __syncthreads();
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.H);
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
+    if (total == 0) { moe_pdl_release(); return; }   /* no expert of this tile count */
     Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
@@ -456,31 +506,33 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
 
 extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                                    const int32_t *pair_tok, const float *pair_w, const int32_t *items, int T,
-                                   int topk, int grid, uint16_t *h, cudaStream_t st)
+                                   int topk, const int grid[2], uint16_t *h, cudaStream_t st)
 {
     (void)topk;
+    (void)items;
     if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
-    if (moe_tok_tiles(T) == 2)
-        return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(grid), dim3(128), sm,
-                          st, *a, x, off, pair_tok, pair_w, items, h);
-    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(grid), dim3(128), sm, st,
-                      *a, x, off, pair_tok, pair_w, items, h);
+    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(grid[0]),
+                               dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
+    if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;   /* T <= 8: no expert has more than 8 tokens */
+    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(grid[1]), dim3(128), sm,
+                      st, *a, x, off, pair_tok, pair_w, h);
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
-                                int T, int topk, int grid, float *y, cudaStream_t st)
+                                int T, int topk, const int grid[2], float *y, cudaStream_t st)
 {
     (void)topk;
+    (void)items;
     if (a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
-    if (moe_tok_tiles(T) == 2)
-        return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(grid), dim3(128), sm, st, *a,
-                          h, off, items, y);
-    return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(grid), dim3(128), sm, st, *a, h,
-                      off, items, y);
+    cudaError_t e = moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(grid[0]), dim3(128), sm,
+                               st, *a, h, off, y);
+    if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;
+    return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(grid[1]), dim3(128), sm, st, *a,
+                      h, off, y);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,

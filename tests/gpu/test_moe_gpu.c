@@ -354,6 +354,8 @@ int main(int argc, char **argv)
     const int batches[] = {1, 2, 7, 64, 257};
     for (int i = 0; i < 5; i++) run_case("nvfp4 sqrtsoftplus", &M, &L, &W, batches[i], 0);
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 257, 1);
+    run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 9, 1);    /* 2-tile routed, 1-tile shared */
+    run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 64, 1);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
