@@ -10,20 +10,7 @@
 #include "config.h"
 #include "offsets.h"
 
-static int fails;
-#define CHECK(c)                                                          \
-    do {                                                                  \
-        if (!(c)) {                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-            fails++;                                                      \
-        }                                                                 \
-    } while (0)
-
-static uint64_t rng_state;
-static uint32_t rnd(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng_state >> 33);
-}
+#include "check.h"
 
 static size_t unhex(const char *h, uint8_t *out) {
     size_t n = strlen(h) / 2;

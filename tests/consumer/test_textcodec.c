@@ -14,20 +14,7 @@
 
 #include "textcodec.h"
 
-static int fails;
-#define CHECK(c)                                                                  \
-    do {                                                                          \
-        if (!(c)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-            fails++;                                                              \
-        }                                                                         \
-    } while (0)
-
-static uint64_t rng_state;
-static uint32_t rnd(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng_state >> 33);
-}
+#include "check.h"
 
 /* Random UTF-8 text: ASCII words, digits, spaces, accented Latin, CJK, Cyrillic, emoji. */
 static char *rand_text(size_t *len) {

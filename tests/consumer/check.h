@@ -1,0 +1,24 @@
+/* check.h — assertions and a seeded generator shared by the consumer's C unit tests. */
+#ifndef SLUICE_TEST_CONSUMER_CHECK_H
+#define SLUICE_TEST_CONSUMER_CHECK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+static int fails;
+#define CHECK(c)                                                                  \
+    do {                                                                          \
+        if (!(c)) {                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
+            fails++;                                                              \
+        }                                                                         \
+    } while (0)
+
+/* PCG-style LCG; set rng_state from the test's seed */
+static uint64_t rng_state;
+static uint32_t rnd(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33);
+}
+
+#endif
