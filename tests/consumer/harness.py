@@ -455,6 +455,20 @@ def check_complete(watcher, jobs):
     return dups
 
 
+def finish_with_worker(env, name, settings, watch, jobs):
+    """Start worker `name`, wait until every job has a result, then check_complete and that Redis
+    shows each job done. Returns the number of duplicate results (all identical)."""
+    w = env.start_worker(name, **settings)
+    env.wait_assigned(w)
+    watch.wait(lambda: watch.distinct() >= len(jobs), 120, "all results after the restart")
+    time.sleep(2)   # let late duplicates arrive
+    dups = check_complete(watch, jobs)
+    watch.close()
+    for j in jobs:
+        assert env.job_status(j["id"]) == "done", j["id"]
+    return dups
+
+
 def assignment(p):
     """Partitions a worker holds now, from its log."""
     held = set()

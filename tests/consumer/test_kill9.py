@@ -25,14 +25,7 @@ def test(make):
     h.log("killed the worker with %d/%d results out" % (at_kill, N))
     assert at_kill < N, "the run finished before the kill; make the jobs slower"
     time.sleep(1)
-    w2 = env.start_worker("w-k9", **settings)
-    env.wait_assigned(w2)
-    watch.wait(lambda: watch.distinct() >= N, 120, "all results after the restart")
-    time.sleep(2)   # let late duplicates arrive
-    dups = h.check_complete(watch, jobs)
-    watch.close()
-    for j in jobs:
-        assert env.job_status(j["id"]) == "done", j["id"]
+    dups = h.finish_with_worker(env, "w-k9", settings, watch, jobs)
     h.log("all %d jobs have a result; %d duplicates, all identical" % (N, dups))
 
 

@@ -37,14 +37,7 @@ def test(make):
     log = open(w.errpath).read()
     assert "draining" in log and "stopped" in log, log[-500:]
     h.log("worker log: " + " | ".join(l.split("] ", 1)[-1] for l in log.splitlines() if "drain" in l or "grace" in l))
-    w2 = env.start_worker("w-term2", **settings)   # another worker id: handed-back claims are released
-    env.wait_assigned(w2)
-    watch.wait(lambda: watch.distinct() >= N, 120, "all results after the restart")
-    time.sleep(2)
-    dups = h.check_complete(watch, jobs)
-    watch.close()
-    for j in jobs:
-        assert env.job_status(j["id"]) == "done", j["id"]
+    dups = h.finish_with_worker(env, "w-term2", settings, watch, jobs)   # another worker id: handed-back claims are released
     h.log("all %d jobs have a result; %d duplicates (all identical)" % (N, dups))
 
 
