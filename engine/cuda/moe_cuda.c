@@ -1,6 +1,9 @@
 /* moe_cuda.c — host side of the GPU MoE layer: allocation, load-time upload + repack, and the
- * launch sequence of one forward (router logits -> top-k -> lists -> gate/up -> down -> combine; top-k and
- * lists are one launch for batches of <= 32 tokens).
+ * launch sequence of one forward (v11):
+ *   st:  router (one fused launch for <= 32 tokens, else logits -> top-k -> lists) -> routed gate/up
+ *        -> routed down (+ the combine, folded in: arrival counters) -> join
+ *   st2: (forked at the start) shared gate/up -> shared down (+ its part of the combine)
+ * The shared expert does not depend on routing, so it streams while the router runs.
  */
 #include "moe_cuda.h"
 
@@ -227,6 +230,28 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
     CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
+    CK(cudaMalloc((void **)&W->sh_off, (size_t)2 * (max_tokens + 1) * sizeof(int32_t)), "cudaMalloc(sh_off)");
+    CK(cudaMalloc((void **)&W->ident, (size_t)max_tokens * sizeof(int32_t)), "cudaMalloc(ident)");
+    CK(cudaMalloc((void **)&W->ones, (size_t)max_tokens * sizeof(float)), "cudaMalloc(ones)");
+    CK(cudaMalloc((void **)&W->cnt, (size_t)max_tokens * (H / 16) * sizeof(int32_t)), "cudaMalloc(cnt)");
+    CK(cudaMalloc((void **)&W->router_done, sizeof(int32_t)), "cudaMalloc(router_done)");
+    CK(cudaMemset(W->cnt, 0, (size_t)max_tokens * (H / 16) * sizeof(int32_t)), "cudaMemset(cnt)");
+    CK(cudaMemset(W->router_done, 0, sizeof(int32_t)), "cudaMemset(router_done)");
+    {
+        int32_t *ho = malloc((size_t)2 * (max_tokens + 1) * sizeof(int32_t)), *hi = malloc((size_t)max_tokens * sizeof(int32_t));
+        float *h1 = malloc((size_t)max_tokens * sizeof(float));
+        if (!ho || !hi || !h1) { free(ho); free(hi); free(h1); return fail("out of host memory"); }
+        for (int t = 0; t <= max_tokens; t++) ho[2 * t] = 0, ho[2 * t + 1] = t;
+        for (int t = 0; t < max_tokens; t++) hi[t] = t, h1[t] = 1.f;
+        cudaError_t e = cudaMemcpy(W->sh_off, ho, (size_t)2 * (max_tokens + 1) * sizeof(int32_t), cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaMemcpy(W->ident, hi, (size_t)max_tokens * sizeof(int32_t), cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaMemcpy(W->ones, h1, (size_t)max_tokens * sizeof(float), cudaMemcpyHostToDevice);
+        free(ho); free(hi); free(h1);
+        CK(e, "upload shared-expert tables");
+    }
+    CK(cudaStreamCreateWithFlags(&W->st2, cudaStreamNonBlocking), "cudaStreamCreate");
+    CK(cudaEventCreateWithFlags(&W->ev_fork, cudaEventDisableTiming), "cudaEventCreate");
+    CK(cudaEventCreateWithFlags(&W->ev_join, cudaEventDisableTiming), "cudaEventCreate");
     int dev, sms;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -243,9 +268,12 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 void moe_cuda_ws_free(moe_cuda_ws *W)
 {
     void *p[] = {W->logits, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
-                 W->h, W->y};
+                 W->h, W->y, W->sh_off, W->ident, W->ones, W->cnt, W->router_done};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
+    if (W->ev_fork) cudaEventDestroy(W->ev_fork);
+    if (W->ev_join) cudaEventDestroy(W->ev_join);
+    if (W->st2) cudaStreamDestroy(W->st2);
     memset(W, 0, sizeof *W);
 }
 
@@ -269,31 +297,48 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
         .limit = s->swiglu_limit,
     };
+    const int sh = s->has_shared;
+    const size_t shp = (size_t)W->max_tokens * K;   /* the shared expert's rows in h and y */
+    moe_expert_args ar = a, as = a;
+    ar.has_shared = 0;                              /* routed launches: routed experts only */
+    as.E = 0;                                       /* shared launches: the shared expert only */
+    const moe_fold_args fold = {.cnt = W->cnt, .inv = W->inv, .pair_tok = W->pair_tok, .y_routed = W->y,
+                                .y_shared = sh ? W->y + shp * H : NULL, .out = out, .topk = K, .expect = K + sh};
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
-    CK(moe_router_logits(x, L->gate, T, H, E, W->logits, st), "router logits");
-    MARK(1);
+    if (sh) {   /* fork: the shared expert needs no routing, so it runs beside the router */
+        CK(cudaEventRecord(W->ev_fork, st), "fork (event)");
+        CK(cudaStreamWaitEvent(W->st2, W->ev_fork, 0), "fork (wait)");
+        CK(moe_gate_up_shared(&as, x, W->sh_off + 2 * T, W->ident, W->ones, T, W->grid_gu, W->h + shp * I, W->st2),
+           "shared gate/up");
+        CK(moe_down_shared(&as, W->h + shp * I, W->sh_off + 2 * T, T, W->grid_dn, W->y + shp * H, &fold, W->st2),
+           "shared down");
+        CK(cudaEventRecord(W->ev_join, W->st2), "join (event)");
+    }
     const int nt = moe_tok_tiles(T);
-    if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
+    if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for the whole router ("topk" and "lists" read ~0) */
+        CK(moe_router_fused(x, L->gate, T, H, E, W->logits, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
+                            token_ids, s->route_scale, W->idx, W->w, 0, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
+                            MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn,
+                            W->router_done, st), "router (fused)");
+        MARK(1);
         MARK(2);
-        CK(moe_router_topk_lists(W->logits, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
-                                 s->route_scale, W->idx, W->w, s->has_shared, I / MOE_ROWS_PER_ITEM,
-                                 H / MOE_ROWS_PER_ITEM, MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv,
-                                 W->items_gu, W->items_dn, st), "router top-k + lists");
     } else {
+        CK(moe_router_logits(x, L->gate, T, H, E, W->logits, st), "router logits");
+        MARK(1);
         CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
                            token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
         MARK(2);
-        CK(moe_build_lists(W->idx, W->w, T, E, K, s->has_shared, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
+        CK(moe_build_lists(W->idx, W->w, T, E, K, 0, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
                            MOE_TOK_CHUNK * nt, W->off,
                            W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn, st), "expert lists");
     }
     MARK(3);
-    CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
+    CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
     MARK(4);
-    CK(moe_down(&a, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
+    CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, &fold, st), "down (+ combine)");
     MARK(5);
-    CK(moe_combine(W->y, W->inv, W->off, T, H, E, K, s->has_shared, out, st), "combine");
+    if (sh) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "join (wait)");
     MARK(6);
 #undef MARK
     return 0;

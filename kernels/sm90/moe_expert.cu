@@ -36,6 +36,7 @@
  * experts touched) 2.86 GB -> 0.63 ms. Measured (bench/NOTES.md): 91 us and 0.88 ms.
  */
 #include <stdint.h>
+#include <string.h>
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
 #include "common/moe_launch.cuh"
@@ -425,9 +426,45 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
     moe_pdl_release();
 }
 
+/* Folded combine (moe_fold_args): this warp has written y rows [r*16, r*16+16) of pairs p0..p0+ntok-1.
+ * Each of those pairs' tokens counts one arrival at (token, r); the warp completing a token's count
+ * sums its pairs in the fixed order of moe_combine (routed k = 0..topk-1, then shared) into out. */
+__device__ __forceinline__ void fold_arrive(const moe_fold_args &f, int p0, int ntok, int r, int H, bool shared,
+                                            int lane)
+{
+    __threadfence();   /* this lane's y stores are visible device-wide before the count */
+    __syncwarp();
+    int t = 0;
+    bool last = false;
+    if (lane < ntok) {
+        const int p = p0 + lane;
+        t = shared ? p : f.pair_tok[p];
+        last = atomicAdd(f.cnt + (size_t)t * (H / 16) + r, 1) == f.expect - 1;
+    }
+    unsigned m = __ballot_sync(0xffffffffu, last);
+    if (!m) return;
+    __threadfence();
+    while (m) {
+        const int src = __ffs(m) - 1;
+        m &= m - 1;
+        const int tt = __shfl_sync(0xffffffffu, t, src);
+        if (lane < 16) {
+            const int row = r * 16 + lane;
+            float acc = 0.f;
+            for (int k = 0; k < f.topk; k++) {
+                const int p = __ldcg(f.inv + (size_t)tt * f.topk + k);
+                if (p >= 0) acc += __ldcg(f.y_routed + (size_t)p * H + row);
+            }
+            if (f.y_shared) acc += __ldcg(f.y_shared + (size_t)tt * H + row);
+            f.out[(size_t)tt * H + row] = acc;
+        }
+        if (lane == 0) f.cnt[(size_t)tt * (H / 16) + r] = 0;   /* every arrival is in: ready for the next forward */
+    }
+}
+
 template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
-                                              float *y)
+                                              float *y, moe_fold_args fold)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -474,6 +511,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
                 const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
                 if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][j][i] * post;
             }
+        if (fold.cnt) fold_arrive(fold, p0, ntok, r, a.H, e >= a.E, lane);
     }
     moe_pdl_release();
 }
@@ -504,35 +542,94 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
     return nt == 2 ? occupancy_nt<2>(fmt, E, gu, dn) : occupancy_nt<1>(fmt, E, gu, dn);
 }
 
+/* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
+ * whose idle blocks only wait and leave: the 1-tile kernel has at most one item chunk per pair, the
+ * 2-tile kernel one per 9 pairs (its experts have > 8 tokens). */
+static int routed_grid(int grid, int nt, int T, int topk, int row_groups)
+{
+    const long P = (long)T * topk, cap = (nt == 1 ? P : P / 9) * row_groups;
+    return cap < grid ? (int)(cap > 0 ? cap : 1) : grid;
+}
+
 extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                                    const int32_t *pair_tok, const float *pair_w, const int32_t *items, int T,
                                    int topk, const int grid[2], uint16_t *h, cudaStream_t st)
 {
-    (void)topk;
     (void)items;
     if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
-    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(grid[0]),
+    /* with the shared expert in these launches the grid stays full (its items are not in the bound) */
+    const int rg = a->I / MOE_ROWS_PER_ITEM;
+    const int g0 = a->has_shared ? grid[0] : routed_grid(grid[0], 1, T, topk, rg);
+    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g0),
                                dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;   /* T <= 8: no expert has more than 8 tokens */
-    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(grid[1]), dim3(128), sm,
+    const int g1 = a->has_shared ? grid[1] : routed_grid(grid[1], 2, T, topk, rg);
+    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm,
                       st, *a, x, off, pair_tok, pair_w, h);
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
-                                int T, int topk, const int grid[2], float *y, cudaStream_t st)
+                                int T, int topk, const int grid[2], float *y, const moe_fold_args *fold,
+                                cudaStream_t st)
 {
-    (void)topk;
     (void)items;
     if (a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
-    cudaError_t e = moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(grid[0]), dim3(128), sm,
-                               st, *a, h, off, y);
+    moe_fold_args f;
+    if (fold) f = *fold;
+    else memset(&f, 0, sizeof f);
+    const int rg = a->H / MOE_ROWS_PER_ITEM;
+    const int g0 = a->has_shared ? grid[0] : routed_grid(grid[0], 1, T, topk, rg);
+    cudaError_t e = moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(g0), dim3(128), sm,
+                               st, *a, h, off, y, f);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;
-    return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(grid[1]), dim3(128), sm, st, *a,
-                      h, off, y);
+    const int g1 = a->has_shared ? grid[1] : routed_grid(grid[1], 2, T, topk, rg);
+    return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm, st, *a,
+                      h, off, y, f);
+}
+
+/* shared expert alone: items = token chunks x 16-row tiles */
+static int shared_grid(int grid, int nt, int T, int rows)
+{
+    const long cap = (long)((T + MOE_TOK_CHUNK * nt - 1) / (MOE_TOK_CHUNK * nt)) * (rows / MOE_TILE_ROWS);
+    return cap < grid ? (int)cap : grid;
+}
+
+extern "C" cudaError_t moe_gate_up_shared(const moe_expert_args *a, const uint16_t *x, const int32_t *sh_off,
+                                          const int32_t *ident, const float *ones, int T, const int grid[2],
+                                          uint16_t *h, cudaStream_t st)
+{
+    if (a->E != 0 || !a->has_shared || a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192)
+        return cudaErrorInvalidValue;
+    const size_t sm = smem_for(0);
+    const int nt = moe_tok_tiles(T), g = shared_grid(grid[nt - 1], nt, T, a->I);
+    const bool nv = a->fmt == MOE_FP4_NVFP4;
+    if (nt == 1)
+        return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g), dim3(128), sm, st, *a,
+                          x, sh_off, ident, ones, h);
+    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(g), dim3(128), sm, st, *a, x,
+                      sh_off, ident, ones, h);
+}
+
+extern "C" cudaError_t moe_down_shared(const moe_expert_args *a, const uint16_t *h, const int32_t *sh_off, int T,
+                                       const int grid[2], float *y, const moe_fold_args *fold, cudaStream_t st)
+{
+    if (a->E != 0 || !a->has_shared || a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192)
+        return cudaErrorInvalidValue;
+    const size_t sm = smem_for(0);
+    moe_fold_args f;
+    if (fold) f = *fold;
+    else memset(&f, 0, sizeof f);
+    const int nt = moe_tok_tiles(T), g = shared_grid(grid[nt - 1], nt, T, a->H);
+    const bool nv = a->fmt == MOE_FP4_NVFP4;
+    if (nt == 1)
+        return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(g), dim3(128), sm, st, *a, h,
+                          sh_off, y, f);
+    return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(g), dim3(128), sm, st, *a, h,
+                      sh_off, y, f);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,
