@@ -4,7 +4,8 @@
 # bench/tokenizer_peer.sh), run the GPU MoE test, the "cuda" engine backend test (test_backend_cuda)
 # and `sluice-generate --backend cuda` on the hub fixture, then the PyTorch peer and `sluice-bench moe`.
 # Usage (repo root, on the GPU machine): COMMIT=<sha> bash bench/moe_device_run.sh   -> files in $OUT
-# (ENGINE=0 skips the engine build and its tests.)
+# (ENGINE=0 skips the engine build and its tests, PEER=0 the PyTorch peer; BENCH_ARGS go to sluice-bench,
+#  e.g. "--batches 1,64 --tune 0,0,0/4,64,4" to compare launch thresholds in one process.)
 set -uo pipefail
 OUT=${OUT:-/tmp/moe-out}; mkdir -p "$OUT"
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
@@ -54,7 +55,7 @@ if [ "${ENGINE:-1}" = 1 ]; then   # the engine with the "cuda" backend (MoE on t
     timeout 60 $B/sluice-generate --model $FX --backend cuda --tokens "$P" --max-new-tokens 24 --ignore-eos 2>&1 | tail -2
   done 2>&1 | tee "$OUT/generate.log"
 fi
-echo "== peer"; PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-150} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
+[ "${PEER:-1}" = 1 ] && echo "== peer" && PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-150} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
 echo "== bench"; timeout ${BENCH_TIMEOUT:-150} env BENCH_COMMAND="COMMIT=${COMMIT:-unknown} bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json)" $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 if [ -n "${NCU_BATCH:-}" ]; then   # optional: ncu over the two expert kernels at one batch size
   ncu --clock-control none -k regex:"k_gate_up|k_down" -c 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \

@@ -90,17 +90,26 @@ static void make_layer(moe_cuda_layer *L, const moe_cuda_shape *s, uint32_t seed
 static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
-    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6;
+    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][3], ntune = 0, skew_only = -1;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--tune") && i + 1 < argc) {   /* fork,fold,fused batch thresholds (moe_cuda_ws) */
+            /* several variants "F,C,R/F,C,R/...": each is measured in turn; the JSON holds the last */
+            for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/"))
+                if (sscanf(t, "%d,%d,%d", &tune[ntune][0], &tune[ntune][1], &tune[ntune][2]) == 3) ntune++;
+                else { fprintf(stderr, "sluice-bench: --tune F,C,R[/F,C,R...]\n"); return 2; }
+        } else if (!strcmp(argv[i], "--routing") && i + 1 < argc) {   /* random | skewed (default both) */
+            ++i;
+            skew_only = !strcmp(argv[i], "skewed") ? 1 : !strcmp(argv[i], "random") ? 0 : -2;
+            if (skew_only == -2) { fprintf(stderr, "sluice-bench: --routing random|skewed\n"); return 2; }
+        } else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--tune F,C,R] [--routing random|skewed]\n");
             return 2;
         }
     }
@@ -156,8 +165,14 @@ static int bench_moe(int argc, char **argv)
     cudaStream_t st;
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     int32_t *idx = malloc((size_t)MAXB * 6 * sizeof(int32_t));
+    for (int v = 0; v < (ntune ? ntune : 1); v++) {
+    if (ntune) W.fork_max_t = tune[v][0], W.fold_max_t = tune[v][1], W.fused_max_t = tune[v][2];
+    printf("thresholds: shared-expert fork T <= %d, folded combine T <= %d, one-launch router T <= %d\n", W.fork_max_t,
+           W.fold_max_t, W.fused_max_t);
+    rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer");
     for (int sk = 0; sk < 2; sk++) {
+        if (skew_only >= 0 && sk != skew_only) continue;
         const char *routing = sk ? "skewed" : "random";
         for (int l = 0; l < NLAYERS; l++)
             if (moe_cuda_set_router(&L[l], gate, sk ? bias_sk : bias, NULL)) return 1;
@@ -200,6 +215,7 @@ static int bench_moe(int argc, char **argv)
             free(tm);
         }
     }
+    }   /* variants */
     /* where the time goes: events between the stages (no graph), random routing, median over sets */
     {
         static const char *names[6] = {"logits", "topk", "lists", "gate/up", "down", "combine"};

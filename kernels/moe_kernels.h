@@ -139,7 +139,7 @@ cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32
 typedef struct {
     int32_t *cnt;               /* [T][H/16], zero between forwards */
     const int32_t *inv;         /* [T][topk] routed pair of (t, k) */
-    const int32_t *pair_tok;    /* routed pair -> token (ignored for the shared launch: pair = token) */
+    const int32_t *pair_tok;    /* pair -> token (moe_down_shared uses pair = token) */
     const float *y_routed;      /* [pairs][H] */
     const float *y_shared;      /* [T][H], or NULL without a shared expert */
     float *out;                 /* [T][H] */
@@ -160,9 +160,10 @@ cudaError_t moe_gate_up_shared(const moe_expert_args *a, const uint16_t *x, cons
                                cudaStream_t st);
 cudaError_t moe_down_shared(const moe_expert_args *a, const uint16_t *h, const int32_t *sh_off, int T,
                             const int grid[2], float *y, const moe_fold_args *fold, cudaStream_t st);
-/* out[t][H] = sum_k y[inv[t][k]] + y[shared pair of t] (fixed order: deterministic) */
-cudaError_t moe_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,
-                        int has_shared, float *out, cudaStream_t st);
+/* out[t][H] = sum_k y[inv[t][k]] + ysh[t] (fixed order: deterministic); ysh: the shared expert's
+ * rows [T][H] or NULL */
+cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out,
+                        cudaStream_t st);
 /* Blocks per SM the expert kernels reach (for a persistent grid). */
 cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
 

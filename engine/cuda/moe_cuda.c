@@ -15,6 +15,11 @@
 #include <cuda_runtime_api.h>
 #include "moe_kernels.h"
 
+/* v11 thresholds (bench/NOTES.md): see moe_cuda_ws */
+#define MOE_FORK_MAX_T 4
+#define MOE_FOLD_MAX_T 64
+#define MOE_FUSED_MAX_T 4
+
 #define CK(call, what)                                                                    \
     do {                                                                                  \
         cudaError_t e_ = (call);                                                          \
@@ -249,6 +254,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
         free(ho); free(hi); free(h1);
         CK(e, "upload shared-expert tables");
     }
+    W->fork_max_t = MOE_FORK_MAX_T;
+    W->fold_max_t = MOE_FOLD_MAX_T;
+    W->fused_max_t = MOE_FUSED_MAX_T;
     CK(cudaStreamCreateWithFlags(&W->st2, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaEventCreateWithFlags(&W->ev_fork, cudaEventDisableTiming), "cudaEventCreate");
     CK(cudaEventCreateWithFlags(&W->ev_join, cudaEventDisableTiming), "cudaEventCreate");
@@ -297,48 +305,60 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
         .limit = s->swiglu_limit,
     };
-    const int sh = s->has_shared;
-    const size_t shp = (size_t)W->max_tokens * K;   /* the shared expert's rows in h and y */
+    const int sh = s->has_shared, fork = sh && T <= W->fork_max_t, fold = T <= W->fold_max_t;
+    const size_t shp = (size_t)W->max_tokens * K;   /* the forked shared expert's rows in h and y */
+    /* without the fork the shared pairs follow the routed ones: off[E] = T * topk (all indices valid) */
+    float *ysh = !sh ? NULL : fork ? W->y + shp * H : W->y + (size_t)T * K * H;
     moe_expert_args ar = a, as = a;
-    ar.has_shared = 0;                              /* routed launches: routed experts only */
-    as.E = 0;                                       /* shared launches: the shared expert only */
-    const moe_fold_args fold = {.cnt = W->cnt, .inv = W->inv, .pair_tok = W->pair_tok, .y_routed = W->y,
-                                .y_shared = sh ? W->y + shp * H : NULL, .out = out, .topk = K, .expect = K + sh};
+    ar.has_shared = sh && !fork;                    /* routed launches (with the shared expert unless forked) */
+    as.E = 0;                                       /* forked launches: the shared expert only */
+    const moe_fold_args fold_a = {.cnt = W->cnt, .inv = W->inv, .pair_tok = W->pair_tok, .y_routed = W->y,
+                                  .y_shared = ysh, .out = out, .topk = K, .expect = K + sh};
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
-    if (sh) {   /* fork: the shared expert needs no routing, so it runs beside the router */
+    if (fork) {   /* the shared expert needs no routing, so it runs beside the router */
         CK(cudaEventRecord(W->ev_fork, st), "fork (event)");
         CK(cudaStreamWaitEvent(W->st2, W->ev_fork, 0), "fork (wait)");
         CK(moe_gate_up_shared(&as, x, W->sh_off + 2 * T, W->ident, W->ones, T, W->grid_gu, W->h + shp * I, W->st2),
            "shared gate/up");
-        CK(moe_down_shared(&as, W->h + shp * I, W->sh_off + 2 * T, T, W->grid_dn, W->y + shp * H, &fold, W->st2),
+        CK(moe_down_shared(&as, W->h + shp * I, W->sh_off + 2 * T, T, W->grid_dn, ysh, fold ? &fold_a : NULL, W->st2),
            "shared down");
         CK(cudaEventRecord(W->ev_join, W->st2), "join (event)");
     }
-    const int nt = moe_tok_tiles(T);
-    if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for the whole router ("topk" and "lists" read ~0) */
+    const int nt = moe_tok_tiles(T), lsh = ar.has_shared;
+    if (T <= W->fused_max_t && T <= MOE_FUSED_ROUTER_MAX_T) {   /* the whole router in one launch */
         CK(moe_router_fused(x, L->gate, T, H, E, W->logits, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
-                            token_ids, s->route_scale, W->idx, W->w, 0, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
-                            MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn,
-                            W->router_done, st), "router (fused)");
+                            token_ids, s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM,
+                            H / MOE_ROWS_PER_ITEM, MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv,
+                            W->items_gu, W->items_dn, W->router_done, st), "router (fused)");
         MARK(1);
         MARK(2);
     } else {
         CK(moe_router_logits(x, L->gate, T, H, E, W->logits, st), "router logits");
         MARK(1);
-        CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
-                           token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
-        MARK(2);
-        CK(moe_build_lists(W->idx, W->w, T, E, K, 0, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
-                           MOE_TOK_CHUNK * nt, W->off,
-                           W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn, st), "expert lists");
+        if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* top-k + lists in one launch (the "topk" stage reads ~0) */
+            MARK(2);
+            CK(moe_router_topk_lists(W->logits, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
+                                     token_ids, s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM,
+                                     H / MOE_ROWS_PER_ITEM, MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv,
+                                     W->items_gu, W->items_dn, st), "router top-k + lists");
+        } else {
+            CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
+                               token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
+            MARK(2);
+            CK(moe_build_lists(W->idx, W->w, T, E, K, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
+                               MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn,
+                               st), "expert lists");
+        }
     }
     MARK(3);
     CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
     MARK(4);
-    CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, &fold, st), "down (+ combine)");
+    CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, fold ? &fold_a : NULL, st),
+       fold ? "down (+ combine)" : "down");
     MARK(5);
-    if (sh) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "join (wait)");
+    if (fork) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "join (wait)");
+    if (!fold) CK(moe_combine(W->y, W->inv, ysh, T, H, K, out, st), "combine");
     MARK(6);
 #undef MARK
     return 0;

@@ -63,6 +63,10 @@ typedef struct {
     int32_t *ident; float *ones;      /* [max]: t, 1 */
     int32_t *cnt;                     /* [max][hidden / 16] arrival counters, zero between forwards */
     int32_t *router_done;             /* 1 int: the fused router's block counter */
+    /* batch thresholds (set by ws_init; the bench may change them): fork the shared expert onto st2
+     * for T <= fork_max_t, fold the combine into the down kernels for T <= fold_max_t, one-launch
+     * router for T <= fused_max_t (<= MOE_FUSED_ROUTER_MAX_T) */
+    int fork_max_t, fold_max_t, fused_max_t;
 } moe_cuda_ws;
 
 int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s);

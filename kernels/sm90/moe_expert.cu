@@ -429,8 +429,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
 /* Folded combine (moe_fold_args): this warp has written y rows [r*16, r*16+16) of pairs p0..p0+ntok-1.
  * Each of those pairs' tokens counts one arrival at (token, r); the warp completing a token's count
  * sums its pairs in the fixed order of moe_combine (routed k = 0..topk-1, then shared) into out. */
-__device__ __forceinline__ void fold_arrive(const moe_fold_args &f, int p0, int ntok, int r, int H, bool shared,
-                                            int lane)
+__device__ __forceinline__ void fold_arrive(const moe_fold_args &f, int p0, int ntok, int r, int H, int lane)
 {
     __threadfence();   /* this lane's y stores are visible device-wide before the count */
     __syncwarp();
@@ -438,7 +437,7 @@ __device__ __forceinline__ void fold_arrive(const moe_fold_args &f, int p0, int 
     bool last = false;
     if (lane < ntok) {
         const int p = p0 + lane;
-        t = shared ? p : f.pair_tok[p];
+        t = f.pair_tok ? f.pair_tok[p] : p;
         last = atomicAdd(f.cnt + (size_t)t * (H / 16) + r, 1) == f.expect - 1;
     }
     unsigned m = __ballot_sync(0xffffffffu, last);
@@ -511,7 +510,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
                 const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
                 if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][j][i] * post;
             }
-        if (fold.cnt) fold_arrive(fold, p0, ntok, r, a.H, e >= a.E, lane);
+        if (fold.cnt) fold_arrive(fold, p0, ntok, r, a.H, lane);
     }
     moe_pdl_release();
 }
@@ -545,9 +544,12 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
 /* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
  * whose idle blocks only wait and leave: the 1-tile kernel has at most one item chunk per pair, the
  * 2-tile kernel one per 9 pairs (its experts have > 8 tokens). */
-static int routed_grid(int grid, int nt, int T, int topk, int row_groups)
+static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared)
 {
-    const long P = (long)T * topk, cap = (nt == 1 ? P : P / 9) * row_groups;
+    const long P = (long)T * topk;
+    long cap = (nt == 1 ? P : P / 9) * row_groups;
+    if (has_shared && moe_tok_tiles(T) == nt)   /* + the shared expert's items: 16-row tiles x token chunks */
+        cap += (long)((T + MOE_TOK_CHUNK * nt - 1) / (MOE_TOK_CHUNK * nt)) * row_groups * MOE_WARPS;
     return cap < grid ? (int)(cap > 0 ? cap : 1) : grid;
 }
 
@@ -559,13 +561,12 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
     if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
-    /* with the shared expert in these launches the grid stays full (its items are not in the bound) */
     const int rg = a->I / MOE_ROWS_PER_ITEM;
-    const int g0 = a->has_shared ? grid[0] : routed_grid(grid[0], 1, T, topk, rg);
+    const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g0),
                                dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;   /* T <= 8: no expert has more than 8 tokens */
-    const int g1 = a->has_shared ? grid[1] : routed_grid(grid[1], 2, T, topk, rg);
+    const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
     return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm,
                       st, *a, x, off, pair_tok, pair_w, h);
 }
@@ -582,11 +583,11 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     if (fold) f = *fold;
     else memset(&f, 0, sizeof f);
     const int rg = a->H / MOE_ROWS_PER_ITEM;
-    const int g0 = a->has_shared ? grid[0] : routed_grid(grid[0], 1, T, topk, rg);
+    const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     cudaError_t e = moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(g0), dim3(128), sm,
                                st, *a, h, off, y, f);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;
-    const int g1 = a->has_shared ? grid[1] : routed_grid(grid[1], 2, T, topk, rg);
+    const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
     return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm, st, *a,
                       h, off, y, f);
 }
@@ -623,6 +624,7 @@ extern "C" cudaError_t moe_down_shared(const moe_expert_args *a, const uint16_t 
     moe_fold_args f;
     if (fold) f = *fold;
     else memset(&f, 0, sizeof f);
+    f.pair_tok = NULL;   /* pair = token */
     const int nt = moe_tok_tiles(T), g = shared_grid(grid[nt - 1], nt, T, a->H);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
     if (nt == 1)
@@ -632,8 +634,7 @@ extern "C" cudaError_t moe_down_shared(const moe_expert_args *a, const uint16_t 
                       sh_off, y, f);
 }
 
-__global__ void k_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E, int topk,
-                          int has_shared, float *out)
+__global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)
 {
     const int t = blockIdx.y;
     const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
@@ -647,17 +648,17 @@ __global__ void k_combine(const float *y, const int32_t *inv, const int32_t *off
         const float4 v = *(const float4 *)(y + (size_t)p * H + c);
         s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
     }
-    if (has_shared) {
-        const float4 v = *(const float4 *)(y + (size_t)(off[E] + t) * H + c);
+    if (ysh) {
+        const float4 v = *(const float4 *)(ysh + (size_t)t * H + c);
         s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
     }
     *(float4 *)(out + (size_t)t * H + c) = s;
 }
 
-extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const int32_t *off, int T, int H, int E,
-                                   int topk, int has_shared, float *out, cudaStream_t st)
+extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk,
+                                   float *out, cudaStream_t st)
 {
     if (H % 4) return cudaErrorInvalidValue;
     dim3 grid((H / 4 + 255) / 256, T);
-    return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, off, T, H, E, topk, has_shared, out);
+    return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, ysh, T, H, topk, out);
 }
