@@ -90,17 +90,18 @@ static void make_layer(moe_cuda_layer *L, const moe_cuda_shape *s, uint32_t seed
 static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
-    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][3], ntune = 0, skew_only = -1;
+    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][2], ntune = 0, skew_only = -1;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--tune") && i + 1 < argc) {   /* fork,fold,fused batch thresholds (moe_cuda_ws) */
-            /* several variants "F,C,R/F,C,R/...": each is measured in turn; the JSON holds the last */
+        else if (!strcmp(argv[i], "--variants") && i + 1 < argc) {   /* launch variants (moe_cuda_ws) */
+            /* "F,E/F,E/...": shared-expert fork threshold F, early PDL E (0/1); each measured in turn, the
+             * JSON holds the last */
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/"))
-                if (sscanf(t, "%d,%d,%d", &tune[ntune][0], &tune[ntune][1], &tune[ntune][2]) == 3) ntune++;
-                else { fprintf(stderr, "sluice-bench: --tune F,C,R[/F,C,R...]\n"); return 2; }
+                if (sscanf(t, "%d,%d", &tune[ntune][0], &tune[ntune][1]) == 2) ntune++;
+                else { fprintf(stderr, "sluice-bench: --variants F,E[/F,E...]\n"); return 2; }
         } else if (!strcmp(argv[i], "--routing") && i + 1 < argc) {   /* random | skewed (default both) */
             ++i;
             skew_only = !strcmp(argv[i], "skewed") ? 1 : !strcmp(argv[i], "random") ? 0 : -2;
@@ -109,7 +110,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--tune F,C,R] [--routing random|skewed]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants F,E[/F,E...]] [--routing random|skewed]\n");
             return 2;
         }
     }
@@ -166,9 +167,8 @@ static int bench_moe(int argc, char **argv)
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     int32_t *idx = malloc((size_t)MAXB * 6 * sizeof(int32_t));
     for (int v = 0; v < (ntune ? ntune : 1); v++) {
-    if (ntune) W.fork_max_t = tune[v][0], W.fold_max_t = tune[v][1], W.fused_max_t = tune[v][2];
-    printf("thresholds: shared-expert fork T <= %d, folded combine T <= %d, one-launch router T <= %d\n", W.fork_max_t,
-           W.fold_max_t, W.fused_max_t);
+    if (ntune) W.fork_max_t = tune[v][0], W.early_pdl = tune[v][1];
+    printf("variant: shared expert on its own graph branch for T <= %d, early PDL %d\n", W.fork_max_t, W.early_pdl);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer");
     for (int sk = 0; sk < 2; sk++) {

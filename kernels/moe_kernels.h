@@ -101,15 +101,6 @@ cudaError_t moe_router_topk_lists(const float *logits, int T, int E, int topk, i
                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
                                   int32_t *items_dn, cudaStream_t st);
 
-/* The whole router for T <= MOE_FUSED_ROUTER_MAX_T in one launch (v11): logits as moe_router_logits,
- * then the last block to finish does top-k and the lists (same results as the three launches).
- * done: one device int, zero before the first call; the launch leaves it zero again. */
-cudaError_t moe_router_fused(const uint16_t *x, const float *gate, int T, int H, int E, float *logits, int topk,
-                             int score_func, const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
-                             float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu, int rg_dn,
-                             int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
-                             int32_t *items_gu, int32_t *items_dn, int32_t *done, cudaStream_t st);
-
 /* ---- experts (moe_expert.cu) */
 typedef struct {
     int E, H, I, fmt, has_shared;
@@ -120,6 +111,8 @@ typedef struct {
     const uint8_t *sh_w13, *sh_w2;            /* FP8 repacked shared expert, or NULL */
     const float *sh_s13, *sh_s2;              /* fp32 block scales [2][I/128][H/128], [H/128][I/128] */
     float limit;                              /* swiglu clamp (<= 0: none) */
+    int early;                                /* 1: down streams its first weights before its PDL wait
+                                                 and gate/up releases it at once (v11); 0: v10 order */
 } moe_expert_args;
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.
@@ -130,36 +123,19 @@ typedef struct {
 cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                         const int32_t *pair_tok, const float *pair_w, const int32_t *items,
                         int T, int topk, const int grid[2], uint16_t *h, cudaStream_t st);
-/* Combine folded into the down kernels (v11). Every warp that finished its 16 output rows of a pair
- * adds 1 to cnt[token][row tile]; the warp that brings it to `expect` (topk routed pairs + 1 for the
- * shared expert) writes out[token][those 16 rows] = sum over k of y_routed[inv[t][k]] + y_shared[t]
- * in that fixed order (so results are bitwise deterministic, as with moe_combine) and resets the
- * counter to 0. Needs every router index to be a valid expert (top-k always; tid2eid is checked at
- * upload), or a token's rows would never complete. */
-typedef struct {
-    int32_t *cnt;               /* [T][H/16], zero between forwards */
-    const int32_t *inv;         /* [T][topk] routed pair of (t, k) */
-    const int32_t *pair_tok;    /* pair -> token (moe_down_shared uses pair = token) */
-    const float *y_routed;      /* [pairs][H] */
-    const float *y_shared;      /* [T][H], or NULL without a shared expert */
-    float *out;                 /* [T][H] */
-    int topk, expect;
-} moe_fold_args;
-
-/* y[pair][H] fp32 = w2 . h[pair] (same two launches and grids as moe_gate_up); with fold != NULL the
- * combine above runs in the same launches (y must then be fold->y_routed). */
+/* y[pair][H] fp32 = w2 . h[pair] (same two launches and grids as moe_gate_up). Each block reads its
+ * item list and starts streaming its first item's weights before it waits for the previous kernel
+ * (PDL), so the down weights flow while gate/up finishes (v11). */
 cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off,
-                     const int32_t *items, int T, int topk, const int grid[2], float *y,
-                     const moe_fold_args *fold, cudaStream_t st);
+                     const int32_t *items, int T, int topk, const int grid[2], float *y, cudaStream_t st);
 /* The shared expert alone (a->E = 0, a->has_shared = 1), for its own graph branch that needs no
  * routing (v11): pairs are tokens, sh_off = {0, T}, ident[t] = t, ones[t] = 1. One launch each, of the
- * tile count moe_tok_tiles(T), grid clipped to its item count. moe_down_shared writes y [T][H] and
- * takes part in the folded combine (fold->y_shared == y). */
+ * tile count moe_tok_tiles(T), grid clipped to its item count. moe_down_shared writes y [T][H]. */
 cudaError_t moe_gate_up_shared(const moe_expert_args *a, const uint16_t *x, const int32_t *sh_off,
                                const int32_t *ident, const float *ones, int T, const int grid[2], uint16_t *h,
                                cudaStream_t st);
 cudaError_t moe_down_shared(const moe_expert_args *a, const uint16_t *h, const int32_t *sh_off, int T,
-                            const int grid[2], float *y, const moe_fold_args *fold, cudaStream_t st);
+                            const int grid[2], float *y, cudaStream_t st);
 /* out[t][H] = sum_k y[inv[t][k]] + ysh[t] (fixed order: deterministic); ysh: the shared expert's
  * rows [T][H] or NULL */
 cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out,

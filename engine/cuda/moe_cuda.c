@@ -1,9 +1,10 @@
 /* moe_cuda.c — host side of the GPU MoE layer: allocation, load-time upload + repack, and the
  * launch sequence of one forward (v11):
- *   st:  router (one fused launch for <= 32 tokens, else logits -> top-k -> lists) -> routed gate/up
- *        -> routed down (+ the combine, folded in: arrival counters) -> join
- *   st2: (forked at the start) shared gate/up -> shared down (+ its part of the combine)
- * The shared expert does not depend on routing, so it streams while the router runs.
+ *   st:  router logits -> top-k -> lists (top-k + lists one launch for <= 32 tokens) -> gate/up -> down
+ *        -> [join] -> combine
+ *   st2: for T <= fork_max_t, forked at the start: the shared expert's gate/up -> down (it does not
+ *        depend on routing, so it streams while the router runs); else the shared expert's items ride
+ *        in the routed gate/up and down launches.
  */
 #include "moe_cuda.h"
 
@@ -17,8 +18,6 @@
 
 /* v11 thresholds (bench/NOTES.md): see moe_cuda_ws */
 #define MOE_FORK_MAX_T 4
-#define MOE_FOLD_MAX_T 64
-#define MOE_FUSED_MAX_T 4
 
 #define CK(call, what)                                                                    \
     do {                                                                                  \
@@ -238,10 +237,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->sh_off, (size_t)2 * (max_tokens + 1) * sizeof(int32_t)), "cudaMalloc(sh_off)");
     CK(cudaMalloc((void **)&W->ident, (size_t)max_tokens * sizeof(int32_t)), "cudaMalloc(ident)");
     CK(cudaMalloc((void **)&W->ones, (size_t)max_tokens * sizeof(float)), "cudaMalloc(ones)");
-    CK(cudaMalloc((void **)&W->cnt, (size_t)max_tokens * (H / 16) * sizeof(int32_t)), "cudaMalloc(cnt)");
-    CK(cudaMalloc((void **)&W->router_done, sizeof(int32_t)), "cudaMalloc(router_done)");
-    CK(cudaMemset(W->cnt, 0, (size_t)max_tokens * (H / 16) * sizeof(int32_t)), "cudaMemset(cnt)");
-    CK(cudaMemset(W->router_done, 0, sizeof(int32_t)), "cudaMemset(router_done)");
     {
         int32_t *ho = malloc((size_t)2 * (max_tokens + 1) * sizeof(int32_t)), *hi = malloc((size_t)max_tokens * sizeof(int32_t));
         float *h1 = malloc((size_t)max_tokens * sizeof(float));
@@ -255,8 +250,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
         CK(e, "upload shared-expert tables");
     }
     W->fork_max_t = MOE_FORK_MAX_T;
-    W->fold_max_t = MOE_FOLD_MAX_T;
-    W->fused_max_t = MOE_FUSED_MAX_T;
+    W->early_pdl = 1;
     CK(cudaStreamCreateWithFlags(&W->st2, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaEventCreateWithFlags(&W->ev_fork, cudaEventDisableTiming), "cudaEventCreate");
     CK(cudaEventCreateWithFlags(&W->ev_join, cudaEventDisableTiming), "cudaEventCreate");
@@ -276,7 +270,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 void moe_cuda_ws_free(moe_cuda_ws *W)
 {
     void *p[] = {W->logits, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
-                 W->h, W->y, W->sh_off, W->ident, W->ones, W->cnt, W->router_done};
+                 W->h, W->y, W->sh_off, W->ident, W->ones};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
     if (W->ev_fork) cudaEventDestroy(W->ev_fork);
@@ -303,17 +297,13 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .w13 = L->w13, .w13_stride = L->w13_stride, .w2 = L->w2, .w2_stride = L->w2_stride,
         .post13 = L->post13, .post2 = L->post2,
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
-        .limit = s->swiglu_limit,
+        .limit = s->swiglu_limit, .early = W->early_pdl,
     };
-    const int sh = s->has_shared, fork = sh && T <= W->fork_max_t, fold = T <= W->fold_max_t;
+    const int sh = s->has_shared, fork = sh && T <= W->fork_max_t;
     const size_t shp = (size_t)W->max_tokens * K;   /* the forked shared expert's rows in h and y */
-    /* without the fork the shared pairs follow the routed ones: off[E] = T * topk (all indices valid) */
-    float *ysh = !sh ? NULL : fork ? W->y + shp * H : W->y + (size_t)T * K * H;
     moe_expert_args ar = a, as = a;
     ar.has_shared = sh && !fork;                    /* routed launches (with the shared expert unless forked) */
     as.E = 0;                                       /* forked launches: the shared expert only */
-    const moe_fold_args fold_a = {.cnt = W->cnt, .inv = W->inv, .pair_tok = W->pair_tok, .y_routed = W->y,
-                                  .y_shared = ysh, .out = out, .topk = K, .expect = K + sh};
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
     if (fork) {   /* the shared expert needs no routing, so it runs beside the router */
@@ -321,44 +311,37 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         CK(cudaStreamWaitEvent(W->st2, W->ev_fork, 0), "fork (wait)");
         CK(moe_gate_up_shared(&as, x, W->sh_off + 2 * T, W->ident, W->ones, T, W->grid_gu, W->h + shp * I, W->st2),
            "shared gate/up");
-        CK(moe_down_shared(&as, W->h + shp * I, W->sh_off + 2 * T, T, W->grid_dn, ysh, fold ? &fold_a : NULL, W->st2),
+        CK(moe_down_shared(&as, W->h + shp * I, W->sh_off + 2 * T, T, W->grid_dn, W->y + shp * H, W->st2),
            "shared down");
         CK(cudaEventRecord(W->ev_join, W->st2), "join (event)");
     }
+    CK(moe_router_logits(x, L->gate, T, H, E, W->logits, st), "router logits");
+    MARK(1);
     const int nt = moe_tok_tiles(T), lsh = ar.has_shared;
-    if (T <= W->fused_max_t && T <= MOE_FUSED_ROUTER_MAX_T) {   /* the whole router in one launch */
-        CK(moe_router_fused(x, L->gate, T, H, E, W->logits, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
-                            token_ids, s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM,
-                            H / MOE_ROWS_PER_ITEM, MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv,
-                            W->items_gu, W->items_dn, W->router_done, st), "router (fused)");
-        MARK(1);
+    if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
         MARK(2);
+        CK(moe_router_topk_lists(W->logits, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
+                                 s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
+                                 MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu,
+                                 W->items_dn, st), "router top-k + lists");
     } else {
-        CK(moe_router_logits(x, L->gate, T, H, E, W->logits, st), "router logits");
-        MARK(1);
-        if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* top-k + lists in one launch (the "topk" stage reads ~0) */
-            MARK(2);
-            CK(moe_router_topk_lists(W->logits, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
-                                     token_ids, s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM,
-                                     H / MOE_ROWS_PER_ITEM, MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv,
-                                     W->items_gu, W->items_dn, st), "router top-k + lists");
-        } else {
-            CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
-                               token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
-            MARK(2);
-            CK(moe_build_lists(W->idx, W->w, T, E, K, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
-                               MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn,
-                               st), "expert lists");
-        }
+        CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
+                           token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
+        MARK(2);
+        CK(moe_build_lists(W->idx, W->w, T, E, K, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
+                           MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn,
+                           st), "expert lists");
     }
     MARK(3);
     CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
     MARK(4);
-    CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, fold ? &fold_a : NULL, st),
-       fold ? "down (+ combine)" : "down");
+    CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
     MARK(5);
     if (fork) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "join (wait)");
-    if (!fold) CK(moe_combine(W->y, W->inv, ysh, T, H, K, out, st), "combine");
+    /* the shared expert's rows: forked -> its own block of y; else after the routed pairs (off[E] = T * topk:
+     * every router index is a valid expert) */
+    const float *ysh = !sh ? NULL : fork ? W->y + shp * H : W->y + (size_t)T * K * H;
+    CK(moe_combine(W->y, W->inv, ysh, T, H, K, out, st), "combine");
     MARK(6);
 #undef MARK
     return 0;

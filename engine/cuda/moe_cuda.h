@@ -55,18 +55,15 @@ typedef struct {
     int32_t *pair_tok, *inv; float *pair_w;
     uint16_t *h;                      /* [pairs][inter] bf16 (the shared expert's T rows at max*topk) */
     float *y;                         /* [pairs][hidden] (the same) */
-    /* v11: the shared expert runs on its own graph branch (st2, forked and joined by events) while
-     * the router works; the combine is folded into the down kernels (arrival counters cnt). */
+    /* v11: for T <= fork_max_t the shared expert runs on its own graph branch (st2, forked from and
+     * joined back into the caller's stream by events) while the router works. ws_init sets the
+     * threshold (bench/NOTES.md); the bench may change it. */
     cudaStream_t st2;
     cudaEvent_t ev_fork, ev_join;
     int32_t *sh_off;                  /* [2 * (max + 1)]: sh_off[2T] = 0, sh_off[2T + 1] = T */
     int32_t *ident; float *ones;      /* [max]: t, 1 */
-    int32_t *cnt;                     /* [max][hidden / 16] arrival counters, zero between forwards */
-    int32_t *router_done;             /* 1 int: the fused router's block counter */
-    /* batch thresholds (set by ws_init; the bench may change them): fork the shared expert onto st2
-     * for T <= fork_max_t, fold the combine into the down kernels for T <= fold_max_t, one-launch
-     * router for T <= fused_max_t (<= MOE_FUSED_ROUTER_MAX_T) */
-    int fork_max_t, fold_max_t, fused_max_t;
+    int fork_max_t;
+    int early_pdl;                    /* moe_expert_args.early (default 1) */
 } moe_cuda_ws;
 
 int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s);

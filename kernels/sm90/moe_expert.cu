@@ -36,7 +36,6 @@
  * experts touched) 2.86 GB -> 0.63 ms. Measured (bench/NOTES.md): 91 us and 0.88 ms.
  */
 #include <stdint.h>
-#include <string.h>
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
 #include "common/moe_launch.cuh"
@@ -141,6 +140,17 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<
     }
 }
 
+/* Issues the first D chunks of a row tile (what fp4_rowtile does when not primed). */
+template <int FMT, int NM, int D>
+__device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile, int nc, int lane)
+{
+#pragma unroll
+    for (int s = 0; s < D; s++) {
+        if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane);
+        cp_commit();
+    }
+}
+
 /* Streams the K/128 chunks of one 16-row tile; D even (the activation double buffer follows s & 1).
  * primed: the first D chunks were already issued (and committed) by the previous item's tail.
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
@@ -152,12 +162,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 {
     static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
-    if (!primed)
-#pragma unroll
-        for (int s = 0; s < D; s++) {
-            if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane);
-            cp_commit();
-        }
+    if (!primed) fp4_prime<FMT, NM, D>(ring, rowtile, nc, lane);
     /* activation row of this lane's token, looked up after the weight loads are on their way */
     const uint16_t *xrow[NT];
 #pragma unroll
@@ -313,7 +318,7 @@ template <int NT>
 __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, const int32_t *off, int nE, int E,
                                            int rows)
 {
-    for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_off[i] = off[i];
+    for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_off[i] = __ldcg(off + i);
     __syncthreads();
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) {
         int c = 0;
@@ -372,11 +377,14 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
     moe_pdl_wait();
+    /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
+     * stream their first weights while this kernel finishes (they wait before reading h) */
+    if (a.early) moe_pdl_release();
     item_table<NT>(s_items, s_off, off, nE, a.E, a.I);
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    if (total == 0) { moe_pdl_release(); return; }   /* no expert of this tile count */
+    if (total == 0) return;   /* no expert of this tile count */
     Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
@@ -423,58 +431,33 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
             }
         }
     }
-    moe_pdl_release();
-}
-
-/* Folded combine (moe_fold_args): this warp has written y rows [r*16, r*16+16) of pairs p0..p0+ntok-1.
- * Each of those pairs' tokens counts one arrival at (token, r); the warp completing a token's count
- * sums its pairs in the fixed order of moe_combine (routed k = 0..topk-1, then shared) into out. */
-__device__ __forceinline__ void fold_arrive(const moe_fold_args &f, int p0, int ntok, int r, int H, int lane)
-{
-    __threadfence();   /* this lane's y stores are visible device-wide before the count */
-    __syncwarp();
-    int t = 0;
-    bool last = false;
-    if (lane < ntok) {
-        const int p = p0 + lane;
-        t = f.pair_tok ? f.pair_tok[p] : p;
-        last = atomicAdd(f.cnt + (size_t)t * (H / 16) + r, 1) == f.expect - 1;
-    }
-    unsigned m = __ballot_sync(0xffffffffu, last);
-    if (!m) return;
-    __threadfence();
-    while (m) {
-        const int src = __ffs(m) - 1;
-        m &= m - 1;
-        const int tt = __shfl_sync(0xffffffffu, t, src);
-        if (lane < 16) {
-            const int row = r * 16 + lane;
-            float acc = 0.f;
-            for (int k = 0; k < f.topk; k++) {
-                const int p = __ldcg(f.inv + (size_t)tt * f.topk + k);
-                if (p >= 0) acc += __ldcg(f.y_routed + (size_t)p * H + row);
-            }
-            if (f.y_shared) acc += __ldcg(f.y_shared + (size_t)tt * H + row);
-            f.out[(size_t)tt * H + row] = acc;
-        }
-        if (lane == 0) f.cnt[(size_t)tt * (H / 16) + r] = 0;   /* every arrival is in: ready for the next forward */
-    }
+    if (!a.early) moe_pdl_release();
 }
 
 template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
-                                              float *y, moe_fold_args fold)
+                                              float *y)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
-    moe_pdl_wait();
+    /* Before the PDL wait: the item list (off[] was written by the lists kernel, which completed before
+     * the previous kernel could release us) and the first D weight chunks of this warp's first item
+     * (weights do not depend on the previous kernel); h is read only after the wait. */
+    if (!a.early) moe_pdl_wait();
     item_table<NT>(s_items, s_off, off, nE, a.E, a.H);
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    if (total == 0) { moe_pdl_release(); return; }   /* no expert of this tile count */
+    if (total == 0) return;   /* no expert of this tile count */
     Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
+    if (a.early && (int)blockIdx.x < total && cur.e < a.E) {
+        fp4_prime<FMT, 1, 8>(smem + warp * RING_WARP_BYTES, a.w2 + (size_t)cur.e * a.w2_stride + (size_t)cur.r * rt_bytes,
+                             nc, lane);
+        primed = true;
+    }
+    if (a.early) moe_pdl_wait();
+    moe_pdl_release();
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
         const Item nxt = decode_item<NT>(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
@@ -510,9 +493,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
                 const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
                 if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][j][i] * post;
             }
-        if (fold.cnt) fold_arrive(fold, p0, ntok, r, a.H, lane);
     }
-    moe_pdl_release();
 }
 
 /* per-warp rings + the block's copies of items[] and off[] (E <= 512) */
@@ -572,24 +553,20 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
-                                int T, int topk, const int grid[2], float *y, const moe_fold_args *fold,
-                                cudaStream_t st)
+                                int T, int topk, const int grid[2], float *y, cudaStream_t st)
 {
     (void)items;
     if (a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
-    moe_fold_args f;
-    if (fold) f = *fold;
-    else memset(&f, 0, sizeof f);
     const int rg = a->H / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     cudaError_t e = moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(g0), dim3(128), sm,
-                               st, *a, h, off, y, f);
+                               st, *a, h, off, y);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;
     const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
     return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm, st, *a,
-                      h, off, y, f);
+                      h, off, y);
 }
 
 /* shared expert alone: items = token chunks x 16-row tiles */
@@ -616,22 +593,18 @@ extern "C" cudaError_t moe_gate_up_shared(const moe_expert_args *a, const uint16
 }
 
 extern "C" cudaError_t moe_down_shared(const moe_expert_args *a, const uint16_t *h, const int32_t *sh_off, int T,
-                                       const int grid[2], float *y, const moe_fold_args *fold, cudaStream_t st)
+                                       const int grid[2], float *y, cudaStream_t st)
 {
     if (a->E != 0 || !a->has_shared || a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192)
         return cudaErrorInvalidValue;
     const size_t sm = smem_for(0);
-    moe_fold_args f;
-    if (fold) f = *fold;
-    else memset(&f, 0, sizeof f);
-    f.pair_tok = NULL;   /* pair = token */
     const int nt = moe_tok_tiles(T), g = shared_grid(grid[nt - 1], nt, T, a->H);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
     if (nt == 1)
         return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(g), dim3(128), sm, st, *a, h,
-                          sh_off, y, f);
+                          sh_off, y);
     return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(g), dim3(128), sm, st, *a, h,
-                      sh_off, y, f);
+                      sh_off, y);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)

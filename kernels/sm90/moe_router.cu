@@ -2,8 +2,8 @@
  * -> lower expert index) or hash routing, weights, and the per-expert token lists the expert
  * kernels walk. Three launches, no host round trip.
  *
- * Batches of <= 32 tokens run the whole router as one launch (moe_router_fused: the last logits block
- * does top-k and the lists; v11).
+ * Batches of <= 32 tokens fuse top-k and lists into one launch (two launches then). (v11 tried the
+ * whole router as one launch, the last logits block doing top-k + lists: slower, removed.)
  *
  * Logits: one warp per expert and 8-token tile, fixed reduction order, so logits and indices are
  * deterministic. Roofline: the gate is H*E*4 bytes (4 MiB for V4-Flash), ~1 us at HBM rate; at
@@ -296,114 +296,6 @@ __global__ void __launch_bounds__(1024, 1) k_topk_lists(const float *logits, int
     __syncthreads();
     build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
                       items_dn);
-}
-
-/* Small batches (T <= 32): logits, top-k and lists in ONE launch. Every block computes its logits
- * tile (the k_router_logits body), then the last block to finish (arrival counter `done`, reset by
- * that block for the next forward) runs top-k (warp w: tokens w, w + warps, ...) and the lists, so
- * the router is one kernel boundary instead of two. Logits are read back through L2 (__ldcg). */
-template <int TOK, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS) k_router_fused(const uint16_t *x, const float *gate, int T, int H, int E,
-                                                            float *logits, int topk, int func, const float *bias,
-                                                            const int32_t *tid2eid, const int32_t *token_ids,
-                                                            float route_scale, int32_t *idx, float *w, int has_shared,
-                                                            int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
-                                                            int32_t *pair_tok, float *pair_w, int32_t *inv,
-                                                            int32_t *items_gu, int32_t *items_dn, int32_t *done)
-{
-    extern __shared__ __align__(16) uint16_t xt[];   /* [nt][H], later the lists' scratch */
-    __shared__ int s_last;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int e = blockIdx.x * WARPS + warp, t0 = blockIdx.y * TOK, nt = min(TOK, T - t0);
-    moe_pdl_wait();
-    for (int i = threadIdx.x; i < nt * (H / 8); i += blockDim.x)
-        *(uint4 *)(xt + (size_t)i * 8) = *(const uint4 *)(x + (size_t)t0 * H + (size_t)i * 8);
-    __syncthreads();
-    moe_pdl_release();
-    if (e < E) {
-        float acc[TOK];
-#pragma unroll
-        for (int j = 0; j < TOK; j++) acc[j] = 0.f;
-        const float *g = gate + (size_t)e * H;
-#pragma unroll 8
-        for (int k = lane * 8; k < H; k += 256) {
-            const float4 w0 = __ldg((const float4 *)(g + k)), w1 = __ldg((const float4 *)(g + k + 4));
-            const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-            for (int j = 0; j < TOK; j++) {
-                if (j < nt) {
-                    const uint4 v = *(const uint4 *)(xt + (size_t)j * H + k);
-                    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                    for (int h = 0; h < 4; h++) {
-                        acc[j] = fmaf(__uint_as_float(u[h] << 16), wv[2 * h], acc[j]);
-                        acc[j] = fmaf(__uint_as_float(u[h] & 0xffff0000u), wv[2 * h + 1], acc[j]);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < TOK; j++)
-            for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
-        if (lane == 0)
-#pragma unroll
-            for (int j = 0; j < TOK; j++)
-                if (j < nt) logits[(size_t)(t0 + j) * E + e] = acc[j];
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(done, 1) == (int)(gridDim.x * gridDim.y) - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    if (threadIdx.x == 0) *done = 0;   /* ready for the next forward */
-    for (int t = warp; t < T; t += WARPS)
-        router_topk_token(logits, 1, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
-    __syncthreads();
-    build_lists_block((int *)xt, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
-                      items_gu, items_dn);
-}
-
-template <int TOK, int WARPS>
-static cudaError_t fused_launch(const uint16_t *x, const float *gate, int T, int H, int E, float *logits, int topk,
-                                int score_func, const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
-                                float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu, int rg_dn,
-                                int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
-                                int32_t *items_gu, int32_t *items_dn, int32_t *done, cudaStream_t st)
-{
-    static int raised;
-    if (!raised) {
-        cudaError_t e = cudaFuncSetAttribute(k_router_fused<TOK, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             TOK * 8192 * 2 > 200 * 1024 ? 200 * 1024 : TOK * 8192 * 2);
-        if (e != cudaSuccess) return e;
-        raised = 1;
-    }
-    size_t smem = (size_t)(T < TOK ? T : TOK) * H * 2;
-    const size_t lsm = 5 * (size_t)(E + 2) * sizeof(int);
-    if (smem < lsm) smem = lsm;
-    dim3 grid((E + WARPS - 1) / WARPS, (T + TOK - 1) / TOK);
-    return moe_launch(k_router_fused<TOK, WARPS>, grid, dim3(32 * WARPS), smem, st, x, gate, T, H, E, logits, topk,
-                      score_func, bias, tid2eid, token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk,
-                      off, pair_tok, pair_w, inv, items_gu, items_dn, done);
-}
-
-extern "C" cudaError_t moe_router_fused(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
-                                        int topk, int score_func, const float *bias, const int32_t *tid2eid,
-                                        const int32_t *token_ids, float route_scale, int32_t *idx, float *w,
-                                        int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
-                                        int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
-                                        int32_t *items_dn, int32_t *done, cudaStream_t st)
-{
-    if (H % 256 || H > 8192 || T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 ||
-        topk > E || 5 * (size_t)(E + 2) * sizeof(int) > 48 * 1024)
-        return cudaErrorInvalidValue;
-    if (T > 16 && H <= 4096)
-        return fused_launch<16, 16>(x, gate, T, H, E, logits, topk, score_func, bias, tid2eid, token_ids, route_scale,
-                                    idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
-                                    items_dn, done, st);
-    return fused_launch<8, 4>(x, gate, T, H, E, logits, topk, score_func, bias, tid2eid, token_ids, route_scale, idx,
-                              w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu, items_dn,
-                              done, st);
 }
 
 extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
