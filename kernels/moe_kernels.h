@@ -113,7 +113,11 @@ typedef struct {
     float limit;                              /* swiglu clamp (<= 0: none) */
     int early;                                /* 1: down streams its first weights before its PDL wait
                                                  and gate/up releases it at once (v11); 0: v10 order */
+    int xp;                                   /* activation prefetch: 0 = one chunk ahead (v10), 1 = two
+                                                 (half-chunk register rotation), 2 = 1 + L1 prefetch four
+                                                 ahead (v11; MOE_XP_DEFAULT) */
 } moe_expert_args;
+#define MOE_XP_DEFAULT 1
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.
  * Two launches (one for T <= 8): the 1-tile kernel on grid[0] blocks takes the experts with <= 8
@@ -128,14 +132,6 @@ cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32
  * (PDL), so the down weights flow while gate/up finishes (v11). */
 cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off,
                      const int32_t *items, int T, int topk, const int grid[2], float *y, cudaStream_t st);
-/* The shared expert alone (a->E = 0, a->has_shared = 1), for its own graph branch that needs no
- * routing (v11): pairs are tokens, sh_off = {0, T}, ident[t] = t, ones[t] = 1. One launch each, of the
- * tile count moe_tok_tiles(T), grid clipped to its item count. moe_down_shared writes y [T][H]. */
-cudaError_t moe_gate_up_shared(const moe_expert_args *a, const uint16_t *x, const int32_t *sh_off,
-                               const int32_t *ident, const float *ones, int T, const int grid[2], uint16_t *h,
-                               cudaStream_t st);
-cudaError_t moe_down_shared(const moe_expert_args *a, const uint16_t *h, const int32_t *sh_off, int T,
-                            const int grid[2], float *y, cudaStream_t st);
 /* out[t][H] = sum_k y[inv[t][k]] + ysh[t] (fixed order: deterministic); ysh: the shared expert's
  * rows [T][H] or NULL */
 cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out,

@@ -1,10 +1,6 @@
 /* moe_cuda.c — host side of the GPU MoE layer: allocation, load-time upload + repack, and the
- * launch sequence of one forward (v11):
- *   st:  router logits -> top-k -> lists (top-k + lists one launch for <= 32 tokens) -> gate/up -> down
- *        -> [join] -> combine
- *   st2: for T <= fork_max_t, forked at the start: the shared expert's gate/up -> down (it does not
- *        depend on routing, so it streams while the router runs); else the shared expert's items ride
- *        in the routed gate/up and down launches.
+ * launch sequence of one forward (router logits -> top-k -> lists -> gate/up -> down -> combine; top-k and
+ * lists are one launch for batches of <= 32 tokens; the shared expert's items ride in the routed launches).
  */
 #include "moe_cuda.h"
 
@@ -15,9 +11,6 @@
 #include <string.h>
 #include <cuda_runtime_api.h>
 #include "moe_kernels.h"
-
-/* v11 thresholds (bench/NOTES.md): see moe_cuda_ws */
-#define MOE_FORK_MAX_T 4
 
 #define CK(call, what)                                                                    \
     do {                                                                                  \
@@ -234,26 +227,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
     CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
-    CK(cudaMalloc((void **)&W->sh_off, (size_t)2 * (max_tokens + 1) * sizeof(int32_t)), "cudaMalloc(sh_off)");
-    CK(cudaMalloc((void **)&W->ident, (size_t)max_tokens * sizeof(int32_t)), "cudaMalloc(ident)");
-    CK(cudaMalloc((void **)&W->ones, (size_t)max_tokens * sizeof(float)), "cudaMalloc(ones)");
-    {
-        int32_t *ho = malloc((size_t)2 * (max_tokens + 1) * sizeof(int32_t)), *hi = malloc((size_t)max_tokens * sizeof(int32_t));
-        float *h1 = malloc((size_t)max_tokens * sizeof(float));
-        if (!ho || !hi || !h1) { free(ho); free(hi); free(h1); return fail("out of host memory"); }
-        for (int t = 0; t <= max_tokens; t++) ho[2 * t] = 0, ho[2 * t + 1] = t;
-        for (int t = 0; t < max_tokens; t++) hi[t] = t, h1[t] = 1.f;
-        cudaError_t e = cudaMemcpy(W->sh_off, ho, (size_t)2 * (max_tokens + 1) * sizeof(int32_t), cudaMemcpyHostToDevice);
-        if (e == cudaSuccess) e = cudaMemcpy(W->ident, hi, (size_t)max_tokens * sizeof(int32_t), cudaMemcpyHostToDevice);
-        if (e == cudaSuccess) e = cudaMemcpy(W->ones, h1, (size_t)max_tokens * sizeof(float), cudaMemcpyHostToDevice);
-        free(ho); free(hi); free(h1);
-        CK(e, "upload shared-expert tables");
-    }
-    W->fork_max_t = MOE_FORK_MAX_T;
     W->early_pdl = 1;
-    CK(cudaStreamCreateWithFlags(&W->st2, cudaStreamNonBlocking), "cudaStreamCreate");
-    CK(cudaEventCreateWithFlags(&W->ev_fork, cudaEventDisableTiming), "cudaEventCreate");
-    CK(cudaEventCreateWithFlags(&W->ev_join, cudaEventDisableTiming), "cudaEventCreate");
+    W->xp = MOE_XP_DEFAULT;
     int dev, sms;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -270,12 +245,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 void moe_cuda_ws_free(moe_cuda_ws *W)
 {
     void *p[] = {W->logits, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
-                 W->h, W->y, W->sh_off, W->ident, W->ones};
+                 W->h, W->y};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
-    if (W->ev_fork) cudaEventDestroy(W->ev_fork);
-    if (W->ev_join) cudaEventDestroy(W->ev_join);
-    if (W->st2) cudaStreamDestroy(W->st2);
     memset(W, 0, sizeof *W);
 }
 
@@ -297,27 +269,13 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .w13 = L->w13, .w13_stride = L->w13_stride, .w2 = L->w2, .w2_stride = L->w2_stride,
         .post13 = L->post13, .post2 = L->post2,
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
-        .limit = s->swiglu_limit, .early = W->early_pdl,
+        .limit = s->swiglu_limit, .early = W->early_pdl, .xp = W->xp,
     };
-    const int sh = s->has_shared, fork = sh && T <= W->fork_max_t;
-    const size_t shp = (size_t)W->max_tokens * K;   /* the forked shared expert's rows in h and y */
-    moe_expert_args ar = a, as = a;
-    ar.has_shared = sh && !fork;                    /* routed launches (with the shared expert unless forked) */
-    as.E = 0;                                       /* forked launches: the shared expert only */
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
-    if (fork) {   /* the shared expert needs no routing, so it runs beside the router */
-        CK(cudaEventRecord(W->ev_fork, st), "fork (event)");
-        CK(cudaStreamWaitEvent(W->st2, W->ev_fork, 0), "fork (wait)");
-        CK(moe_gate_up_shared(&as, x, W->sh_off + 2 * T, W->ident, W->ones, T, W->grid_gu, W->h + shp * I, W->st2),
-           "shared gate/up");
-        CK(moe_down_shared(&as, W->h + shp * I, W->sh_off + 2 * T, T, W->grid_dn, W->y + shp * H, W->st2),
-           "shared down");
-        CK(cudaEventRecord(W->ev_join, W->st2), "join (event)");
-    }
     CK(moe_router_logits(x, L->gate, T, H, E, W->logits, st), "router logits");
     MARK(1);
-    const int nt = moe_tok_tiles(T), lsh = ar.has_shared;
+    const int nt = moe_tok_tiles(T), lsh = s->has_shared;
     if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
         MARK(2);
         CK(moe_router_topk_lists(W->logits, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
@@ -333,14 +291,12 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
                            st), "expert lists");
     }
     MARK(3);
-    CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
+    CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
     MARK(4);
-    CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
+    CK(moe_down(&a, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
     MARK(5);
-    if (fork) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "join (wait)");
-    /* the shared expert's rows: forked -> its own block of y; else after the routed pairs (off[E] = T * topk:
-     * every router index is a valid expert) */
-    const float *ysh = !sh ? NULL : fork ? W->y + shp * H : W->y + (size_t)T * K * H;
+    /* the shared expert's rows follow the routed pairs (off[E] = T * topk: every router index is valid) */
+    const float *ysh = s->has_shared ? W->y + (size_t)T * K * H : NULL;
     CK(moe_combine(W->y, W->inv, ysh, T, H, K, out, st), "combine");
     MARK(6);
 #undef MARK

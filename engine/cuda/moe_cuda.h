@@ -6,9 +6,8 @@
  *     (QT_NVFP4 ModelOpt or QT_MXFP4 DeepSeek), repacked at load into the kernels' layout
  *     (kernels/moe_kernels.h, "sluice fp4 v1"); the shared expert is QT_FP8_B128.
  *   - moe_cuda_ws_init allocates every buffer a forward of up to max_tokens needs.
- *   - moe_cuda_forward only enqueues kernels on the stream (and, with a shared expert, on the
- *     workspace's second stream, forked from and joined back into `st` by events): no allocation, no
- *     host sync, so it can be captured in a CUDA graph. One workspace serves one forward at a time. x: bf16 [T][hidden] (device), token_ids: int32 [T] (device;
+ *   - moe_cuda_forward only enqueues kernels on the stream: no allocation, no host sync, so it can
+ *     be captured in a CUDA graph. x: bf16 [T][hidden] (device), token_ids: int32 [T] (device;
  *     needed for hash routing, else may be NULL), out: fp32 [T][hidden] (device) =
  *     sum of the routed experts (weights from the router) + the shared expert.
  *   - Every function returns 0 or -1 after printing one line to stderr saying what failed.
@@ -55,15 +54,8 @@ typedef struct {
     int32_t *pair_tok, *inv; float *pair_w;
     uint16_t *h;                      /* [pairs][inter] bf16 (the shared expert's T rows at max*topk) */
     float *y;                         /* [pairs][hidden] (the same) */
-    /* v11: for T <= fork_max_t the shared expert runs on its own graph branch (st2, forked from and
-     * joined back into the caller's stream by events) while the router works. ws_init sets the
-     * threshold (bench/NOTES.md); the bench may change it. */
-    cudaStream_t st2;
-    cudaEvent_t ev_fork, ev_join;
-    int32_t *sh_off;                  /* [2 * (max + 1)]: sh_off[2T] = 0, sh_off[2T + 1] = T */
-    int32_t *ident; float *ones;      /* [max]: t, 1 */
-    int fork_max_t;
-    int early_pdl;                    /* moe_expert_args.early (default 1) */
+    int early_pdl;                    /* moe_expert_args.early: 1 (default) or 0 (v10 launch order) */
+    int xp;                           /* moe_expert_args.xp (default MOE_XP_DEFAULT) */
 } moe_cuda_ws;
 
 int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s);

@@ -112,11 +112,12 @@ __device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, 
     }
 }
 
-template <int NM, int NT>
-__device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
+/* Half U of a chunk (16-byte piece U of each lane's weights; activation fragments v[2U], v[2U+1]). */
+template <int NM, int NT, int U>
+__device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
 {
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
+    {
+        const int u = U;
 #pragma unroll
         for (int grp = 0; grp < 2; grp++) {
 #pragma unroll
@@ -140,6 +141,33 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<
     }
 }
 
+template <int NM, int NT>
+__device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
+{
+    fp4_compute_u<NM, NT, 0>(st, x, acc);
+    fp4_compute_u<NM, NT, 1>(st, x, acc);
+}
+
+/* Activation fragments v[2U], v[2U+1] of chunk c (the half fp4_compute_u<U> reads). */
+template <int NT, int U>
+__device__ __forceinline__ void load_x_half(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q)
+{
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 2 * U; i < 2 * U + 2; i++)
+            x.v[j][i] = __ldg((const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q));
+}
+
+/* L1 prefetch of chunk c of the lane's token rows: lanes q = 0, 1 of token g take its two 128-byte lines. */
+template <int NT>
+__device__ __forceinline__ void prefetch_x(const uint16_t *const xrow[NT], int c, int q)
+{
+    if (q < 2)
+#pragma unroll
+        for (int j = 0; j < NT; j++) asm volatile("prefetch.global.L1 [%0];" ::"l"(xrow[j] + c * 128 + q * 64));
+}
+
 /* Issues the first D chunks of a row tile (what fp4_rowtile does when not primed). */
 template <int FMT, int NM, int D>
 __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile, int nc, int lane)
@@ -155,7 +183,10 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
  * primed: the first D chunks were already issued (and committed) by the previous item's tail.
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
  * of this tile issues the next tile's first D chunks, so the stream never drains between items. */
-template <int FMT, int NM, int D, int NT>
+/* XP (activation prefetch): 0 = v10, the next chunk's fragments loaded at the top of each chunk;
+ * 1 = two chunks ahead in the same registers: each half of chunk c's fragments is reloaded with chunk
+ * c+2's as soon as the half is consumed; 2 = as 1, plus an L1 prefetch of chunk c+4's lines (v11). */
+template <int FMT, int NM, int D, int NT, int XP>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next)
@@ -169,6 +200,9 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     for (int j = 0; j < NT; j++) xrow[j] = xbase + (size_t)(rows_tok ? rows_tok[prow[j]] : prow[j]) * K;
     XFrag<NT> xb[2];
     load_x<NT>(xb[0], xrow, 0, q);
+    if (XP >= 1 && nc > 1) load_x<NT>(xb[1], xrow, 1, q);
+    if (XP == 2)
+        for (int c = 2; c < 4 && c < nc; c++) prefetch_x<NT>(xrow, c, q);
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
@@ -178,11 +212,19 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
         for (int s = 0; s < D; s++) {
             const int c = c0 + s;
             if (c < nc) {
-                if (c + 1 < nc) load_x<NT>(xb[(s + 1) & 1], xrow, c + 1, q);
+                if (XP == 0 && c + 1 < nc) load_x<NT>(xb[(s + 1) & 1], xrow, c + 1, q);
+                if (XP == 2 && c + 4 < nc) prefetch_x<NT>(xrow, c + 4, q);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
-                fp4_compute<NM, NT>(st, xb[s & 1], acc);
+                if (XP == 0) {
+                    fp4_compute<NM, NT>(st, xb[s & 1], acc);
+                } else {
+                    fp4_compute_u<NM, NT, 0>(st, xb[s & 1], acc);
+                    if (c + 2 < nc) load_x_half<NT, 0>(xb[s & 1], xrow, c + 2, q);
+                    fp4_compute_u<NM, NT, 1>(st, xb[s & 1], acc);
+                    if (c + 2 < nc) load_x_half<NT, 1>(xb[s & 1], xrow, c + 2, q);
+                }
             }
             if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane);
             else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane);
@@ -369,7 +411,7 @@ __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_
     return t;
 }
 
-template <int FMT, int NT>
+template <int FMT, int NT, int XP>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
@@ -401,7 +443,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, 4, NT>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt);
+            fp4_rowtile<FMT, 2, 4, NT, XP>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
@@ -434,7 +476,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
     if (!a.early) moe_pdl_release();
 }
 
-template <int FMT, int NT>
+template <int FMT, int NT, int XP>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
@@ -473,7 +515,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 1, 8, NT>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt);
+            fp4_rowtile<FMT, 1, 8, NT, XP>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt);
             post = a.post2[e];
         } else {
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
@@ -504,17 +546,39 @@ static cudaError_t raise_smem(const void *f, size_t bytes)
     return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+typedef void (*gu_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *);
+typedef void (*dn_fn)(moe_expert_args, const uint16_t *, const int32_t *, float *);
+
+template <int NT>
+static gu_fn gu_pick(int fmt, int xp)
+{
+    if (fmt == MOE_FP4_NVFP4)
+        return xp == 0 ? k_gate_up<MOE_FP4_NVFP4, NT, 0> : xp == 1 ? k_gate_up<MOE_FP4_NVFP4, NT, 1> : k_gate_up<MOE_FP4_NVFP4, NT, 2>;
+    return xp == 0 ? k_gate_up<MOE_FP4_MXFP4, NT, 0> : xp == 1 ? k_gate_up<MOE_FP4_MXFP4, NT, 1> : k_gate_up<MOE_FP4_MXFP4, NT, 2>;
+}
+template <int NT>
+static dn_fn dn_pick(int fmt, int xp)
+{
+    if (fmt == MOE_FP4_NVFP4)
+        return xp == 0 ? k_down<MOE_FP4_NVFP4, NT, 0> : xp == 1 ? k_down<MOE_FP4_NVFP4, NT, 1> : k_down<MOE_FP4_NVFP4, NT, 2>;
+    return xp == 0 ? k_down<MOE_FP4_MXFP4, NT, 0> : xp == 1 ? k_down<MOE_FP4_MXFP4, NT, 1> : k_down<MOE_FP4_MXFP4, NT, 2>;
+}
+
+/* Every variant's shared-memory limit is raised; occupancy is that of the default XP (the variants
+ * share the launch bounds, so they reach the same blocks per SM unless one spills). */
 template <int NT>
 static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
 {
     const size_t sm = smem_for(E);
-    const void *fg = fmt == MOE_FP4_NVFP4 ? (const void *)k_gate_up<MOE_FP4_NVFP4, NT> : (const void *)k_gate_up<MOE_FP4_MXFP4, NT>;
-    const void *fd = fmt == MOE_FP4_NVFP4 ? (const void *)k_down<MOE_FP4_NVFP4, NT> : (const void *)k_down<MOE_FP4_MXFP4, NT>;
     cudaError_t e;
-    if ((e = raise_smem(fg, smem_for(512))) != cudaSuccess) return e;
-    if ((e = raise_smem(fd, smem_for(512))) != cudaSuccess) return e;
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, fd, 128, sm);
+    for (int xp = 0; xp < 3; xp++) {
+        if ((e = raise_smem((const void *)gu_pick<NT>(fmt, xp), smem_for(512))) != cudaSuccess) return e;
+        if ((e = raise_smem((const void *)dn_pick<NT>(fmt, xp), smem_for(512))) != cudaSuccess) return e;
+    }
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, (const void *)gu_pick<NT>(fmt, MOE_XP_DEFAULT), 128, sm)) !=
+        cudaSuccess)
+        return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, MOE_XP_DEFAULT), 128, sm);
 }
 
 extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int *dn)
@@ -539,72 +603,28 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                                    int topk, const int grid[2], uint16_t *h, cudaStream_t st)
 {
     (void)items;
-    if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
+    if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192 || a->xp < 0 || a->xp > 2) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
-    const bool nv = a->fmt == MOE_FP4_NVFP4;
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
-    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g0),
-                               dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
+    cudaError_t e = moe_launch(gu_pick<1>(a->fmt, a->xp), dim3(g0), dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;   /* T <= 8: no expert has more than 8 tokens */
     const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
-    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm,
-                      st, *a, x, off, pair_tok, pair_w, h);
+    return moe_launch(gu_pick<2>(a->fmt, a->xp), dim3(g1), dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
                                 int T, int topk, const int grid[2], float *y, cudaStream_t st)
 {
     (void)items;
-    if (a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192) return cudaErrorInvalidValue;
+    if (a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192 || a->xp < 0 || a->xp > 2) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
-    const bool nv = a->fmt == MOE_FP4_NVFP4;
     const int rg = a->H / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
-    cudaError_t e = moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(g0), dim3(128), sm,
-                               st, *a, h, off, y);
+    cudaError_t e = moe_launch(dn_pick<1>(a->fmt, a->xp), dim3(g0), dim3(128), sm, st, *a, h, off, y);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;
     const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
-    return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm, st, *a,
-                      h, off, y);
-}
-
-/* shared expert alone: items = token chunks x 16-row tiles */
-static int shared_grid(int grid, int nt, int T, int rows)
-{
-    const long cap = (long)((T + MOE_TOK_CHUNK * nt - 1) / (MOE_TOK_CHUNK * nt)) * (rows / MOE_TILE_ROWS);
-    return cap < grid ? (int)cap : grid;
-}
-
-extern "C" cudaError_t moe_gate_up_shared(const moe_expert_args *a, const uint16_t *x, const int32_t *sh_off,
-                                          const int32_t *ident, const float *ones, int T, const int grid[2],
-                                          uint16_t *h, cudaStream_t st)
-{
-    if (a->E != 0 || !a->has_shared || a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192)
-        return cudaErrorInvalidValue;
-    const size_t sm = smem_for(0);
-    const int nt = moe_tok_tiles(T), g = shared_grid(grid[nt - 1], nt, T, a->I);
-    const bool nv = a->fmt == MOE_FP4_NVFP4;
-    if (nt == 1)
-        return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g), dim3(128), sm, st, *a,
-                          x, sh_off, ident, ones, h);
-    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(g), dim3(128), sm, st, *a, x,
-                      sh_off, ident, ones, h);
-}
-
-extern "C" cudaError_t moe_down_shared(const moe_expert_args *a, const uint16_t *h, const int32_t *sh_off, int T,
-                                       const int grid[2], float *y, cudaStream_t st)
-{
-    if (a->E != 0 || !a->has_shared || a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192)
-        return cudaErrorInvalidValue;
-    const size_t sm = smem_for(0);
-    const int nt = moe_tok_tiles(T), g = shared_grid(grid[nt - 1], nt, T, a->H);
-    const bool nv = a->fmt == MOE_FP4_NVFP4;
-    if (nt == 1)
-        return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 1> : k_down<MOE_FP4_MXFP4, 1>, dim3(g), dim3(128), sm, st, *a, h,
-                          sh_off, y);
-    return moe_launch(nv ? k_down<MOE_FP4_NVFP4, 2> : k_down<MOE_FP4_MXFP4, 2>, dim3(g), dim3(128), sm, st, *a, h,
-                      sh_off, y);
+    return moe_launch(dn_pick<2>(a->fmt, a->xp), dim3(g1), dim3(128), sm, st, *a, h, off, y);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)
