@@ -97,11 +97,11 @@ static int bench_moe(int argc, char **argv)
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) {   /* launch variants (moe_cuda_ws) */
-            /* "E,X/E,X/...": early PDL E (0/1), activation prefetch X (0..2); each measured in turn, the
-             * JSON holds the last */
+            /* "E,R/E,R/...": early PDL E (0/1), 128-row down items from batch R; each measured in turn,
+             * the JSON holds the last */
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/"))
                 if (sscanf(t, "%d,%d", &tune[ntune][0], &tune[ntune][1]) == 2) ntune++;
-                else { fprintf(stderr, "sluice-bench: --variants E,X[/E,X...]\n"); return 2; }
+                else { fprintf(stderr, "sluice-bench: --variants E,R[/E,R...]\n"); return 2; }
         } else if (!strcmp(argv[i], "--routing") && i + 1 < argc) {   /* random | skewed (default both) */
             ++i;
             skew_only = !strcmp(argv[i], "skewed") ? 1 : !strcmp(argv[i], "random") ? 0 : -2;
@@ -110,7 +110,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants E,X[/E,X...]] [--routing random|skewed]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants E,R[/E,R...]] [--routing random|skewed]\n");
             return 2;
         }
     }
@@ -167,8 +167,8 @@ static int bench_moe(int argc, char **argv)
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     int32_t *idx = malloc((size_t)MAXB * 6 * sizeof(int32_t));
     for (int v = 0; v < (ntune ? ntune : 1); v++) {
-    if (ntune) W.early_pdl = tune[v][0], W.xp = tune[v][1];
-    printf("variant: early PDL %d, activation prefetch %d\n", W.early_pdl, W.xp);
+    if (ntune) W.early_pdl = tune[v][0], W.down_rm_min_t = tune[v][1];
+    printf("variant: early PDL %d, 128-row down items from batch %d\n", W.early_pdl, W.down_rm_min_t);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer");
     for (int sk = 0; sk < 2; sk++) {

@@ -113,11 +113,9 @@ typedef struct {
     float limit;                              /* swiglu clamp (<= 0: none) */
     int early;                                /* 1: down streams its first weights before its PDL wait
                                                  and gate/up releases it at once (v11); 0: v10 order */
-    int xp;                                   /* activation prefetch: 0 = one chunk ahead (v10), 1 = two
-                                                 (half-chunk register rotation), 2 = 1 + L1 prefetch four
-                                                 ahead (v11; MOE_XP_DEFAULT) */
+    int down_rm;                              /* down: 16-row tiles per warp of a routed item, 1 (64-row
+                                                 items) or 2 (128-row items; H % 128 == 0); v11 */
 } moe_expert_args;
-#define MOE_XP_DEFAULT 1
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.
  * Two launches (one for T <= 8): the 1-tile kernel on grid[0] blocks takes the experts with <= 8

@@ -228,7 +228,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
     W->early_pdl = 1;
-    W->xp = MOE_XP_DEFAULT;
+    W->down_rm_min_t = 1 << 30;
     int dev, sms;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -269,7 +269,8 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .w13 = L->w13, .w13_stride = L->w13_stride, .w2 = L->w2, .w2_stride = L->w2_stride,
         .post13 = L->post13, .post2 = L->post2,
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
-        .limit = s->swiglu_limit, .early = W->early_pdl, .xp = W->xp,
+        .limit = s->swiglu_limit, .early = W->early_pdl,
+        .down_rm = T >= W->down_rm_min_t && H % 128 == 0 ? 2 : 1,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

@@ -55,7 +55,7 @@ typedef struct {
     uint16_t *h;                      /* [pairs][inter] bf16 (the shared expert's T rows at max*topk) */
     float *y;                         /* [pairs][hidden] (the same) */
     int early_pdl;                    /* moe_expert_args.early: 1 (default) or 0 (v10 launch order) */
-    int xp;                           /* moe_expert_args.xp (default MOE_XP_DEFAULT) */
+    int down_rm_min_t;                /* down with 128-row items (moe_expert_args.down_rm 2) from this batch on */
 } moe_cuda_ws;
 
 int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s);

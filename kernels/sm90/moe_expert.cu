@@ -85,13 +85,17 @@ struct Fp4Stage {
     uint2 s[NM];      /* scale codes: rows g (x) and g+8 (y), byte 2u + grp */
 };
 
+/* Chunk c of matrix m sits at rowtile + (c * NM + m) * chunk bytes when mmul == 1 (gate/up: w1 and
+ * w3 interleaved), at rowtile + (c + m * mmul) * chunk bytes otherwise (down with two 16-row tiles
+ * per warp: m = the second tile, mmul = K/128 chunks further on). */
 template <int FMT, int NM>
-__device__ __forceinline__ void fp4_issue(uint8_t *ring, int slot, const uint8_t *rowtile, int c, int lane)
+__device__ __forceinline__ void fp4_issue(uint8_t *ring, int slot, const uint8_t *rowtile, int c, int lane, int mmul)
 {
     const size_t cb = moe_fp4_chunk_bytes(FMT);
+    const int cmul = mmul == 1 ? NM : 1;
 #pragma unroll
     for (int m = 0; m < NM; m++) {
-        const uint8_t *ch = rowtile + ((size_t)c * NM + m) * cb;
+        const uint8_t *ch = rowtile + ((size_t)c * cmul + (size_t)m * mmul) * cb;
         uint8_t *d = ring + (slot * NM + m) * 1280;
         cp16(d + lane * 16, ch + lane * 16);
         cp16(d + 512 + lane * 16, ch + 512 + lane * 16);
@@ -148,33 +152,13 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<
     fp4_compute_u<NM, NT, 1>(st, x, acc);
 }
 
-/* Activation fragments v[2U], v[2U+1] of chunk c (the half fp4_compute_u<U> reads). */
-template <int NT, int U>
-__device__ __forceinline__ void load_x_half(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q)
-{
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int i = 2 * U; i < 2 * U + 2; i++)
-            x.v[j][i] = __ldg((const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q));
-}
-
-/* L1 prefetch of chunk c of the lane's token rows: lanes q = 0, 1 of token g take its two 128-byte lines. */
-template <int NT>
-__device__ __forceinline__ void prefetch_x(const uint16_t *const xrow[NT], int c, int q)
-{
-    if (q < 2)
-#pragma unroll
-        for (int j = 0; j < NT; j++) asm volatile("prefetch.global.L1 [%0];" ::"l"(xrow[j] + c * 128 + q * 64));
-}
-
 /* Issues the first D chunks of a row tile (what fp4_rowtile does when not primed). */
 template <int FMT, int NM, int D>
-__device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile, int nc, int lane)
+__device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile, int nc, int lane, int mmul)
 {
 #pragma unroll
     for (int s = 0; s < D; s++) {
-        if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane);
+        if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane, mmul);
         cp_commit();
     }
 }
@@ -183,26 +167,20 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
  * primed: the first D chunks were already issued (and committed) by the previous item's tail.
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
  * of this tile issues the next tile's first D chunks, so the stream never drains between items. */
-/* XP (activation prefetch): 0 = v10, the next chunk's fragments loaded at the top of each chunk;
- * 1 = two chunks ahead in the same registers: each half of chunk c's fragments is reloaded with chunk
- * c+2's as soon as the half is consumed; 2 = as 1, plus an L1 prefetch of chunk c+4's lines (v11). */
-template <int FMT, int NM, int D, int NT, int XP>
+template <int FMT, int NM, int D, int NT>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
-                                            bool primed, const uint8_t *next)
+                                            bool primed, const uint8_t *next, int mmul)
 {
     static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
-    if (!primed) fp4_prime<FMT, NM, D>(ring, rowtile, nc, lane);
+    if (!primed) fp4_prime<FMT, NM, D>(ring, rowtile, nc, lane, mmul);
     /* activation row of this lane's token, looked up after the weight loads are on their way */
     const uint16_t *xrow[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++) xrow[j] = xbase + (size_t)(rows_tok ? rows_tok[prow[j]] : prow[j]) * K;
     XFrag<NT> xb[2];
     load_x<NT>(xb[0], xrow, 0, q);
-    if (XP >= 1 && nc > 1) load_x<NT>(xb[1], xrow, 1, q);
-    if (XP == 2)
-        for (int c = 2; c < 4 && c < nc; c++) prefetch_x<NT>(xrow, c, q);
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
@@ -212,22 +190,14 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
         for (int s = 0; s < D; s++) {
             const int c = c0 + s;
             if (c < nc) {
-                if (XP == 0 && c + 1 < nc) load_x<NT>(xb[(s + 1) & 1], xrow, c + 1, q);
-                if (XP == 2 && c + 4 < nc) prefetch_x<NT>(xrow, c + 4, q);
+                if (c + 1 < nc) load_x<NT>(xb[(s + 1) & 1], xrow, c + 1, q);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
-                if (XP == 0) {
-                    fp4_compute<NM, NT>(st, xb[s & 1], acc);
-                } else {
-                    fp4_compute_u<NM, NT, 0>(st, xb[s & 1], acc);
-                    if (c + 2 < nc) load_x_half<NT, 0>(xb[s & 1], xrow, c + 2, q);
-                    fp4_compute_u<NM, NT, 1>(st, xb[s & 1], acc);
-                    if (c + 2 < nc) load_x_half<NT, 1>(xb[s & 1], xrow, c + 2, q);
-                }
+                fp4_compute<NM, NT>(st, xb[s & 1], acc);
             }
-            if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane);
-            else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane);
+            if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
+            else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
             cp_commit();
         }
     }
@@ -358,7 +328,7 @@ __device__ __forceinline__ int find_expert(const int32_t *items, int n, int it)
  * rows: output rows of the stage (I for gate/up, H for down). Every thread of the block calls it. */
 template <int NT>
 __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, const int32_t *off, int nE, int E,
-                                           int rows)
+                                           int rows, int rpi)
 {
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_off[i] = __ldcg(off + i);
     __syncthreads();
@@ -368,7 +338,7 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
             const int n = s_off[i + 1] - s_off[i];
             const int nt = i < E ? (n > MOE_TOK_CHUNK ? 2 : 1) : moe_tok_tiles(n);
             /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
-            if (nt == NT) c = (n + MOE_TOK_CHUNK * NT - 1) / (MOE_TOK_CHUNK * NT) * (i < E ? rows / MOE_ROWS_PER_ITEM : rows / MOE_TILE_ROWS);
+            if (nt == NT) c = (n + MOE_TOK_CHUNK * NT - 1) / (MOE_TOK_CHUNK * NT) * (i < E ? rows / rpi : rows / MOE_TILE_ROWS);
         }
         s_items[i] = c;
     }
@@ -411,7 +381,7 @@ __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_
     return t;
 }
 
-template <int FMT, int NT, int XP>
+template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
@@ -422,7 +392,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
     /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
      * stream their first weights while this kernel finishes (they wait before reading h) */
     if (a.early) moe_pdl_release();
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.I);
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM);
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
@@ -443,7 +413,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, 4, NT, XP>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt);
+            fp4_rowtile<FMT, 2, 4, NT>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
@@ -476,26 +446,31 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
     if (!a.early) moe_pdl_release();
 }
 
-template <int FMT, int NT, int XP>
+/* RM: 16-row tiles per warp of a routed item (1: 64-row items, ring depth 8; 2: 128-row items, each
+ * warp streaming two adjacent row tiles like gate/up's two matrices, ring depth 4, one activation
+ * fragment per two tiles; v11). The shared expert's items are unchanged (one 16-row tile, K split). */
+template <int FMT, int NT, int RM>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
+    constexpr int D = RM == 1 ? 8 : 4;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
-    /* Before the PDL wait: the item list (off[] was written by the lists kernel, which completed before
-     * the previous kernel could release us) and the first D weight chunks of this warp's first item
-     * (weights do not depend on the previous kernel); h is read only after the wait. */
+    /* Before the PDL wait (early): the item list (off[] was written by the lists kernel, which completed
+     * before the previous kernel could release us) and the first D weight chunks of this warp's first
+     * item (weights do not depend on the previous kernel); h is read only after the wait. */
     if (!a.early) moe_pdl_wait();
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.H);
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM);
     const int total = s_items[nE], nc = a.I / 128;
-    const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);
+    const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
+    const int mmul = RM == 2 ? nc : 1;
     bool primed = false;
     if (total == 0) return;   /* no expert of this tile count */
     Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     if (a.early && (int)blockIdx.x < total && cur.e < a.E) {
-        fp4_prime<FMT, 1, 8>(smem + warp * RING_WARP_BYTES, a.w2 + (size_t)cur.e * a.w2_stride + (size_t)cur.r * rt_bytes,
-                             nc, lane);
+        fp4_prime<FMT, RM, D>(smem + warp * RING_WARP_BYTES,
+                              a.w2 + (size_t)cur.e * a.w2_stride + (size_t)cur.r * RM * rt_bytes, nc, lane, mmul);
         primed = true;
     }
     if (a.early) moe_pdl_wait();
@@ -504,18 +479,19 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
         const Item nxt = decode_item<NT>(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
                                      a.has_shared);
-        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 8 == 0;
+        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % D == 0;
         uint8_t *ring = smem + warp * RING_WARP_BYTES;
         const int g_ = lane >> 2;
         int prow[NT];
 #pragma unroll
         for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
-        float acc[1][NT][4];
+        float acc[RM][NT][4];
         float post = 1.f;
+        int rm = RM;   /* 16-row tiles this warp writes */
         if (e < a.E) {
-            const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * rt_bytes;
-            const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 1, 8, NT, XP>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt);
+            const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
+            const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
+            fp4_rowtile<FMT, RM, D, NT>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
         } else {
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
@@ -524,17 +500,22 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
                               acc);
             ksplit_reduce<1, NT>(smem, acc, warp, lane);
             if (warp != 0) { primed = false; cur = nxt; continue; }
+            rm = 1;
         }
         primed = has_next;
         cur = nxt;
         const int g = lane >> 2, q = lane & 3;
+        const int tile0 = e < a.E ? r * RM : r;   /* first 16-row tile of this warp */
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+        for (int m = 0; m < RM; m++)
+            if (m < rm)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
-                if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][j][i] * post;
-            }
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const int row = (tile0 + m) * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
+                        if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][j][i] * post;
+                    }
     }
 }
 
@@ -546,39 +527,27 @@ static cudaError_t raise_smem(const void *f, size_t bytes)
     return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-typedef void (*gu_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *);
 typedef void (*dn_fn)(moe_expert_args, const uint16_t *, const int32_t *, float *);
 
 template <int NT>
-static gu_fn gu_pick(int fmt, int xp)
+static dn_fn dn_pick(int fmt, int rm)
 {
-    if (fmt == MOE_FP4_NVFP4)
-        return xp == 0 ? k_gate_up<MOE_FP4_NVFP4, NT, 0> : xp == 1 ? k_gate_up<MOE_FP4_NVFP4, NT, 1> : k_gate_up<MOE_FP4_NVFP4, NT, 2>;
-    return xp == 0 ? k_gate_up<MOE_FP4_MXFP4, NT, 0> : xp == 1 ? k_gate_up<MOE_FP4_MXFP4, NT, 1> : k_gate_up<MOE_FP4_MXFP4, NT, 2>;
-}
-template <int NT>
-static dn_fn dn_pick(int fmt, int xp)
-{
-    if (fmt == MOE_FP4_NVFP4)
-        return xp == 0 ? k_down<MOE_FP4_NVFP4, NT, 0> : xp == 1 ? k_down<MOE_FP4_NVFP4, NT, 1> : k_down<MOE_FP4_NVFP4, NT, 2>;
-    return xp == 0 ? k_down<MOE_FP4_MXFP4, NT, 0> : xp == 1 ? k_down<MOE_FP4_MXFP4, NT, 1> : k_down<MOE_FP4_MXFP4, NT, 2>;
+    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, 2> : k_down<MOE_FP4_NVFP4, NT, 1>;
+    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, 2> : k_down<MOE_FP4_MXFP4, NT, 1>;
 }
 
-/* Every variant's shared-memory limit is raised; occupancy is that of the default XP (the variants
- * share the launch bounds, so they reach the same blocks per SM unless one spills). */
+/* occupancy of the 64-row down kernel (the 128-row one has the same launch bounds and no spills) */
 template <int NT>
 static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
 {
     const size_t sm = smem_for(E);
+    const void *fg = fmt == MOE_FP4_NVFP4 ? (const void *)k_gate_up<MOE_FP4_NVFP4, NT> : (const void *)k_gate_up<MOE_FP4_MXFP4, NT>;
     cudaError_t e;
-    for (int xp = 0; xp < 3; xp++) {
-        if ((e = raise_smem((const void *)gu_pick<NT>(fmt, xp), smem_for(512))) != cudaSuccess) return e;
-        if ((e = raise_smem((const void *)dn_pick<NT>(fmt, xp), smem_for(512))) != cudaSuccess) return e;
-    }
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, (const void *)gu_pick<NT>(fmt, MOE_XP_DEFAULT), 128, sm)) !=
-        cudaSuccess)
-        return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, MOE_XP_DEFAULT), 128, sm);
+    if ((e = raise_smem(fg, smem_for(512))) != cudaSuccess) return e;
+    for (int rm = 1; rm <= 2; rm++)
+        if ((e = raise_smem((const void *)dn_pick<NT>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1), 128, sm);
 }
 
 extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int *dn)
@@ -603,28 +572,31 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                                    int topk, const int grid[2], uint16_t *h, cudaStream_t st)
 {
     (void)items;
-    if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192 || a->xp < 0 || a->xp > 2) return cudaErrorInvalidValue;
+    if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
-    cudaError_t e = moe_launch(gu_pick<1>(a->fmt, a->xp), dim3(g0), dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
+    const bool nv = a->fmt == MOE_FP4_NVFP4;
+    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g0),
+                               dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;   /* T <= 8: no expert has more than 8 tokens */
     const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
-    return moe_launch(gu_pick<2>(a->fmt, a->xp), dim3(g1), dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
+    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm,
+                      st, *a, x, off, pair_tok, pair_w, h);
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
                                 int T, int topk, const int grid[2], float *y, cudaStream_t st)
 {
     (void)items;
-    if (a->I % 128 || a->H % MOE_ROWS_PER_ITEM || a->I > 8192 || a->xp < 0 || a->xp > 2) return cudaErrorInvalidValue;
+    if (a->I % 128 || a->H % (MOE_ROWS_PER_ITEM * (a->down_rm == 2 ? 2 : 1)) || a->I > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
-    const int rg = a->H / MOE_ROWS_PER_ITEM;
+    const int rm = a->down_rm == 2 ? 2 : 1, rg = a->H / (MOE_ROWS_PER_ITEM * rm);
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
-    cudaError_t e = moe_launch(dn_pick<1>(a->fmt, a->xp), dim3(g0), dim3(128), sm, st, *a, h, off, y);
+    cudaError_t e = moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;
     const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
-    return moe_launch(dn_pick<2>(a->fmt, a->xp), dim3(g1), dim3(128), sm, st, *a, h, off, y);
+    return moe_launch(dn_pick<2>(a->fmt, rm), dim3(g1), dim3(128), sm, st, *a, h, off, y);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)
