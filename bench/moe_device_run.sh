@@ -27,8 +27,8 @@ $NVCC $ARCH -o $B/sluice-bench $B/sluice_bench.o $KO -lm || exit 1
 if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + one ncu pass over the expert kernels
   cuobjdump -sass $B/moe_expert.o > $OUT/expert.sass 2>&1
   awk '/Function : .*k_gate_upILi0/{f=1} /Function : .*k_downILi0/{f=0} f' $OUT/expert.sass | grep -oE "^ +/\*[0-9a-f]+\*/ +[A-Z0-9_.]+" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25
-  ncu --clock-control none -k regex:"k_gate_up|k_down" -c 2 --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy $B/sluice-bench moe --batches 64 --reps 1 > $OUT/ncu.txt 2>&1
-  grep -E "k_gate_up|k_down|Throughput|Issued|Eligible|Active Warps|Stall|Pipe|Achieved Occupancy|Duration|One or More|No Eligible" $OUT/ncu.txt | head -80
+  ncu --clock-control none -k regex:"${NCU_K:-k_gate_up|k_down}" -c ${NCU_C:-2} --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy ${NCU_EXTRA:-} $B/sluice-bench moe --batches ${NCU_BATCH:-64} --reps 1 --routing random > $OUT/ncu.txt 2>&1
+  grep -E "k_gate_up|k_down|Throughput|Issued|Eligible|Active Warps|Stall|stall|Pipe|Achieved Occupancy|Duration|One or More|No Eligible|ratio|pct" $OUT/ncu.txt | head -${NCU_LINES:-80}
   exit 0
 fi
 echo "== test"; timeout 150 $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"
