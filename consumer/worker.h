@@ -57,7 +57,17 @@ typedef struct job_rec {
     size_t result_len;
     int failed, tokens_out;
     int produce_tries;
+    char *reply_error;               /* the reply_topic failed for good: the result goes to topic.results */
+    struct dlq_msg *dlq;             /* JK_DLQ: what to write (kept until delivered) */
 } job_rec;
+
+/* A DLQ record's message, owned by its job_rec, so a failed write can be retried. */
+struct dlq_msg {
+    uint8_t *value, *key;
+    size_t value_len, key_len;
+    char *error, *cls, *topic;
+    char partition[16], offset[24];
+};
 
 typedef struct {
     _Atomic uint64_t consumed, dlq, results, reemitted, parked, tokens, cancelled, expired, errors;
@@ -122,6 +132,9 @@ void wk_close(worker *w);
 void wk_dlq(worker *w, const rd_kafka_message_t *m, const char *error, const char *cls);
 /* Produce a record's result (framed like its input); chunks are fire-and-forget. */
 void wk_produce_result(worker *w, job_rec *r);
+void wk_produce_dlq(worker *w, job_rec *r);
+int wk_reply_topic_failed(rd_kafka_resp_err_t err);   /* a delivery error the reply topic will not recover from */
+void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err);   /* result -> topic.results + reason */
 void wk_produce_chunk(worker *w, job_rec *r, int done);
 void wk_pause_all(worker *w, int pause);
 void wk_store_offset(worker *w, int32_t partition, int64_t offset);   /* batched ... */

@@ -42,6 +42,15 @@ static void rec_free(worker *w, job_rec *r) {
     free(r->logprobs);
     textdec_free(&r->text);
     free(r->result);
+    free(r->reply_error);
+    if (r->dlq) {
+        free(r->dlq->value);
+        free(r->dlq->key);
+        free(r->dlq->error);
+        free(r->dlq->cls);
+        free(r->dlq->topic);
+        free(r->dlq);
+    }
     free(r);
 }
 
@@ -524,11 +533,20 @@ void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
     if (err) {
         atomic_fetch_add(&w->m.produce_retries, 1);
         if (r->kind == JK_DLQ) {
-            /* the original bytes are gone: keep the offset unstored; the message returns after a restart */
-            wlog(w, L_ERROR, "DLQ delivery failed for offset %lld: %s", (long long)r->offset, rd_kafka_err2str(err));
+            /* the record keeps the message: write it again from the timers; the offset waits */
+            wlog(w, L_ERROR, "DLQ delivery for offset %lld failed: %s; retrying", (long long)r->offset,
+                 rd_kafka_err2str(err));
+            if (r->produce_tries++ == 0) w->n_produce_failed++;
+            r->next_check = now_ms() + 500;
             return;
         }
-        wlog(w, L_WARN, "result delivery for %s failed: %s; producing again", r->job.id, rd_kafka_err2str(err));
+        if (!r->reply_error && r->job.reply_topic && r->job.reply_topic[0] && wk_reply_topic_failed(err)) {
+            /* a reply topic that does not exist (or may not be written) will not start working by
+             * itself: deliver the result to the default topic with the reason */
+            wk_reply_fallback(w, r, err);
+        } else {
+            wlog(w, L_WARN, "result delivery for %s failed: %s; producing again", r->job.id, rd_kafka_err2str(err));
+        }
         wk_produce_result(w, r);
         return;
     }
@@ -659,11 +677,13 @@ void wj_timers(worker *w) {
         heartbeat(w);
         w->next_heartbeat = now + (double)cfg_int(w->cfg, "worker.heartbeat_ms");
     }
-    /* results whose produce call failed (not a delivery report): try again */
+    /* results and DLQ writes that failed (a produce call, or a DLQ delivery): try again */
     for (job_rec *r = w->n_produce_failed > 0 ? w->head : NULL; r; r = r->next)
-        if (!r->abandoned && r->state == JS_PRODUCING && !r->in_producer && r->kind != JK_DLQ && r->next_check <= now &&
-            r->produce_tries > 0)
-            wk_produce_result(w, r);
+        if (!r->abandoned && r->state == JS_PRODUCING && !r->in_producer && r->next_check <= now &&
+            r->produce_tries > 0) {
+            if (r->kind == JK_DLQ) wk_produce_dlq(w, r);
+            else wk_produce_result(w, r);
+        }
     /* backpressure */
     int64_t pending = offsets_pending(&w->offs);
     atomic_store(&w->m.inflight, w->n_inflight);

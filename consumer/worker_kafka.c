@@ -219,41 +219,80 @@ static int produce_retry(worker *w, rd_kafka_resp_err_t e) {
     return 1;
 }
 
+static char *xstrdup(const char *s) {
+    char *d = strdup(s ? s : "");
+    if (!d) abort();
+    return d;
+}
+
+static uint8_t *xmemdup(const void *p, size_t n) {
+    uint8_t *d = malloc(n ? n : 1);
+    if (!d) abort();
+    if (n) memcpy(d, p, n);
+    return d;
+}
+
 void wk_dlq(worker *w, const rd_kafka_message_t *m, const char *error, const char *cls) {
     job_rec *r = calloc(1, sizeof(*r));
-    if (!r) abort();
+    struct dlq_msg *d = calloc(1, sizeof(*d));
+    if (!r || !d) abort();
     r->kind = JK_DLQ;
     r->state = JS_PRODUCING;
     r->partition = m->partition;
     r->offset = m->offset;
+    r->dlq = d;
+    /* a copy of everything the DLQ message needs, so a failed write can be retried later */
+    d->value = m->payload ? xmemdup(m->payload, m->len) : NULL;
+    d->value_len = m->payload ? m->len : 0;
+    d->key = m->key ? xmemdup(m->key, m->key_len) : NULL;
+    d->key_len = m->key ? m->key_len : 0;
+    d->error = xstrdup(error);
+    d->cls = xstrdup(cls);
+    d->topic = xstrdup(rd_kafka_topic_name(m->rkt));
+    snprintf(d->partition, sizeof(d->partition), "%d", (int)m->partition);
+    snprintf(d->offset, sizeof(d->offset), "%lld", (long long)m->offset);
     r->prev = NULL;
     r->next = w->head;
     if (w->head) w->head->prev = r;
     w->head = r;
     if (offsets_add(&w->offs, m->partition, m->offset)) abort();
-    char part[16], off[24];
-    snprintf(part, sizeof(part), "%d", (int)m->partition);
-    snprintf(off, sizeof(off), "%lld", (long long)m->offset);
-    wlog(w, L_INFO, "DLQ %s[%d]@%lld: %s", rd_kafka_topic_name(m->rkt), (int)m->partition, (long long)m->offset,
-         error);
+    wlog(w, L_INFO, "DLQ %s[%d]@%lld: %s", d->topic, (int)m->partition, (long long)m->offset, error);
     atomic_fetch_add(&w->m.dlq, 1);
+    wk_produce_dlq(w, r);
+}
+
+void wk_produce_dlq(worker *w, job_rec *r) {
+    const struct dlq_msg *d = r->dlq;
     rd_kafka_resp_err_t e;
     do {
         e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(w->topic_dlq), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_KEY(m->key, m->key_len),
-                              RD_KAFKA_V_HEADER("sluice.error", error, -1),
-                              RD_KAFKA_V_HEADER("sluice.error.class", cls, -1),
-                              RD_KAFKA_V_HEADER("sluice.original.topic", rd_kafka_topic_name(m->rkt), -1),
-                              RD_KAFKA_V_HEADER("sluice.original.partition", part, -1),
-                              RD_KAFKA_V_HEADER("sluice.original.offset", off, -1), RD_KAFKA_V_OPAQUE(r),
+                              RD_KAFKA_V_VALUE(d->value, d->value_len), RD_KAFKA_V_KEY(d->key, d->key_len),
+                              RD_KAFKA_V_HEADER("sluice.error", d->error, -1),
+                              RD_KAFKA_V_HEADER("sluice.error.class", d->cls, -1),
+                              RD_KAFKA_V_HEADER("sluice.original.topic", d->topic, -1),
+                              RD_KAFKA_V_HEADER("sluice.original.partition", d->partition, -1),
+                              RD_KAFKA_V_HEADER("sluice.original.offset", d->offset, -1), RD_KAFKA_V_OPAQUE(r),
                               RD_KAFKA_V_END);
     } while (e && produce_retry(w, e));
     if (e) {
-        wlog(w, L_ERROR, "DLQ produce failed: %s (offset not stored; the message comes back after a restart)",
+        /* the record keeps the message and its offset stays unstored: retried from the timers */
+        wlog(w, L_ERROR, "DLQ produce for offset %lld failed: %s (retrying)", (long long)r->offset,
              rd_kafka_err2str(e));
-        return;   /* the record stays unfinished: its offset is never stored */
+        if (r->produce_tries++ == 0) w->n_produce_failed++;
+        r->next_check = now_ms() + 500;
+        return;
+    }
+    if (r->produce_tries > 0) {
+        wlog(w, L_INFO, "DLQ write for offset %lld queued again (try %d)", (long long)r->offset, r->produce_tries + 1);
+        w->n_produce_failed--, r->produce_tries = 0;
     }
     r->in_producer = 1;
+}
+
+int wk_reply_topic_failed(rd_kafka_resp_err_t err) {
+    return err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC || err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+           err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION || err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+           err == RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION;
 }
 
 static void frame(int32_t schema_id, const uint8_t *bare, size_t len, uint8_t **out, size_t *outlen) {
@@ -274,22 +313,42 @@ static void frame(int32_t schema_id, const uint8_t *bare, size_t len, uint8_t **
     *outlen = len + 5;
 }
 
+void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
+    char why[320];
+    snprintf(why, sizeof(why), "reply_topic '%.200s': %s", r->job.reply_topic, rd_kafka_err2str(err));
+    free(r->reply_error);
+    r->reply_error = xstrdup(why);
+    wlog(w, L_WARN, "result for %s: %s; writing it to %s instead", r->job.id, why, w->topic_results);
+}
+
 void wk_produce_result(worker *w, job_rec *r) {
-    const char *topic = r->job.reply_topic && r->job.reply_topic[0] ? r->job.reply_topic : w->topic_results;
     uint8_t *v;
     size_t vl;
     frame(r->schema_id >= 0 ? w->result_schema_id : -1, r->result, r->result_len, &v, &vl);
     rd_kafka_resp_err_t e;
-    do {
-        e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_VALUE(v, vl), RD_KAFKA_V_KEY(r->job.id, strlen(r->job.id)),
-                              RD_KAFKA_V_HEADER("sluice.type", "result", -1), RD_KAFKA_V_OPAQUE(r),
-                              RD_KAFKA_V_END);
-    } while (e && produce_retry(w, e));
+    for (;;) {
+        int to_reply = r->job.reply_topic && r->job.reply_topic[0] && !r->reply_error;
+        const char *topic = to_reply ? r->job.reply_topic : w->topic_results;
+        do {
+            /* the headers belong to librdkafka once the call succeeds */
+            rd_kafka_headers_t *h = rd_kafka_headers_new(2);
+            rd_kafka_header_add(h, "sluice.type", -1, "result", -1);
+            if (r->reply_error) rd_kafka_header_add(h, "sluice.error", -1, r->reply_error, -1);
+            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                  RD_KAFKA_V_VALUE(v, vl), RD_KAFKA_V_KEY(r->job.id, strlen(r->job.id)),
+                                  RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE(r), RD_KAFKA_V_END);
+            if (e) rd_kafka_headers_destroy(h);
+        } while (e && produce_retry(w, e));
+        /* a reply topic already known to be missing fails right here, not in a delivery report */
+        if (e && to_reply && wk_reply_topic_failed(e)) {
+            wk_reply_fallback(w, r, e);
+            continue;
+        }
+        break;
+    }
     if (v != r->result) free(v);
     r->state = JS_PRODUCING;
     if (e) {
-        /* e.g. an invalid reply topic name: retried from the timers */
         wlog(w, L_WARN, "result produce for %s failed: %s (retrying)", r->job.id, rd_kafka_err2str(e));
         if (r->produce_tries++ == 0) w->n_produce_failed++;
         r->next_check = now_ms() + 500;

@@ -162,7 +162,7 @@ class Redis:
 class Env:
     """redis-server + sluice-mock-kafka + workers, all stopped by pid in close()."""
 
-    def __init__(self, name, partitions=4, topics=()):
+    def __init__(self, name, partitions=4, topics=(), topic_errors=()):
         self.dir = tempfile.mkdtemp(prefix="sluice-%s-" % name)
         self.procs = []
         self.workers = {}
@@ -171,6 +171,8 @@ class Env:
         args = [prog("sluice-mock-kafka"), "--partitions", str(partitions)]
         if topics:
             args += ["--topics", ",".join(topics)]
+        for spec in topic_errors:   # "TOPIC=ERROR[:SECONDS]": the cluster refuses the topic (for a while)
+            args += ["--topic-error", spec]
         out = open(os.path.join(self.dir, "mock.out"), "w+")
         self.mock = subprocess.Popen(args, stdout=out, stderr=open(os.path.join(self.dir, "mock.err"), "w"))
         self.procs.append(self.mock)
@@ -296,6 +298,8 @@ class Env:
                 hdr = dict(m.headers() or [])
                 assert hdr.get("sluice.type") == b"result", hdr
                 r["_framed"] = m.value()[:1] == b"\x00"   # Confluent framing (bare Results start with the id length)
+                if "sluice.error" in hdr:   # set when the job's reply_topic failed and the result came here
+                    r["_error"] = hdr["sluice.error"].decode()
                 seen.setdefault(r["id"], []).append(r)
             return all(len(seen.get(i, ())) >= count for i in want)
 
