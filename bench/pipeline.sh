@@ -12,6 +12,7 @@
 #   e.g.   bench/pipeline.sh build "800:60 3000:60 3000:60:tailscan 4000:60:tailscan" 60
 #          -> bench/results/pipeline.json
 set -euo pipefail
+{   # read whole before running: editing this file during a run must not change the run
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 RATES=${2:-"2000 3000 4000"}
@@ -114,3 +115,5 @@ doc = {"benchmark": "pipeline", "commit": subprocess.run(["git", "rev-parse", "-
 json.dump(doc, open(out, "w"), indent=1)
 print("wrote", out)
 PY
+exit
+}
