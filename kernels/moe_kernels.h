@@ -75,9 +75,11 @@ cudaError_t moe_quantize_nvfp4(const float *w, int n, int k, uint8_t *q, uint8_t
                                cudaStream_t st);
 
 /* ---- router (moe_router.cu) */
-/* logits[t][e] = sum_k x[t][k] * gate[e][k]; x bf16 [T][H], gate fp32 [E][H]; H % 256 == 0. */
+/* logits[t][e] = sum_k x[t][k] * gate[e][k]; x bf16 [T][H], gate fp32 [E][H]; H % 256 == 0.
+ * Token tiles of 16 (16 warps per block) from T >= tile16_min_t (H <= 4096), else of 8 (4 warps per
+ * block up to 16 tokens, 8 above). */
 cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
-                              cudaStream_t st);
+                              int tile16_min_t, cudaStream_t st);
 /* Scores, top-k (or hash), weights. part: ksplit partial logit arrays [ksplit][T][E] (1 = logits).
  * idx/w [T][topk]. */
 cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,

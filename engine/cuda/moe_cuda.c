@@ -229,6 +229,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
     W->early_pdl = 1;
     W->down_rm_min_t = 1 << 30;
+    W->logits16_min_t = 17;
     int dev, sms;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -274,7 +275,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
-    CK(moe_router_logits(x, L->gate, T, H, E, W->logits, st), "router logits");
+    CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, st), "router logits");
     MARK(1);
     const int nt = moe_tok_tiles(T), lsh = s->has_shared;
     if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */

@@ -29,8 +29,20 @@ __global__ void __launch_bounds__(32 * WARPS) k_router_logits(const uint16_t *x,
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = blockIdx.x * WARPS + warp, t0 = blockIdx.y * TOK, nt = min(TOK, T - t0);
     moe_pdl_wait();
-    for (int i = threadIdx.x; i < nt * (H / 8); i += blockDim.x)
-        *(uint4 *)(xt + (size_t)i * 8) = *(const uint4 *)(x + (size_t)t0 * H + (size_t)i * 8);
+    const int nx = nt * (H / 8);
+    for (int i0 = threadIdx.x; i0 < nx; i0 += 8 * blockDim.x) {   /* 8 loads in flight per thread */
+        uint4 v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = i0 + j * blockDim.x;
+            if (i < nx) v[j] = *(const uint4 *)(x + (size_t)t0 * H + (size_t)i * 8);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = i0 + j * blockDim.x;
+            if (i < nx) *(uint4 *)(xt + (size_t)i * 8) = v[j];
+        }
+    }
     __syncthreads();
     moe_pdl_release();
     if (e >= E) return;
@@ -81,10 +93,11 @@ static cudaError_t logits_launch(const uint16_t *x, const float *gate, int T, in
 }
 
 extern "C" cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
-                                         cudaStream_t st)
+                                         int tile16_min_t, cudaStream_t st)
 {
     if (H % 256 || H > 8192) return cudaErrorInvalidValue;
-    if (T > 16 && H <= 4096) return logits_launch<16, 16>(x, gate, T, H, E, logits, st);
+    if (T >= tile16_min_t && H <= 4096) return logits_launch<16, 16>(x, gate, T, H, E, logits, st);
+    if (T > 16) return logits_launch<8, 8>(x, gate, T, H, E, logits, st);
     return logits_launch<8, 4>(x, gate, T, H, E, logits, st);
 }
 
@@ -94,25 +107,40 @@ __device__ __forceinline__ bool rt_better(float v, int e, float v2, int e2)
     return v > v2 || (v == v2 && e < e2);
 }
 
+/* One level of the per-lane argmax tree: slot i keeps the better of i and i + W. */
+template <int W>
+__device__ __forceinline__ void rt_tree_level(float v[RT_MAXPL], int id[RT_MAXPL])
+{
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        const bool b = rt_better(v[i + W], id[i + W], v[i], id[i]);
+        v[i] = b ? v[i + W] : v[i];
+        id[i] = b ? id[i + W] : id[i];
+    }
+}
+
 /* Scores, selection and weights of token t by one whole warp. */
 __device__ __forceinline__ void router_topk_token(const float *part, int ksplit, int T, int t, int lane, int E,
                                                   int topk, int func, const float *bias, const int32_t *tid2eid,
                                                   const int32_t *token_ids, float route_scale, int32_t *idx,
                                                   float *wout)
 {
-    float lg[RT_MAXPL], sc[RT_MAXPL], sel[RT_MAXPL];
-    float mx = -INFINITY;
+    /* every load is issued before any is used (v11: a runtime-length loop per element had serialised
+     * them into ~30 L2 round trips per warp, ~20 us) */
+    float lg[RT_MAXPL], sc[RT_MAXPL], sel[RT_MAXPL], bb[RT_MAXPL];
 #pragma unroll
     for (int i = 0; i < RT_MAXPL; i++) {
         const int e = lane + 32 * i;
-        float l = -INFINITY;
-        if (e < E) {
-            l = 0.f;
-            for (int s = 0; s < ksplit; s++) l += __ldcg(part + ((size_t)s * T + t) * E + e);
-        }
-        lg[i] = l;
-        mx = fmaxf(mx, l);
+        lg[i] = e < E ? __ldcg(part + (size_t)t * E + e) : -INFINITY;
+        bb[i] = bias && e < E ? __ldg(bias + e) : 0.f;
     }
+    for (int s = 1; s < ksplit; s++)   /* same order as before: ((p0 + p1) + p2) ... */
+#pragma unroll
+        for (int i = 0; i < RT_MAXPL; i++)
+            if (lane + 32 * i < E) lg[i] += __ldcg(part + ((size_t)s * T + t) * E + lane + 32 * i);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < RT_MAXPL; i++) mx = fmaxf(mx, lg[i]);
     float sum = 0.f;
     if (func == MOE_SCORE_SOFTMAX) {
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -129,7 +157,7 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
         else if (func == MOE_SCORE_SIGMOID) s = 1.f / (1.f + expf(-l));
         else s = sqrtf(l > 20.f ? l : log1pf(expf(l)));   /* torch softplus, threshold 20 */
         sc[i] = e < E ? s : 0.f;
-        sel[i] = e < E ? s + (bias ? bias[e] : 0.f) : -INFINITY;
+        sel[i] = e < E ? s + bb[i] : -INFINITY;
     }
     int my_e = -1;
     float my_w = 0.f;
@@ -147,19 +175,31 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
     } else {
         unsigned taken = 0;   /* bit i: expert lane + 32 i already picked */
         for (int k = 0; k < topk; k++) {
-            float bv = -INFINITY, bs = 0.f;
-            int be = 0x7fffffff;
+            /* the lane's best by a 4-level tree (not a 16-long chain); invalid / taken slots are -inf and
+             * lose to every real score (scores are finite) */
+            float v[RT_MAXPL];
+            int id[RT_MAXPL];
 #pragma unroll
             for (int i = 0; i < RT_MAXPL; i++) {
-                const int e = lane + 32 * i;
-                if (e < E && !(taken >> i & 1u) && rt_better(sel[i], e, bv, be)) { bv = sel[i]; be = e; bs = sc[i]; }
+                id[i] = lane + 32 * i;
+                v[i] = id[i] < E && !(taken >> i & 1u) ? sel[i] : -INFINITY;
             }
+            rt_tree_level<8>(v, id);
+            rt_tree_level<4>(v, id);
+            rt_tree_level<2>(v, id);
+            rt_tree_level<1>(v, id);
+            float bv = v[0];
+            int be = id[0];
             for (int o = 16; o > 0; o >>= 1) {
                 const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
                 const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                const float os = __shfl_xor_sync(0xffffffffu, bs, o);
-                if (rt_better(ov, oe, bv, be)) { bv = ov; be = oe; bs = os; }
+                if (rt_better(ov, oe, bv, be)) { bv = ov; be = oe; }
             }
+            float ms = 0.f;   /* the winner's score, from the lane that holds it (an exact multiply-add select:
+                                 a plain select became an indexed load that put sc[] in local memory) */
+#pragma unroll
+            for (int i = 0; i < RT_MAXPL; i++) ms = fmaf(sc[i], (be >> 5) == i ? 1.f : 0.f, ms);
+            const float bs = __shfl_sync(0xffffffffu, ms, be & 31);
             if ((be & 31) == lane) taken |= 1u << (be >> 5);
             if (lane == k) { my_e = be; my_w = bs; }
         }
@@ -278,9 +318,9 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
                       items_dn);
 }
 
-/* Small batches (T <= 32): top-k (warp t = token t) and the lists in one block, one launch fewer in
+/* Small batches (T <= 32): top-k (warp w: tokens w, w + 16) and the lists in one block, one launch fewer in
  * the chain. idx/w go through global memory; __syncthreads makes them visible to the whole block. */
-__global__ void __launch_bounds__(1024, 1) k_topk_lists(const float *logits, int T, int E, int topk, int func,
+__global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int T, int E, int topk, int func,
                                                         const float *bias, const int32_t *tid2eid,
                                                         const int32_t *token_ids, float route_scale, int32_t *idx,
                                                         float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk,
@@ -291,8 +331,8 @@ __global__ void __launch_bounds__(1024, 1) k_topk_lists(const float *logits, int
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     moe_pdl_wait();
     moe_pdl_release();
-    if (warp < T)
-        router_topk_token(logits, 1, T, warp, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
+    for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
+        router_topk_token(logits, 1, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
     __syncthreads();
     build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
                       items_dn);
@@ -320,7 +360,7 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int T, int E, 
     if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
         smem > 48 * 1024)
         return cudaErrorInvalidValue;
-    return moe_launch(k_topk_lists, dim3(1), dim3(1024), smem, st, logits, T, E, topk, score_func, bias, tid2eid,
+    return moe_launch(k_topk_lists, dim3(1), dim3(512), smem, st, logits, T, E, topk, score_func, bias, tid2eid,
                       token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
                       items_gu, items_dn);
 }
