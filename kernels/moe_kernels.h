@@ -77,9 +77,10 @@ cudaError_t moe_quantize_nvfp4(const float *w, int n, int k, uint8_t *q, uint8_t
 /* ---- router (moe_router.cu) */
 /* logits[t][e] = sum_k x[t][k] * gate[e][k]; x bf16 [T][H], gate fp32 [E][H]; H % 256 == 0.
  * Token tiles of 16 (16 warps per block) from T >= tile16_min_t (H <= 4096), else of 8 (4 warps per
- * block up to 16 tokens, 8 above). */
+ * block up to 16 tokens, 8 above). ksplit > 1: K in that many parts (H % (256 * ksplit) == 0), part s
+ * written to logits + s * T * E ([ksplit][T][E]: give moe_router_topk* the same ksplit). */
 cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
-                              int tile16_min_t, cudaStream_t st);
+                              int tile16_min_t, int ksplit, cudaStream_t st);
 /* Scores, top-k (or hash), weights. part: ksplit partial logit arrays [ksplit][T][E] (1 = logits).
  * idx/w [T][topk]. */
 cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
@@ -94,10 +95,10 @@ cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, in
                             int rg_gu, int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st);
 
-/* Top-k + lists in one launch (same results as moe_router_topk with ksplit 1, then moe_build_lists)
+/* Top-k + lists in one launch (same results as moe_router_topk, then moe_build_lists)
  * for T <= MOE_FUSED_ROUTER_MAX_T: one block, a warp per token. */
 #define MOE_FUSED_ROUTER_MAX_T 32
-cudaError_t moe_router_topk_lists(const float *logits, int T, int E, int topk, int score_func, const float *bias,
+cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int score_func, const float *bias,
                                   const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
                                   float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,

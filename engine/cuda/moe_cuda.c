@@ -230,6 +230,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->early_pdl = 1;
     W->down_rm_min_t = 1 << 30;
     W->logits16_min_t = 17;
+    W->logits_ks = 1;
     int dev, sms;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -275,17 +276,19 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
-    CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, st), "router logits");
+    const int ks = T <= 8 && W->logits_ks > 1 && (long)W->logits_ks * T <= W->max_tokens && H % (256 * W->logits_ks) == 0
+                       ? W->logits_ks : 1;
+    CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, ks, st), "router logits");
     MARK(1);
     const int nt = moe_tok_tiles(T), lsh = s->has_shared;
     if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
         MARK(2);
-        CK(moe_router_topk_lists(W->logits, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
+        CK(moe_router_topk_lists(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
                                  s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
                                  MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu,
                                  W->items_dn, st), "router top-k + lists");
     } else {
-        CK(moe_router_topk(W->logits, 1, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
+        CK(moe_router_topk(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
                            token_ids, s->route_scale, W->idx, W->w, st), "router top-k");
         MARK(2);
         CK(moe_build_lists(W->idx, W->w, T, E, K, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,

@@ -21,21 +21,26 @@
  * shuffle tree: deterministic. The token tile sits in shared memory (bf16). Small batches use
  * 8-token tiles and 4 warps per block (more blocks streaming the 4 MB gate); large ones 16-token
  * tiles and 16 warps per block (fewer re-reads of the gate and of the tile). */
+/* blockIdx.z: K part (gridDim.z parts of H / gridDim.z inputs, a multiple of 256), written to
+ * logits + z * T * E; the top-k adds the parts in order (v11: more warps, all loads in flight, for
+ * small batches). */
 template <int TOK, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS) k_router_logits(const uint16_t *x, const float *gate, int T, int H,
                                                              int E, float *logits)
 {
-    extern __shared__ __align__(16) uint16_t xt[];   /* [nt][H] */
+    extern __shared__ __align__(16) uint16_t xt[];   /* [nt][H / parts] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = blockIdx.x * WARPS + warp, t0 = blockIdx.y * TOK, nt = min(TOK, T - t0);
+    const int kn = H / gridDim.z, kb = blockIdx.z * kn, kc = kn / 8;   /* this part's inputs; 16-byte pieces per row */
+    logits += (size_t)blockIdx.z * T * E;
     moe_pdl_wait();
-    const int nx = nt * (H / 8);
+    const int nx = nt * kc;
     for (int i0 = threadIdx.x; i0 < nx; i0 += 8 * blockDim.x) {   /* 8 loads in flight per thread */
         uint4 v[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int i = i0 + j * blockDim.x;
-            if (i < nx) v[j] = *(const uint4 *)(x + (size_t)t0 * H + (size_t)i * 8);
+            if (i < nx) v[j] = *(const uint4 *)(x + (size_t)(t0 + i / kc) * H + kb + (size_t)(i % kc) * 8);
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -49,15 +54,15 @@ __global__ void __launch_bounds__(32 * WARPS) k_router_logits(const uint16_t *x,
     float acc[TOK];
 #pragma unroll
     for (int j = 0; j < TOK; j++) acc[j] = 0.f;
-    const float *g = gate + (size_t)e * H;
+    const float *g = gate + (size_t)e * H + kb;
 #pragma unroll 8
-    for (int k = lane * 8; k < H; k += 256) {
+    for (int k = lane * 8; k < kn; k += 256) {
         const float4 w0 = __ldg((const float4 *)(g + k)), w1 = __ldg((const float4 *)(g + k + 4));
         const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
         for (int j = 0; j < TOK; j++) {
             if (j < nt) {
-                const uint4 v = *(const uint4 *)(xt + (size_t)j * H + k);
+                const uint4 v = *(const uint4 *)(xt + (size_t)j * kn + k);
                 const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                 for (int h = 0; h < 4; h++) {
@@ -77,7 +82,7 @@ __global__ void __launch_bounds__(32 * WARPS) k_router_logits(const uint16_t *x,
 }
 
 template <int TOK, int WARPS>
-static cudaError_t logits_launch(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
+static cudaError_t logits_launch(const uint16_t *x, const float *gate, int T, int H, int E, float *logits, int ks,
                                  cudaStream_t st)
 {
     static int raised;
@@ -87,18 +92,18 @@ static cudaError_t logits_launch(const uint16_t *x, const float *gate, int T, in
         if (e != cudaSuccess) return e;
         raised = 1;
     }
-    const size_t smem = (size_t)(T < TOK ? T : TOK) * H * 2;
-    dim3 grid((E + WARPS - 1) / WARPS, (T + TOK - 1) / TOK);
+    const size_t smem = (size_t)(T < TOK ? T : TOK) * (H / ks) * 2;
+    dim3 grid((E + WARPS - 1) / WARPS, (T + TOK - 1) / TOK, ks);
     return moe_launch(k_router_logits<TOK, WARPS>, grid, dim3(32 * WARPS), smem, st, x, gate, T, H, E, logits);
 }
 
 extern "C" cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
-                                         int tile16_min_t, cudaStream_t st)
+                                         int tile16_min_t, int ksplit, cudaStream_t st)
 {
-    if (H % 256 || H > 8192) return cudaErrorInvalidValue;
-    if (T >= tile16_min_t && H <= 4096) return logits_launch<16, 16>(x, gate, T, H, E, logits, st);
-    if (T > 16) return logits_launch<8, 8>(x, gate, T, H, E, logits, st);
-    return logits_launch<8, 4>(x, gate, T, H, E, logits, st);
+    if (H % 256 || H > 8192 || ksplit < 1 || H % (256 * ksplit)) return cudaErrorInvalidValue;
+    if (T >= tile16_min_t && H <= 4096) return logits_launch<16, 16>(x, gate, T, H, E, logits, ksplit, st);
+    if (T > 16) return logits_launch<8, 8>(x, gate, T, H, E, logits, ksplit, st);
+    return logits_launch<8, 4>(x, gate, T, H, E, logits, ksplit, st);
 }
 
 /* (v, e) beats (v2, e2): higher value, equal values -> lower index */
@@ -320,7 +325,7 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
 
 /* Small batches (T <= 32): top-k (warp w: tokens w, w + 16) and the lists in one block, one launch fewer in
  * the chain. idx/w go through global memory; __syncthreads makes them visible to the whole block. */
-__global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int T, int E, int topk, int func,
+__global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int func,
                                                         const float *bias, const int32_t *tid2eid,
                                                         const int32_t *token_ids, float route_scale, int32_t *idx,
                                                         float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk,
@@ -332,7 +337,7 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
     moe_pdl_wait();
     moe_pdl_release();
     for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
-        router_topk_token(logits, 1, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
+        router_topk_token(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
     __syncthreads();
     build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
                       items_dn);
@@ -350,7 +355,7 @@ extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T
                       pair_tok, pair_w, inv, items_gu, items_dn);
 }
 
-extern "C" cudaError_t moe_router_topk_lists(const float *logits, int T, int E, int topk, int score_func,
+extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int score_func,
                                              const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
                                              float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
                                              int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
@@ -360,7 +365,7 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int T, int E, 
     if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
         smem > 48 * 1024)
         return cudaErrorInvalidValue;
-    return moe_launch(k_topk_lists, dim3(1), dim3(512), smem, st, logits, T, E, topk, score_func, bias, tid2eid,
+    return moe_launch(k_topk_lists, dim3(1), dim3(512), smem, st, logits, ksplit, T, E, topk, score_func, bias, tid2eid,
                       token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
                       items_gu, items_dn);
 }

@@ -357,13 +357,14 @@ int main(int argc, char **argv)
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 9, 1);    /* 2-tile routed, 1-tile shared */
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 64, 1);
     for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items) */
-        static const char *nm[3] = {"nvfp4, v10 launch order", "nvfp4, 128-row down, 8-token logits", "nvfp4, v10 order, 128-row down"};
-        const int ep = W.early_pdl, rm = W.down_rm_min_t, lt = W.logits16_min_t;
+        static const char *nm[3] = {"nvfp4, v10 launch order", "nvfp4, 128-row down, logits 8-tok/4-part", "nvfp4, v10 order, 128-row down"};
+        const int ep = W.early_pdl, rm = W.down_rm_min_t, lt = W.logits16_min_t, ks = W.logits_ks;
         W.early_pdl = i == 1; W.down_rm_min_t = i ? 1 : 1 << 30; W.logits16_min_t = i == 1 ? 1 << 30 : 17;
+        W.logits_ks = i == 1 ? 4 : 1;   /* K-split router logits at T = 2 */
         run_case(nm[i], &M, &L, &W, 2, 0);
         run_case(nm[i], &M, &L, &W, 64, 0);
         run_case(nm[i], &M, &L, &W, 257, 1);
-        W.early_pdl = ep; W.down_rm_min_t = rm; W.logits16_min_t = lt;
+        W.early_pdl = ep; W.down_rm_min_t = rm; W.logits16_min_t = lt; W.logits_ks = ks;
     }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
