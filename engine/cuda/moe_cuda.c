@@ -227,10 +227,11 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
     CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
+    /* v11 defaults (bench/NOTES.md, runs 3-6) */
     W->early_pdl = 1;
-    W->down_rm_min_t = 1 << 30;
-    W->logits16_min_t = 17;
-    W->logits_ks = 1;
+    W->down_rm_min_t = 16;
+    W->logits16_min_t = 33;
+    W->logits_ks = 4;
     int dev, sms;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
