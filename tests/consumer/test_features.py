@@ -71,16 +71,22 @@ def test(make):
                   "lease_until", t + 60000)
     env.redis.cmd("HSET", "sluice:job:" + j_park_done["id"], "status", "running", "worker", "other",
                   "lease_until", t + 60000)
-    jobs = [j_stop, j_stopid, j_expired, j_deadline, j_cancel, j_stream, j_reply, j_lp, j_dedupe,
+    jobs = [j_stop, j_stopid, j_expired, j_cancel, j_stream, j_reply, j_lp, j_dedupe,
             j_park_expire, j_park_done, j_ghost]
-    j_deadline["deadline_ms"] = int(time.time() * 1000) + 400   # expires mid-run (4000 tokens take longer)
-    env.produce([(j["id"].encode(), h.encode_job(j)) for j in jobs])
+    warm = env.producer()
+    env.produce([(j["id"].encode(), h.encode_job(j)) for j in jobs], producer=warm)
 
     # cancel once the job runs
     for _ in range(200):
         if env.job_status(j_cancel["id"]) == "running":
             break
         time.sleep(0.02)
+    # a deadline that passes while the job runs: sent by the warm producer once the cancel job
+    # (4000 tokens) runs beside it, so the ~0.4 s per 4000 tokens alone become ~0.8 s shared, and
+    # 300 ms after sending is past the start (a few ms) and before the end
+    j_deadline["deadline_ms"] = int(time.time() * 1000) + 300
+    env.produce([(j_deadline["id"].encode(), h.encode_job(j_deadline))], producer=warm)
+    jobs.append(j_deadline)
     env.redis.cmd("SET", "sluice:cancel:" + j_cancel["id"], "1")
     # the other worker finishes park2: its stored result must be re-emitted as is
     other = {"id": j_park_done["id"], "status": "OK", "finish_reason": "LENGTH", "tokens": [42, 43, 44, 45],
