@@ -33,6 +33,7 @@ static job_rec *rec_new(worker *w, const rd_kafka_message_t *m) {
 
 static void rec_free(worker *w, job_rec *r) {
     set_state(w, r, JS_PARKED);
+    if (r->produce_tries > 0) w->n_produce_failed--;   /* a handed-back record with a pending retry */
     if (r->prev) r->prev->next = r->next;
     else w->head = r->next;
     if (r->next) r->next->prev = r->prev;
