@@ -216,7 +216,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     const int E = L->s.n_experts, K = L->s.topk, H = L->s.hidden, I = L->s.inter;
     const size_t pairs = (size_t)max_tokens * K + (size_t)max_tokens;
     W->max_tokens = max_tokens;
-    CK(cudaMalloc((void **)&W->logits, (size_t)max_tokens * E * sizeof(float)), "cudaMalloc(logits)");
+    /* room for MOE_LOGITS_KS_MAX K parts of the logits at every batch (v12) */
+    CK(cudaMalloc((void **)&W->logits, (size_t)MOE_LOGITS_KS_MAX * max_tokens * E * sizeof(float)), "cudaMalloc(logits)");
     CK(cudaMalloc((void **)&W->idx, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(idx)");
     CK(cudaMalloc((void **)&W->w, (size_t)max_tokens * K * sizeof(float)), "cudaMalloc(w)");
     CK(cudaMalloc((void **)&W->off, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(off)");
@@ -227,11 +228,13 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
     CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
-    /* v11 defaults (bench/NOTES.md, runs 3-6) */
+    /* v11 defaults (bench/NOTES.md, runs 3-6), v12: PRMT scale codes */
     W->early_pdl = 1;
     W->down_rm_min_t = 16;
     W->logits16_min_t = 33;
     W->logits_ks = 4;
+    W->logits_ks_max_t = 8;
+    W->dequant = 1;
     int dev, sms;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -274,11 +277,12 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
         .limit = s->swiglu_limit, .early = W->early_pdl,
         .down_rm = T >= W->down_rm_min_t && H % 128 == 0 ? 2 : 1,
+        .dq = W->dequant,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
-    const int ks = T <= 8 && W->logits_ks > 1 && (long)W->logits_ks * T <= W->max_tokens && H % (256 * W->logits_ks) == 0
-                       ? W->logits_ks : 1;
+    const int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
+                           H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
     CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, ks, st), "router logits");
     MARK(1);
     const int nt = moe_tok_tiles(T), lsh = s->has_shared;

@@ -57,8 +57,11 @@ typedef struct {
     int early_pdl;                    /* moe_expert_args.early: 1 (default) or 0 (v10 launch order) */
     int down_rm_min_t;                /* down with 128-row items (moe_expert_args.down_rm 2) from this batch on */
     int logits16_min_t;               /* router logits in 16-token tiles from this batch on (moe_router_logits) */
-    int logits_ks;                    /* router logits K parts for T <= 8 (when ks * T <= max_tokens) */
+    int logits_ks;                    /* router logits K parts (<= MOE_LOGITS_KS_MAX) for T <= logits_ks_max_t */
+    int logits_ks_max_t;              /* v11: 8 */
+    int dequant;                      /* moe_expert_args.dq: 1 (default, v12) or 0 (v11 scale-code extraction) */
 } moe_cuda_ws;
+#define MOE_LOGITS_KS_MAX 4
 
 int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s);
 void moe_cuda_layer_free(moe_cuda_layer *L);

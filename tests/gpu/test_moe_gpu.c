@@ -358,14 +358,20 @@ int main(int argc, char **argv)
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 64, 1);
     for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items) */
         static const char *nm[3] = {"nvfp4, v10 launch order", "nvfp4, 128-row down, logits 8-tok/4-part", "nvfp4, v10 order, 128-row down"};
-        const int ep = W.early_pdl, rm = W.down_rm_min_t, lt = W.logits16_min_t, ks = W.logits_ks;
+        const int ep = W.early_pdl, rm = W.down_rm_min_t, lt = W.logits16_min_t, ks = W.logits_ks, kt = W.logits_ks_max_t;
         W.early_pdl = i == 1; W.down_rm_min_t = i ? 1 : 1 << 30; W.logits16_min_t = i == 1 ? 1 << 30 : 17;
-        W.logits_ks = i == 1 ? 4 : 1;   /* K-split router logits at T = 2 */
+        W.logits_ks = i == 1 ? 4 : (i == 2 ? 2 : 1);   /* K-split router logits: 4 parts at T = 2, 64 and 257 */
+        W.logits_ks_max_t = i == 1 ? 1 << 30 : 8;    /* (v12), 2 parts at T = 2 */
         run_case(nm[i], &M, &L, &W, 2, 0);
         run_case(nm[i], &M, &L, &W, 64, 0);
         run_case(nm[i], &M, &L, &W, 257, 1);
-        W.early_pdl = ep; W.down_rm_min_t = rm; W.logits16_min_t = lt; W.logits_ks = ks;
+        W.early_pdl = ep; W.down_rm_min_t = rm; W.logits16_min_t = lt; W.logits_ks = ks; W.logits_ks_max_t = kt;
     }
+    W.dequant = 0;   /* the v11 scale-code extraction (v12 default: 1, one PRMT): same values */
+    run_case("nvfp4, scale codes v11 (dq 0)", &M, &L, &W, 7, 0);
+    run_case("nvfp4, scale codes v11 (dq 0)", &M, &L, &W, 64, 0);
+    run_case("nvfp4, scale codes v11 (dq 0)", &M, &L, &W, 257, 1);
+    W.dequant = 1;
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
