@@ -56,7 +56,7 @@ if [ "${ENGINE:-1}" = 1 ]; then   # the engine with the "cuda" backend (MoE on t
   done 2>&1 | tee "$OUT/generate.log"
 fi
 [ "${PEER:-1}" = 1 ] && echo "== peer" && PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-150} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
-echo "== bench"; timeout ${BENCH_TIMEOUT:-150} env BENCH_COMMAND="COMMIT=${COMMIT:-unknown} BENCH_ARGS=\"${BENCH_ARGS:-}\" bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json ${BENCH_ARGS:-})" $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+echo "== bench"; timeout ${BENCH_TIMEOUT:-150} env BENCH_COMMAND="COMMIT=${COMMIT:-unknown} BENCH_ARGS='${BENCH_ARGS:-}' bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json ${BENCH_ARGS:-})" $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 if [ -n "${NCU_BATCH:-}" ]; then   # optional: ncu over the two expert kernels at one batch size
   ncu --clock-control none -k regex:"k_gate_up|k_down" -c 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
     $B/sluice-bench moe --batches $NCU_BATCH --reps 1 > $OUT/ncu.txt 2>&1

@@ -260,6 +260,8 @@ static int bench_moe(int argc, char **argv)
             strncat(cmd, i ? " " : "", sizeof cmd - strlen(cmd) - 1);
             strncat(cmd, i == 0 ? "sluice-bench" : argv[i], sizeof cmd - strlen(cmd) - 1);
         }
+        for (char *c = cmd; *c; c++)   /* keep the JSON string valid */
+            if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
         FILE *f = fopen(out_path, "w");
         if (!f) { fprintf(stderr, "sluice-bench: cannot write %s\n", out_path); return 1; }
         fprintf(f, "{\"gpu\": \"%s\", \"commit\": \"%s\", \"command\": \"%s\",\n \"read_ceiling_tb_per_s\": %.4f,\n"
