@@ -4,7 +4,8 @@
 # bench/tokenizer_peer.sh), run the GPU MoE test, the "cuda" engine backend test (test_backend_cuda)
 # and `sluice-generate --backend cuda` on the hub fixture, then the PyTorch peer and `sluice-bench moe`.
 # Usage (repo root, on the GPU machine): COMMIT=<sha> bash bench/moe_device_run.sh   -> files in $OUT
-# (ENGINE=0 skips the engine build and its tests, PEER=0 the PyTorch peer; BENCH_ARGS go to sluice-bench,
+# (ENGINE=0 skips the engine build and its tests, PEER=0 the PyTorch peer, COOL=N sleeps N s before the bench;
+#  BENCH_ARGS go to sluice-bench,
 #  e.g. "--batches 1,64 --tune 0,0,0/4,64,4" to compare launch thresholds in one process.)
 set -uo pipefail
 OUT=${OUT:-/tmp/moe-out}; mkdir -p "$OUT"
@@ -56,6 +57,10 @@ if [ "${ENGINE:-1}" = 1 ]; then   # the engine with the "cuda" backend (MoE on t
   done 2>&1 | tee "$OUT/generate.log"
 fi
 [ "${PEER:-1}" = 1 ] && echo "== peer" && PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-150} python3 bench/moe_peer.py --out "$OUT/peer.txt" ${PEER_ARGS:-} 2>&1 | tail -25
+# COOL=N: N seconds idle before the bench (the peer's compute heats the GPU; our kernels are issue-bound and
+# slow down with it: in one process the same configuration read 0.855 ms at batch 64 first and 0.929 ms
+# ~60 s of load later, bench/NOTES.md v12)
+[ -n "${COOL:-}" ] && echo "== cool-down ${COOL} s" && sleep "$COOL"
 echo "== bench"; timeout ${BENCH_TIMEOUT:-150} env BENCH_COMMAND="COMMIT=${COMMIT:-unknown} BENCH_ARGS='${BENCH_ARGS:-}' bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json ${BENCH_ARGS:-})" $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 if [ -n "${NCU_BATCH:-}" ]; then   # optional: ncu over the two expert kernels at one batch size
   ncu --clock-control none -k regex:"k_gate_up|k_down" -c 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
