@@ -336,50 +336,38 @@ __device__ __forceinline__ int find_expert(const int32_t *items, int n, int it)
  * its token chunks of 8*NT x row groups if e belongs to this kernel (routed: > 8 tokens <=> NT 2;
  * shared: moe_tok_tiles(T) == NT), else none. s_items[0..nE] = exclusive prefix sums; s_off filled.
  * rows: output rows of the stage (I for gate/up, H for down). Every thread of the block calls it. */
-#define IT_MAXPER 5   /* entries per thread in item_table's scan: (512 + 2) / 128 rounded up */
-
 template <int NT>
 __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, const int32_t *off, int nE, int E,
                                            int rows, int rpi)
 {
-    __shared__ int s_wsum[MOE_WARPS];
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_off[i] = __ldcg(off + i);
     __syncthreads();
-    /* v12: block-wide exclusive scan (each thread a contiguous run of <= IT_MAXPER entries, one warp scan
-     * of the run sums, the 4 warp totals through shared memory) instead of one warp walking all nE + 1
-     * entries 32 at a time: this sits between gate/up's PDL wait and its first weight loads */
-    const int n = nE + 1, per = (n + (int)blockDim.x - 1) / (int)blockDim.x, b0 = (int)threadIdx.x * per;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int loc[IT_MAXPER], sum = 0;
-#pragma unroll
-    for (int j = 0; j < IT_MAXPER; j++) {
-        const int i = b0 + j;
+    for (int i = threadIdx.x; i <= nE; i += blockDim.x) {
         int c = 0;
-        if (j < per && i < nE) {
-            const int m = s_off[i + 1] - s_off[i];
-            const int nt = i < E ? (m > MOE_TOK_CHUNK ? 2 : 1) : moe_tok_tiles(m);
+        if (i < nE) {
+            const int n = s_off[i + 1] - s_off[i];
+            const int nt = i < E ? (n > MOE_TOK_CHUNK ? 2 : 1) : moe_tok_tiles(n);
             /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
-            if (nt == NT) c = (m + MOE_TOK_CHUNK * NT - 1) / (MOE_TOK_CHUNK * NT) * (i < E ? rows / rpi : rows / MOE_TILE_ROWS);
+            if (nt == NT) c = (n + MOE_TOK_CHUNK * NT - 1) / (MOE_TOK_CHUNK * NT) * (i < E ? rows / rpi : rows / MOE_TILE_ROWS);
         }
-        loc[j] = c;
-        sum += c;
+        s_items[i] = c;
     }
-    int inc = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += y;
-    }
-    if (lane == 31) s_wsum[warp] = inc;
     __syncthreads();
-    int base = inc - sum;
-    for (int w = 0; w < warp; w++) base += s_wsum[w];
+    if (threadIdx.x < 32) {   /* exclusive scan by warp 0 */
+        const int lane = threadIdx.x;
+        int carry = 0;
+        for (int base = 0; base <= nE; base += 32) {
+            const int i = base + lane, x = i <= nE ? s_items[i] : 0;
+            int inc = x;
 #pragma unroll
-    for (int j = 0; j < IT_MAXPER; j++)
-        if (j < per && b0 + j < n) {
-            s_items[b0 + j] = base;
-            base += loc[j];
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += y;
+            }
+            if (i <= nE) s_items[i] = carry + inc - x;
+            carry += __shfl_sync(0xffffffffu, inc, 31);
         }
+    }
     __syncthreads();
 }
 
@@ -614,7 +602,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                                    int topk, const int grid[2], uint16_t *h, cudaStream_t st)
 {
     (void)items;
-    if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192 || a->E > 512) return cudaErrorInvalidValue;
+    if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
@@ -630,8 +618,7 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
                                 int T, int topk, const int grid[2], float *y, cudaStream_t st)
 {
     (void)items;
-    if (a->I % 128 || a->H % (MOE_ROWS_PER_ITEM * (a->down_rm == 2 ? 2 : 1)) || a->I > 8192 || a->E > 512)
-        return cudaErrorInvalidValue;
+    if (a->I % 128 || a->H % (MOE_ROWS_PER_ITEM * (a->down_rm == 2 ? 2 : 1)) || a->I > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const int rm = a->down_rm == 2 ? 2 : 1, rg = a->H / (MOE_ROWS_PER_ITEM * rm);
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);

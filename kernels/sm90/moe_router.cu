@@ -128,7 +128,7 @@ __device__ __forceinline__ void rt_tree_level(float v[RT_MAXPL], int id[RT_MAXPL
 __device__ __forceinline__ void router_topk_token(const float *part, int ksplit, int T, int t, int lane, int E,
                                                   int topk, int func, const float *bias, const int32_t *tid2eid,
                                                   const int32_t *token_ids, float route_scale, int32_t *idx,
-                                                  float *wout, int32_t *idx2 = NULL, float *wout2 = NULL)
+                                                  float *wout)
 {
     /* every load is issued before any is used (v11: a runtime-length loop per element had serialised
      * them into ~30 L2 round trips per warp, ~20 us) */
@@ -139,25 +139,10 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
         lg[i] = e < E ? __ldcg(part + (size_t)t * E + e) : -INFINITY;
         bb[i] = bias && e < E ? __ldg(bias + e) : 0.f;
     }
-    if (ksplit <= 4) {   /* v12: the other parts' loads all in flight at once (a runtime loop served them one
-                            part per L2 round trip); added in the same order: ((p0 + p1) + p2) + p3 */
-        float pv[3][RT_MAXPL];
+    for (int s = 1; s < ksplit; s++)   /* same order as before: ((p0 + p1) + p2) ... */
 #pragma unroll
-        for (int s = 1; s < 4; s++)
-#pragma unroll
-            for (int i = 0; i < RT_MAXPL; i++)
-                pv[s - 1][i] = s < ksplit && lane + 32 * i < E ? __ldcg(part + ((size_t)s * T + t) * E + lane + 32 * i) : 0.f;
-#pragma unroll
-        for (int s = 1; s < 4; s++)
-#pragma unroll
-            for (int i = 0; i < RT_MAXPL; i++)
-                if (s < ksplit && lane + 32 * i < E) lg[i] += pv[s - 1][i];
-    } else {
-        for (int s = 1; s < ksplit; s++)
-#pragma unroll
-            for (int i = 0; i < RT_MAXPL; i++)
-                if (lane + 32 * i < E) lg[i] += __ldcg(part + ((size_t)s * T + t) * E + lane + 32 * i);
-    }
+        for (int i = 0; i < RT_MAXPL; i++)
+            if (lane + 32 * i < E) lg[i] += __ldcg(part + ((size_t)s * T + t) * E + lane + 32 * i);
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < RT_MAXPL; i++) mx = fmaxf(mx, lg[i]);
@@ -231,10 +216,6 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
         if (func != MOE_SCORE_SOFTMAX) w = w / ws;
         idx[(size_t)t * topk + lane] = my_e;
         wout[(size_t)t * topk + lane] = w * route_scale;
-        if (idx2) {   /* the fused kernel's shared-memory copies (its lists read these, not global memory) */
-            idx2[t * topk + lane] = my_e;
-            wout2[t * topk + lane] = w * route_scale;
-        }
     }
 }
 
@@ -260,52 +241,25 @@ extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int
                       tid2eid, token_ids, route_scale, idx, w);
 }
 
-/* Exclusive scans of three int arrays of n entries in smem by the whole block (v12; was one warp per array
- * walking it 32 entries at a time): each thread a contiguous run of <= LS_MAXPER entries, a warp scan of the
- * run sums, the warp totals through wsum[3][32]. Every thread calls it; ends with __syncthreads. */
-#define LS_MAXPER 2   /* (512 + 2) / 512 rounded up: E <= 512, >= 512 threads */
-__device__ static void block_scan3(int *a0, int *a1, int *a2, int n, int *wsum)
+/* Exclusive scan of n ints in smem by one warp; returns the total. */
+__device__ static int warp_scan(int *v, int n, int lane)
 {
-    int *arr[3] = {a0, a1, a2};
-    const int per = (n + (int)blockDim.x - 1) / (int)blockDim.x, b0 = (int)threadIdx.x * per;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int loc[3][LS_MAXPER], sum[3] = {0, 0, 0}, inc[3];
-#pragma unroll
-    for (int a = 0; a < 3; a++) {
-#pragma unroll
-        for (int j = 0; j < LS_MAXPER; j++) {
-            loc[a][j] = j < per && b0 + j < n ? arr[a][b0 + j] : 0;
-            sum[a] += loc[a][j];
+    int carry = 0;
+    for (int base = 0; base < n; base += 32) {
+        const int i = base + lane;
+        const int x = i < n ? v[i] : 0;
+        int inc = x;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += y;
         }
-        inc[a] = sum[a];
+        if (i < n) v[i] = carry + inc - x;
+        carry += __shfl_sync(0xffffffffu, inc, 31);
     }
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1)
-#pragma unroll
-        for (int a = 0; a < 3; a++) {
-            const int y = __shfl_up_sync(0xffffffffu, inc[a], o);
-            if (lane >= o) inc[a] += y;
-        }
-    if (lane == 31)
-#pragma unroll
-        for (int a = 0; a < 3; a++) wsum[a * 32 + warp] = inc[a];
-    __syncthreads();
-#pragma unroll
-    for (int a = 0; a < 3; a++) {
-        int base = inc[a] - sum[a];
-        for (int w = 0; w < warp; w++) base += wsum[a * 32 + w];
-#pragma unroll
-        for (int j = 0; j < LS_MAXPER; j++)
-            if (j < per && b0 + j < n) {
-                arr[a][b0 + j] = base;
-                base += loc[a][j];
-            }
-    }
-    __syncthreads();
+    return carry;
 }
 
-/* Lists body, run by every thread of one block (>= 512 threads). smem: cnt[E+1], fill[E+1], scan arrays
- * 3 x (E+2), then 96 ints for block_scan3. idx/w may point to shared memory (the fused kernel's copies). */
+/* Lists body, run by every thread of one block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2). */
 __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, const float *w, int T, int E, int topk,
                                                   int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
                                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
@@ -332,7 +286,11 @@ __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, c
         sd[i] = ch * rg_dn * ks;
     }
     __syncthreads();
-    block_scan3(so, sg, sd, nE + 1, sm + 5 * (E + 2));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp == 0) warp_scan(so, nE + 1, lane);
+    if (warp == 1) warp_scan(sg, nE + 1, lane);
+    if (warp == 2) warp_scan(sd, nE + 1, lane);
+    __syncthreads();
     for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
         off[i] = so[i];
         items_gu[i] = sg[i];
@@ -378,14 +336,11 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     moe_pdl_wait();
     moe_pdl_release();
-    int32_t *s_idx = sm + 5 * (E + 2) + 96;   /* [T][topk] copies for the lists (v12: no global round trip) */
-    float *s_w = (float *)(s_idx + T * topk);
     for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
-        router_topk_token(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w, s_idx,
-                          s_w);
+        router_topk_token(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
     __syncthreads();
-    build_lists_block(sm, s_idx, s_w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
-                      items_gu, items_dn);
+    build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
+                      items_dn);
 }
 
 extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
@@ -393,8 +348,8 @@ extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T
                                        float *pair_w,
                                        int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st)
 {
-    const size_t smem = (5 * (size_t)(E + 2) + 96) * sizeof(int);
-    if (smem > 48 * 1024 || E > 512) return cudaErrorInvalidValue;
+    const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
+    if (smem > 48 * 1024) return cudaErrorInvalidValue;
     return moe_launch(k_build_lists, dim3(1), dim3(1024), smem, st, idx, w, T, E, topk, has_shared, rg_gu, rg_dn,
                       tok_chunk, off,
                       pair_tok, pair_w, inv, items_gu, items_dn);
@@ -406,7 +361,7 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
                                              int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
                                              int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st)
 {
-    const size_t smem = (5 * (size_t)(E + 2) + 96 + 2 * (size_t)T * topk) * sizeof(int);
+    const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
     if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
         smem > 48 * 1024)
         return cudaErrorInvalidValue;
