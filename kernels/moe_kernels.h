@@ -118,8 +118,6 @@ typedef struct {
                                                  and gate/up releases it at once (v11); 0: v10 order */
     int down_rm;                              /* down: 16-row tiles per warp of a routed item, 1 (64-row
                                                  items) or 2 (128-row items; H % 128 == 0); v11 */
-    int dq;                                   /* block-scale code extraction: 1 one PRMT (v12), 0 shift +
-                                                 mask (v11); same results */
 } moe_expert_args;
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.

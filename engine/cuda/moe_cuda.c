@@ -228,13 +228,12 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
     CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
-    /* v11 defaults (bench/NOTES.md, runs 3-6), v12: PRMT scale codes */
+    /* v11 defaults (bench/NOTES.md, runs 3-6) */
     W->early_pdl = 1;
     W->down_rm_min_t = 16;
     W->logits16_min_t = 33;
     W->logits_ks = 4;
     W->logits_ks_max_t = 8;
-    W->dequant = 1;
     int dev, sms;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -277,7 +276,6 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
         .limit = s->swiglu_limit, .early = W->early_pdl,
         .down_rm = T >= W->down_rm_min_t && H % 128 == 0 ? 2 : 1,
-        .dq = W->dequant,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

@@ -59,7 +59,6 @@ typedef struct {
     int logits16_min_t;               /* router logits in 16-token tiles from this batch on (moe_router_logits) */
     int logits_ks;                    /* router logits K parts (<= MOE_LOGITS_KS_MAX) for T <= logits_ks_max_t */
     int logits_ks_max_t;              /* v11: 8 */
-    int dequant;                      /* moe_expert_args.dq: 1 (default, v12) or 0 (v11 scale-code extraction) */
 } moe_cuda_ws;
 #define MOE_LOGITS_KS_MAX 4
 

@@ -116,18 +116,8 @@ __device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, 
     }
 }
 
-/* Scale code b (0..3) of a lane's 4-byte scale word. dq 1 (v12, default): one PRMT; dq 0 (v11): shift + mask
- * (two ALU ops for the middle bytes). v12 also measured moving the FP4 rotations to the FMA pipe (IMAD.WIDE
- * hi/lo + one LOP3 per pair, IMAD.HI for pair 3's shift): 3-17 % slower at batch 8-64 (bench/NOTES.md). */
-template <int DQ>
-__device__ __forceinline__ uint32_t scale_code(uint32_t s, int b)
-{
-    if (DQ == 0) return (s >> (8 * b)) & 0xFFu;
-    return __byte_perm(s, 0u, 0x4440u | (uint32_t)b);
-}
-
 /* Half U of a chunk (16-byte piece U of each lane's weights; activation fragments v[2U], v[2U+1]). */
-template <int NM, int NT, int U, int DQ>
+template <int NM, int NT, int U>
 __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
 {
     {
@@ -136,8 +126,8 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
         for (int grp = 0; grp < 2; grp++) {
 #pragma unroll
             for (int m = 0; m < NM; m++) {
-                const uint32_t cg = scale_code<DQ>(st.s[m].x, 2 * u + grp);
-                const uint32_t c8 = scale_code<DQ>(st.s[m].y, 2 * u + grp);
+                const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
+                const uint32_t c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;
                 const uint32_t fg = moe_scale_factor(cg), f8 = moe_scale_factor(c8);
 #pragma unroll
                 for (int step = 0; step < 2; step++) {
@@ -155,11 +145,11 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
     }
 }
 
-template <int NM, int NT, int DQ>
+template <int NM, int NT>
 __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
 {
-    fp4_compute_u<NM, NT, 0, DQ>(st, x, acc);
-    fp4_compute_u<NM, NT, 1, DQ>(st, x, acc);
+    fp4_compute_u<NM, NT, 0>(st, x, acc);
+    fp4_compute_u<NM, NT, 1>(st, x, acc);
 }
 
 /* Issues the first D chunks of a row tile (what fp4_rowtile does when not primed). */
@@ -177,7 +167,7 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
  * primed: the first D chunks were already issued (and committed) by the previous item's tail.
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
  * of this tile issues the next tile's first D chunks, so the stream never drains between items. */
-template <int FMT, int NM, int D, int NT, int DQ>
+template <int FMT, int NM, int D, int NT>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul)
@@ -204,7 +194,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
-                fp4_compute<NM, NT, DQ>(st, xb[s & 1], acc);
+                fp4_compute<NM, NT>(st, xb[s & 1], acc);
             }
             if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
             else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
@@ -391,7 +381,7 @@ __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_
     return t;
 }
 
-template <int FMT, int NT, int DQ>
+template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
@@ -423,7 +413,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, 4, NT, DQ>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
+            fp4_rowtile<FMT, 2, 4, NT>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
@@ -459,7 +449,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
 /* RM: 16-row tiles per warp of a routed item (1: 64-row items, ring depth 8; 2: 128-row items, each
  * warp streaming two adjacent row tiles like gate/up's two matrices, ring depth 4, one activation
  * fragment per two tiles; v11). The shared expert's items are unchanged (one 16-row tile, K split). */
-template <int FMT, int NT, int RM, int DQ>
+template <int FMT, int NT, int RM>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
@@ -501,7 +491,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            fp4_rowtile<FMT, RM, D, NT, DQ>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
+            fp4_rowtile<FMT, RM, D, NT>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
         } else {
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
@@ -538,46 +528,26 @@ static cudaError_t raise_smem(const void *f, size_t bytes)
 }
 
 typedef void (*dn_fn)(moe_expert_args, const uint16_t *, const int32_t *, float *);
-typedef void (*gu_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *);
 
-#define MOE_DQ_N 2   /* scale-code variants 0..1 (see scale_code) */
-template <int FMT, int NT>
-static gu_fn gu_pick_f(int dq)
-{
-    return dq == 0 ? k_gate_up<FMT, NT, 0> : k_gate_up<FMT, NT, 1>;
-}
 template <int NT>
-static gu_fn gu_pick(int fmt, int dq)
+static dn_fn dn_pick(int fmt, int rm)
 {
-    return fmt == MOE_FP4_NVFP4 ? gu_pick_f<MOE_FP4_NVFP4, NT>(dq) : gu_pick_f<MOE_FP4_MXFP4, NT>(dq);
-}
-template <int FMT, int NT, int RM>
-static dn_fn dn_pick_f(int dq)
-{
-    return dq == 0 ? k_down<FMT, NT, RM, 0> : k_down<FMT, NT, RM, 1>;
-}
-template <int NT>
-static dn_fn dn_pick(int fmt, int rm, int dq)
-{
-    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? dn_pick_f<MOE_FP4_NVFP4, NT, 2>(dq) : dn_pick_f<MOE_FP4_NVFP4, NT, 1>(dq);
-    return rm == 2 ? dn_pick_f<MOE_FP4_MXFP4, NT, 2>(dq) : dn_pick_f<MOE_FP4_MXFP4, NT, 1>(dq);
+    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, 2> : k_down<MOE_FP4_NVFP4, NT, 1>;
+    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, 2> : k_down<MOE_FP4_MXFP4, NT, 1>;
 }
 
-/* occupancy of the 64-row down kernel (the 128-row one and the dequant variants have the same launch
- * bounds and no spills) */
+/* occupancy of the 64-row down kernel (the 128-row one has the same launch bounds and no spills) */
 template <int NT>
 static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
 {
     const size_t sm = smem_for(E);
+    const void *fg = fmt == MOE_FP4_NVFP4 ? (const void *)k_gate_up<MOE_FP4_NVFP4, NT> : (const void *)k_gate_up<MOE_FP4_MXFP4, NT>;
     cudaError_t e;
-    for (int dq = 0; dq < MOE_DQ_N; dq++) {
-        if ((e = raise_smem((const void *)gu_pick<NT>(fmt, dq), smem_for(512))) != cudaSuccess) return e;
-        for (int rm = 1; rm <= 2; rm++)
-            if ((e = raise_smem((const void *)dn_pick<NT>(fmt, rm, dq), smem_for(512))) != cudaSuccess) return e;
-    }
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, (const void *)gu_pick<NT>(fmt, 0), 128, sm)) != cudaSuccess)
-        return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1, 0), 128, sm);
+    if ((e = raise_smem(fg, smem_for(512))) != cudaSuccess) return e;
+    for (int rm = 1; rm <= 2; rm++)
+        if ((e = raise_smem((const void *)dn_pick<NT>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1), 128, sm);
 }
 
 extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int *dn)
@@ -606,11 +576,12 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
     const size_t sm = smem_for(a->E);
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
-    cudaError_t e = moe_launch(gu_pick<1>(a->fmt, a->dq), dim3(g0),
+    const bool nv = a->fmt == MOE_FP4_NVFP4;
+    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g0),
                                dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;   /* T <= 8: no expert has more than 8 tokens */
     const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
-    return moe_launch(gu_pick<2>(a->fmt, a->dq), dim3(g1), dim3(128), sm,
+    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm,
                       st, *a, x, off, pair_tok, pair_w, h);
 }
 
@@ -622,10 +593,10 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     const size_t sm = smem_for(a->E);
     const int rm = a->down_rm == 2 ? 2 : 1, rg = a->H / (MOE_ROWS_PER_ITEM * rm);
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
-    cudaError_t e = moe_launch(dn_pick<1>(a->fmt, rm, a->dq), dim3(g0), dim3(128), sm, st, *a, h, off, y);
+    cudaError_t e = moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y);
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;
     const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
-    return moe_launch(dn_pick<2>(a->fmt, rm, a->dq), dim3(g1), dim3(128), sm, st, *a, h, off, y);
+    return moe_launch(dn_pick<2>(a->fmt, rm), dim3(g1), dim3(128), sm, st, *a, h, off, y);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)

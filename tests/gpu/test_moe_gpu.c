@@ -367,11 +367,6 @@ int main(int argc, char **argv)
         run_case(nm[i], &M, &L, &W, 257, 1);
         W.early_pdl = ep; W.down_rm_min_t = rm; W.logits16_min_t = lt; W.logits_ks = ks; W.logits_ks_max_t = kt;
     }
-    W.dequant = 0;   /* the v11 scale-code extraction (v12 default: 1, one PRMT): same values */
-    run_case("nvfp4, scale codes v11 (dq 0)", &M, &L, &W, 7, 0);
-    run_case("nvfp4, scale codes v11 (dq 0)", &M, &L, &W, 64, 0);
-    run_case("nvfp4, scale codes v11 (dq 0)", &M, &L, &W, 257, 1);
-    W.dequant = 1;
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
