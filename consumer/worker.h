@@ -58,6 +58,8 @@ typedef struct job_rec {
     int failed, tokens_out;
     int produce_tries;
     char *reply_error;               /* the reply_topic failed for good: the result goes to topic.results */
+    uint8_t *small;                  /* the Result is over Kafka's message limit: this ERROR Result instead */
+    size_t small_len;
     struct dlq_msg *dlq;             /* JK_DLQ: what to write (kept until delivered) */
 } job_rec;
 
@@ -135,6 +137,7 @@ void wk_produce_result(worker *w, job_rec *r);
 void wk_produce_dlq(worker *w, job_rec *r);
 int wk_reply_topic_failed(rd_kafka_resp_err_t err);   /* a delivery error the reply topic will not recover from */
 void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err);   /* result -> topic.results + reason */
+void wj_oversize_result(worker *w, job_rec *r);   /* r->small: an ERROR Result pointing at the Redis copy */
 void wk_produce_chunk(worker *w, job_rec *r, int done);
 void wk_pause_all(worker *w, int pause);
 void wk_store_offset(worker *w, int32_t partition, int64_t offset);   /* batched ... */

@@ -44,6 +44,7 @@ static void rec_free(worker *w, job_rec *r) {
     textdec_free(&r->text);
     free(r->result);
     free(r->reply_error);
+    free(r->small);
     if (r->dlq) {
         free(r->dlq->value);
         free(r->dlq->key);
@@ -334,6 +335,37 @@ static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const cha
     wk_produce_result(w, r);
 }
 
+/* The full Result (kept for Redis) is larger than Kafka takes (the producer's message.max.bytes, or
+ * the broker's/topic's limit): produce a small ERROR Result that says where the full one is. */
+void wj_oversize_result(worker *w, job_rec *r) {
+    if (r->small) return;
+    char msg[512], err[256];
+    snprintf(msg, sizeof(msg),
+             "result of %zu bytes is larger than the Kafka message limit; the full result is in Redis at "
+             "%sresult:%.256s (for redis.ttl_s)",
+             r->result_len, cfg_get(w->cfg, "redis.prefix"), r->job.id);
+    sl_result res = {0};
+    res.id = r->job.id;
+    res.status = RS_ERROR;
+    res.finish = RF_ERROR;
+    res.error = msg;
+    res.prompt_tokens = r->n_prompt;
+    res.completion_tokens = r->tokens_out;
+    res.queue_ms = r->t_admit > 0 ? r->t_admit - r->t_recv : 0;
+    res.ttft_ms = r->ttft_ms;
+    res.decode_ms = r->decode_ms;
+    res.worker = w->worker_id;
+    res.model = w->info->model_id;
+    res.meta_k = (const char *const *)r->job.meta_k;
+    res.meta_v = (const char *const *)r->job.meta_v;
+    res.n_meta = r->job.n_meta;
+    if (codec_encode_result(w->codec, &res, -1, &r->small, &r->small_len, err, sizeof(err))) {
+        wlog(w, L_ERROR, "%s", err);
+        abort();   /* cannot happen for a schema-valid record */
+    }
+    wlog(w, L_WARN, "job %s: %s", r->job.id, msg);
+}
+
 static void admit(worker *w, job_rec *r) {
     r->t_admit = now_ms();
     if (r->job.has_deadline && wall_ms() >= r->job.deadline_ms) {
@@ -541,7 +573,9 @@ void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
             r->next_check = now_ms() + 500;
             return;
         }
-        if (!r->reply_error && r->job.reply_topic && r->job.reply_topic[0] && wk_reply_topic_failed(err)) {
+        if (!r->small && (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)) {
+            wj_oversize_result(w, r);   /* the broker's (or topic's) limit is below ours */
+        } else if (!r->reply_error && r->job.reply_topic && r->job.reply_topic[0] && wk_reply_topic_failed(err)) {
             /* a reply topic that does not exist (or may not be written) will not start working by
              * itself: deliver the result to the default topic with the reason */
             wk_reply_fallback(w, r, err);

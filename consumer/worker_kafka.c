@@ -322,11 +322,17 @@ void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
 }
 
 void wk_produce_result(worker *w, job_rec *r) {
-    uint8_t *v;
-    size_t vl;
-    frame(r->schema_id >= 0 ? w->result_schema_id : -1, r->result, r->result_len, &v, &vl);
+    uint8_t *v = NULL;
+    size_t vl = 0;
+    const uint8_t *bare = NULL;
     rd_kafka_resp_err_t e;
     for (;;) {
+        const uint8_t *want = r->small ? r->small : r->result;
+        if (bare != want) {   /* (re)frame when the payload changed: first pass, or oversize fallback */
+            if (v && v != bare) free(v);
+            bare = want;
+            frame(r->schema_id >= 0 ? w->result_schema_id : -1, bare, r->small ? r->small_len : r->result_len, &v, &vl);
+        }
         int to_reply = r->job.reply_topic && r->job.reply_topic[0] && !r->reply_error;
         const char *topic = to_reply ? r->job.reply_topic : w->topic_results;
         do {
@@ -344,9 +350,14 @@ void wk_produce_result(worker *w, job_rec *r) {
             wk_reply_fallback(w, r, e);
             continue;
         }
+        /* over the producer's message.max.bytes: a small ERROR Result instead (the full one is in Redis) */
+        if (e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && !r->small) {
+            wj_oversize_result(w, r);
+            continue;
+        }
         break;
     }
-    if (v != r->result) free(v);
+    if (v != bare) free(v);
     r->state = JS_PRODUCING;
     if (e) {
         wlog(w, L_WARN, "result produce for %s failed: %s (retrying)", r->job.id, rd_kafka_err2str(e));
