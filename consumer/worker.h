@@ -135,6 +135,7 @@ void wk_dlq(worker *w, const rd_kafka_message_t *m, const char *error, const cha
 /* Produce a record's result (framed like its input); chunks are fire-and-forget. */
 void wk_produce_result(worker *w, job_rec *r);
 void wk_produce_dlq(worker *w, job_rec *r);
+void wk_retry_later(worker *w, job_rec *r);   /* a produce or DLQ delivery failed: the timers try again in 0.5 s */
 int wk_reply_topic_failed(rd_kafka_resp_err_t err);   /* a delivery error the reply topic will not recover from */
 void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err);   /* result -> topic.results + reason */
 void wj_oversize_result(worker *w, job_rec *r);   /* r->small: an ERROR Result pointing at the Redis copy */

@@ -289,10 +289,32 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
 static const sl_result_status STATUS_OF[] = {RS_OK, RS_OK, RS_ERROR, RS_EXPIRED, RS_CANCELLED};
 static const sl_result_finish FINISH_OF[] = {RF_STOP, RF_LENGTH, RF_ERROR, RF_EXPIRED, RF_CANCELLED};
 
-/* Encode the record's Result, keep the bare bytes for Redis, produce it. */
-static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const char *error, int n_prompt) {
+/* The fields every Result of this record carries: id, engine timing, worker, model, echoed metadata. */
+static sl_result result_of(const worker *w, const job_rec *r) {
     sl_result res = {0};
     res.id = r->job.id;
+    res.ttft_ms = r->ttft_ms;
+    res.decode_ms = r->decode_ms;
+    res.worker = w->worker_id;
+    res.model = w->info->model_id;
+    res.meta_k = (const char *const *)r->job.meta_k;
+    res.meta_v = (const char *const *)r->job.meta_v;
+    res.n_meta = r->job.n_meta;
+    return res;
+}
+
+/* Encode to bare Avro; a schema-valid record cannot fail, so failing is a bug: do not lose the job silently. */
+static void encode_result(worker *w, const sl_result *res, uint8_t **out, size_t *outlen) {
+    char err[256];
+    if (codec_encode_result(w->codec, res, -1, out, outlen, err, sizeof(err))) {
+        wlog(w, L_ERROR, "%s", err);
+        abort();
+    }
+}
+
+/* Encode the record's Result, keep the bare bytes for Redis, produce it. */
+static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const char *error, int n_prompt) {
+    sl_result res = result_of(w, r);
     if ((unsigned)reason > SL_FINISH_CANCELLED) reason = SL_FINISH_ERROR;
     res.status = STATUS_OF[reason];
     res.finish = FINISH_OF[reason];
@@ -312,18 +334,7 @@ static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const cha
     res.prompt_tokens = n_prompt;
     res.completion_tokens = r->n_tokens;
     res.queue_ms = r->t_admit > 0 ? r->t_admit - r->t_recv : now_ms() - r->t_recv;
-    res.ttft_ms = r->ttft_ms;
-    res.decode_ms = r->decode_ms;
-    res.worker = w->worker_id;
-    res.model = w->info->model_id;
-    res.meta_k = (const char *const *)r->job.meta_k;
-    res.meta_v = (const char *const *)r->job.meta_v;
-    res.n_meta = r->job.n_meta;
-    char err[256];
-    if (codec_encode_result(w->codec, &res, -1, &r->result, &r->result_len, err, sizeof(err))) {
-        wlog(w, L_ERROR, "%s", err);
-        abort();   /* cannot happen for a schema-valid record; do not lose the job silently */
-    }
+    encode_result(w, &res, &r->result, &r->result_len);
     r->failed = reason == SL_FINISH_ERROR;
     r->tokens_out = r->n_tokens;
     r->t_finished = now_ms();
@@ -339,30 +350,19 @@ static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const cha
  * the broker's/topic's limit): produce a small ERROR Result that says where the full one is. */
 void wj_oversize_result(worker *w, job_rec *r) {
     if (r->small) return;
-    char msg[512], err[256];
+    char msg[512];
     snprintf(msg, sizeof(msg),
              "result of %zu bytes is larger than the Kafka message limit; the full result is in Redis at "
              "%sresult:%.256s (for redis.ttl_s)",
              r->result_len, cfg_get(w->cfg, "redis.prefix"), r->job.id);
-    sl_result res = {0};
-    res.id = r->job.id;
+    sl_result res = result_of(w, r);
     res.status = RS_ERROR;
     res.finish = RF_ERROR;
     res.error = msg;
     res.prompt_tokens = r->n_prompt;
     res.completion_tokens = r->tokens_out;
     res.queue_ms = r->t_admit > 0 ? r->t_admit - r->t_recv : 0;
-    res.ttft_ms = r->ttft_ms;
-    res.decode_ms = r->decode_ms;
-    res.worker = w->worker_id;
-    res.model = w->info->model_id;
-    res.meta_k = (const char *const *)r->job.meta_k;
-    res.meta_v = (const char *const *)r->job.meta_v;
-    res.n_meta = r->job.n_meta;
-    if (codec_encode_result(w->codec, &res, -1, &r->small, &r->small_len, err, sizeof(err))) {
-        wlog(w, L_ERROR, "%s", err);
-        abort();   /* cannot happen for a schema-valid record */
-    }
+    encode_result(w, &res, &r->small, &r->small_len);
     wlog(w, L_WARN, "job %s: %s", r->job.id, msg);
 }
 
@@ -569,8 +569,7 @@ void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
             /* the record keeps the message: write it again from the timers; the offset waits */
             wlog(w, L_ERROR, "DLQ delivery for offset %lld failed: %s; retrying", (long long)r->offset,
                  rd_kafka_err2str(err));
-            if (r->produce_tries++ == 0) w->n_produce_failed++;
-            r->next_check = now_ms() + 500;
+            wk_retry_later(w, r);
             return;
         }
         if (!r->small && (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)) {

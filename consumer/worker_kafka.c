@@ -232,6 +232,17 @@ static uint8_t *xmemdup(const void *p, size_t n) {
     return d;
 }
 
+void wk_retry_later(worker *w, job_rec *r) {
+    if (r->produce_tries++ == 0) w->n_produce_failed++;   /* the timers scan only while some wait */
+    r->next_check = now_ms() + 500;
+}
+
+/* the producer holds the record now (its opaque) until the delivery report */
+static void produced(worker *w, job_rec *r) {
+    if (r->produce_tries > 0) w->n_produce_failed--, r->produce_tries = 0;
+    r->in_producer = 1;
+}
+
 void wk_dlq(worker *w, const rd_kafka_message_t *m, const char *error, const char *cls) {
     job_rec *r = calloc(1, sizeof(*r));
     struct dlq_msg *d = calloc(1, sizeof(*d));
@@ -278,15 +289,12 @@ void wk_produce_dlq(worker *w, job_rec *r) {
         /* the record keeps the message and its offset stays unstored: retried from the timers */
         wlog(w, L_ERROR, "DLQ produce for offset %lld failed: %s (retrying)", (long long)r->offset,
              rd_kafka_err2str(e));
-        if (r->produce_tries++ == 0) w->n_produce_failed++;
-        r->next_check = now_ms() + 500;
+        wk_retry_later(w, r);
         return;
     }
-    if (r->produce_tries > 0) {
+    if (r->produce_tries > 0)
         wlog(w, L_INFO, "DLQ write for offset %lld queued again (try %d)", (long long)r->offset, r->produce_tries + 1);
-        w->n_produce_failed--, r->produce_tries = 0;
-    }
-    r->in_producer = 1;
+    produced(w, r);
 }
 
 int wk_reply_topic_failed(rd_kafka_resp_err_t err) {
@@ -361,12 +369,10 @@ void wk_produce_result(worker *w, job_rec *r) {
     r->state = JS_PRODUCING;
     if (e) {
         wlog(w, L_WARN, "result produce for %s failed: %s (retrying)", r->job.id, rd_kafka_err2str(e));
-        if (r->produce_tries++ == 0) w->n_produce_failed++;
-        r->next_check = now_ms() + 500;
+        wk_retry_later(w, r);
         return;
     }
-    if (r->produce_tries > 0) w->n_produce_failed--, r->produce_tries = 0;
-    r->in_producer = 1;
+    produced(w, r);
 }
 
 void wk_produce_chunk(worker *w, job_rec *r, int done) {

@@ -307,6 +307,20 @@ class Env:
         self.read_all(topic, until, timeout, idle)
         return seen
 
+    def wait_committed(self, partition, offset, topic="sluice.jobs", timeout=20):
+        """Until the group's committed offset of topic[partition] is `offset` (auto-commit: every 5 s)."""
+        c = Consumer({"bootstrap.servers": self.brokers, "group.id": self.group})
+        t0 = time.time()
+        try:
+            while True:
+                got = c.committed([TopicPartition(topic, partition)], timeout=10)[0].offset
+                if got == offset:
+                    return
+                assert time.time() - t0 < timeout, "committed offset %d, want %d" % (got, offset)
+                time.sleep(0.5)
+        finally:
+            c.close()
+
     def job_status(self, job_id):
         v = self.redis.cmd("HGET", "sluice:job:" + job_id, "status")
         return v.decode() if v else None
