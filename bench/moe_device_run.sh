@@ -22,7 +22,7 @@ CF="-O2 -std=c11 -D_GNU_SOURCE -DSLUICE_HAVE_CUDA=1 -Iengine -Iengine/cuda -Iker
 gcc $CF -c engine/cuda/moe_cuda.c -o $B/moe_cuda.o || exit 1
 gcc $CF -c tests/gpu/test_moe_gpu.c -o $B/test_moe_gpu.o || exit 1
 gcc $CF -c bench/sluice_bench.c -o $B/sluice_bench.o || exit 1
-KO="$B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_bench_kernels.o $B/moe_cuda.o"
+KO="$B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_fused.o $B/moe_bench_kernels.o $B/moe_cuda.o"
 $NVCC $ARCH -o $B/test_moe_gpu $B/test_moe_gpu.o $KO -lm || exit 1
 $NVCC $ARCH -o $B/sluice-bench $B/sluice_bench.o $KO -lm || exit 1
 if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + one ncu pass over the expert kernels
@@ -44,7 +44,7 @@ if [ "${ENGINE:-1}" = 1 ]; then   # the engine with the "cuda" backend (MoE on t
   ls engine/*.c engine/cpu/*.c engine/cuda/*.c | grep -v moe_cuda.c | xargs -P 16 -I{} sh -c 'gcc '"$EF"' -c {} -o '"$B"'/eng/$(echo {} | tr / _).o' 2>&1 | tee $OUT/build.log
   gcc $EF -DSLUICE_TEST_DATA="\"$PWD/tests/data\"" -c tests/gpu/test_backend_cuda.c -o $B/test_backend_cuda.o 2>&1 | tee -a $OUT/build.log
   gcc $EF -c engine/cli/sluice_generate.c -o $B/sluice_generate.o 2>&1 | tee -a $OUT/build.log
-  EO="$B/eng/*.o $B/moe_cuda.o $B/moe_repack.o $B/moe_router.o $B/moe_expert.o"
+  EO="$B/eng/*.o $B/moe_cuda.o $B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_fused.o"
   $NVCC $ARCH -o $B/test_backend_cuda $B/test_backend_cuda.o $EO $LIBS -ljansson -lonig -lunistring -lpthread -lm 2>&1 | tee -a $OUT/build.log
   $NVCC $ARCH -o $B/sluice-generate $B/sluice_generate.o $EO $LIBS -ljansson -lonig -lunistring -lpthread -lm 2>&1 | tee -a $OUT/build.log
   echo "== backend"; timeout 150 $B/test_backend_cuda 2>&1 | tee "$OUT/backend.log"

@@ -87,23 +87,107 @@ static void make_layer(moe_cuda_layer *L, const moe_cuda_shape *s, uint32_t seed
     if (moe_cuda_set_router(L, gate, bias, NULL)) exit(1);
 }
 
+/* Timeline of the one-launch layer (moe_fused.cu) at batches 1, 4, 8, random routing: per item kind, when
+ * the first started and the last ended (us from the kernel's first item start), items and median length;
+ * plus when the lists flag rose. Median over 8 forwards (after a warm-up), outside a graph. */
+static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok, float *out,
+                           cudaStream_t st, const float *gate, const float *bias)
+{
+    static const char *kn[5] = {"logits", "shared g/u", "shared down", "routed g/u", "routed down"};
+    const int G = W->grid_fused, nw = G * 8 * 2 + 5, fm = W->fused_max_t;
+    unsigned long long *d, *hbuf = malloc((size_t)nw * 8);
+    if (!hbuf || cudaMalloc((void **)&d, (size_t)nw * 8) != cudaSuccess) { fprintf(stderr, "trace: no memory\n"); return; }
+    W->fused_max_t = MOE_FUSED_MAX_T;
+    for (int l = 0; l < NLAYERS; l++)
+        if (moe_cuda_set_router(&L[l], gate, bias, NULL)) return;
+    const int tb[3] = {1, 4, 8};
+    for (int bi = 0; bi < 3; bi++) {
+        double first[5][8], last[5][8], med[5][8], flag[8], topk[8], total[8], lph[3][8];
+        int cnt[5] = {0};
+        for (int rep = 0; rep < 9; rep++) {
+            CU(cudaMemset(d, 0, (size_t)nw * 8));
+            W->fused_trace = d;
+            if (moe_cuda_forward(&L[rep % NLAYERS], W, x[rep % NSETS], tok, tb[bi], out, st)) break;
+            W->fused_trace = NULL;
+            CU(cudaStreamSynchronize(st));
+            CU(cudaMemcpy(hbuf, d, (size_t)nw * 8, cudaMemcpyDeviceToHost));
+            if (rep == 0) continue;   /* warm-up */
+            unsigned long long t0 = ~0ull, tend = 0;
+            for (int i = 0; i < G * 8; i++)
+                if (hbuf[2 * i]) { if (hbuf[2 * i] < t0) t0 = hbuf[2 * i]; }
+            double f[5], la[5], lens[5][4096];
+            int n[5] = {0};
+            for (int k = 0; k < 5; k++) f[k] = 1e30, la[k] = 0;
+            for (int i = 0; i < G * 8; i++) {
+                if (!hbuf[2 * i]) continue;
+                const int k = (int)(hbuf[2 * i + 1] >> 32);
+                const unsigned long long e = hbuf[2 * i] + (hbuf[2 * i + 1] & 0xFFFFFFFFull);
+                const double a = (hbuf[2 * i] - t0) / 1e3, b = (e - t0) / 1e3;
+                if (k < 0 || k > 4) continue;
+                if (a < f[k]) f[k] = a;
+                if (b > la[k]) la[k] = b;
+                if (n[k] < 4096) lens[k][n[k]++] = b - a;
+                if (e > tend) tend = e;
+            }
+            for (int k = 0; k < 5; k++) {
+                first[k][rep - 1] = n[k] ? f[k] : 0;
+                last[k][rep - 1] = la[k];
+                float tmp[4096];
+                for (int j = 0; j < n[k]; j++) tmp[j] = (float)lens[k][j];
+                med[k][rep - 1] = n[k] ? median(tmp, n[k]) : 0;
+                cnt[k] = n[k];
+            }
+            flag[rep - 1] = hbuf[nw - 5] ? ((double)hbuf[nw - 5] - (double)t0) / 1e3 : 0;
+            topk[rep - 1] = hbuf[nw - 4] ? ((double)hbuf[nw - 4] - (double)t0) / 1e3 : 0;
+            for (int k = 0; k < 3; k++) lph[k][rep - 1] = hbuf[nw - 3 + k] ? ((double)hbuf[nw - 3 + k] - (double)t0) / 1e3 : 0;
+            total[rep - 1] = (tend - t0) / 1e3;
+        }
+        float tmp[8];
+        printf("fused timeline, batch %d (us from the first item start; median of 8 forwards, outside a graph):\n", tb[bi]);
+        for (int j = 0; j < 8; j++) tmp[j] = (float)flag[j];
+        printf("  block 0 routing from %.1f", median(tmp, 8));
+        for (int j = 0; j < 8; j++) tmp[j] = (float)topk[j];
+        printf(" to %.1f; logits item of ticket 0:", median(tmp, 8));
+        for (int k = 0; k < 3; k++) {
+            for (int j = 0; j < 8; j++) tmp[j] = (float)lph[k][j];
+            printf(" %s %.1f", k == 0 ? "x staged" : k == 1 ? "computed" : "counted", median(tmp, 8));
+        }
+        printf("\n");
+        for (int j = 0; j < 8; j++) tmp[j] = (float)total[j];
+        printf("  last item ends at %.1f\n", median(tmp, 8));
+        for (int k = 0; k < 5; k++) {
+            float a[8], b[8], c[8];
+            for (int j = 0; j < 8; j++) a[j] = (float)first[k][j], b[j] = (float)last[k][j], c[j] = (float)med[k][j];
+            printf("  %-12s items %5d  first start %7.1f  last end %7.1f  median item %6.1f\n", kn[k], cnt[k],
+                   median(a, 8), median(b, 8), median(c, 8));
+        }
+    }
+    W->fused_max_t = fm;
+    cudaFree(d);
+    free(hbuf);
+}
+
 static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
-    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][5], ntune = 0, skew_only = -1;
+    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][6], ntune = 0, skew_only = -1, trace = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) {   /* launch variants (moe_cuda_ws) */
-            /* "E,R,L,K[,KT]/...": early PDL E (0/1), 128-row down items from batch R, 16-token router logits tiles
-             * from batch L, router logits in K parts for T <= KT (default 8); each measured in turn, the JSON holds
-             * the last */
+            /* "E,R,L,K[,KT[,F]]/...": early PDL E (0/1), 128-row down items from batch R, 16-token router logits
+             * tiles from batch L, router logits in K parts for T <= KT (default 16), the one-launch layer for
+             * T <= F % 100 (default 0 = never) with moe_fused_args.opt F / 100; each measured in turn, the JSON
+             * holds the last */
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/"))
-                if ((tune[ntune][4] = 8, sscanf(t, "%d,%d,%d,%d,%d", &tune[ntune][0], &tune[ntune][1], &tune[ntune][2],
-                                                 &tune[ntune][3], &tune[ntune][4])) >= 4) ntune++;
-                else { fprintf(stderr, "sluice-bench: --variants E,R,L,K[,KT][/...]\n"); return 2; }
+                if ((tune[ntune][4] = 16, tune[ntune][5] = 0,
+                     sscanf(t, "%d,%d,%d,%d,%d,%d", &tune[ntune][0], &tune[ntune][1], &tune[ntune][2], &tune[ntune][3],
+                            &tune[ntune][4], &tune[ntune][5])) >= 4) ntune++;
+                else { fprintf(stderr, "sluice-bench: --variants E,R,L,K[,KT[,F]][/...]\n"); return 2; }
+        } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
+            trace = 1;
         } else if (!strcmp(argv[i], "--routing") && i + 1 < argc) {   /* random | skewed (default both) */
             ++i;
             skew_only = !strcmp(argv[i], "skewed") ? 1 : !strcmp(argv[i], "random") ? 0 : -2;
@@ -112,7 +196,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants E,R,L,K[,KT][/...]] [--routing random|skewed]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants E,R,L,K[,KT[,F]][/...]] [--routing random|skewed] [--trace]\n");
             return 2;
         }
     }
@@ -171,9 +255,10 @@ static int bench_moe(int argc, char **argv)
     for (int v = 0; v < (ntune ? ntune : 1); v++) {
     if (ntune)
         W.early_pdl = tune[v][0], W.down_rm_min_t = tune[v][1], W.logits16_min_t = tune[v][2], W.logits_ks = tune[v][3],
-        W.logits_ks_max_t = tune[v][4];
+        W.logits_ks_max_t = tune[v][4], W.fused_max_t = tune[v][5] % 100, W.fused_opt = tune[v][5] / 100;
     printf("variant: early PDL %d, 128-row down items from batch %d, 16-token logits tiles from batch %d, logits K parts %d "
-           "up to batch %d\n", W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t);
+           "up to batch %d, one-launch layer up to batch %d (opt %d)\n", W.early_pdl,
+           W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer");
     for (int sk = 0; sk < 2; sk++) {
@@ -221,6 +306,7 @@ static int bench_moe(int argc, char **argv)
         }
     }
     }   /* variants */
+    if (trace) fused_timeline(L, &W, x, tok, out, st, gate, bias);
     /* where the time goes: events between the stages (no graph), random routing, median over sets */
     {
         static const char *names[6] = {"logits", "topk", "lists", "gate/up", "down", "combine"};

@@ -140,6 +140,39 @@ cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, in
 /* Blocks per SM the expert kernels reach (for a persistent grid). */
 cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
 
+/* ---- the whole layer for small batches in one persistent launch (moe_fused.cu) */
+#define MOE_FUSED_MAX_T 8
+typedef struct {
+    moe_expert_args ex;
+    const uint16_t *x;                        /* bf16 [T][H] */
+    const float *gate, *bias;                 /* router weight fp32 [E][H]; bias [E] or NULL */
+    const int32_t *tid2eid, *token_ids;       /* hash routing, or NULL */
+    int T, topk, score_func, ks;              /* ks: router K parts, = moe_fused_ks(T, H) */
+    int opt;                                  /* bit 0: 64-row gate/up items when there are enough,
+                                                 bits 0+1: always (moe_fused.cu); 0 = default */
+    float route_scale;
+    float *logits;                            /* [ks][T][E] */
+    int32_t *idx; float *w;                   /* [T][topk] */
+    int32_t *off, *items_gu, *items_dn;       /* [E+2] (as moe_build_lists) */
+    int32_t *pair_tok, *inv; float *pair_w;   /* as moe_build_lists */
+    int32_t *elist;                           /* [E+1]: count, then the touched experts */
+    uint16_t *h; float *y;                    /* as moe_gate_up / moe_down */
+    unsigned *sync;                           /* MOE_FUSED_SYNC_WORDS(E) words, zero before the first
+                                                 launch; every completed launch leaves them zero */
+    unsigned long long *trace;                /* NULL, or (grid * 8 * 2 + 5) words: per-block item
+                                                 timestamps, block 0's routing start and end, ticket
+                                                 0's logits phases (bench; moe_fused.cu) */
+} moe_fused_args;
+#define MOE_FUSED_SYNC_LINE 32                                   /* words: one counter per 128 bytes */
+#define MOE_FUSED_SYNC_WORDS(E) (MOE_FUSED_SYNC_LINE * (3 + (E) + 1))
+/* Router + lists + shared and routed experts for T <= MOE_FUSED_MAX_T tokens in one launch on
+ * <= grid blocks (grid: moe_fused_occupancy x SMs); the same
+ * h, y, idx, w, off, inv as the unfused sequence, so moe_combine follows. */
+cudaError_t moe_fused_small(const moe_fused_args *a, int grid, cudaStream_t st);
+cudaError_t moe_fused_occupancy(int fmt, int *blocks_per_sm);
+/* Router K parts the fused kernel uses for T tokens of hidden H (4, 2 or 1), 0: H does not fit it. */
+int moe_fused_ks(int T, int H);
+
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */
 cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t st);

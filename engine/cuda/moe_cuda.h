@@ -59,6 +59,14 @@ typedef struct {
     int logits16_min_t;               /* router logits in 16-token tiles from this batch on (moe_router_logits) */
     int logits_ks;                    /* router logits K parts (<= MOE_LOGITS_KS_MAX) for T <= logits_ks_max_t */
     int logits_ks_max_t;              /* v11: 8 */
+    int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer
+                                         (moe_fused_small); default 0: never (v13 measured it no faster
+                                         than the launch sequence, bench/NOTES.md) */
+    int fused_opt;                    /* moe_fused_args.opt (bench variants; 0) */
+    int grid_fused;                   /* its grid (resident blocks) */
+    unsigned *fused_sync;             /* its counters (MOE_FUSED_SYNC_WORDS) */
+    int32_t *elist;                   /* [E+1] */
+    unsigned long long *fused_trace;  /* NULL, or bench: per-block timestamps (moe_kernels.h) */
 } moe_cuda_ws;
 #define MOE_LOGITS_KS_MAX 4
 

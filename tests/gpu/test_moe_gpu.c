@@ -301,6 +301,17 @@ static void run_case(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws 
     cudaFree(dx); cudaFree(dtok); cudaFree(dout);
 }
 
+/* run_case through the one-launch layer (moe_fused.cu, opt-in); repeated launches on one workspace
+ * also check that every launch leaves its counters at zero (a leftover count would hang or corrupt
+ * the next one). */
+static void run_fused(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws *W, int T, int skew)
+{
+    const int fm = W->fused_max_t;
+    W->fused_max_t = MOE_FUSED_MAX_T;
+    run_case(name, M, L, W, T, skew);
+    W->fused_max_t = fm;
+}
+
 static void test_quantiser(void)
 {
     const int n = 256, k = 1024;
@@ -353,6 +364,8 @@ int main(int argc, char **argv)
     if (moe_cuda_ws_init(&W, &L, 257)) return 1;
     const int batches[] = {1, 2, 7, 64, 257};
     for (int i = 0; i < 5; i++) run_case("nvfp4 sqrtsoftplus", &M, &L, &W, batches[i], 0);
+    for (int i = 0; i < 3; i++) run_fused("nvfp4 sqrtsoftplus (one launch)", &M, &L, &W, batches[i], 0);
+    run_fused("nvfp4 skewed (one launch)", &M, &L, &W, 8, 1);
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 257, 1);
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 9, 1);    /* 2-tile routed, 1-tile shared */
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 64, 1);
@@ -377,6 +390,8 @@ int main(int argc, char **argv)
     if (moe_cuda_ws_init(&W, &L, 257)) return 1;
     run_case("nvfp4 softmax top-1 skewed", &M, &L, &W, 257, 1);
     run_case("nvfp4 softmax top-1", &M, &L, &W, 64, 0);
+    run_fused("nvfp4 softmax top-1, no shared (one launch)", &M, &L, &W, 4, 0);
+    run_fused("nvfp4 softmax top-1 skewed (one launch)", &M, &L, &W, 8, 1);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
@@ -386,12 +401,14 @@ int main(int argc, char **argv)
     make_model(&M, &L, &c, 0, 0);
     if (moe_cuda_ws_init(&W, &L, 64)) return 1;
     run_case("mxfp4 sigmoid", &M, &L, &W, 64, 0);
+    run_fused("mxfp4 sigmoid (one launch)", &M, &L, &W, 3, 0);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
     c.hash = 1; c.vocab = 1000; c.score_func = MOE_SCORE_SQRTSOFTPLUS; c.fp4_fmt = QT_NVFP4;
     make_model(&M, &L, &c, 0, 0);
     if (moe_cuda_ws_init(&W, &L, 64)) return 1;
     run_case("nvfp4 hash routing", &M, &L, &W, 33, 0);
+    run_fused("nvfp4 hash routing (one launch)", &M, &L, &W, 5, 0);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
@@ -401,6 +418,11 @@ int main(int argc, char **argv)
     make_model(&M, &L, &d, 1, 0);
     if (moe_cuda_ws_init(&W, &L, 16)) return 1;
     run_case("V4-Flash dims, GPU-quantised", &M, &L, &W, 7, 0);
+    run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 7, 0);
+    run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 1, 0);
+    W.fused_opt = 3;   /* 64-row gate/up items (the path V4-Flash takes from batch ~4 with opt 1) */
+    run_fused("V4-Flash dims, one launch, 64-row items", &M, &L, &W, 7, 0);
+    W.fused_opt = 0;
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 

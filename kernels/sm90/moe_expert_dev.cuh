@@ -1,0 +1,402 @@
+/* moe_expert_dev.cuh — device building blocks of the MoE expert kernels (moe_expert.cu, moe_fused.cu):
+ * the per-warp cp.async weight ring, FP4/FP8 row-tile streams with mma.sync, the K-split reduction and
+ * the work-item decoding. See moe_expert.cu's header for the design.
+ */
+#ifndef SLUICE_MOE_EXPERT_DEV_CUH
+#define SLUICE_MOE_EXPERT_DEV_CUH
+
+#include <stdint.h>
+#include "moe_kernels.h"
+#include "common/moe_fp4_common.cuh"
+#define RING_WARP_BYTES (10 * 1024)   /* per-warp shared-memory ring of weight chunks */
+/* 1: the FP4 ring loop keeps 2 steps of code instead of D (ring slot computed at run time). v13,
+ * measured A/B in one process (bench/NOTES.md): 5-7 % faster for the one-launch layer at batches 1-8
+ * (its many loops thrash the instruction cache), 0-7 % slower for the separate kernels at batches 4-64. */
+#ifndef MOE_ROLLED
+#define MOE_ROLLED 0
+#endif
+
+
+__device__ __forceinline__ uint32_t u4get(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+__device__ __forceinline__ void cp16(uint8_t *smem, const void *g)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp8(uint8_t *smem, const void *g)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+
+/* A lane's activation fragments for one 128-input chunk: 4 x 16 bytes of its token's row (L1-cached;
+ * the 4 warps of a block read the same rows). */
+template <int NT>
+struct XFrag {
+    uint4 v[NT][4];   /* n-tile j: token row j*8 + g */
+};
+/* XL bit 0: activations through L2 only (__ldcg) instead of the read-only path, bit 1: the same for
+ * the pair -> token table; for data other blocks of the same kernel wrote (moe_fused.cu) */
+template <int NT, int XL = 0>
+__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q)
+{
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint4 *p = (const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q);
+            x.v[j][i] = (XL & 1) ? __ldcg(p) : __ldg(p);
+        }
+}
+
+/* Dependency wait of moe_fused.cu, by a whole block of MOE_WARPS warps working on one item: thread 0
+ * polls *ctr (relaxed, device scope, backing off) until it reaches need, then one acquire load, then
+ * a block barrier (named barrier 1, so the block's other __syncthreads are not involved). One poller
+ * per block: many warps spinning on one L2 line starve everything else that lives there. */
+__device__ __forceinline__ void moe_wait_count(const unsigned *ctr, unsigned need)
+{
+    if (threadIdx.x == 0) {
+        unsigned v, ns = 32;
+        for (;;) {
+            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+            if (v >= need) break;
+            __nanosleep(ns);
+            if (ns < 256) ns <<= 1;
+        }
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(MOE_WARPS * 32) : "memory");
+}
+
+/* ---- FP4 stream: one warp, 16 rows, NM interleaved matrices, K inputs.
+ * Weight chunks go HBM -> shared memory by cp.async (D chunks in flight per warp, each lane copies
+ * and later reads back only its own 16-byte pieces, so no barrier is needed), then into registers. */
+template <int NM>
+struct Fp4Stage {
+    uint4 w[NM][2];
+    uint2 s[NM];      /* scale codes: rows g (x) and g+8 (y), byte 2u + grp */
+};
+
+/* Chunk c of matrix m sits at rowtile + (c * NM + m) * chunk bytes when mmul == 1 (gate/up: w1 and
+ * w3 interleaved), at rowtile + (c + m * mmul) * chunk bytes otherwise (down with two 16-row tiles
+ * per warp: m = the second tile, mmul = K/128 chunks further on). */
+template <int FMT, int NM>
+__device__ __forceinline__ void fp4_issue(uint8_t *ring, int slot, const uint8_t *rowtile, int c, int lane, int mmul)
+{
+    const size_t cb = moe_fp4_chunk_bytes(FMT);
+    const int cmul = mmul == 1 ? NM : 1;
+#pragma unroll
+    for (int m = 0; m < NM; m++) {
+        const uint8_t *ch = rowtile + ((size_t)c * cmul + (size_t)m * mmul) * cb;
+        uint8_t *d = ring + (slot * NM + m) * 1280;
+        cp16(d + lane * 16, ch + lane * 16);
+        cp16(d + 512 + lane * 16, ch + 512 + lane * 16);
+        if (FMT == MOE_FP4_NVFP4) cp8(d + 1024 + lane * 8, ch + 1024 + (lane >> 2) * 16 + ((lane >> 1) & 1) * 8);
+        else cp8(d + 1024 + lane * 8, ch + 1024 + (lane >> 2) * 8);
+    }
+}
+
+template <int NM>
+__device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, int slot, int lane)
+{
+#pragma unroll
+    for (int m = 0; m < NM; m++) {
+        const uint8_t *d = ring + (slot * NM + m) * 1280;
+        st.w[m][0] = *(const uint4 *)(d + lane * 16);
+        st.w[m][1] = *(const uint4 *)(d + 512 + lane * 16);
+        st.s[m] = *(const uint2 *)(d + 1024 + lane * 8);
+    }
+}
+
+/* Half U of a chunk (16-byte piece U of each lane's weights; activation fragments v[2U], v[2U+1]). */
+template <int NM, int NT, int U>
+__device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
+{
+    {
+        const int u = U;
+#pragma unroll
+        for (int grp = 0; grp < 2; grp++) {
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
+                const uint32_t c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;
+                const uint32_t fg = moe_scale_factor(cg), f8 = moe_scale_factor(c8);
+#pragma unroll
+                for (int step = 0; step < 2; step++) {
+                    uint32_t p[4];
+                    moe_fp4_word(u4get(st.w[m][u], grp * 2 + step), p);
+                    const uint32_t a0 = moe_bf16x2_mul(p[0], fg), a1 = moe_bf16x2_mul(p[1], f8);
+                    const uint32_t a2 = moe_bf16x2_mul(p[2], fg), a3 = moe_bf16x2_mul(p[3], f8);
+#pragma unroll
+                    for (int j = 0; j < NT; j++)   /* the dequantised fragment serves every n-tile */
+                        moe_mma_bf16(acc[m][j], a0, a1, a2, a3, u4get(x.v[j][u * 2 + grp], step * 2),
+                                     u4get(x.v[j][u * 2 + grp], step * 2 + 1));
+                }
+            }
+        }
+    }
+}
+
+template <int NM, int NT>
+__device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
+{
+    fp4_compute_u<NM, NT, 0>(st, x, acc);
+    fp4_compute_u<NM, NT, 1>(st, x, acc);
+}
+
+/* Issues the first D chunks of a row tile (what fp4_rowtile does when not primed). */
+template <int FMT, int NM, int D>
+__device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile, int nc, int lane, int mmul)
+{
+#pragma unroll
+    for (int s = 0; s < D; s++) {
+        if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane, mmul);
+        cp_commit();
+    }
+}
+
+/* Streams the K/128 chunks of one 16-row tile; D even (the activation double buffer follows s & 1).
+ * primed: the first D chunks were already issued (and committed) by the previous item's tail.
+ * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
+ * of this tile issues the next tile's first D chunks, so the stream never drains between items. */
+/* XL, wait/need: see load_x and moe_wait_count (wait: the producer count of xbase, checked after the
+ * first weight chunks are on their way); kx: the activation row stride when it is not K (a K part). */
+template <int FMT, int NM, int D, int NT, int XL = 0>
+__device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
+                                            const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
+                                            bool primed, const uint8_t *next, int mmul,
+                                            const unsigned *wait = nullptr, unsigned need = 0, int kx = 0)
+{
+    static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
+    const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
+    if (!primed) fp4_prime<FMT, NM, D>(ring, rowtile, nc, lane, mmul);
+    if (wait) moe_wait_count(wait, need);
+    /* activation row of this lane's token, looked up after the weight loads are on their way */
+    const uint16_t *xrow[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+        xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
+                              (kx ? kx : K);
+    XFrag<NT> xb[2];
+    load_x<NT, XL>(xb[0], xrow, 0, q);
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+#if MOE_ROLLED
+    /* two steps per iteration (the activation double buffer's parity stays static), the ring slot
+     * computed at run time: the loop body is 2 steps of code instead of D */
+    for (int c0 = 0; c0 < nc; c0 += 2) {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int c = c0 + u, s = c & (D - 1);
+#else
+    for (int c0 = 0; c0 < nc; c0 += D) {
+#pragma unroll
+        for (int s = 0; s < D; s++) {
+            const int c = c0 + s, u = s & 1;
+#endif
+            if (c < nc) {
+                if (c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q);
+                cp_wait<D - 1>();
+                Fp4Stage<NM> st;
+                fp4_read<NM>(st, ring, s, lane);
+                fp4_compute<NM, NT>(st, xb[u], acc);
+            }
+            if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
+            else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
+            cp_commit();
+        }
+    }
+}
+
+/* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
+/* Chunks [cb, ce) of one 16-row tile (the block's warps split K for the shared expert). */
+template <int NM, int D, int NT, int XL = 0>
+__device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int cb, int ce, const float *bscale,
+                                            int bstride, uint8_t *ring, const uint16_t *xbase,
+                                            const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
+                                            const unsigned *wait = nullptr, unsigned need = 0)
+{
+    static_assert(D % 2 == 0 && D * NM * 2048 <= RING_WARP_BYTES, "ring");
+    const int lane = threadIdx.x & 31, q = lane & 3;
+    const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
+#pragma unroll
+    for (int s = 0; s < D; s++) {
+        if (cb + s < ce)
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
+                         rowtile + ((size_t)(cb + s) * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+        cp_commit();
+    }
+    if (wait) moe_wait_count(wait, need);
+    const uint16_t *xrow[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+        xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) * K;
+    XFrag<NT> xb[2];
+    load_x<NT, XL>(xb[0], xrow, cb, q);
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+    for (int c0 = cb; c0 < ce; c0 += D) {
+#pragma unroll
+        for (int s = 0; s < D; s++) {
+            const int c = c0 + s;
+            if (c < ce) {
+                if (c + 1 < ce) load_x<NT, XL>(xb[(s + 1) & 1], xrow, c + 1, q);
+                cp_wait<D - 1>();
+                float tmp[NM][NT][4];
+#pragma unroll
+                for (int m = 0; m < NM; m++)
+#pragma unroll
+                    for (int j = 0; j < NT; j++) tmp[m][j][0] = tmp[m][j][1] = tmp[m][j][2] = tmp[m][j][3] = 0.f;
+#pragma unroll
+                for (int grp = 0; grp < 4; grp++) {
+#pragma unroll
+                    for (int m = 0; m < NM; m++) {
+                        const uint4 wv = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
+#pragma unroll
+                        for (int step = 0; step < 2; step++) {
+                            const uint32_t w0 = u4get(wv, step * 2), w1 = u4get(wv, step * 2 + 1);
+                            const uint32_t a0 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
+                            const uint32_t a1 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
+                            const uint32_t a2 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
+                            const uint32_t a3 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
+#pragma unroll
+                            for (int j = 0; j < NT; j++)
+                                moe_mma_bf16(tmp[m][j], a0, a1, a2, a3, u4get(xb[s & 1].v[j][grp], step * 2),
+                                             u4get(xb[s & 1].v[j][grp], step * 2 + 1));
+                        }
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < NM; m++) {
+                    const float bs = __ldg(bscale + (size_t)m * bstride + c);
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs, acc[m][j][i]);
+                }
+            }
+            if (c + D < ce)
+#pragma unroll
+                for (int m = 0; m < NM; m++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
+                             rowtile + ((size_t)(c + D) * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+            cp_commit();
+        }
+    }
+}
+
+/* Adds the 4 warps' partial accumulators (K split) in a fixed order through their idle rings; the
+ * sum lands in warp 0. Every warp of the block must call it. */
+template <int NM, int NT>
+__device__ __forceinline__ void ksplit_reduce(uint8_t *smem, float acc[NM][NT][4], int warp, int lane)
+{
+    float *mine = (float *)(smem + warp * RING_WARP_BYTES) + lane * NM * NT * 4;
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) mine[(m * NT + j) * 4 + i] = acc[m][j][i];
+    __syncthreads();
+    if (warp == 0)
+        for (int w = 1; w < MOE_WARPS; w++) {
+            const float *o = (const float *)(smem + w * RING_WARP_BYTES) + lane * NM * NT * 4;
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) acc[m][j][i] += o[(m * NT + j) * 4 + i];
+        }
+    __syncthreads();   /* rings are free again before the next item's copies */
+}
+
+/* Work item -> (expert, local index): largest e with items[e] <= it. */
+__device__ __forceinline__ int find_expert(const int32_t *items, int n, int it)
+{
+    int lo = 0, hi = n;   /* items[0] = 0 <= it < items[n] */
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (items[mid] <= it) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+/* The item table of the NT-tile kernel, from the per-expert pair counts (off[]): expert e's items are
+ * its token chunks of 8*NT x row groups if e belongs to this kernel (routed: > 8 tokens <=> NT 2;
+ * shared: moe_tok_tiles(T) == NT), else none. s_items[0..nE] = exclusive prefix sums; s_off filled.
+ * rows: output rows of the stage (I for gate/up, H for down). Every thread of the block calls it. */
+template <int NT>
+__device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, const int32_t *off, int nE, int E,
+                                           int rows, int rpi)
+{
+    for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_off[i] = __ldcg(off + i);
+    __syncthreads();
+    for (int i = threadIdx.x; i <= nE; i += blockDim.x) {
+        int c = 0;
+        if (i < nE) {
+            const int n = s_off[i + 1] - s_off[i];
+            const int nt = i < E ? (n > MOE_TOK_CHUNK ? 2 : 1) : moe_tok_tiles(n);
+            /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
+            if (nt == NT) c = (n + MOE_TOK_CHUNK * NT - 1) / (MOE_TOK_CHUNK * NT) * (i < E ? rows / rpi : rows / MOE_TILE_ROWS);
+        }
+        s_items[i] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {   /* exclusive scan by warp 0 */
+        const int lane = threadIdx.x;
+        int carry = 0;
+        for (int base = 0; base <= nE; base += 32) {
+            const int i = base + lane, x = i <= nE ? s_items[i] : 0;
+            int inc = x;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += y;
+            }
+            if (i <= nE) s_items[i] = carry + inc - x;
+            carry += __shfl_sync(0xffffffffu, inc, 31);
+        }
+    }
+    __syncthreads();
+}
+
+struct Item {
+    int e, r, p0, ntok;
+};
+
+/* Work item `it` for this warp: expert, 16-row tile, first pair, tokens (<= 8). */
+template <int NT>
+__device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_t *s_off, int nE, int it, int warp,
+                                            bool shared_last)
+{
+    const int tokc = MOE_TOK_CHUNK * NT;
+    Item t;
+    t.e = find_expert(s_items, nE, it);
+    const int n_e = s_off[t.e + 1] - s_off[t.e], nch = (n_e + tokc - 1) / tokc;
+    const int local = it - s_items[t.e], rg = local / nch, tc = local % nch;
+    t.p0 = s_off[t.e] + tc * tokc;
+    t.ntok = min(tokc, n_e - tc * tokc);
+    t.r = t.e == nE - 1 && shared_last ? rg : rg * MOE_WARPS + warp;   /* shared: one tile, K split by warps */
+    return t;
+}
+
+#endif

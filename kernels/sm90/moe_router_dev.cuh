@@ -1,0 +1,242 @@
+/* moe_router_dev.cuh — device building blocks of the router (moe_router.cu, moe_fused.cu): one token's
+ * scores + top-k + weights by a warp, and the per-expert lists built by one block.
+ */
+#ifndef SLUICE_MOE_ROUTER_DEV_CUH
+#define SLUICE_MOE_ROUTER_DEV_CUH
+
+#include <stdint.h>
+#include <math.h>
+#include "moe_kernels.h"
+
+#define RT_MAXPL 16    /* experts per lane in top-k: E <= 512 */
+
+/* One warp: logits of one expert for nt <= TOK tokens over kn inputs; g: the expert's gate row at the
+ * first input, xt: the tokens' inputs (bf16, [nt][kn], shared memory). Lanes stride over K with 16-byte
+ * loads (all independent), then a fixed shuffle tree: deterministic. acc: the sums, in every lane. */
+template <int TOK>
+__device__ __forceinline__ void router_logits_warp(const uint16_t *xt, const float *g, int kn, int nt, int lane,
+                                                   float acc[TOK])
+{
+#pragma unroll
+    for (int j = 0; j < TOK; j++) acc[j] = 0.f;
+#pragma unroll 8
+    for (int k = lane * 8; k < kn; k += 256) {
+        const float4 w0 = __ldg((const float4 *)(g + k)), w1 = __ldg((const float4 *)(g + k + 4));
+        const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+        for (int j = 0; j < TOK; j++) {
+            if (j < nt) {
+                const uint4 v = *(const uint4 *)(xt + (size_t)j * kn + k);
+                const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    acc[j] = fmaf(__uint_as_float(u[h] << 16), w[2 * h], acc[j]);
+                    acc[j] = fmaf(__uint_as_float(u[h] & 0xffff0000u), w[2 * h + 1], acc[j]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < TOK; j++)
+        for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+}
+
+/* (v, e) beats (v2, e2): higher value, equal values -> lower index */
+__device__ __forceinline__ bool rt_better(float v, int e, float v2, int e2)
+{
+    return v > v2 || (v == v2 && e < e2);
+}
+
+/* One level of the per-lane argmax tree: slot i keeps the better of i and i + W. */
+template <int W, int PL>
+__device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL])
+{
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        const bool b = rt_better(v[i + W], id[i + W], v[i], id[i]);
+        v[i] = b ? v[i + W] : v[i];
+        id[i] = b ? id[i + W] : id[i];
+    }
+}
+
+/* Scores, selection and weights of token t by one whole warp. PL: experts per lane (E <= 32 * PL). */
+template <int PL = RT_MAXPL>
+__device__ __forceinline__ void router_topk_token(const float *part, int ksplit, int T, int t, int lane, int E,
+                                                  int topk, int func, const float *bias, const int32_t *tid2eid,
+                                                  const int32_t *token_ids, float route_scale, int32_t *idx,
+                                                  float *wout)
+{
+    /* every load is issued before any is used (v11: a runtime-length loop per element had serialised
+     * them into ~30 L2 round trips per warp, ~20 us) */
+    float lg[PL], sc[PL], sel[PL], bb[PL];
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+        const int e = lane + 32 * i;
+        lg[i] = e < E ? __ldcg(part + (size_t)t * E + e) : -INFINITY;
+        bb[i] = bias && e < E ? __ldg(bias + e) : 0.f;
+    }
+    {   /* parts 1..3 loaded together (a runtime loop would take one L2 round trip per part), then added in
+         * order ((p0 + p1) + p2) + p3; more parts (never used by the callers) in a plain loop */
+        float pp[3][PL];
+#pragma unroll
+        for (int s = 1; s < 4; s++)
+#pragma unroll
+            for (int i = 0; i < PL; i++)
+                pp[s - 1][i] = s < ksplit && lane + 32 * i < E ? __ldcg(part + ((size_t)s * T + t) * E + lane + 32 * i) : 0.f;
+#pragma unroll
+        for (int s = 1; s < 4; s++)
+#pragma unroll
+            for (int i = 0; i < PL; i++)
+                if (s < ksplit) lg[i] += pp[s - 1][i];
+        for (int s = 4; s < ksplit; s++)
+#pragma unroll
+            for (int i = 0; i < PL; i++)
+                if (lane + 32 * i < E) lg[i] += __ldcg(part + ((size_t)s * T + t) * E + lane + 32 * i);
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PL; i++) mx = fmaxf(mx, lg[i]);
+    float sum = 0.f;
+    if (func == MOE_SCORE_SOFTMAX) {
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+#pragma unroll
+        for (int i = 0; i < PL; i++) sum += (lane + 32 * i < E) ? expf(lg[i] - mx) : 0.f;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+        const int e = lane + 32 * i;
+        const float l = lg[i];
+        float s;
+        if (func == MOE_SCORE_SOFTMAX) s = expf(l - mx) / sum;
+        else if (func == MOE_SCORE_SIGMOID) s = 1.f / (1.f + expf(-l));
+        else s = sqrtf(l > 20.f ? l : log1pf(expf(l)));   /* torch softplus, threshold 20 */
+        sc[i] = e < E ? s : 0.f;
+        sel[i] = e < E ? s + bb[i] : -INFINITY;
+    }
+    int my_e = -1;
+    float my_w = 0.f;
+    if (tid2eid) {
+        const int tok = token_ids ? token_ids[t] : t;
+        for (int k = 0; k < topk; k++) {
+            const int e = tid2eid[(size_t)tok * topk + k];
+            float v = 0.f;
+#pragma unroll
+            for (int i = 0; i < PL; i++)
+                if (e >= 0 && (e >> 5) == i) v = sc[i];
+            v = __shfl_sync(0xffffffffu, v, e & 31);
+            if (lane == k) { my_e = e; my_w = v; }
+        }
+    } else {
+        unsigned taken = 0;   /* bit i: expert lane + 32 i already picked */
+        for (int k = 0; k < topk; k++) {
+            /* the lane's best by a 4-level tree (not a 16-long chain); invalid / taken slots are -inf and
+             * lose to every real score (scores are finite) */
+            float v[PL];
+            int id[PL];
+#pragma unroll
+            for (int i = 0; i < PL; i++) {
+                id[i] = lane + 32 * i;
+                v[i] = id[i] < E && !(taken >> i & 1u) ? sel[i] : -INFINITY;
+            }
+            if (PL >= 16) rt_tree_level<PL / 2, PL>(v, id);
+            rt_tree_level<4, PL>(v, id);
+            rt_tree_level<2, PL>(v, id);
+            rt_tree_level<1, PL>(v, id);
+            float bv = v[0];
+            int be = id[0];
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                if (rt_better(ov, oe, bv, be)) { bv = ov; be = oe; }
+            }
+            float ms = 0.f;   /* the winner's score, from the lane that holds it (an exact multiply-add select:
+                                 a plain select became an indexed load that put sc[] in local memory) */
+#pragma unroll
+            for (int i = 0; i < PL; i++) ms = fmaf(sc[i], (be >> 5) == i ? 1.f : 0.f, ms);
+            const float bs = __shfl_sync(0xffffffffu, ms, be & 31);
+            if ((be & 31) == lane) taken |= 1u << (be >> 5);
+            if (lane == k) { my_e = be; my_w = bs; }
+        }
+    }
+    float ws = lane < topk ? my_w : 0.f;
+    for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
+    if (lane < topk) {
+        float w = my_w;
+        if (func != MOE_SCORE_SOFTMAX) w = w / ws;
+        idx[(size_t)t * topk + lane] = my_e;
+        wout[(size_t)t * topk + lane] = w * route_scale;
+    }
+}
+
+/* Exclusive scan of n ints in smem by one warp; returns the total. */
+__device__ static int warp_scan(int *v, int n, int lane)
+{
+    int carry = 0;
+    for (int base = 0; base < n; base += 32) {
+        const int i = base + lane;
+        const int x = i < n ? v[i] : 0;
+        int inc = x;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += y;
+        }
+        if (i < n) v[i] = carry + inc - x;
+        carry += __shfl_sync(0xffffffffu, inc, 31);
+    }
+    return carry;
+}
+
+/* Lists body, run by every thread of one block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2). */
+__device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, const float *w, int T, int E, int topk,
+                                                  int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
+                                                  int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
+                                                  int32_t *items_dn)
+{
+    const int nE = E + (has_shared ? 1 : 0);
+    int *cnt = sm, *fill = sm + (E + 2), *so = sm + 2 * (E + 2), *sg = sm + 3 * (E + 2), *sd = sm + 4 * (E + 2);
+    for (int i = threadIdx.x; i < E + 2; i += blockDim.x) cnt[i] = 0, fill[i] = 0;
+    __syncthreads();
+    const int P = T * topk;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        const int e = idx[i];
+        if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (has_shared && threadIdx.x == 0) cnt[E] = T;
+    __syncthreads();
+    for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
+        const int c = i < nE ? cnt[i] : 0, ch = (c + tok_chunk - 1) / tok_chunk;
+        so[i] = c;
+        /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
+        const int ks = (has_shared && i == E) ? MOE_WARPS : 1;
+        sg[i] = ch * rg_gu * ks;
+        sd[i] = ch * rg_dn * ks;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp == 0) warp_scan(so, nE + 1, lane);
+    if (warp == 1) warp_scan(sg, nE + 1, lane);
+    if (warp == 2) warp_scan(sd, nE + 1, lane);
+    __syncthreads();
+    for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
+        off[i] = so[i];
+        items_gu[i] = sg[i];
+        items_dn[i] = sd[i];
+    }
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        const int e = idx[i];
+        if (e < 0 || e >= E) { inv[i] = -1; continue; }
+        const int pos = so[e] + atomicAdd(&fill[e], 1);
+        pair_tok[pos] = i / topk;
+        pair_w[pos] = w[i];
+        inv[i] = pos;
+    }
+    if (has_shared)
+        for (int t = threadIdx.x; t < T; t += blockDim.x) {
+            pair_tok[so[E] + t] = t;
+            pair_w[so[E] + t] = 1.f;
+        }
+}
+
+#endif
