@@ -3,7 +3,8 @@
 # tests/gpu/test_moe_gpu on each, then `sluice-bench moe` for the variants in turn, ROUNDS times
 # (A B A B ...: the GPU drifts by up to ~9 % over a minute of load, bench/NOTES.md v12), and prints
 # one table row per batch with every reading. Optional NCU="batch:kernel-regex ..." profiles the first
-# variant (stall reasons per issued instruction, DRAM and issue throughput).
+# variant (stall reasons per issued instruction, DRAM and issue throughput). STREAM=1 runs
+# `sluice-bench stream` (compute-free streaming probe) for each variant instead of the tests and bench.
 # Usage (repo root, on the GPU machine):
 #   VARIANTS="base: rolled:-DMOE_ROLLED=1" ROUNDS=2 BENCH_ARGS="--batches 1,8,64 --routing random" \
 #     bash bench/moe_ab.sh                                     # files in $OUT
@@ -26,6 +27,10 @@ for v in ${VARIANTS:-base:}; do
     $NVCC $ARCH -o $B/test_moe_gpu $B/t.o $KO -lm && $NVCC $ARCH -o $B/sluice-bench $B/b.o $KO -lm ) &
 done
 wait
+if [ "${STREAM:-0}" = 1 ]; then   # the compute-free streaming probe instead (sluice-bench stream)
+  for n in "${names[@]}"; do echo "== stream $n"; /tmp/moe-ab/$n/sluice-bench stream --out $OUT/stream-$n.json; done
+  exit 0
+fi
 for n in "${names[@]}"; do
   B=/tmp/moe-ab/$n
   [ -x $B/sluice-bench ] || { echo "variant $n did not build"; cat $B/*.ptxas | grep -i error | head; exit 1; }

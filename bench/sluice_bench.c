@@ -359,10 +359,73 @@ static int bench_moe(int argc, char **argv)
     return 0;
 }
 
+/* sluice-bench stream: the compute-free streaming probe (moe_stream_read) for the stream counts, lengths
+ * and ring depths the expert kernels use, beside the HBM read ceiling, in one process. Regions are
+ * contiguous per warp and move through an 8 GiB buffer between repeats so L2 never holds them. */
+static int bench_stream(int argc, char **argv)
+{
+    const char *out_path = argc >= 4 && !strcmp(argv[2], "--out") ? argv[3] : NULL;
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { fprintf(stderr, "sluice-bench: no CUDA device\n"); return 77; }
+    const size_t nbuf = (size_t)8 << 30;
+    void *big; unsigned *sink;
+    CU(cudaMalloc(&big, nbuf)); CU(cudaMalloc((void **)&sink, 65536 * sizeof(unsigned)));
+    CU(moe_fill_bytes((uint8_t *)big, nbuf, 99u, 0, 0, 0, 0));
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
+    float tv[16];
+    CU(moe_hbm_read(big, nbuf, sink, 0));
+    for (int i = 0; i < 7; i++) {
+        CU(cudaEventRecord(e0, 0)); CU(moe_hbm_read(big, nbuf, sink, 0)); CU(cudaEventRecord(e1, 0));
+        CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tv[i], e0, e1));
+    }
+    const double ceiling = nbuf / (median(tv, 7) * 1e-3) / 1e12;
+    printf("HBM read ceiling %.3f TB/s (8 GiB read)\n", ceiling);
+    /* {warps, chunks per warp, ring depth}: 768 x 64 = routed gate/up tiles at batch 1 (6 experts x 128
+     * tiles of 16 rows, 73.7 KB each), 3072 x 16 = the same bytes K-split in four, 2640 = every warp of
+     * the 5-blocks/SM grid, 512 chunks = steady state */
+    static const int cfg[][3] = {{768, 64, 8},   {768, 64, 16},  {3072, 16, 8}, {2640, 16, 8}, {2640, 64, 4},
+                                 {2640, 64, 8},  {2640, 64, 16}, {768, 512, 8}, {2640, 512, 4}, {2640, 512, 8},
+                                 {2640, 512, 16}};
+    const int ncfg = (int)(sizeof cfg / sizeof cfg[0]);
+    char rows[8192];
+    size_t rl = 0;
+    printf("%6s %7s %6s %10s %9s %8s %7s\n", "warps", "chunks", "depth", "MB", "us", "TB/s", "%ceil");
+    for (int c = 0; c < ncfg; c++) {
+        const int w = cfg[c][0], n = cfg[c][1], d = cfg[c][2];
+        const size_t stride = (size_t)n * 1152, bytes = stride * w;
+        for (int r = 0; r < 8; r++) {
+            const size_t off = ((size_t)r * 997 * 1000 * 1000) % (nbuf - bytes) & ~(size_t)4095;
+            CU(cudaEventRecord(e0, 0));
+            CU(moe_stream_read((const uint8_t *)big + off, w, stride, n, d, sink, 0));
+            CU(cudaEventRecord(e1, 0));
+            CU(cudaEventSynchronize(e1));
+            if (r) CU(cudaEventElapsedTime(&tv[r - 1], e0, e1));
+        }
+        const double ms = median(tv, 7), tbs = bytes / (ms * 1e-3) / 1e12;
+        printf("%6d %7d %6d %10.1f %9.1f %8.3f %6.1f%%\n", w, n, d, bytes / 1e6, ms * 1e3, tbs, 100 * tbs / ceiling);
+        rl += (size_t)snprintf(rows + rl, sizeof rows - rl,
+                               "%s\n  {\"warps\": %d, \"chunks\": %d, \"depth\": %d, \"bytes\": %zu, \"us\": %.2f, "
+                               "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f}",
+                               rl ? "," : "", w, n, d, bytes, ms * 1e3, tbs, 100 * tbs / ceiling);
+    }
+    if (out_path) {
+        FILE *f = fopen(out_path, "w");
+        if (!f) { fprintf(stderr, "sluice-bench: cannot write %s\n", out_path); return 1; }
+        fprintf(f, "{\"read_ceiling_tb_per_s\": %.4f, \"chunk_bytes\": 1152, \"rows\": [%s\n]}\n", ceiling, rows);
+        if (fclose(f) != 0) { fprintf(stderr, "sluice-bench: writing %s failed\n", out_path); return 1; }
+    }
+    cudaFree(big);
+    cudaFree(sink);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "moe")) return bench_moe(argc, argv);
-    fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N]\n");
+    if (argc >= 2 && !strcmp(argv[1], "stream")) return bench_stream(argc, argv);
+    fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N]\n"
+                    "       sluice-bench stream [--out FILE]\n");
     return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
 }
 #endif

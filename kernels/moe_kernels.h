@@ -176,6 +176,10 @@ int moe_fused_ks(int T, int H);
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */
 cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t st);
+/* Streaming probe: warps (multiple of 4) each read nchunks chunks of 1152 bytes from base + w * stride
+ * through a cp.async ring of depth (4, 8 or 16) chunks; no arithmetic. */
+cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth, unsigned *sink,
+                            cudaStream_t st);
 /* Fills n bytes with a hash of (seed, offset); kind 0: any byte, 1: E4M3 scale in [lo, hi] codes. */
 cudaError_t moe_fill_bytes(uint8_t *p, size_t n, uint32_t seed, int kind, int lo, int hi, cudaStream_t st);
 /* Fills n bf16 values with uniform(-a, a). */

@@ -64,3 +64,61 @@ extern "C" cudaError_t moe_fill_bf16(uint16_t *p, size_t n, uint32_t seed, float
     k_fill_bf16<<<2048, 256, 0, st>>>(p, n, seed, a);
     return cudaGetLastError();
 }
+
+/* Compute-free streaming probe (sluice-bench stream): warp w of the grid reads the region
+ * base + w * stride (nchunks chunks of 1152 bytes, the expert kernels' FP4 chunk) through a per-warp
+ * cp.async ring of D chunks, touching one word per lane per chunk: what the memory system delivers for
+ * that many concurrent streams, ring depth and stream length, with no arithmetic in the way. */
+__device__ __forceinline__ void stream_issue(uint8_t *slot, const uint8_t *g, int lane)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(slot);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s + lane * 16), "l"(g + lane * 16) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s + 512 + lane * 16), "l"(g + 512 + lane * 16) : "memory");
+    if (lane < 8)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s + 1024 + lane * 16), "l"(g + 1024 + lane * 16) : "memory");
+}
+
+template <int D>
+__global__ void __launch_bounds__(128) k_stream(const uint8_t *base, size_t stride, int nchunks, unsigned *sink)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint8_t *src = base + ((size_t)blockIdx.x * 4 + warp) * stride;
+    uint8_t *ring = smem + warp * D * 1152;
+    unsigned acc = 0;
+#pragma unroll
+    for (int s = 0; s < D; s++) {
+        if (s < nchunks) stream_issue(ring + s * 1152, src + (size_t)s * 1152, lane);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    for (int c = 0; c < nchunks; c++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(D - 1) : "memory");
+        const int slot = c % D;
+        acc ^= *(const unsigned *)(ring + slot * 1152 + lane * 16);
+        if (c + D < nchunks) stream_issue(ring + slot * 1152, src + (size_t)(c + D) * 1152, lane);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
+}
+
+extern "C" cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth,
+                                       unsigned *sink, cudaStream_t st)
+{
+    if (warps < 4 || warps % 4 || stride < (size_t)nchunks * 1152 || nchunks < 1) return cudaErrorInvalidValue;
+    const size_t smem = (size_t)4 * depth * 1152;
+    cudaError_t e;
+#define STREAM_CASE(DD)                                                                                      \
+    case DD:                                                                                                 \
+        if ((e = cudaFuncSetAttribute(k_stream<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != \
+            cudaSuccess)                                                                                     \
+            return e;                                                                                        \
+        k_stream<DD><<<warps / 4, 128, smem, st>>>((const uint8_t *)base, stride, nchunks, sink);            \
+        return cudaGetLastError();
+    switch (depth) {
+        STREAM_CASE(4)
+        STREAM_CASE(8)
+        STREAM_CASE(16)
+    default: return cudaErrorInvalidValue;
+    }
+#undef STREAM_CASE
+}
