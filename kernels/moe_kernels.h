@@ -166,11 +166,15 @@ typedef struct {
 #define MOE_FUSED_SYNC_LINE 32                                   /* words: one counter per 128 bytes */
 #define MOE_FUSED_SYNC_WORDS(E) (MOE_FUSED_SYNC_LINE * (3 + (E) + 1))
 /* Router + lists + shared and routed experts for T <= MOE_FUSED_MAX_T tokens in one launch on
- * <= grid blocks (grid: moe_fused_occupancy x SMs); the same
- * h, y, idx, w, off, inv as the unfused sequence, so moe_combine follows. */
+ * <= grid blocks (grid: moe_fused_occupancy x SMs); the same h, y, idx, w, off, inv as the unfused
+ * sequence, so moe_combine follows. Needs E <= MOE_FUSED_MAX_E, T * topk <= 256 and
+ * ks = moe_fused_ks(T, H) > 0 (else cudaErrorInvalidValue). Opt-in: v13 measured it no faster than
+ * the launch sequence (bench/NOTES.md). */
+#define MOE_FUSED_MAX_E 256
 cudaError_t moe_fused_small(const moe_fused_args *a, int grid, cudaStream_t st);
 cudaError_t moe_fused_occupancy(int fmt, int *blocks_per_sm);
-/* Router K parts the fused kernel uses for T tokens of hidden H (4, 2 or 1), 0: H does not fit it. */
+/* Router K parts the fused kernel uses for T tokens of hidden H: 4 (H a multiple of 1024, <= 4096),
+ * 0: H does not fit it. */
 int moe_fused_ks(int T, int H);
 
 /* ---- bench helpers (moe_bench_kernels.cu) */

@@ -287,7 +287,8 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
     const int fks = moe_fused_ks(T, H);
-    if (T <= W->fused_max_t && T <= MOE_FUSED_MAX_T && fks > 0) {   /* one launch up to the combine (v13) */
+    /* one launch up to the combine (v13, opt-in); shapes it does not take use the launch sequence */
+    if (T <= W->fused_max_t && T <= MOE_FUSED_MAX_T && fks > 0 && E <= MOE_FUSED_MAX_E && T * K <= 256) {
         const moe_fused_args f = {
             .ex = a, .x = x, .gate = L->gate, .bias = L->bias, .tid2eid = s->hash ? L->tid2eid : NULL,
             .token_ids = token_ids, .T = T, .topk = K, .score_func = s->score_func, .ks = fks, .opt = W->fused_opt,

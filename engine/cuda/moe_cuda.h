@@ -58,7 +58,7 @@ typedef struct {
     int down_rm_min_t;                /* down with 128-row items (moe_expert_args.down_rm 2) from this batch on */
     int logits16_min_t;               /* router logits in 16-token tiles from this batch on (moe_router_logits) */
     int logits_ks;                    /* router logits K parts (<= MOE_LOGITS_KS_MAX) for T <= logits_ks_max_t */
-    int logits_ks_max_t;              /* v11: 8 */
+    int logits_ks_max_t;              /* v13: 16 (v11: 8) */
     int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer
                                          (moe_fused_small); default 0: never (v13 measured it no faster
                                          than the launch sequence, bench/NOTES.md) */

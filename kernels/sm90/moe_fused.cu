@@ -62,7 +62,7 @@
 #include "moe_router_dev.cuh"
 
 #define FUSED_TRACE_ITEMS 8   /* trace records per block: {start ns, (end - start) ns | kind << 32} */
-#define FUSED_PL 8            /* experts per lane in the top-k: E <= 256 */
+#define FUSED_PL (MOE_FUSED_MAX_E / 32)   /* experts per lane in the top-k */
 #define FUSED_MAXP 256        /* routed pairs T * topk */
 #define SY(i) (a.sync + (size_t)(i) * MOE_FUSED_SYNC_LINE)
 
@@ -432,7 +432,7 @@ extern "C" int moe_fused_ks(int T, int H)
 extern "C" cudaError_t moe_fused_small(const moe_fused_args *a, int grid, cudaStream_t st)
 {
     const moe_expert_args *ex = &a->ex;
-    if (a->T < 1 || a->T > MOE_FUSED_MAX_T || ex->E > 32 * FUSED_PL || a->topk < 1 || a->topk > ex->E ||
+    if (a->T < 1 || a->T > MOE_FUSED_MAX_T || ex->E > MOE_FUSED_MAX_E || a->topk < 1 || a->topk > ex->E ||
         a->T * a->topk > FUSED_MAXP || ex->H % 128 || ex->I % MOE_ROWS_PER_ITEM || ex->H % MOE_ROWS_PER_ITEM ||
         ex->I > 8192 || a->ks < 1 || a->ks != moe_fused_ks(a->T, ex->H) || grid < 1)
         return cudaErrorInvalidValue;
