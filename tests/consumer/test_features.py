@@ -26,6 +26,36 @@ def pick_stop(out):
     return None
 
 
+def mid_run_deadline(env, warm, uid):
+    """A deadline that passes while the job runs: EXPIRED with some tokens, not all 4000. The job is sent
+    once a 4000-token filler runs beside it (so decoding is shared: ~0.8 s for 4000 tokens instead of
+    ~0.4 s alone), with its deadline 300 ms after sending: past its start (a few ms), before its end.
+    If it arrives after its deadline (EXPIRED with no token: j_expired's case, and the worker is right),
+    the attempt says nothing, so it is repeated. Measured cause of late arrivals: a lone produce from
+    this client to the mock cluster now and then takes ~1000 ms (librdkafka 2.0.2, 1 in 4-8 such
+    produces, also with linger.ms 0 and Nagle off); CI load adds more."""
+    for attempt in range(1, 8):
+        filler = h.job_record("filler%d-%s" % (attempt, uid), "filler", 4000, ignore_eos=True)
+        env.produce([(filler["id"].encode(), h.encode_job(filler))], producer=warm)
+        for _ in range(400):
+            if env.job_status(filler["id"]) == "running":
+                break
+            time.sleep(0.01)
+        jd = h.job_record("deadline%d-%s" % (attempt, uid), "long", 4000, ignore_eos=True,
+                          deadline_ms=int(time.time() * 1000) + 300)
+        t = time.time()
+        env.produce([(jd["id"].encode(), h.encode_job(jd))], producer=warm)
+        sent_ms = 1000 * (time.time() - t)
+        got = env.results([jd["id"], filler["id"]], timeout=60)
+        r = got[jd["id"]][0]
+        if not (r["status"] == "EXPIRED" and r["tokens"] == []):
+            break
+        h.log("mid-run deadline job arrived after its deadline (produce took %.0f ms); again" % sent_ms)
+    assert r["status"] == "EXPIRED" and r["finish_reason"] == "EXPIRED" and 0 < len(r["tokens"]) < 4000, \
+        (r["status"], len(r["tokens"]))
+    assert got[filler["id"]][0]["status"] == "OK", got[filler["id"]][0]
+
+
 def test(make):
     env = make("features", topics=("replies.x",))
     mport = h.free_port()
@@ -49,7 +79,6 @@ def test(make):
     j_stopid = h.job_record("stopid-" + uid, ids2, 24, ignore_eos=True, stop_token_ids=[out2[k2]])
     now = int(time.time() * 1000)
     j_expired = h.job_record("expired-" + uid, "late", 8, deadline_ms=now - 1000)
-    j_deadline = h.job_record("deadline-" + uid, "long", 4000, ignore_eos=True, deadline_ms=now + 5000)
     j_cancel = h.job_record("cancel-" + uid, "cancel me", 4000, ignore_eos=True)
     j_stream = h.job_record("stream-" + uid, "stream this", 10, ignore_eos=True, stream=True)
     j_reply = h.job_record("reply-" + uid, [5, 6, 7], 3, reply_topic="replies.x", metadata={"trace": uid})
@@ -81,12 +110,6 @@ def test(make):
         if env.job_status(j_cancel["id"]) == "running":
             break
         time.sleep(0.02)
-    # a deadline that passes while the job runs: sent by the warm producer once the cancel job
-    # (4000 tokens) runs beside it, so the ~0.4 s per 4000 tokens alone become ~0.8 s shared, and
-    # 300 ms after sending is past the start (a few ms) and before the end
-    j_deadline["deadline_ms"] = int(time.time() * 1000) + 300
-    env.produce([(j_deadline["id"].encode(), h.encode_job(j_deadline))], producer=warm)
-    jobs.append(j_deadline)
     env.redis.cmd("SET", "sluice:cancel:" + j_cancel["id"], "1")
     # the other worker finishes park2: its stored result must be re-emitted as is
     other = {"id": j_park_done["id"], "status": "OK", "finish_reason": "LENGTH", "tokens": [42, 43, 44, 45],
@@ -108,9 +131,7 @@ def test(make):
     assert r["finish_reason"] == "STOP" and r["tokens"] == out2[: k2 + 1], (r["tokens"], out2, k2)
     r = get(j_expired)
     assert r["status"] == "EXPIRED" and r["finish_reason"] == "EXPIRED" and r["tokens"] == [], r
-    r = get(j_deadline)
-    assert r["status"] == "EXPIRED" and r["finish_reason"] == "EXPIRED" and 0 < len(r["tokens"]) < 4000, \
-        (r["status"], len(r["tokens"]))
+    mid_run_deadline(env, warm, uid)
     r = get(j_cancel)
     assert r["status"] == "CANCELLED" and r["finish_reason"] == "CANCELLED" and len(r["tokens"]) < 4000, \
         (r["status"], len(r["tokens"]))
