@@ -29,6 +29,18 @@ enum { NSETS = 8, NLAYERS = 4, MAXB = 512 };
 static int cmp_f(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
 static float median(float *v, int n) { qsort(v, n, sizeof *v, cmp_f); return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]); }
 
+/* HBM read ceiling in 10^12 bytes/s: n bytes at p read by moe_hbm_read, one warm-up, median of 7. */
+static double read_ceiling(const void *p, size_t n, unsigned *sink, cudaEvent_t e0, cudaEvent_t e1)
+{
+    float tv[7];
+    CU(moe_hbm_read(p, n, sink, 0));
+    for (int i = 0; i < 7; i++) {
+        CU(cudaEventRecord(e0, 0)); CU(moe_hbm_read(p, n, sink, 0)); CU(cudaEventRecord(e1, 0));
+        CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tv[i], e0, e1));
+    }
+    return n / (median(tv, 7) * 1e-3) / 1e12;
+}
+
 /* The peer file (bench/moe_peer.py) holds lines "batch routing ms". */
 typedef struct { int batch; char routing[16]; double ms; } peer_row;
 static peer_row g_peer[64];
@@ -215,13 +227,7 @@ static int bench_moe(int argc, char **argv)
     CU(cudaMemset(big, 0x5a, nread));
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
-    float tv[16];
-    CU(moe_hbm_read(big, nread, sink, 0));
-    for (int i = 0; i < 7; i++) {
-        CU(cudaEventRecord(e0, 0)); CU(moe_hbm_read(big, nread, sink, 0)); CU(cudaEventRecord(e1, 0));
-        CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tv[i], e0, e1));
-    }
-    const double ceiling = nread / (median(tv, 7) * 1e-3) / 1e12;
+    const double ceiling = read_ceiling(big, nread, sink, e0, e1);
     CU(cudaFree(big));
     printf("gpu %s, HBM read ceiling %.3f TB/s (8 GiB read)\n", prop.name, ceiling);
 
@@ -374,12 +380,7 @@ static int bench_stream(int argc, char **argv)
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
     float tv[16];
-    CU(moe_hbm_read(big, nbuf, sink, 0));
-    for (int i = 0; i < 7; i++) {
-        CU(cudaEventRecord(e0, 0)); CU(moe_hbm_read(big, nbuf, sink, 0)); CU(cudaEventRecord(e1, 0));
-        CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tv[i], e0, e1));
-    }
-    const double ceiling = nbuf / (median(tv, 7) * 1e-3) / 1e12;
+    const double ceiling = read_ceiling(big, nbuf, sink, e0, e1);
     printf("HBM read ceiling %.3f TB/s (8 GiB read)\n", ceiling);
     /* {warps, chunks per warp, ring depth}: 768 x 64 = routed gate/up tiles at batch 1 (6 experts x 128
      * tiles of 16 rows, 73.7 KB each), 3072 x 16 = the same bytes K-split in four, 2640 = every warp of

@@ -147,15 +147,14 @@ typedef struct {
     const uint16_t *x;                        /* bf16 [T][H] */
     const float *gate, *bias;                 /* router weight fp32 [E][H]; bias [E] or NULL */
     const int32_t *tid2eid, *token_ids;       /* hash routing, or NULL */
-    int T, topk, score_func, ks;              /* ks: router K parts, = moe_fused_ks(T, H) */
+    int T, topk, score_func, ks;              /* ks: router K parts, = moe_fused_ks(H) */
     int opt;                                  /* bit 0: 64-row gate/up items when there are enough,
                                                  bits 0+1: always (moe_fused.cu); 0 = default */
     float route_scale;
     float *logits;                            /* [ks][T][E] */
     int32_t *idx; float *w;                   /* [T][topk] */
-    int32_t *off, *items_gu, *items_dn;       /* [E+2] (as moe_build_lists) */
+    int32_t *off;                             /* [E+2] (as moe_build_lists) */
     int32_t *pair_tok, *inv; float *pair_w;   /* as moe_build_lists */
-    int32_t *elist;                           /* [E+1]: count, then the touched experts */
     uint16_t *h; float *y;                    /* as moe_gate_up / moe_down */
     unsigned *sync;                           /* MOE_FUSED_SYNC_WORDS(E) words, zero before the first
                                                  launch; every completed launch leaves them zero */
@@ -168,14 +167,14 @@ typedef struct {
 /* Router + lists + shared and routed experts for T <= MOE_FUSED_MAX_T tokens in one launch on
  * <= grid blocks (grid: moe_fused_occupancy x SMs); the same h, y, idx, w, off, inv as the unfused
  * sequence, so moe_combine follows. Needs E <= MOE_FUSED_MAX_E, T * topk <= 256 and
- * ks = moe_fused_ks(T, H) > 0 (else cudaErrorInvalidValue). Opt-in: v13 measured it no faster than
+ * ks = moe_fused_ks(H) > 0 (else cudaErrorInvalidValue). Opt-in: v13 measured it no faster than
  * the launch sequence (bench/NOTES.md). */
 #define MOE_FUSED_MAX_E 256
 cudaError_t moe_fused_small(const moe_fused_args *a, int grid, cudaStream_t st);
 cudaError_t moe_fused_occupancy(int fmt, int *blocks_per_sm);
-/* Router K parts the fused kernel uses for T tokens of hidden H: 4 (H a multiple of 1024, <= 4096),
- * 0: H does not fit it. */
-int moe_fused_ks(int T, int H);
+/* Router K parts the fused kernel uses for hidden H: 4 (H a multiple of 1024, <= 4096), 0: H does not
+ * fit it. */
+int moe_fused_ks(int H);
 
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */

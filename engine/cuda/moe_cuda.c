@@ -228,7 +228,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
     CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
-    CK(cudaMalloc((void **)&W->elist, (size_t)(E + 1) * sizeof(int32_t)), "cudaMalloc(elist)");
     CK(cudaMalloc((void **)&W->fused_sync, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMalloc(fused sync)");
     CK(cudaMemset(W->fused_sync, 0, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMemset(fused sync)");
     /* v11 defaults (bench/NOTES.md, runs 3-6) */
@@ -257,7 +256,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 void moe_cuda_ws_free(moe_cuda_ws *W)
 {
     void *p[] = {W->logits, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
-                 W->h, W->y, W->elist, W->fused_sync};
+                 W->h, W->y, W->fused_sync};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
     memset(W, 0, sizeof *W);
@@ -286,15 +285,15 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
-    const int fks = moe_fused_ks(T, H);
+    const int fks = moe_fused_ks(H);
     /* one launch up to the combine (v13, opt-in); shapes it does not take use the launch sequence */
     if (T <= W->fused_max_t && T <= MOE_FUSED_MAX_T && fks > 0 && E <= MOE_FUSED_MAX_E && T * K <= 256) {
         const moe_fused_args f = {
             .ex = a, .x = x, .gate = L->gate, .bias = L->bias, .tid2eid = s->hash ? L->tid2eid : NULL,
             .token_ids = token_ids, .T = T, .topk = K, .score_func = s->score_func, .ks = fks, .opt = W->fused_opt,
             .route_scale = s->route_scale, .logits = W->logits, .idx = W->idx, .w = W->w, .off = W->off,
-            .items_gu = W->items_gu, .items_dn = W->items_dn, .pair_tok = W->pair_tok, .inv = W->inv,
-            .pair_w = W->pair_w, .elist = W->elist, .h = W->h, .y = W->y, .sync = W->fused_sync,
+            .pair_tok = W->pair_tok, .inv = W->inv, .pair_w = W->pair_w, .h = W->h, .y = W->y,
+            .sync = W->fused_sync,
             .trace = W->fused_trace,
         };
         CK(moe_fused_small(&f, W->grid_fused, st), "fused layer");

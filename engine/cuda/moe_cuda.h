@@ -65,7 +65,6 @@ typedef struct {
     int fused_opt;                    /* moe_fused_args.opt (bench variants; 0) */
     int grid_fused;                   /* its grid (resident blocks) */
     unsigned *fused_sync;             /* its counters (MOE_FUSED_SYNC_WORDS) */
-    int32_t *elist;                   /* [E+1] */
     unsigned long long *fused_trace;  /* NULL, or bench: per-block timestamps (moe_kernels.h) */
 } moe_cuda_ws;
 #define MOE_LOGITS_KS_MAX 4

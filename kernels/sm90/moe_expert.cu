@@ -92,15 +92,9 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
-            if (n < ntok) {
-                float gv = acc[0][j][i] * pg, uv = acc[1][j][i] * pu;
-                if (a.limit > 0.f) {
-                    gv = fminf(gv, a.limit);
-                    uv = fmaxf(fminf(uv, a.limit), -a.limit);
-                }
-                const float hv = gv / (1.f + expf(-gv)) * uv * pair_w[p0 + n];
-                h[(size_t)(p0 + n) * a.I + row] = moe_f32_to_bf16(hv);
-            }
+            if (n < ntok)
+                h[(size_t)(p0 + n) * a.I + row] =
+                    moe_f32_to_bf16(moe_swiglu(acc[0][j][i] * pg, acc[1][j][i] * pu, a.limit) * pair_w[p0 + n]);
         }
     }
     if (!a.early) moe_pdl_release();

@@ -379,6 +379,16 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
     __syncthreads();
 }
 
+/* The gated activation of gate/up: silu(min(g, L)) * clamp(u, -L, L); no clamp when L <= 0. */
+__device__ __forceinline__ float moe_swiglu(float g, float u, float limit)
+{
+    if (limit > 0.f) {
+        g = fminf(g, limit);
+        u = fmaxf(fminf(u, limit), -limit);
+    }
+    return g / (1.f + expf(-g)) * u;
+}
+
 struct Item {
     int e, r, p0, ntok;
 };

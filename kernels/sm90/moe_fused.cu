@@ -36,7 +36,7 @@
  * computes the top-k of all T tokens itself (a warp per token) and builds the lists in its own
  * shared memory: touched experts in increasing order, pairs sorted by expert then token (so every
  * block derives the same pair numbering); block 0 also writes them to global memory (idx, w, off,
- * pair_tok, pair_w, inv, elist) for moe_combine and the callers. No block waits for another's top-k:
+ * pair_tok, pair_w, inv) for moe_combine and the callers. No block waits for another's top-k:
  * v13 run 2 had one block do it and raise a flag, and under the shared expert's streaming that chain
  * of dependent memory round trips took ~25 us.
  * A block waits only on items with smaller tickets, and tickets are only held by running blocks
@@ -117,22 +117,9 @@ __device__ __noinline__ void fused_logits(const uint16_t *x, const float *gate, 
             if (i * 256 >= kn) break;
             const float w[8] = {gv[2 * i].x, gv[2 * i].y, gv[2 * i].z, gv[2 * i].w,
                                 gv[2 * i + 1].x, gv[2 * i + 1].y, gv[2 * i + 1].z, gv[2 * i + 1].w};
-#pragma unroll
-            for (int j = 0; j < MOE_FUSED_MAX_T; j++) {
-                if (j < T) {   /* same products and order as router_logits_warp */
-                    const uint4 v = *(const uint4 *)(xt + (size_t)j * kn + i * 256 + lane * 8);
-                    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                    for (int h = 0; h < 4; h++) {
-                        acc[j] = fmaf(__uint_as_float(u[h] << 16), w[2 * h], acc[j]);
-                        acc[j] = fmaf(__uint_as_float(u[h] & 0xffff0000u), w[2 * h + 1], acc[j]);
-                    }
-                }
-            }
+            router_logits_step<MOE_FUSED_MAX_T>(w, xt + i * 256 + lane * 8, kn, T, acc);   /* as router_logits_warp */
         }
-#pragma unroll
-        for (int j = 0; j < MOE_FUSED_MAX_T; j++)
-            for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+        router_logits_reduce<MOE_FUSED_MAX_T>(acc);
         if (lane == 0)
 #pragma unroll
             for (int j = 0; j < MOE_FUSED_MAX_T; j++)
@@ -177,8 +164,6 @@ __device__ __forceinline__ void fused_route(const moe_fused_args &a, uint8_t *sm
             carry += __shfl_sync(0xffffffffu, inc, 31);
         }
         if (lane == 0) ra->n = n;
-        if (writer)
-            for (int k = lane; k <= n; k += 32) a.elist[k] = k == 0 ? n : ra->exp[k - 1] & 511;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < P; i += blockDim.x) {   /* pair (t, k) -> position: expert, then token */
@@ -227,14 +212,9 @@ __device__ __forceinline__ void fused_h(const moe_fused_args &a, const FusedRout
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
-        if (n < ntok) {
-            float gv = acc[0][0][i] * pg, uv = acc[1][0][i] * pu;
-            if (a.ex.limit > 0.f) {
-                gv = fminf(gv, a.ex.limit);
-                uv = fmaxf(fminf(uv, a.ex.limit), -a.ex.limit);
-            }
-            a.h[(size_t)(p0 + n) * I + row] = moe_f32_to_bf16(gv / (1.f + expf(-gv)) * uv * ra->w[p0 + n]);
-        }
+        if (n < ntok)
+            a.h[(size_t)(p0 + n) * I + row] =
+                moe_f32_to_bf16(moe_swiglu(acc[0][0][i] * pg, acc[1][0][i] * pu, a.ex.limit) * ra->w[p0 + n]);
     }
 }
 
@@ -326,14 +306,9 @@ __global__ void __launch_bounds__(128, 5) k_moe_fused(moe_fused_args a)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
-                        if (n < T) {
-                            float gv = acc[0][0][i], uv = acc[1][0][i];
-                            if (ex.limit > 0.f) {
-                                gv = fminf(gv, ex.limit);
-                                uv = fmaxf(fminf(uv, ex.limit), -ex.limit);
-                            }
-                            a.h[(size_t)(p0 + n) * I + row] = moe_f32_to_bf16(gv / (1.f + expf(-gv)) * uv);
-                        }
+                        if (n < T)
+                            a.h[(size_t)(p0 + n) * I + row] =
+                                moe_f32_to_bf16(moe_swiglu(acc[0][0][i], acc[1][0][i], ex.limit));
                     }
                     fused_signal(done + (size_t)E * MOE_FUSED_SYNC_LINE, lane);
                 }
@@ -423,9 +398,8 @@ extern "C" cudaError_t moe_fused_occupancy(int fmt, int *blocks_per_sm)
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, f, 128, fused_smem());
 }
 
-extern "C" int moe_fused_ks(int T, int H)
-{
-    (void)T;   /* x part: T * H / 4 bf16 <= 16 KB of the ring */
+extern "C" int moe_fused_ks(int H)
+{   /* x part: T * H / 4 bf16 <= 16 KB of the ring for T <= MOE_FUSED_MAX_T */
     return H % 1024 == 0 && H <= 4096 ? 4 : 0;
 }
 
@@ -434,7 +408,7 @@ extern "C" cudaError_t moe_fused_small(const moe_fused_args *a, int grid, cudaSt
     const moe_expert_args *ex = &a->ex;
     if (a->T < 1 || a->T > MOE_FUSED_MAX_T || ex->E > MOE_FUSED_MAX_E || a->topk < 1 || a->topk > ex->E ||
         a->T * a->topk > FUSED_MAXP || ex->H % 128 || ex->I % MOE_ROWS_PER_ITEM || ex->H % MOE_ROWS_PER_ITEM ||
-        ex->I > 8192 || a->ks < 1 || a->ks != moe_fused_ks(a->T, ex->H) || grid < 1)
+        ex->I > 8192 || a->ks < 1 || a->ks != moe_fused_ks(ex->H) || grid < 1)
         return cudaErrorInvalidValue;
     const int nL = (ex->E + MOE_WARPS - 1) / MOE_WARPS * a->ks;
     const int nS = ex->has_shared ? (ex->I + ex->H) / MOE_TILE_ROWS : 0;

@@ -10,6 +10,34 @@
 
 #define RT_MAXPL 16    /* experts per lane in top-k: E <= 512 */
 
+/* acc[j] += the 8 gate values w . token j's 8 inputs at xk + j * kn (bf16), for j < nt <= TOK. */
+template <int TOK>
+__device__ __forceinline__ void router_logits_step(const float w[8], const uint16_t *xk, int kn, int nt,
+                                                   float acc[TOK])
+{
+#pragma unroll
+    for (int j = 0; j < TOK; j++) {
+        if (j < nt) {
+            const uint4 v = *(const uint4 *)(xk + (size_t)j * kn);
+            const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                acc[j] = fmaf(__uint_as_float(u[h] << 16), w[2 * h], acc[j]);
+                acc[j] = fmaf(__uint_as_float(u[h] & 0xffff0000u), w[2 * h + 1], acc[j]);
+            }
+        }
+    }
+}
+
+/* The warp's partial sums added by a fixed shuffle tree (deterministic); the sum in every lane. */
+template <int TOK>
+__device__ __forceinline__ void router_logits_reduce(float acc[TOK])
+{
+#pragma unroll
+    for (int j = 0; j < TOK; j++)
+        for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+}
+
 /* One warp: logits of one expert for nt <= TOK tokens over kn inputs; g: the expert's gate row at the
  * first input, xt: the tokens' inputs (bf16, [nt][kn], shared memory). Lanes stride over K with 16-byte
  * loads (all independent), then a fixed shuffle tree: deterministic. acc: the sums, in every lane. */
@@ -23,22 +51,9 @@ __device__ __forceinline__ void router_logits_warp(const uint16_t *xt, const flo
     for (int k = lane * 8; k < kn; k += 256) {
         const float4 w0 = __ldg((const float4 *)(g + k)), w1 = __ldg((const float4 *)(g + k + 4));
         const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-        for (int j = 0; j < TOK; j++) {
-            if (j < nt) {
-                const uint4 v = *(const uint4 *)(xt + (size_t)j * kn + k);
-                const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int h = 0; h < 4; h++) {
-                    acc[j] = fmaf(__uint_as_float(u[h] << 16), w[2 * h], acc[j]);
-                    acc[j] = fmaf(__uint_as_float(u[h] & 0xffff0000u), w[2 * h + 1], acc[j]);
-                }
-            }
-        }
+        router_logits_step<TOK>(w, xt + k, kn, nt, acc);
     }
-#pragma unroll
-    for (int j = 0; j < TOK; j++)
-        for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+    router_logits_reduce<TOK>(acc);
 }
 
 /* (v, e) beats (v2, e2): higher value, equal values -> lower index */
