@@ -346,10 +346,12 @@ class Env:
                     log("%s took %.1f s to stop" % (getattr(p, "errpath", p.args[0]), time.time() - t0))
 
 
-def generate(prompt_ids, max_tokens, seed=None, temperature=0.0, top_k=0, top_p=1.0, ignore_eos=False):
-    """Tokens from sluice-generate (the engine alone) for the same prompt and sampling."""
-    args = [prog("sluice-generate"), "--model", MODEL, "--tokens", ",".join(map(str, prompt_ids)),
-            "--max-new-tokens", str(max_tokens), "--threads", "1"]
+def generate(prompt, max_tokens, seed=None, temperature=0.0, top_k=0, top_p=1.0, ignore_eos=False, model=None,
+             logprobs=False):
+    """sluice-generate's output (the engine alone) for the same prompt and sampling: prompt token ids, or a
+    text (through the model's tokenizer); model: a model directory (default MODEL)."""
+    args = [prog("sluice-generate"), "--model", model or MODEL, "--max-new-tokens", str(max_tokens), "--threads", "1"]
+    args += ["--prompt", prompt] if isinstance(prompt, str) else ["--tokens", ",".join(map(str, prompt))]
     if seed is not None:
         args += ["--seed", str(seed)]
     if temperature:
@@ -360,6 +362,8 @@ def generate(prompt_ids, max_tokens, seed=None, temperature=0.0, top_k=0, top_p=
         args += ["--top-p", repr(top_p)]
     if ignore_eos:
         args.append("--ignore-eos")
+    if logprobs:
+        args.append("--logprobs")
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

@@ -151,11 +151,7 @@ def test(make):
     assert j_reply["id"] not in res, "reply_topic job also went to the default topic"
     # logprobs equal to the engine alone
     r = get(j_lp)
-    ref = h.generate([9, 8, 7, 6], 6, seed=1234, temperature=0.7, ignore_eos=True)
-    args = [h.prog("sluice-generate"), "--model", h.MODEL, "--tokens", "9,8,7,6", "--max-new-tokens", "6",
-            "--seed", "1234", "--temperature", "0.7", "--ignore-eos", "--logprobs", "--threads", "1"]
-    import json, subprocess
-    ref = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    ref = h.generate([9, 8, 7, 6], 6, seed=1234, temperature=0.7, ignore_eos=True, logprobs=True)
     assert r["tokens"] == ref["tokens"] and len(r["logprobs"]) == 6
     assert all(abs(a - b) < 1e-4 for a, b in zip(r["logprobs"], ref["logprobs"])), (r["logprobs"], ref["logprobs"])
     # parking: the expired lease is claimed by us after ~3 s; the done one is re-emitted from Redis

@@ -74,19 +74,6 @@ def tokenize(model_dir, mode, lines):
     return [json.loads(l) for l in out.splitlines()]
 
 
-def generate(model_dir, prompt, max_tokens, seed=None, temperature=0.0, ignore_eos=False):
-    args = [h.prog("sluice-generate"), "--model", model_dir, "--max-new-tokens", str(max_tokens), "--threads", "1"]
-    args += ["--prompt", prompt] if isinstance(prompt, str) else ["--tokens", ",".join(map(str, prompt))]
-    if seed is not None:
-        args += ["--seed", str(seed)]
-    if temperature:
-        args += ["--temperature", repr(temperature)]
-    if ignore_eos:
-        args.append("--ignore-eos")
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def rand_text(rnd):
     pieces = ["the", " ", "cat", "é", "中文", "😀", "42", ",", "Привет", "\n", "x", "ß", "!"]
     return "".join(rnd.choice(pieces) for _ in range(rnd.randint(2, 10)))
@@ -117,15 +104,12 @@ def run(make, model_dir, byte_id):
         kw = {"temperature": 0.8, "seed": rnd.getrandbits(62)} if i % 2 else {}
         if i < 2:
             kw["ignore_eos"] = True
-        ref = generate(model_dir, p, 24, seed=kw.get("seed"), temperature=kw.get("temperature", 0.0),
-                       ignore_eos=kw.get("ignore_eos", False))
+        ref = h.generate(p, 24, model=model_dir, **kw)
         assert ref["n_prompt"] == len(want_ids[i]), (ref["n_prompt"], want_ids[i])
         # the engine fed the tokenizer's ids gives the same; fed the raw bytes, (usually) not
-        same = generate(model_dir, want_ids[i], 24, seed=kw.get("seed"), temperature=kw.get("temperature", 0.0),
-                        ignore_eos=kw.get("ignore_eos", False))
+        same = h.generate(want_ids[i], 24, model=model_dir, **kw)
         assert same["tokens"] == ref["tokens"]
-        raw = generate(h.MODEL, list(p.encode()), 24, seed=kw.get("seed"), temperature=kw.get("temperature", 0.0),
-                       ignore_eos=kw.get("ignore_eos", False))
+        raw = h.generate(list(p.encode()), 24, **kw)
         differs += raw["tokens"] != ref["tokens"]
         j = h.job_record("tok-%d-%s" % (i, uid), p, 24, stream=(i == 3), **kw)
         jobs.append(j)
@@ -135,7 +119,7 @@ def run(make, model_dir, byte_id):
     # a stop string spanning tokens: two characters of a greedy continuation (after its first one)
     for attempt in range(30):
         p = rand_text(rnd)
-        sref = generate(model_dir, p, 32, ignore_eos=True)
+        sref = h.generate(p, 32, model=model_dir, ignore_eos=True)
         t = sref["text"]
         cand = [k for k in range(1, len(t) - 1) if "\ufffd" not in t[k:k + 2]]
         if cand:

@@ -11,6 +11,7 @@
  */
 #include "tokenizer_impl.h"
 #include "random_utf8.h"
+#include "check.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -19,16 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(c, ...)                                                                          \
-    do {                                                                                       \
-        if (!(c)) {                                                                            \
-            failures++;                                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
-    } while (0)
 
 static const char *const FORM_NAME[] = {"nfc", "nfd", "nfkc", "nfkd"};   /* index = TK_NF* */
 
@@ -302,10 +293,5 @@ int main(int argc, char **argv)
     }
     sl_tokenizer_free(plain);
     json_decref(base);
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
-        return 1;
-    }
-    printf("ok\n");
-    return 0;
+    CHECK_DONE();
 }

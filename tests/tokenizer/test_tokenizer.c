@@ -5,6 +5,7 @@
  */
 #include "tokenizer.h"
 #include "random_utf8.h"
+#include "check.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -14,16 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(c, ...)                                                                          \
-    do {                                                                                       \
-        if (!(c)) {                                                                            \
-            failures++;                                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
-    } while (0)
 
 static char *slurp(const char *path, size_t *n)
 {
@@ -370,10 +361,5 @@ int main(int argc, char **argv)
     json_decref(base);
     json_decref(variants);
     free(text);
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
-        return 1;
-    }
-    printf("ok\n");
-    return 0;
+    CHECK_DONE();
 }
