@@ -182,22 +182,22 @@ static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x
 static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
-    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][6], ntune = 0, skew_only = -1, trace = 0;
+    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][7], ntune = 0, skew_only = -1, trace = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) {   /* launch variants (moe_cuda_ws) */
-            /* "E,R,L,K[,KT[,F]]/...": early PDL E (0/1), 128-row down items from batch R, 16-token router logits
-             * tiles from batch L, router logits in K parts for T <= KT (default 16), the one-launch layer for
-             * T <= F % 100 (default 0 = never) with moe_fused_args.opt F / 100; each measured in turn, the JSON
-             * holds the last */
+            /* "E,R,L,K[,KT[,F[,TC]]]/...": early PDL E (0/1), 128-row down items from batch R, 16-token router
+             * logits tiles from batch L, router logits in K parts for T <= KT (default 16), the one-launch layer
+             * for T <= F % 100 (default 0 = never) with moe_fused_args.opt F / 100, tensor-core router logits
+             * from batch TC (default 32); each measured in turn, the JSON holds the last */
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/"))
-                if ((tune[ntune][4] = 16, tune[ntune][5] = 0,
-                     sscanf(t, "%d,%d,%d,%d,%d,%d", &tune[ntune][0], &tune[ntune][1], &tune[ntune][2], &tune[ntune][3],
-                            &tune[ntune][4], &tune[ntune][5])) >= 4) ntune++;
-                else { fprintf(stderr, "sluice-bench: --variants E,R,L,K[,KT[,F]][/...]\n"); return 2; }
+                if ((tune[ntune][4] = 16, tune[ntune][5] = 0, tune[ntune][6] = 32,
+                     sscanf(t, "%d,%d,%d,%d,%d,%d,%d", &tune[ntune][0], &tune[ntune][1], &tune[ntune][2], &tune[ntune][3],
+                            &tune[ntune][4], &tune[ntune][5], &tune[ntune][6])) >= 4) ntune++;
+                else { fprintf(stderr, "sluice-bench: --variants E,R,L,K[,KT[,F[,TC]]][/...]\n"); return 2; }
         } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
             trace = 1;
         } else if (!strcmp(argv[i], "--routing") && i + 1 < argc) {   /* random | skewed (default both) */
@@ -208,7 +208,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants E,R,L,K[,KT[,F]][/...]] [--routing random|skewed] [--trace]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants E,R,L,K[,KT[,F[,TC]]][/...]] [--routing random|skewed] [--trace]\n");
             return 2;
         }
     }
@@ -261,10 +261,12 @@ static int bench_moe(int argc, char **argv)
     for (int v = 0; v < (ntune ? ntune : 1); v++) {
     if (ntune)
         W.early_pdl = tune[v][0], W.down_rm_min_t = tune[v][1], W.logits16_min_t = tune[v][2], W.logits_ks = tune[v][3],
-        W.logits_ks_max_t = tune[v][4], W.fused_max_t = tune[v][5] % 100, W.fused_opt = tune[v][5] / 100;
+        W.logits_ks_max_t = tune[v][4], W.fused_max_t = tune[v][5] % 100, W.fused_opt = tune[v][5] / 100,
+        W.logits_tc_min_t = tune[v][6];
     printf("variant: early PDL %d, 128-row down items from batch %d, 16-token logits tiles from batch %d, logits K parts %d "
-           "up to batch %d, one-launch layer up to batch %d (opt %d)\n", W.early_pdl,
-           W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt);
+           "up to batch %d, one-launch layer up to batch %d (opt %d), tensor-core logits from batch %d\n", W.early_pdl,
+           W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
+           W.logits_tc_min_t);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer");
     for (int sk = 0; sk < 2; sk++) {

@@ -81,6 +81,15 @@ cudaError_t moe_quantize_nvfp4(const float *w, int n, int k, uint8_t *q, uint8_t
  * written to logits + s * T * E ([ksplit][T][E]: give moe_router_topk* the same ksplit). */
 cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
                               int tile16_min_t, int ksplit, cudaStream_t st);
+/* The same on tensor cores (v14): gate_tc is the fp32 gate split into three bf16 planes hi + mid + lo
+ * (exact sum), in mma fragment order: uint4 index ((et * (H / 32) + kb) * 6 + 2 * p + s) * 32 + lane
+ * for expert tile et (16 experts), 32-input block kb, plane p (0 hi, 1 mid, 2 lo), k-step s; the lane
+ * (g = lane / 4, q = lane % 4) holds bf16 pairs a0 = experts 16 et + g, inputs c, c + 1; a1 = expert
+ * + 8, same inputs; a2 / a3 = inputs c + 2, c + 3; c = 32 kb + 8 q + 4 s. E % 16 == 0, H % 256 == 0.
+ * ksplit: as moe_router_logits (moe_router_logits_tc_parts(T, H, E) picks it, <= 4). */
+cudaError_t moe_router_logits_tc(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E, float *logits,
+                                 int ksplit, cudaStream_t st);
+int moe_router_logits_tc_parts(int T, int H, int E);
 /* Scores, top-k (or hash), weights. part: ksplit partial logit arrays [ksplit][T][E] (1 = logits).
  * idx/w [T][topk]. */
 cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,

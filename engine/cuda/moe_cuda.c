@@ -47,6 +47,7 @@ int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s)
     CK(cudaMalloc((void **)&L->post13, (size_t)E * 2 * sizeof(float)), "cudaMalloc(post13)");
     CK(cudaMalloc((void **)&L->post2, (size_t)E * sizeof(float)), "cudaMalloc(post2)");
     CK(cudaMalloc((void **)&L->gate, (size_t)E * H * sizeof(float)), "cudaMalloc(gate)");
+    if (E % 16 == 0) CK(cudaMalloc((void **)&L->gate_tc, (size_t)3 * E * H * sizeof(uint16_t)), "cudaMalloc(gate planes)");
     if (s->hash) CK(cudaMalloc((void **)&L->tid2eid, (size_t)s->vocab * s->topk * sizeof(int32_t)), "cudaMalloc(tid2eid)");
     if (s->has_shared) {
         const size_t nb13 = (size_t)(I / 128) * (H / 128), nb2 = (size_t)(H / 128) * (I / 128);
@@ -61,17 +62,67 @@ int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s)
 
 void moe_cuda_layer_free(moe_cuda_layer *L)
 {
-    void *p[] = {L->w13, L->w2, L->post13, L->post2, L->gate, L->bias, L->tid2eid,
+    void *p[] = {L->w13, L->w2, L->post13, L->post2, L->gate, L->gate_tc, L->bias, L->tid2eid,
                  L->sh_w13, L->sh_w2, L->sh_s13, L->sh_s2};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
     memset(L, 0, sizeof *L);
 }
 
+static uint16_t bf16_rne(float f)   /* finite inputs */
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float bf16_f32(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The gate as three bf16 planes in the tensor-core logits kernel's fragment order (moe_kernels.h,
+ * moe_router_logits_tc): hi = bf16(g), mid = bf16(g - hi), lo = bf16(g - hi - mid); each residual is
+ * exact in fp32 and the last has at most 8 significant bits, so hi + mid + lo == g exactly. */
+static int upload_gate_planes(moe_cuda_layer *L, const float *gate_w)
+{
+    const int E = L->s.n_experts, H = L->s.hidden, nkb = H / 32;
+    uint16_t *pl = malloc((size_t)3 * E * H * sizeof(uint16_t));
+    if (!pl) return fail("out of host memory (gate planes)");
+    for (int et = 0; et < E / 16; et++)
+        for (int kb = 0; kb < nkb; kb++)
+            for (int f = 0; f < 6; f++)
+                for (int lane = 0; lane < 32; lane++) {
+                    const int p = f / 2, st = f % 2, g = lane / 4, q = lane % 4, c = 32 * kb + 8 * q + 4 * st;
+                    uint16_t *d = pl + ((((size_t)et * nkb + kb) * 6 + f) * 32 + lane) * 8;
+                    for (int r = 0; r < 4; r++)   /* a0..a3: (row g | g + 8) x (inputs c, c+1 | c+2, c+3) */
+                        for (int h = 0; h < 2; h++) {
+                            const int e = 16 * et + g + (r & 1) * 8, k = c + (r >> 1) * 2 + h;
+                            float v = gate_w[(size_t)e * H + k];
+                            uint16_t b = 0;
+                            for (int i = 0; i <= p; i++) {
+                                b = bf16_rne(v);
+                                v -= bf16_f32(b);
+                            }
+                            d[r * 2 + h] = b;
+                        }
+                }
+    const cudaError_t e = cudaMemcpy(L->gate_tc, pl, (size_t)3 * E * H * sizeof(uint16_t), cudaMemcpyHostToDevice);
+    free(pl);
+    CK(e, "upload gate planes");
+    return 0;
+}
+
 int moe_cuda_set_router(moe_cuda_layer *L, const float *gate_w, const float *bias, const int32_t *tid2eid)
 {
     const int E = L->s.n_experts, H = L->s.hidden;
+    for (size_t i = 0; i < (size_t)E * H; i++)
+        if (!isfinite(gate_w[i])) return fail("router weight holds a non-finite value");
     CK(cudaMemcpy(L->gate, gate_w, (size_t)E * H * sizeof(float), cudaMemcpyHostToDevice), "upload router weight");
+    if (L->gate_tc && upload_gate_planes(L, gate_w)) return -1;
     if (bias) {
         if (!L->bias) CK(cudaMalloc((void **)&L->bias, (size_t)E * sizeof(float)), "cudaMalloc(bias)");
         CK(cudaMemcpy(L->bias, bias, (size_t)E * sizeof(float), cudaMemcpyHostToDevice), "upload bias");
@@ -237,6 +288,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->logits_ks = 4;
     W->logits_ks_max_t = 16;   /* v13: 8 -> 16 (K-split logits measured 1.5-3 % faster at batch 16) */
     W->fused_max_t = 0;        /* v13: the one-launch layer stays opt-in */
+    W->logits_tc_min_t = 32;   /* v14: tensor-core router logits from this batch on */
     int dev, sms, fb;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -302,9 +354,14 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         MARK(6);
         return 0;
     }
-    const int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
-                           H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
-    CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, ks, st), "router logits");
+    int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
+                     H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
+    if (L->gate_tc && T >= W->logits_tc_min_t) {
+        ks = moe_router_logits_tc_parts(T, H, E);
+        CK(moe_router_logits_tc(x, L->gate_tc, T, H, E, W->logits, ks, st), "router logits (tensor cores)");
+    } else {
+        CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, ks, st), "router logits");
+    }
     MARK(1);
     const int nt = moe_tok_tiles(T), lsh = s->has_shared;
     if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */

@@ -38,6 +38,7 @@ typedef struct {
     size_t w13_stride, w2_stride;
     float *post13, *post2;            /* per-tensor multipliers [E][2], [E] */
     float *gate;                      /* router weight fp32 [E][hidden] */
+    uint16_t *gate_tc;                /* the same as 3 bf16 planes for moe_router_logits_tc (E % 16 == 0), or NULL */
     float *bias;                      /* [E] or NULL */
     int32_t *tid2eid;                 /* [vocab][topk] or NULL */
     uint8_t *sh_w13, *sh_w2;          /* repacked FP8 shared expert */
@@ -59,6 +60,7 @@ typedef struct {
     int logits16_min_t;               /* router logits in 16-token tiles from this batch on (moe_router_logits) */
     int logits_ks;                    /* router logits K parts (<= MOE_LOGITS_KS_MAX) for T <= logits_ks_max_t */
     int logits_ks_max_t;              /* v13: 16 (v11: 8) */
+    int logits_tc_min_t;              /* v14: router logits on tensor cores from this batch on (needs gate_tc) */
     int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer
                                          (moe_fused_small); default 0: never (v13 measured it no faster
                                          than the launch sequence, bench/NOTES.md) */

@@ -7,13 +7,16 @@
  *
  * Logits: one warp per expert and 8-token tile, fixed reduction order, so logits and indices are
  * deterministic. Roofline: the gate is H*E*4 bytes (4 MiB for V4-Flash), ~1 us at HBM rate; at
- * batch 512 the fp32 FMAs (1.07 GFLOP) take ~16 us on CUDA cores.
+ * batch 512 the fp32 FMAs (1.07 GFLOP) take ~16 us on CUDA cores. From batch 32 (moe_cuda_ws
+ * logits_tc_min_t) the logits run on tensor cores instead (k_router_logits_tc, v14: exact bf16 x 3
+ * split of the gate, also deterministic): events 31 -> 12 us at batch 64, ~100 -> 34 us at 512.
  */
 #include <stdint.h>
 #include <math.h>
 #include "moe_kernels.h"
 #include "common/moe_launch.cuh"
 #include "moe_router_dev.cuh"
+#include "common/moe_fp4_common.cuh"
 
 
 /* One warp per (expert, TOK-token tile): lanes stride over K with 16-byte loads of the expert's gate
@@ -82,6 +85,92 @@ extern "C" cudaError_t moe_router_logits(const uint16_t *x, const float *gate, i
     if (T >= tile16_min_t && H <= 4096) return logits_launch<16, 16>(x, gate, T, H, E, logits, ksplit, st);
     if (T > 16) return logits_launch<8, 8>(x, gate, T, H, E, logits, ksplit, st);
     return logits_launch<8, 4>(x, gate, T, H, E, logits, ksplit, st);
+}
+
+/* ---- Router logits on tensor cores (v14), for the larger batches.
+ * The fp32 gate is split at load time into three bf16 planes hi + mid + lo that sum to it exactly
+ * (each takes the next 8 significant bits; moe_cuda.c), so x . gate = x . hi + x . mid + x . lo with
+ * every product exact in fp32 (bf16 x bf16); mma.sync m16n8k16 adds them with fp32 accumulation: the
+ * gate's experts are the M side, tokens the N side. Accumulation order differs from the CUDA-core
+ * kernel (like any fp32 summation order), not the products.
+ * Layout of gate_tc (moe_kernels.h): per 16-expert tile and 32-input block, 6 fragments (plane p,
+ * k-step s) of 32 lanes x 16 bytes, each lane's a0..a3 of mma's A operand; inputs are permuted inside
+ * the 32-input block so that lane (g, q)'s 16-byte load of x[token][32 kb + 8 q ..] is its B operand
+ * for both k-steps (step s uses inputs 8 q + 4 s .. + 3). Block: 8 warps split the part's K, partial
+ * sums added in warp order through shared memory (deterministic); blockIdx = (expert tile, token
+ * group of 8 * NTT, K part). */
+template <int NTT>
+__global__ void __launch_bounds__(256) k_router_logits_tc(const uint16_t *x, const uint4 *gate_tc, int T, int H, int E,
+                                                          float *logits)
+{
+    __shared__ float red[8][NTT * 4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int et = blockIdx.x, tb = blockIdx.y * 8 * NTT, nkb = H / 32;
+    const int kbn = nkb / gridDim.z, kb0 = blockIdx.z * kbn + warp * (kbn / 8), kb1 = kb0 + kbn / 8;
+    logits += (size_t)blockIdx.z * T * E;
+    const uint16_t *xr[NTT];
+#pragma unroll
+    for (int j = 0; j < NTT; j++) xr[j] = x + (size_t)min(tb + j * 8 + g, T - 1) * H + 8 * q;
+    const uint4 *gp = gate_tc + (size_t)et * nkb * 6 * 32 + lane;
+    float ah[NTT][4], al[NTT][4];   /* hi plane; mid + lo planes */
+#pragma unroll
+    for (int j = 0; j < NTT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) ah[j][i] = al[j][i] = 0.f;
+    moe_pdl_wait();
+#pragma unroll 2
+    for (int kb = kb0; kb < kb1; kb++) {
+        uint4 a[6], b[NTT];
+#pragma unroll
+        for (int f = 0; f < 6; f++) a[f] = __ldg(gp + ((size_t)kb * 6 + f) * 32);
+#pragma unroll
+        for (int j = 0; j < NTT; j++) b[j] = __ldg((const uint4 *)(xr[j] + kb * 32));
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+#pragma unroll
+            for (int j = 0; j < NTT; j++) {
+                const uint32_t b0 = s ? b[j].z : b[j].x, b1 = s ? b[j].w : b[j].y;
+                moe_mma_bf16(al[j], a[4 + s].x, a[4 + s].y, a[4 + s].z, a[4 + s].w, b0, b1);
+                moe_mma_bf16(al[j], a[2 + s].x, a[2 + s].y, a[2 + s].z, a[2 + s].w, b0, b1);
+                moe_mma_bf16(ah[j], a[s].x, a[s].y, a[s].z, a[s].w, b0, b1);
+            }
+    }
+    moe_pdl_release();
+#pragma unroll
+    for (int j = 0; j < NTT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[warp][j * 4 + i][lane] = ah[j][i] + al[j][i];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int j = 0; j < NTT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float v = red[0][j * 4 + i][lane];
+            for (int w = 1; w < 8; w++) v += red[w][j * 4 + i][lane];
+            const int e = et * 16 + g + (i >= 2 ? 8 : 0), t = tb + j * 8 + 2 * q + (i & 1);
+            if (t < T) logits[(size_t)t * E + e] = v;
+        }
+}
+
+extern "C" int moe_router_logits_tc_parts(int T, int H, int E)
+{
+    const int ntt = T <= 32 ? 1 : (T <= 128 ? 2 : 4), groups = (T + 8 * ntt - 1) / (8 * ntt);
+    int ks = 1;
+    while (ks < 4 && (E / 16) * groups * ks < 256 && H % (256 * ks * 2) == 0) ks *= 2;
+    return ks;
+}
+
+extern "C" cudaError_t moe_router_logits_tc(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E,
+                                            float *logits, int ksplit, cudaStream_t st)
+{
+    if (T < 1 || E % 16 || H % 256 || ksplit < 1 || H % (256 * ksplit)) return cudaErrorInvalidValue;
+    const int ntt = T <= 32 ? 1 : (T <= 128 ? 2 : 4);
+    const dim3 grid(E / 16, (T + 8 * ntt - 1) / (8 * ntt), ksplit);
+    const uint4 *g = (const uint4 *)gate_tc;
+    if (ntt == 1) return moe_launch(k_router_logits_tc<1>, grid, dim3(256), 0, st, x, g, T, H, E, logits);
+    if (ntt == 2) return moe_launch(k_router_logits_tc<2>, grid, dim3(256), 0, st, x, g, T, H, E, logits);
+    return moe_launch(k_router_logits_tc<4>, grid, dim3(256), 0, st, x, g, T, H, E, logits);
 }
 
 /* One warp per token. */

@@ -320,6 +320,56 @@ static void run_fused(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws
     W->fused_max_t = fm;
 }
 
+/* Tensor-core router logits (moe_router_logits_tc) against float64 on fresh random inputs, for several
+ * token-group sizes and K parts: |gpu - ref| <= 1e-5 * sum_k |g x| (fp32 accumulation; products are
+ * exact). And exactness of the three-plane gate split: a token whose input is one 1.0 at input k must
+ * get gate[e][k] bit for bit for every expert (all other products are zero). */
+static void test_logits_tc(const model *M, const moe_cuda_layer *L, moe_cuda_ws *W)
+{
+    const int E = M->s.n_experts, H = M->s.hidden, Tmax = W->max_tokens;
+    uint16_t *xb = malloc((size_t)Tmax * H * 2), *dx;
+    float *lg = malloc((size_t)MOE_LOGITS_KS_MAX * Tmax * E * 4);
+    CU(cudaMalloc((void **)&dx, (size_t)Tmax * H * 2));
+    const int Ts[5] = {1, 7, 33, 130, 257};
+    for (int ti = 0; ti < 5; ti++)
+        for (int ks = 1; ks <= 4; ks *= 2) {
+            const int T = Ts[ti] < Tmax ? Ts[ti] : Tmax;
+            if (H % (256 * ks)) continue;
+            for (size_t i = 0; i < (size_t)T * H; i++) xb[i] = f2bf(nrand());
+            CU(cudaMemcpy(dx, xb, (size_t)T * H * 2, cudaMemcpyHostToDevice));
+            CU(cudaMemset(W->logits, 0xFF, (size_t)ks * T * E * 4));
+            CU(moe_router_logits_tc(dx, L->gate_tc, T, H, E, W->logits, ks, 0));
+            CU(cudaMemcpy(lg, W->logits, (size_t)ks * T * E * 4, cudaMemcpyDeviceToHost));
+            double worst = 0;
+            for (int t = 0; t < T; t++)
+                for (int e = 0; e < E; e++) {
+                    double ref = 0, mag = 0, got = 0;
+                    for (int k = 0; k < H; k++) {
+                        const double p = (double)M->gate[(size_t)e * H + k] * bf2f(xb[(size_t)t * H + k]);
+                        ref += p;
+                        mag += fabs(p);
+                    }
+                    for (int z = 0; z < ks; z++) got += lg[((size_t)z * T + t) * E + e];
+                    worst = fmax(worst, fabs(got - ref) / mag);
+                }
+            CHECK(worst <= 1e-5, "tensor-core logits T=%d ks=%d: error %.2e of sum |g x|", T, ks, worst);
+            if (ti == 4 || worst > 1e-5) printf("tensor-core logits T=%d ks=%d: max error %.2e of sum |g x|\n", T, ks, worst);
+        }
+    const int T = Tmax < 40 ? Tmax : 40;   /* one-hot tokens: exact */
+    int kk[40], bad = 0;
+    memset(xb, 0, (size_t)T * H * 2);
+    for (int t = 0; t < T; t++) kk[t] = (int)(rnd() % H), xb[(size_t)t * H + kk[t]] = f2bf(1.f);
+    CU(cudaMemcpy(dx, xb, (size_t)T * H * 2, cudaMemcpyHostToDevice));
+    CU(moe_router_logits_tc(dx, L->gate_tc, T, H, E, W->logits, 1, 0));
+    CU(cudaMemcpy(lg, W->logits, (size_t)T * E * 4, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < T; t++)
+        for (int e = 0; e < E; e++) bad += lg[(size_t)t * E + e] != M->gate[(size_t)e * H + kk[t]];
+    CHECK(bad == 0, "tensor-core logits of one-hot tokens differ from the gate in %d places (plane split not exact)", bad);
+    CU(cudaFree(dx));
+    free(xb);
+    free(lg);
+}
+
 static void test_quantiser(void)
 {
     const int n = 256, k = 1024;
@@ -377,9 +427,20 @@ int main(int argc, char **argv)
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 257, 1);
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 9, 1);    /* 2-tile routed, 1-tile shared */
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 64, 1);
-    for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items) */
+    test_logits_tc(&M, &L, &W);
+    {   /* tensor-core router logits at every batch (default: from 32) */
+        const int tc = W.logits_tc_min_t;
+        W.logits_tc_min_t = 1;
+        for (int i = 0; i < 3; i++) run_case("nvfp4, tensor-core logits", &M, &L, &W, batches[i], 0);
+        run_case("nvfp4 skewed, tensor-core logits", &M, &L, &W, 9, 1);
+        W.logits_tc_min_t = tc;
+    }
+    for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items;
+                                       CUDA-core router logits at every batch) */
         static const char *nm[3] = {"nvfp4, v10 launch order", "nvfp4, 128-row down, logits 8-tok/4-part", "nvfp4, v10 order, 128-row down"};
         const int ep = W.early_pdl, rm = W.down_rm_min_t, lt = W.logits16_min_t, ks = W.logits_ks, kt = W.logits_ks_max_t;
+        const int tc = W.logits_tc_min_t;
+        W.logits_tc_min_t = 1 << 30;
         W.early_pdl = i == 1; W.down_rm_min_t = i ? 1 : 1 << 30; W.logits16_min_t = i == 1 ? 1 << 30 : 17;
         W.logits_ks = i == 1 ? 4 : (i == 2 ? 2 : 1);   /* K-split router logits: 4 parts at T = 2, 64 and 257 */
         W.logits_ks_max_t = i == 1 ? 1 << 30 : 8;    /* (v12), 2 parts at T = 2 */
@@ -387,6 +448,7 @@ int main(int argc, char **argv)
         run_case(nm[i], &M, &L, &W, 64, 0);
         run_case(nm[i], &M, &L, &W, 257, 1);
         W.early_pdl = ep; W.down_rm_min_t = rm; W.logits16_min_t = lt; W.logits_ks = ks; W.logits_ks_max_t = kt;
+        W.logits_tc_min_t = tc;
     }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
