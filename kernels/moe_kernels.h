@@ -127,6 +127,9 @@ typedef struct {
                                                  and gate/up releases it at once (v11); 0: v10 order */
     int down_rm;                              /* down: 16-row tiles per warp of a routed item, 1 (64-row
                                                  items) or 2 (128-row items; H % 128 == 0); v11 */
+    int overlap;                              /* with early: bit 0 gate/up, bit 1 down: the stage's 2-tile
+                                                 launch starts its work without waiting for the 1-tile
+                                                 launch and waits before it exits (v14) */
 } moe_expert_args;
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.

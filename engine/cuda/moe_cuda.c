@@ -289,6 +289,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->logits_ks_max_t = 16;   /* v13: 8 -> 16 (K-split logits measured 1.5-3 % faster at batch 16) */
     W->fused_max_t = 0;        /* v13: the one-launch layer stays opt-in */
     W->logits_tc_min_t = 32;   /* v14: tensor-core router logits from this batch on */
+    W->nt2_overlap = 0;
     int dev, sms, fb;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -334,6 +335,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
         .limit = s->swiglu_limit, .early = W->early_pdl,
         .down_rm = T >= W->down_rm_min_t && H % 128 == 0 ? 2 : 1,
+        .overlap = W->nt2_overlap,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

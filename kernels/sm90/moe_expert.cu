@@ -41,6 +41,7 @@
 #include "common/moe_launch.cuh"
 #include "moe_expert_dev.cuh"
 
+
 template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
@@ -48,7 +49,11 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
-    moe_pdl_wait();
+    /* overlap (v14): the 2-tile launch is released by the 1-tile one only after that one's wait, so the
+     * lists are complete; the two write disjoint pairs; its wait at the end makes the next kernel's wait
+     * cover both launches. Its blocks take the slots the 1-tile launch's tail frees and start at once. */
+    const bool second = NT == 2 && a.early && (a.overlap & 1);
+    if (!second) moe_pdl_wait();
     /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
      * stream their first weights while this kernel finishes (they wait before reading h) */
     if (a.early) moe_pdl_release();
@@ -56,7 +61,10 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    if (total == 0) return;   /* no expert of this tile count */
+    if (total == 0) {   /* no expert of this tile count */
+        if (second) moe_pdl_wait();
+        return;
+    }
     Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
@@ -97,6 +105,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
                     moe_f32_to_bf16(moe_swiglu(acc[0][j][i] * pg, acc[1][j][i] * pu, a.limit) * pair_w[p0 + n]);
         }
     }
+    if (second) moe_pdl_wait();
     if (!a.early) moe_pdl_release();
 }
 
@@ -114,20 +123,25 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
     /* Before the PDL wait (early): the item list (off[] was written by the lists kernel, which completed
      * before the previous kernel could release us) and the first D weight chunks of this warp's first
      * item (weights do not depend on the previous kernel); h is read only after the wait. */
+    const bool second = NT == 2 && a.early && (a.overlap & 2);   /* as in k_gate_up */
     if (!a.early) moe_pdl_wait();
     item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM);
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
     const int mmul = RM == 2 ? nc : 1;
     bool primed = false;
-    if (total == 0) return;   /* no expert of this tile count */
+    if (total == 0) {   /* no expert of this tile count; the exit releases the next launch, which may not
+                           wait for us (overlap), so not before h is complete */
+        if (a.early) moe_pdl_wait();
+        return;
+    }
     Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
     if (a.early && (int)blockIdx.x < total && cur.e < a.E) {
         fp4_prime<FMT, RM, D>(smem + warp * RING_WARP_BYTES,
                               a.w2 + (size_t)cur.e * a.w2_stride + (size_t)cur.r * RM * rt_bytes, nc, lane, mmul);
         primed = true;
     }
-    if (a.early) moe_pdl_wait();
+    if (a.early && !second) moe_pdl_wait();
     moe_pdl_release();
     for (int it = blockIdx.x; it < total; it += gridDim.x) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
@@ -171,6 +185,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
                         if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][j][i] * post;
                     }
     }
+    if (second) moe_pdl_wait();
 }
 
 /* per-warp rings + the block's copies of items[] and off[] (E <= 512) */

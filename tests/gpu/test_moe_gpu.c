@@ -428,6 +428,16 @@ int main(int argc, char **argv)
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 9, 1);    /* 2-tile routed, 1-tile shared */
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 64, 1);
     test_logits_tc(&M, &L, &W);
+    for (int ov = 1; ov <= 3; ov++) {   /* 2-tile launches overlapping the 1-tile ones (gate/up, down, both) */
+        static const char *nm[3] = {"nvfp4, 2-tile overlap gate/up", "nvfp4, 2-tile overlap down", "nvfp4, 2-tile overlap both"};
+        const int o = W.nt2_overlap;
+        W.nt2_overlap = ov;
+        run_case(nm[ov - 1], &M, &L, &W, 257, 0);
+        run_case(nm[ov - 1], &M, &L, &W, 257, 1);
+        run_case(nm[ov - 1], &M, &L, &W, 9, 1);
+        run_case(nm[ov - 1], &M, &L, &W, 64, 1);
+        W.nt2_overlap = o;
+    }
     {   /* tensor-core router logits at every batch (default: from 32) */
         const int tc = W.logits_tc_min_t;
         W.logits_tc_min_t = 1;
