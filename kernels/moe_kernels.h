@@ -145,6 +145,15 @@ cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32
  * (PDL), so the down weights flow while gate/up finishes (v11). */
 cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off,
                      const int32_t *items, int T, int topk, const int grid[2], float *y, cudaStream_t st);
+/* The FP8 shared expert for all T tokens as its own two launches (v14), for larger batches: gate/up
+ * x -> h[T*topk + t] (swiglu), then down h[T*topk + t] -> y[T*topk + t] (the rows moe_build_lists gives
+ * the shared pairs), so the routed launches run with has_shared 0. Each dequantised weight fragment
+ * serves 16 tokens (T <= 64) or 32 (gate/up) / 64 (down) tokens instead of 8 or 16 in the routed
+ * kernels' shared items, and the block's activation rows are staged once in shared memory for its 4
+ * warps. Needs a->has_shared; same numerics as the shared items (bf16 products, fp32 accumulation, the
+ * fp32 block scale applied per 128x128 chunk); every output has one owner: deterministic. */
+cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
+                               cudaStream_t st);
 /* out[t][H] = sum_k y[inv[t][k]] + ysh[t] (fixed order: deterministic); ysh: the shared expert's
  * rows [T][H] or NULL */
 cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out,

@@ -1,6 +1,7 @@
 /* moe_cuda.c — host side of the GPU MoE layer: allocation, load-time upload + repack, and the
  * launch sequence of one forward (router logits -> top-k -> lists -> gate/up -> down -> combine; top-k and
- * lists are one launch for batches of <= 32 tokens; the shared expert's items ride in the routed launches).
+ * lists are one launch for batches of <= 32 tokens; the shared expert's items ride in the routed launches
+ * below shared_min_t tokens, from there it has two launches of its own before the routed gate/up).
  */
 #include "moe_cuda.h"
 
@@ -290,6 +291,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fused_max_t = 0;        /* v13: the one-launch layer stays opt-in */
     W->logits_tc_min_t = 32;   /* v14: tensor-core router logits from this batch on */
     W->nt2_overlap = 0;
+    W->shared_min_t = 64;      /* v14: the shared expert as its own launches from this batch on */
     int dev, sms, fb;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -381,9 +383,16 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
                            st), "expert lists");
     }
     MARK(3);
-    CK(moe_gate_up(&a, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
+    /* from shared_min_t tokens the shared expert runs as its own launches (v14) and the routed launches
+     * carry routed experts only; its rows stay where the lists put them (after the T * topk routed pairs) */
+    moe_expert_args ar = a;
+    if (s->has_shared && T >= W->shared_min_t) {
+        CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
+        ar.has_shared = 0;
+    }
+    CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
     MARK(4);
-    CK(moe_down(&a, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
+    CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
     MARK(5);
     /* the shared expert's rows follow the routed pairs (off[E] = T * topk: every router index is valid) */
     const float *ysh = s->has_shared ? W->y + (size_t)T * K * H : NULL;

@@ -62,6 +62,7 @@ typedef struct {
     int logits_ks_max_t;              /* v13: 16 (v11: 8) */
     int logits_tc_min_t;              /* v14: router logits on tensor cores from this batch on (needs gate_tc) */
     int nt2_overlap;                  /* moe_expert_args.overlap (v14) */
+    int shared_min_t;                 /* v14: the shared expert by moe_shared_experts from this batch on */
     int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer
                                          (moe_fused_small); default 0: never (v13 measured it no faster
                                          than the launch sequence, bench/NOTES.md) */

@@ -12,8 +12,11 @@
  * N side (NT = 1 or 2 n-tiles of 8; with 2 both n-tiles reuse one dequantised fragment).
  * Activation fragments come straight from L1/L2 one chunk ahead. gate and up rows are interleaved,
  * so one warp finishes silu(min(g,L)) * clamp(u) * routing weight in registers and writes h (bf16).
- * The FP8 shared expert runs in the same launches: its items are single 16-row tiles whose K is
- * split over the block's 4 warps (partial sums added in a fixed order through shared memory).
+ * The FP8 shared expert runs in the same launches below moe_cuda_ws.shared_min_t tokens: its items are
+ * single 16-row tiles whose K is split over the block's 4 warps (partial sums added in a fixed order
+ * through shared memory); each token chunk of 8 (16) re-streams and re-dequantises all its weights, which
+ * cost 45-60 us at batch 64 and ~290 us at 512 (v14, `sluice-bench moe --no-shared`). From that batch on
+ * it has two launches of its own (k_shared_fp8: 16-64 tokens per dequantised fragment).
  *
  * Tile count per expert, chosen on the GPU (v10): a routed expert with > 8 tokens is served by the
  * 2-tile kernel (items of 16 tokens), one with <= 8 tokens by the 1-tile kernel; the shared expert
@@ -266,6 +269,157 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;
     const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
     return moe_launch(dn_pick<2>(a->fmt, rm), dim3(g1), dim3(128), sm, st, *a, h, off, y);
+}
+
+/* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);
+ * each of its 4 warps owns a 16-row tile for the whole K and applies every dequantised FP8 fragment to
+ * NTT n-tiles. Weights: per-warp rings filled by cp.async, D chunks ahead. Activations: the block's
+ * 8 * NTT token rows of each 128-input chunk are staged once in shared memory (cp.async by all threads,
+ * D chunks ahead, rows padded to 272 bytes so the fragment reads are conflict-free) and shared by the
+ * 4 warps. The token group varies fastest over blockIdx, so the blocks of one row group run together
+ * and read its weights from HBM once. NM 2: gate/up (x -> swiglu -> h), NM 1: down (h -> y). */
+#define SH_XSTRIDE 136   /* bf16 per staged activation row: 128 + 8 of padding */
+template <int NM, int NTT>
+__global__ void __launch_bounds__(128, 2) k_shared_fp8(moe_expert_args a, const uint16_t *xin, int T, int topk,
+                                                       uint16_t *h, float *y)
+{
+    constexpr int D = 4, XR = 8 * NTT;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int K = NM == 2 ? a.H : a.I, nc = K / 128, r = blockIdx.y * MOE_WARPS + warp, t0 = blockIdx.x * XR;
+    const uint8_t *rt = (NM == 2 ? a.sh_w13 : a.sh_w2) + (size_t)r * nc * NM * MOE_FP8_CHUNK_BYTES;
+    const float *bscale = (NM == 2 ? a.sh_s13 : a.sh_s2) + (size_t)(r * 16 / 128) * nc;
+    const int bstride = (a.I / 128) * (a.H / 128);
+    uint8_t *ring = smem + warp * (D * NM * MOE_FP8_CHUNK_BYTES);
+    uint16_t *xs = (uint16_t *)(smem + MOE_WARPS * D * NM * MOE_FP8_CHUNK_BYTES);   /* [D][XR][SH_XSTRIDE] */
+    const size_t base = NM == 2 ? 0 : (size_t)T * topk;   /* down reads the shared pairs' h rows */
+    /* the weights do not depend on the previous kernel: the first D chunks go out before the wait */
+#pragma unroll
+    for (int s = 0; s < D; s++)
+        if (s < nc)
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
+                         rt + ((size_t)s * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+    moe_pdl_wait();
+    moe_pdl_release();
+    /* group s: weight chunk s (issued above) + activation chunk s */
+#pragma unroll
+    for (int s = 0; s < D; s++) {
+        if (s < nc)
+#pragma unroll
+            for (int i = 0; i < NTT; i++) {
+                const int p = threadIdx.x + i * 128, row = p >> 4, pc = p & 15;
+                cp16((uint8_t *)(xs + ((size_t)s * XR + row) * SH_XSTRIDE + pc * 8),
+                     xin + (base + (size_t)min(t0 + row, T - 1)) * K + s * 128 + pc * 8);
+            }
+        cp_commit();
+    }
+    const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
+    float acc[NM][NTT][4];
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NTT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+    for (int c = 0; c < nc; c++) {
+        const int s = c % D;
+        cp_wait<D - 1>();
+        __syncthreads();   /* every thread's activation copies of chunk c have landed */
+        float tmp[NM][NTT][4];
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int j = 0; j < NTT; j++) tmp[m][j][0] = tmp[m][j][1] = tmp[m][j][2] = tmp[m][j][3] = 0.f;
+#pragma unroll
+        for (int grp = 0; grp < 4; grp++) {
+            uint4 xv[NTT];
+#pragma unroll
+            for (int j = 0; j < NTT; j++)
+                xv[j] = *(const uint4 *)(xs + ((size_t)s * XR + 8 * j + g) * SH_XSTRIDE + grp * 32 + 8 * q);
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                const uint4 wv = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
+#pragma unroll
+                for (int step = 0; step < 2; step++) {
+                    const uint32_t w0 = u4get(wv, step * 2), w1 = u4get(wv, step * 2 + 1);
+                    const uint32_t a0 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
+                    const uint32_t a1 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
+                    const uint32_t a2 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
+                    const uint32_t a3 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
+#pragma unroll
+                    for (int j = 0; j < NTT; j++)
+                        moe_mma_bf16(tmp[m][j], a0, a1, a2, a3, u4get(xv[j], step * 2), u4get(xv[j], step * 2 + 1));
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            const float bs = __ldg(bscale + (size_t)m * bstride + c);
+#pragma unroll
+            for (int j = 0; j < NTT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs, acc[m][j][i]);
+        }
+        __syncthreads();   /* every warp is done with slot s before it is refilled */
+        if (c + D < nc) {
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
+                         rt + ((size_t)(c + D) * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+#pragma unroll
+            for (int i = 0; i < NTT; i++) {
+                const int p = threadIdx.x + i * 128, row = p >> 4, pc = p & 15;
+                cp16((uint8_t *)(xs + ((size_t)s * XR + row) * SH_XSTRIDE + pc * 8),
+                     xin + (base + (size_t)min(t0 + row, T - 1)) * K + (c + D) * 128 + pc * 8);
+            }
+        }
+        cp_commit();
+    }
+#pragma unroll
+    for (int j = 0; j < NTT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = r * 16 + g + (i >= 2 ? 8 : 0), t = t0 + j * 8 + 2 * q + (i & 1);
+            if (t >= T) continue;
+            if (NM == 2)
+                h[((size_t)T * topk + t) * a.I + row] = moe_f32_to_bf16(moe_swiglu(acc[0][j][i], acc[NM - 1][j][i], a.limit));
+            else
+                y[((size_t)T * topk + t) * a.H + row] = acc[0][j][i];
+        }
+}
+
+template <int NM, int NTT>
+static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
+                                 cudaStream_t st)
+{
+    static int raised;
+    /* the warps' weight rings and the staged activations, D = 4 chunks each */
+    const size_t sm = (size_t)MOE_WARPS * 4 * NM * MOE_FP8_CHUNK_BYTES + (size_t)4 * 8 * NTT * SH_XSTRIDE * 2;
+    if (!raised) {
+        const cudaError_t e = raise_smem((const void *)k_shared_fp8<NM, NTT>, sm);
+        if (e != cudaSuccess) return e;
+        raised = 1;
+    }
+    const int rows = NM == 2 ? a->I : a->H;
+    return moe_launch(k_shared_fp8<NM, NTT>, dim3((T + 8 * NTT - 1) / (8 * NTT), rows / MOE_ROWS_PER_ITEM), dim3(128),
+                      sm, st, *a, x, T, topk, h, y);
+}
+
+extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h,
+                                          float *y, cudaStream_t st)
+{
+    if (!a->has_shared || T < 1 || a->H % MOE_ROWS_PER_ITEM || a->I % MOE_ROWS_PER_ITEM || a->H % 128 || a->I % 128)
+        return cudaErrorInvalidValue;
+    /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
+     * dequantised fragment at large T */
+    cudaError_t e = T <= 64 ? shared_launch<2, 2>(a, x, T, topk, h, y, st) : shared_launch<2, 4>(a, x, T, topk, h, y, st);
+    if (e != cudaSuccess) return e;
+    const uint16_t *hs = h;
+    return T <= 64 ? shared_launch<1, 2>(a, hs, T, topk, h, y, st) : shared_launch<1, 8>(a, hs, T, topk, h, y, st);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)

@@ -438,19 +438,22 @@ int main(int argc, char **argv)
         run_case(nm[ov - 1], &M, &L, &W, 64, 1);
         W.nt2_overlap = o;
     }
-    {   /* tensor-core router logits at every batch (default: from 32) */
-        const int tc = W.logits_tc_min_t;
+    {   /* tensor-core router logits and the shared expert's own launches at every batch (default: from 32, 64) */
+        const int tc = W.logits_tc_min_t, sh = W.shared_min_t;
         W.logits_tc_min_t = 1;
-        for (int i = 0; i < 3; i++) run_case("nvfp4, tensor-core logits", &M, &L, &W, batches[i], 0);
-        run_case("nvfp4 skewed, tensor-core logits", &M, &L, &W, 9, 1);
+        W.shared_min_t = 1;
+        for (int i = 0; i < 3; i++) run_case("nvfp4, tensor-core logits, shared launches", &M, &L, &W, batches[i], 0);
+        run_case("nvfp4 skewed, tensor-core logits, shared launches", &M, &L, &W, 9, 1);
         W.logits_tc_min_t = tc;
+        W.shared_min_t = sh;
     }
     for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items;
                                        CUDA-core router logits at every batch) */
         static const char *nm[3] = {"nvfp4, v10 launch order", "nvfp4, 128-row down, logits 8-tok/4-part", "nvfp4, v10 order, 128-row down"};
         const int ep = W.early_pdl, rm = W.down_rm_min_t, lt = W.logits16_min_t, ks = W.logits_ks, kt = W.logits_ks_max_t;
-        const int tc = W.logits_tc_min_t;
+        const int tc = W.logits_tc_min_t, sh = W.shared_min_t;
         W.logits_tc_min_t = 1 << 30;
+        W.shared_min_t = 1 << 30;   /* and the shared expert's items in the routed launches */
         W.early_pdl = i == 1; W.down_rm_min_t = i ? 1 : 1 << 30; W.logits16_min_t = i == 1 ? 1 << 30 : 17;
         W.logits_ks = i == 1 ? 4 : (i == 2 ? 2 : 1);   /* K-split router logits: 4 parts at T = 2, 64 and 257 */
         W.logits_ks_max_t = i == 1 ? 1 << 30 : 8;    /* (v12), 2 parts at T = 2 */
@@ -459,6 +462,7 @@ int main(int argc, char **argv)
         run_case(nm[i], &M, &L, &W, 257, 1);
         W.early_pdl = ep; W.down_rm_min_t = rm; W.logits16_min_t = lt; W.logits_ks = ks; W.logits_ks_max_t = kt;
         W.logits_tc_min_t = tc;
+        W.shared_min_t = sh;
     }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
@@ -498,6 +502,12 @@ int main(int argc, char **argv)
     make_model(&M, &L, &d, 1, 0);
     if (moe_cuda_ws_init(&W, &L, 16)) return 1;
     run_case("V4-Flash dims, GPU-quantised", &M, &L, &W, 7, 0);
+    {   /* the shared expert's own launches at full K (ring refills) */
+        const int sh = W.shared_min_t;
+        W.shared_min_t = 1;
+        run_case("V4-Flash dims, shared launches", &M, &L, &W, 16, 0);
+        W.shared_min_t = sh;
+    }
     run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 7, 0);
     run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 1, 0);
     W.fused_opt = 3;   /* 64-row gate/up items (the path V4-Flash takes from batch ~4 with opt 1) */
