@@ -279,11 +279,15 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
  * 4 warps. The token group varies fastest over blockIdx, so the blocks of one row group run together
  * and read its weights from HBM once. NM 2: gate/up (x -> swiglu -> h), NM 1: down (h -> y). */
 #define SH_XSTRIDE 136   /* bf16 per staged activation row: 128 + 8 of padding */
+#ifndef SH_D
+#define SH_D 4           /* chunks in flight per warp (weights) and per block (activations); v14 A/B: 2 the
+                            same within noise (3 blocks per SM), 8 4-6 % slower at batch 512 */
+#endif
 template <int NM, int NTT>
-__global__ void __launch_bounds__(128, 2) k_shared_fp8(moe_expert_args a, const uint16_t *xin, int T, int topk,
-                                                       uint16_t *h, float *y)
+__global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
+    k_shared_fp8(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
 {
-    constexpr int D = 4, XR = 8 * NTT;
+    constexpr int D = SH_D, XR = 8 * NTT;
     extern __shared__ __align__(16) uint8_t smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int K = NM == 2 ? a.H : a.I, nc = K / 128, r = blockIdx.y * MOE_WARPS + warp, t0 = blockIdx.x * XR;
@@ -397,8 +401,8 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
                                  cudaStream_t st)
 {
     static int raised;
-    /* the warps' weight rings and the staged activations, D = 4 chunks each */
-    const size_t sm = (size_t)MOE_WARPS * 4 * NM * MOE_FP8_CHUNK_BYTES + (size_t)4 * 8 * NTT * SH_XSTRIDE * 2;
+    /* the warps' weight rings and the staged activations, SH_D chunks each */
+    const size_t sm = (size_t)MOE_WARPS * SH_D * NM * MOE_FP8_CHUNK_BYTES + (size_t)SH_D * 8 * NTT * SH_XSTRIDE * 2;
     if (!raised) {
         const cudaError_t e = raise_smem((const void *)k_shared_fp8<NM, NTT>, sm);
         if (e != cudaSuccess) return e;
