@@ -300,28 +300,24 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     /* the weights do not depend on the previous kernel: the first D chunks go out before the wait */
 #pragma unroll
     for (int s = 0; s < D; s++)
-        if (s < nc)
-#pragma unroll
-            for (int m = 0; m < NM; m++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
-                         rt + ((size_t)s * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+        if (s < nc) fp8_issue<NM>(ring, s, rt, s, lane);
     moe_pdl_wait();
     moe_pdl_release();
+    /* the block's XR activation rows of chunk c into slot s, 16 bytes per thread and copy */
+    auto stage_x = [&](int s, int c) {
+#pragma unroll
+        for (int i = 0; i < NTT; i++) {
+            const int p = threadIdx.x + i * 128, row = p >> 4, pc = p & 15;
+            cp16((uint8_t *)(xs + ((size_t)s * XR + row) * SH_XSTRIDE + pc * 8),
+                 xin + (base + (size_t)min(t0 + row, T - 1)) * K + c * 128 + pc * 8);
+        }
+    };
     /* group s: weight chunk s (issued above) + activation chunk s */
 #pragma unroll
     for (int s = 0; s < D; s++) {
-        if (s < nc)
-#pragma unroll
-            for (int i = 0; i < NTT; i++) {
-                const int p = threadIdx.x + i * 128, row = p >> 4, pc = p & 15;
-                cp16((uint8_t *)(xs + ((size_t)s * XR + row) * SH_XSTRIDE + pc * 8),
-                     xin + (base + (size_t)min(t0 + row, T - 1)) * K + s * 128 + pc * 8);
-            }
+        if (s < nc) stage_x(s, s);
         cp_commit();
     }
-    const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
     float acc[NM][NTT][4];
 #pragma unroll
     for (int m = 0; m < NM; m++)
@@ -331,55 +327,15 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
         const int s = c % D;
         cp_wait<D - 1>();
         __syncthreads();   /* every thread's activation copies of chunk c have landed */
-        float tmp[NM][NTT][4];
+        const uint16_t *xsl = xs + ((size_t)s * XR + g) * SH_XSTRIDE + 8 * q;
+        fp8_chunk<NM, NTT>(ring, s, lane, [&](int grp, uint4 xv[NTT]) {
 #pragma unroll
-        for (int m = 0; m < NM; m++)
-#pragma unroll
-            for (int j = 0; j < NTT; j++) tmp[m][j][0] = tmp[m][j][1] = tmp[m][j][2] = tmp[m][j][3] = 0.f;
-#pragma unroll
-        for (int grp = 0; grp < 4; grp++) {
-            uint4 xv[NTT];
-#pragma unroll
-            for (int j = 0; j < NTT; j++)
-                xv[j] = *(const uint4 *)(xs + ((size_t)s * XR + 8 * j + g) * SH_XSTRIDE + grp * 32 + 8 * q);
-#pragma unroll
-            for (int m = 0; m < NM; m++) {
-                const uint4 wv = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
-#pragma unroll
-                for (int step = 0; step < 2; step++) {
-                    const uint32_t w0 = u4get(wv, step * 2), w1 = u4get(wv, step * 2 + 1);
-                    const uint32_t a0 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
-                    const uint32_t a1 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
-                    const uint32_t a2 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
-                    const uint32_t a3 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
-#pragma unroll
-                    for (int j = 0; j < NTT; j++)
-                        moe_mma_bf16(tmp[m][j], a0, a1, a2, a3, u4get(xv[j], step * 2), u4get(xv[j], step * 2 + 1));
-                }
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < NM; m++) {
-            const float bs = __ldg(bscale + (size_t)m * bstride + c);
-#pragma unroll
-            for (int j = 0; j < NTT; j++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs, acc[m][j][i]);
-        }
+            for (int j = 0; j < NTT; j++) xv[j] = *(const uint4 *)(xsl + (size_t)8 * j * SH_XSTRIDE + grp * 32);
+        }, bscale, bstride, c, acc);
         __syncthreads();   /* every warp is done with slot s before it is refilled */
         if (c + D < nc) {
-#pragma unroll
-            for (int m = 0; m < NM; m++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
-                         rt + ((size_t)(c + D) * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
-#pragma unroll
-            for (int i = 0; i < NTT; i++) {
-                const int p = threadIdx.x + i * 128, row = p >> 4, pc = p & 15;
-                cp16((uint8_t *)(xs + ((size_t)s * XR + row) * SH_XSTRIDE + pc * 8),
-                     xin + (base + (size_t)min(t0 + row, T - 1)) * K + (c + D) * 128 + pc * 8);
-            }
+            fp8_issue<NM>(ring, s, rt, c + D, lane);
+            stage_x(s, c + D);
         }
         cp_commit();
     }

@@ -219,6 +219,62 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 }
 
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
+/* Chunk c of an FP8 row tile (NM interleaved matrices) into ring slot `slot`: each lane copies (and
+ * later reads back) only its own 16-byte pieces. */
+template <int NM>
+__device__ __forceinline__ void fp8_issue(uint8_t *ring, int slot, const uint8_t *rowtile, int c, int lane)
+{
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            cp16(ring + ((slot * NM + m) * 4 + j) * 512 + lane * 16,
+                 rowtile + ((size_t)c * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+}
+
+/* One 128-input FP8 chunk from ring slot `slot`: its dequantised fragments times NT n-tiles into fresh
+ * fp32 partials, then acc += partials * the chunk's block scale (bscale[m * bstride + c]).
+ * xload(grp, xv): the lane's activation fragments of 32-input group grp for the NT n-tiles. */
+template <int NM, int NT, class XLoad>
+__device__ __forceinline__ void fp8_chunk(const uint8_t *ring, int slot, int lane, XLoad xload, const float *bscale,
+                                          int bstride, int c, float acc[NM][NT][4])
+{
+    const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
+    float tmp[NM][NT][4];
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) tmp[m][j][0] = tmp[m][j][1] = tmp[m][j][2] = tmp[m][j][3] = 0.f;
+#pragma unroll
+    for (int grp = 0; grp < 4; grp++) {
+        uint4 xv[NT];
+        xload(grp, xv);
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            const uint4 wv = *(const uint4 *)(ring + ((slot * NM + m) * 4 + grp) * 512 + lane * 16);
+#pragma unroll
+            for (int step = 0; step < 2; step++) {
+                const uint32_t w0 = u4get(wv, step * 2), w1 = u4get(wv, step * 2 + 1);
+                const uint32_t a0 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
+                const uint32_t a1 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
+                const uint32_t a2 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
+                const uint32_t a3 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    moe_mma_bf16(tmp[m][j], a0, a1, a2, a3, u4get(xv[j], step * 2), u4get(xv[j], step * 2 + 1));
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < NM; m++) {
+        const float bs = __ldg(bscale + (size_t)m * bstride + c);
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs, acc[m][j][i]);
+    }
+}
+
 /* Chunks [cb, ce) of one 16-row tile (the block's warps split K for the shared expert). */
 template <int NM, int D, int NT, int XL = 0>
 __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int cb, int ce, const float *bscale,
@@ -228,16 +284,9 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
 {
     static_assert(D % 2 == 0 && D * NM * 2048 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3;
-    const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
 #pragma unroll
     for (int s = 0; s < D; s++) {
-        if (cb + s < ce)
-#pragma unroll
-            for (int m = 0; m < NM; m++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
-                         rowtile + ((size_t)(cb + s) * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+        if (cb + s < ce) fp8_issue<NM>(ring, s, rowtile, cb + s, lane);
         cp_commit();
     }
     if (wait) moe_wait_count(wait, need);
@@ -258,46 +307,13 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
             if (c < ce) {
                 if (c + 1 < ce) load_x<NT, XL>(xb[(s + 1) & 1], xrow, c + 1, q);
                 cp_wait<D - 1>();
-                float tmp[NM][NT][4];
+                const XFrag<NT> &x = xb[s & 1];
+                fp8_chunk<NM, NT>(ring, s, lane, [&](int grp, uint4 xv[NT]) {
 #pragma unroll
-                for (int m = 0; m < NM; m++)
-#pragma unroll
-                    for (int j = 0; j < NT; j++) tmp[m][j][0] = tmp[m][j][1] = tmp[m][j][2] = tmp[m][j][3] = 0.f;
-#pragma unroll
-                for (int grp = 0; grp < 4; grp++) {
-#pragma unroll
-                    for (int m = 0; m < NM; m++) {
-                        const uint4 wv = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
-#pragma unroll
-                        for (int step = 0; step < 2; step++) {
-                            const uint32_t w0 = u4get(wv, step * 2), w1 = u4get(wv, step * 2 + 1);
-                            const uint32_t a0 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
-                            const uint32_t a1 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
-                            const uint32_t a2 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
-                            const uint32_t a3 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
-#pragma unroll
-                            for (int j = 0; j < NT; j++)
-                                moe_mma_bf16(tmp[m][j], a0, a1, a2, a3, u4get(xb[s & 1].v[j][grp], step * 2),
-                                             u4get(xb[s & 1].v[j][grp], step * 2 + 1));
-                        }
-                    }
-                }
-#pragma unroll
-                for (int m = 0; m < NM; m++) {
-                    const float bs = __ldg(bscale + (size_t)m * bstride + c);
-#pragma unroll
-                    for (int j = 0; j < NT; j++)
-#pragma unroll
-                        for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs, acc[m][j][i]);
-                }
+                    for (int j = 0; j < NT; j++) xv[j] = x.v[j][grp];
+                }, bscale, bstride, c, acc);
             }
-            if (c + D < ce)
-#pragma unroll
-                for (int m = 0; m < NM; m++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        cp16(ring + ((s * NM + m) * 4 + j) * 512 + lane * 16,
-                             rowtile + ((size_t)(c + D) * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
+            if (c + D < ce) fp8_issue<NM>(ring, s, rowtile, c + D, lane);
             cp_commit();
         }
     }
