@@ -19,10 +19,10 @@ done
 wait
 grep -h "registers\|spill" $B/moe_expert.ptxas | sort | uniq -c | head
 CF="-O2 -std=c11 -D_GNU_SOURCE -DSLUICE_HAVE_CUDA=1 -Iengine -Iengine/cuda -Ikernels -I/usr/local/cuda/include"
-gcc $CF -c engine/cuda/moe_cuda.c -o $B/moe_cuda.o || exit 1
+gcc $CF -c engine/cuda/moe_cuda.c -o $B/moe_cuda.o && gcc $CF -c engine/quant.c -o $B/quant.o || exit 1
 gcc $CF -c tests/gpu/test_moe_gpu.c -o $B/test_moe_gpu.o || exit 1
 gcc $CF -c bench/sluice_bench.c -o $B/sluice_bench.o || exit 1
-KO="$B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_fused.o $B/moe_bench_kernels.o $B/moe_cuda.o"
+KO="$B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_fused.o $B/moe_bench_kernels.o $B/moe_cuda.o $B/quant.o"
 $NVCC $ARCH -o $B/test_moe_gpu $B/test_moe_gpu.o $KO -lm || exit 1
 $NVCC $ARCH -o $B/sluice-bench $B/sluice_bench.o $KO -lm || exit 1
 if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + one ncu pass over the expert kernels

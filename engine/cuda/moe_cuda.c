@@ -70,21 +70,6 @@ void moe_cuda_layer_free(moe_cuda_layer *L)
     memset(L, 0, sizeof *L);
 }
 
-static uint16_t bf16_rne(float f)   /* finite inputs */
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-static float bf16_f32(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* The gate as three bf16 planes in the tensor-core logits kernel's fragment order (moe_kernels.h,
  * moe_router_logits_tc): hi = bf16(g), mid = bf16(g - hi), lo = bf16(g - hi - mid); each residual is
  * exact in fp32 and the last has at most 8 significant bits, so hi + mid + lo == g exactly. */
@@ -105,8 +90,8 @@ static int upload_gate_planes(moe_cuda_layer *L, const float *gate_w)
                             float v = gate_w[(size_t)e * H + k];
                             uint16_t b = 0;
                             for (int i = 0; i <= p; i++) {
-                                b = bf16_rne(v);
-                                v -= bf16_f32(b);
+                                b = qt_f32_to_bf16(v);
+                                v -= qt_bf16_to_f32(b);
                             }
                             d[r * 2 + h] = b;
                         }
