@@ -3,7 +3,8 @@
 # tests/gpu/test_moe_gpu on each, then `sluice-bench moe` for the variants in turn, ROUNDS times
 # (A B A B ...: the GPU drifts by up to ~9 % over a minute of load, bench/NOTES.md v12), and prints
 # one table row per batch with every reading. Optional NCU="batch:kernel-regex ..." profiles the first
-# variant (stall reasons per issued instruction, DRAM and issue throughput). STREAM=1 runs
+# variant (stall reasons per issued instruction, DRAM and issue throughput); TESTS="a b" runs the test only
+# for those variants (default all). STREAM=1 runs
 # `sluice-bench stream` (compute-free streaming probe) for each variant instead of the tests and bench.
 # Usage (repo root, on the GPU machine):
 #   VARIANTS="base: rolled:-DMOE_ROLLED=1" ROUNDS=2 BENCH_ARGS="--batches 1,8,64 --routing random" \
@@ -35,6 +36,7 @@ for n in "${names[@]}"; do
   B=/tmp/moe-ab/$n
   [ -x $B/sluice-bench ] || { echo "variant $n did not build"; cat $B/*.ptxas | grep -i error | head; exit 1; }
   echo "== $n: $(grep -h spill $B/moe_expert.ptxas $B/moe_fused.ptxas | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
+  case " ${TESTS:-$n} " in *" $n "*) ;; *) continue ;; esac   # TESTS="a b": test only these variants
   timeout 150 $B/test_moe_gpu > $OUT/test-$n.log 2>&1; echo "test $n: rc $? $(tail -1 $OUT/test-$n.log)"
 done
 for r in $(seq 1 ${ROUNDS:-2}); do

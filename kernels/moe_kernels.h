@@ -130,6 +130,12 @@ typedef struct {
     int overlap;                              /* with early: bit 0 gate/up, bit 1 down: the stage's 2-tile
                                                  launch starts its work without waiting for the 1-tile
                                                  launch and waits before it exits (v14) */
+    unsigned *tickets;                        /* NULL: each block walks the item list with a static stride;
+                                                 else 8 zeroed words (v15): the routed launches hand out
+                                                 16-row tiles to warps from counters there, and the last
+                                                 warp of a launch zeroes its pair again. Only with
+                                                 has_shared 0 (the shared items need their block's 4 warps). */
+    int dyn;                                  /* with tickets: bit NT-1 = the NT-tile launches use them */
 } moe_expert_args;
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.
@@ -160,6 +166,9 @@ cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, in
                         cudaStream_t st);
 /* Blocks per SM the expert kernels reach (for a persistent grid). */
 cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
+/* 1 if the routed launches can carry the shared expert's FP8 items (has_shared); 0 in builds whose
+ * routed rings are too small for them (MOE_GU_D < 4), where the caller must use moe_shared_experts. */
+int moe_expert_inline_shared_ok(void);
 
 /* ---- the whole layer for small batches in one persistent launch (moe_fused.cu) */
 #define MOE_FUSED_MAX_T 8

@@ -1,7 +1,8 @@
 /* moe_cuda.c — host side of the GPU MoE layer: allocation, load-time upload + repack, and the
  * launch sequence of one forward (router logits -> top-k -> lists -> gate/up -> down -> combine; top-k and
  * lists are one launch for batches of <= 32 tokens; the shared expert's items ride in the routed launches
- * below shared_min_t tokens, from there it has two launches of its own before the routed gate/up).
+ * below shared_min_t tokens, from there it has two launches of its own: on a second stream beside the
+ * router and the routed launches (shared_fork, v15), or before the routed gate/up).
  */
 #include "moe_cuda.h"
 
@@ -267,6 +268,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
     CK(cudaMalloc((void **)&W->fused_sync, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMalloc(fused sync)");
     CK(cudaMemset(W->fused_sync, 0, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMemset(fused sync)");
+    CK(cudaMalloc((void **)&W->tickets, 8 * sizeof(unsigned)), "cudaMalloc(tickets)");
+    CK(cudaMemset(W->tickets, 0, 8 * sizeof(unsigned)), "cudaMemset(tickets)");
     /* v11 defaults (bench/NOTES.md, runs 3-6) */
     W->early_pdl = 1;
     W->down_rm_min_t = 16;
@@ -276,7 +279,16 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fused_max_t = 0;        /* v13: the one-launch layer stays opt-in */
     W->logits_tc_min_t = 32;   /* v14: tensor-core router logits from this batch on */
     W->nt2_overlap = 0;
-    W->shared_min_t = 64;      /* v14: the shared expert as its own launches from this batch on */
+    W->shared_min_t = 16;      /* the shared expert as its own launches from this batch on (v14: 64; v15
+                                  with the second stream and handed-out tiles: 16) */
+    W->dyn_items = 1;          /* v15: tiles handed out to warps where the launches carry no shared items
+                                  (bit 0: the 1-tile launches, bit 1: the 2-tile ones, measured slower) */
+    W->dyn_max_t = 256;
+    W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
+                                  (1: forked before the router, 2: after it, beside the routed launches only) */
+    CK(cudaStreamCreateWithFlags(&W->side, cudaStreamNonBlocking), "cudaStreamCreate(side)");
+    CK(cudaEventCreateWithFlags(&W->ev_fork, cudaEventDisableTiming), "cudaEventCreate(fork)");
+    CK(cudaEventCreateWithFlags(&W->ev_join, cudaEventDisableTiming), "cudaEventCreate(join)");
     int dev, sms, fb;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -296,9 +308,12 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 void moe_cuda_ws_free(moe_cuda_ws *W)
 {
     void *p[] = {W->logits, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
-                 W->h, W->y, W->fused_sync};
+                 W->h, W->y, W->fused_sync, W->tickets};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
+    if (W->ev_fork) cudaEventDestroy(W->ev_fork);
+    if (W->ev_join) cudaEventDestroy(W->ev_join);
+    if (W->side) cudaStreamDestroy(W->side);
     memset(W, 0, sizeof *W);
 }
 
@@ -343,6 +358,24 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         MARK(6);
         return 0;
     }
+    /* from shared_min_t tokens the shared expert runs as its own launches (v14) and the routed launches
+     * carry routed experts only; its rows stay where the lists put them (after the T * topk routed pairs).
+     * With shared_fork (v15) they go to a second stream now, as they need only x: they run beside the
+     * router (which leaves most SMs idle) and take the slots the routed launches leave; the combine waits
+     * for them (ev_join). */
+    const int own_shared = s->has_shared && (T >= W->shared_min_t || !moe_expert_inline_shared_ok()),
+              fork = own_shared && W->shared_fork;
+    moe_expert_args ar = a;
+    if (own_shared) ar.has_shared = 0;
+    if (W->dyn_items && !ar.has_shared && T <= W->dyn_max_t) ar.tickets = W->tickets, ar.dyn = W->dyn_items;
+#define FORK_SHARED()                                                                                 \
+    do {                                                                                              \
+        CK(cudaEventRecord(W->ev_fork, st), "cudaEventRecord(fork)");                                 \
+        CK(cudaStreamWaitEvent(W->side, W->ev_fork, 0), "cudaStreamWaitEvent(fork)");                 \
+        CK(moe_shared_experts(&a, x, T, K, W->h, W->y, W->side), "shared expert");                    \
+        CK(cudaEventRecord(W->ev_join, W->side), "cudaEventRecord(join)");                            \
+    } while (0)
+    if (fork && W->shared_fork != 2) FORK_SHARED();
     int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
                      H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
     if (L->gate_tc && T >= W->logits_tc_min_t) {
@@ -368,19 +401,16 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
                            st), "expert lists");
     }
     MARK(3);
-    /* from shared_min_t tokens the shared expert runs as its own launches (v14) and the routed launches
-     * carry routed experts only; its rows stay where the lists put them (after the T * topk routed pairs) */
-    moe_expert_args ar = a;
-    if (s->has_shared && T >= W->shared_min_t) {
-        CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
-        ar.has_shared = 0;
-    }
+    if (fork && W->shared_fork == 2) FORK_SHARED();   /* beside the routed launches only */
+#undef FORK_SHARED
+    if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
     CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
     MARK(4);
     CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
     MARK(5);
     /* the shared expert's rows follow the routed pairs (off[E] = T * topk: every router index is valid) */
     const float *ysh = s->has_shared ? W->y + (size_t)T * K * H : NULL;
+    if (fork) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");
     CK(moe_combine(W->y, W->inv, ysh, T, H, K, out, st), "combine");
     MARK(6);
 #undef MARK

@@ -62,7 +62,18 @@ typedef struct {
     int logits_ks_max_t;              /* v13: 16 (v11: 8) */
     int logits_tc_min_t;              /* v14: router logits on tensor cores from this batch on (needs gate_tc) */
     int nt2_overlap;                  /* moe_expert_args.overlap (v14) */
-    int shared_min_t;                 /* v14: the shared expert by moe_shared_experts from this batch on */
+    int shared_min_t;                 /* the shared expert by moe_shared_experts from this batch on (v14: 64,
+                                         v15: 16) */
+    int shared_fork;                  /* v15: those launches run on a second stream (they need only x), joined
+                                         before the combine; 1: forked before the router, 2: after it (beside
+                                         the routed launches only), 0: in the layer's stream */
+    int dyn_items;                    /* v15: routed launches without shared items hand out their tiles to
+                                         warps from counters (moe_expert_args.tickets, .dyn): bit 0 the
+                                         1-tile launches, bit 1 the 2-tile ones */
+    int dyn_max_t;                    /* ... up to this batch (v15: 256; at 512 they measured 3-5 % slower) */
+    unsigned *tickets;                /* those counters, 8 words */
+    cudaStream_t side;                /* that stream, and its fork / join events */
+    cudaEvent_t ev_fork, ev_join;
     int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer
                                          (moe_fused_small); default 0: never (v13 measured it no faster
                                          than the launch sequence, bench/NOTES.md) */

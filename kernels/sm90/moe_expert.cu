@@ -3,6 +3,10 @@
  * Work: (expert, 64-row group, chunk of <= 8*NT tokens) is one work item for a 4-warp block; a
  * persistent grid (5 blocks/SM, 20 warps) walks the GPU-built item list (moe_build_lists) with a
  * static stride, so every SM streams weights even at batch 1 (6 routed experts = 192 gate/up items).
+ * Where a launch carries no shared-expert items (v15, moe_expert_args.tickets), each warp instead takes
+ * its next 16-row tile from a counter (WarpQueue), so warps that run faster or start later (beside the
+ * shared expert's launches) even out: ncu at batch 64, gate/up 485 -> 456 us, down 282 -> 255 us,
+ * achieved warps per SM 16.5 -> 18.7 of 20.
  * Each warp owns 16 weight rows for the whole K and streams its repacked chunks (16 rows x 128
  * inputs, 1152 B) HBM -> shared memory with cp.async, 4-8 chunks (~10 KB) in flight per warp; each
  * lane copies and reads back only its own 16-byte pieces, so the ring needs no barriers. The stream
@@ -15,8 +19,9 @@
  * The FP8 shared expert runs in the same launches below moe_cuda_ws.shared_min_t tokens: its items are
  * single 16-row tiles whose K is split over the block's 4 warps (partial sums added in a fixed order
  * through shared memory); each token chunk of 8 (16) re-streams and re-dequantises all its weights, which
- * cost 45-60 us at batch 64 and ~290 us at 512 (v14, `sluice-bench moe --no-shared`). From that batch on
- * it has two launches of its own (k_shared_fp8: 16-64 tokens per dequantised fragment).
+ * cost 45-60 us at batch 64 and ~290 us at 512 (v14, `sluice-bench moe --no-shared`). From
+ * moe_cuda_ws.shared_min_t tokens (v15: 16) it has two launches of its own (k_shared_fp8: 16-64 tokens
+ * per dequantised fragment), on a second stream beside the router and the routed launches.
  *
  * Tile count per expert, chosen on the GPU (v10): a routed expert with > 8 tokens is served by the
  * 2-tile kernel (items of 16 tokens), one with <= 8 tokens by the 1-tile kernel; the shared expert
@@ -43,15 +48,28 @@
 #include "common/moe_fp4_common.cuh"
 #include "common/moe_launch.cuh"
 #include "moe_expert_dev.cuh"
+/* Occupancy knobs of the routed kernels (compile-time A/B, bench/moe_ab.sh): blocks per SM the 1-tile
+ * kernels are compiled for (registers capped to fit), and the ring depth of gate/up and of the 128-row
+ * down (the 64-row down streams one matrix and runs twice as deep). */
+#ifndef MOE_MINB1
+#define MOE_MINB1 5
+#endif
+#ifndef MOE_GU_D
+#define MOE_GU_D 4
+#endif
+/* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
+ * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
+#define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
+#define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
 
 
 template <int FMT, int NT>
-__global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
+__global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
+    int32_t *s_items = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_items + (nE + 1);
     /* overlap (v14): the 2-tile launch is released by the 1-tile one only after that one's wait, so the
      * lists are complete; the two write disjoint pairs; its wait at the end makes the next kernel's wait
      * cover both launches. Its blocks take the slots the 1-tile launch's tail frees and start at once. */
@@ -68,13 +86,19 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
         if (second) moe_pdl_wait();
         return;
     }
-    Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
-    for (int it = blockIdx.x; it < total; it += gridDim.x) {
+    /* warp-items wi = 4 * block item + tile: a static stride of the grid, or handed out (v15 tickets) */
+    const bool dyn = a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1);
+    const WarpQueue wq = {a.tickets + (NT - 1) * 2, total * MOE_WARPS, (int)gridDim.x * MOE_WARPS};
+    int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = wq.wtotal, wnn;
+    if (wi < wq.wtotal) wn = dyn ? wq.draw() : min(wi + wq.nwarps, wq.wtotal);
+    Item cur = decode_item<NT>(s_items, s_off, nE, wi < wq.wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
+    for (; wi < wq.wtotal; wi = wn, wn = wnn, cur = nxt) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
-        const Item nxt = decode_item<NT>(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
-                                     a.has_shared);
-        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % 4 == 0;
-        uint8_t *ring = smem + warp * RING_WARP_BYTES;
+        wnn = wn >= wq.wtotal ? wq.wtotal : dyn ? wq.draw() : min(wn + wq.nwarps, wq.wtotal);
+        nxt = decode_item<NT>(s_items, s_off, nE, (wn < wq.wtotal ? wn : wi) >> 2, (wn < wq.wtotal ? wn : wi) & 3,
+                              a.has_shared);
+        const bool has_next = wn < wq.wtotal && nxt.e < a.E && e < a.E && nc % MOE_GU_D == 0;
+        uint8_t *ring = smem + warp * EX_RING;
         const int g_ = lane >> 2;
         int prow[NT];
 #pragma unroll
@@ -84,19 +108,22 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, 4, NT>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
+            fp4_rowtile<FMT, 2, MOE_GU_D, NT>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
+#if EX_FP8_OK
             const uint8_t *rt = a.sh_w13 + (size_t)r * (a.H / 128) * 2 * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s13 + (size_t)(r * 16 / 128) * (a.H / 128);
             fp8_rowtile<2, 2, NT>(rt, a.H, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs,
                               (a.I / 128) * (a.H / 128), ring, x, pair_tok, prow, acc);
             ksplit_reduce<2, NT>(smem, acc, warp, lane);
-            if (warp != 0) { primed = false; cur = nxt; continue; }
+            if (warp != 0) { primed = false; continue; }
+#else
+            __trap();   /* the host routes the shared expert to moe_shared_experts in this build */
+#endif
         }
         primed = has_next;
-        cur = nxt;
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
         for (int j = 0; j < NT; j++)
@@ -116,13 +143,13 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_gate_up(moe_expert_arg
  * warp streaming two adjacent row tiles like gate/up's two matrices, ring depth 4, one activation
  * fragment per two tiles; v11). The shared expert's items are unchanged (one 16-row tile, K split). */
 template <int FMT, int NT, int RM>
-__global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
+__global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
-    constexpr int D = RM == 1 ? 8 : 4;
+    constexpr int D = RM == 1 ? 2 * MOE_GU_D : MOE_GU_D;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int32_t *s_items = (int32_t *)(smem + MOE_WARPS * RING_WARP_BYTES), *s_off = s_items + (nE + 1);
+    int32_t *s_items = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_items + (nE + 1);
     /* Before the PDL wait (early): the item list (off[] was written by the lists kernel, which completed
      * before the previous kernel could release us) and the first D weight chunks of this warp's first
      * item (weights do not depend on the previous kernel); h is read only after the wait. */
@@ -138,20 +165,25 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
         if (a.early) moe_pdl_wait();
         return;
     }
-    Item cur = decode_item<NT>(s_items, s_off, nE, blockIdx.x < total ? blockIdx.x : 0, warp, a.has_shared);
-    if (a.early && (int)blockIdx.x < total && cur.e < a.E) {
-        fp4_prime<FMT, RM, D>(smem + warp * RING_WARP_BYTES,
+    const bool dyn = a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1);   /* as in k_gate_up */
+    const WarpQueue wq = {a.tickets + 4 + (NT - 1) * 2, total * MOE_WARPS, (int)gridDim.x * MOE_WARPS};
+    int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = wq.wtotal, wnn;
+    if (wi < wq.wtotal) wn = dyn ? wq.draw() : min(wi + wq.nwarps, wq.wtotal);
+    Item cur = decode_item<NT>(s_items, s_off, nE, wi < wq.wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
+    if (a.early && wi < wq.wtotal && cur.e < a.E) {
+        fp4_prime<FMT, RM, D>(smem + warp * EX_RING,
                               a.w2 + (size_t)cur.e * a.w2_stride + (size_t)cur.r * RM * rt_bytes, nc, lane, mmul);
         primed = true;
     }
     if (a.early && !second) moe_pdl_wait();
     moe_pdl_release();
-    for (int it = blockIdx.x; it < total; it += gridDim.x) {
+    for (; wi < wq.wtotal; wi = wn, wn = wnn, cur = nxt) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
-        const Item nxt = decode_item<NT>(s_items, s_off, nE, it + (int)gridDim.x < total ? it + (int)gridDim.x : it, warp,
-                                     a.has_shared);
-        const bool has_next = it + (int)gridDim.x < total && nxt.e < a.E && e < a.E && nc % D == 0;
-        uint8_t *ring = smem + warp * RING_WARP_BYTES;
+        wnn = wn >= wq.wtotal ? wq.wtotal : dyn ? wq.draw() : min(wn + wq.nwarps, wq.wtotal);
+        nxt = decode_item<NT>(s_items, s_off, nE, (wn < wq.wtotal ? wn : wi) >> 2, (wn < wq.wtotal ? wn : wi) & 3,
+                              a.has_shared);
+        const bool has_next = wn < wq.wtotal && nxt.e < a.E && e < a.E && nc % D == 0;
+        uint8_t *ring = smem + warp * EX_RING;
         const int g_ = lane >> 2;
         int prow[NT];
 #pragma unroll
@@ -165,16 +197,19 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
             fp4_rowtile<FMT, RM, D, NT>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
         } else {
+#if EX_FP8_OK
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s2 + (size_t)(r * 16 / 128) * (a.I / 128);
             fp8_rowtile<1, 4, NT>(rt, a.I, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs, 0, ring, h, NULL, prow,
                               acc);
             ksplit_reduce<1, NT>(smem, acc, warp, lane);
-            if (warp != 0) { primed = false; cur = nxt; continue; }
+            if (warp != 0) { primed = false; continue; }
             rm = 1;
+#else
+            __trap();
+#endif
         }
         primed = has_next;
-        cur = nxt;
         const int g = lane >> 2, q = lane & 3;
         const int tile0 = e < a.E ? r * RM : r;   /* first 16-row tile of this warp */
 #pragma unroll
@@ -192,7 +227,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 5 : 4) k_down(moe_expert_args a
 }
 
 /* per-warp rings + the block's copies of items[] and off[] (E <= 512) */
-static size_t smem_for(int E) { return (size_t)MOE_WARPS * RING_WARP_BYTES + 2 * (size_t)(E + 2) * 4; }
+static size_t smem_for(int E) { return (size_t)MOE_WARPS * EX_RING + 2 * (size_t)(E + 2) * 4; }
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {
@@ -221,6 +256,8 @@ static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
     if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1), 128, sm);
 }
+
+extern "C" int moe_expert_inline_shared_ok(void) { return EX_FP8_OK; }
 
 extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int *dn)
 {
@@ -279,9 +316,27 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
  * 4 warps. The token group varies fastest over blockIdx, so the blocks of one row group run together
  * and read its weights from HBM once. NM 2: gate/up (x -> swiglu -> h), NM 1: down (h -> y). */
 #define SH_XSTRIDE 136   /* bf16 per staged activation row: 128 + 8 of padding */
+/* SH_EARLY 1: the shared gate/up releases the shared down at its start (v14), whose blocks then sit
+ * waiting on SM resources; 0: at its end, so the router launches beside them find room (v15). */
+#ifndef SH_EARLY
+#define SH_EARLY 0
+#endif
 #ifndef SH_D
 #define SH_D 4           /* chunks in flight per warp (weights) and per block (activations); v14 A/B: 2 the
                             same within noise (3 blocks per SM), 8 4-6 % slower at batch 512 */
+#endif
+/* n-tiles of 8 tokens per block: gate/up and down, up to 64 tokens (_S) and above (_L) */
+#ifndef SH_GU_NTT_S
+#define SH_GU_NTT_S 2
+#endif
+#ifndef SH_DN_NTT_S
+#define SH_DN_NTT_S 2
+#endif
+#ifndef SH_GU_NTT_L
+#define SH_GU_NTT_L 4
+#endif
+#ifndef SH_DN_NTT_L
+#define SH_DN_NTT_L 8
 #endif
 template <int NM, int NTT>
 __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
@@ -302,7 +357,7 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     for (int s = 0; s < D; s++)
         if (s < nc) fp8_issue<NM>(ring, s, rt, s, lane);
     moe_pdl_wait();
-    moe_pdl_release();
+    if (NM == 1 || SH_EARLY) moe_pdl_release();
     /* the block's XR activation rows of chunk c into slot s, 16 bytes per thread and copy */
     auto stage_x = [&](int s, int c) {
 #pragma unroll
@@ -350,6 +405,7 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
             else
                 y[((size_t)T * topk + t) * a.H + row] = acc[0][j][i];
         }
+    if (NM == 2 && !SH_EARLY) moe_pdl_release();
 }
 
 template <int NM, int NTT>
@@ -376,10 +432,12 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
         return cudaErrorInvalidValue;
     /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
      * dequantised fragment at large T */
-    cudaError_t e = T <= 64 ? shared_launch<2, 2>(a, x, T, topk, h, y, st) : shared_launch<2, 4>(a, x, T, topk, h, y, st);
+    cudaError_t e = T <= 64 ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
+                            : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
     if (e != cudaSuccess) return e;
     const uint16_t *hs = h;
-    return T <= 64 ? shared_launch<1, 2>(a, hs, T, topk, h, y, st) : shared_launch<1, 8>(a, hs, T, topk, h, y, st);
+    return T <= 64 ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, st)
+                   : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st);
 }
 
 __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)

@@ -425,4 +425,31 @@ __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_
     return t;
 }
 
+/* Per-warp dynamic work (v15, moe_expert_args.tickets): warp-item wi = 4 * block item + warp (the
+ * block item's 16-row tile `warp`); a warp's first one is static (4 * blockIdx + warp, as the static
+ * walk), the rest come from ctr[0] in the order warps ask, two ahead, so the atomic's round trip is
+ * hidden behind a whole item. A warp stops drawing after its first ticket past the end; the last of
+ * the warps that draw (counted in ctr[1]) zeroes both words for the next launch (every later launch
+ * on them starts after this one completes: PDL waits are transitive). */
+struct WarpQueue {
+    unsigned *ctr;
+    int wtotal, nwarps;   /* warp-items, warps of the grid */
+    __device__ __forceinline__ int draw() const
+    {
+        unsigned t = 0;
+        if ((threadIdx.x & 31) == 0) t = atomicAdd(ctr, 1u);
+        t = __shfl_sync(0xffffffffu, t, 0);
+        const int wi = nwarps + (int)t;
+        if (wi >= wtotal && (threadIdx.x & 31) == 0) {   /* this warp's last draw */
+            __threadfence();
+            const int drawing = wtotal < nwarps ? wtotal : nwarps;
+            if (atomicAdd(ctr + 1, 1u) == (unsigned)drawing - 1) {
+                atomicExch(ctr, 0u);
+                atomicExch(ctr + 1, 0u);
+            }
+        }
+        return wi < wtotal ? wi : wtotal;
+    }
+};
+
 #endif

@@ -447,6 +447,34 @@ int main(int argc, char **argv)
         W.logits_tc_min_t = tc;
         W.shared_min_t = sh;
     }
+    {   /* routed launches walking their items with a static stride where they could hand tiles out (v14),
+           and handing out tiles in both launches of a stage at any batch (v15 default: 1-tile launches, T <= 256) */
+        const int dy = W.dyn_items, dm = W.dyn_max_t;
+        W.dyn_items = 0;
+        run_case("nvfp4, static item walk", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, static item walk", &M, &L, &W, 33, 1);
+        W.dyn_items = 3;
+        W.dyn_max_t = 1 << 30;
+        run_case("nvfp4, tiles handed out in both launches", &M, &L, &W, 257, 0);
+        run_case("nvfp4 skewed, tiles handed out in both launches", &M, &L, &W, 257, 1);
+        run_case("nvfp4, tiles handed out in both launches", &M, &L, &W, 33, 0);
+        W.dyn_items = dy;
+        W.dyn_max_t = dm;
+    }
+    {   /* the shared expert's own launches in the layer's stream (v14 order), or forked after the router */
+        const int fk = W.shared_fork, sh = W.shared_min_t;
+        W.shared_fork = 0;
+        W.shared_min_t = 2;
+        run_case("nvfp4, shared launches in one stream", &M, &L, &W, 2, 0);
+        run_case("nvfp4, shared launches in one stream", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, shared launches in one stream", &M, &L, &W, 257, 1);
+        W.shared_fork = 2;   /* forked after the router */
+        run_case("nvfp4, shared launches forked after the router", &M, &L, &W, 2, 0);
+        run_case("nvfp4, shared launches forked after the router", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, shared launches forked after the router", &M, &L, &W, 257, 1);
+        W.shared_fork = fk;
+        W.shared_min_t = sh;
+    }
     for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items;
                                        CUDA-core router logits at every batch) */
         static const char *nm[3] = {"nvfp4, v10 launch order", "nvfp4, 128-row down, logits 8-tok/4-part", "nvfp4, v10 order, 128-row down"};
