@@ -268,8 +268,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
     CK(cudaMalloc((void **)&W->fused_sync, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMalloc(fused sync)");
     CK(cudaMemset(W->fused_sync, 0, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMemset(fused sync)");
-    CK(cudaMalloc((void **)&W->tickets, 8 * sizeof(unsigned)), "cudaMalloc(tickets)");
-    CK(cudaMemset(W->tickets, 0, 8 * sizeof(unsigned)), "cudaMemset(tickets)");
+    /* 8 ticket words + one per expert for the MOE_GU_SIGNAL cost probe (moe_expert.cu) */
+    CK(cudaMalloc((void **)&W->tickets, (8 + (size_t)E + 1) * sizeof(unsigned)), "cudaMalloc(tickets)");
+    CK(cudaMemset(W->tickets, 0, (8 + (size_t)E + 1) * sizeof(unsigned)), "cudaMemset(tickets)");
     /* v11 defaults (bench/NOTES.md, runs 3-6) */
     W->early_pdl = 1;
     W->down_rm_min_t = 16;

@@ -61,6 +61,11 @@
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
+/* MOE_GU_SIGNAL 1 (cost probe for a per-expert down start, off): after its h stores each gate/up warp-item
+ * publishes itself (__syncwarp, fence, atomicAdd on a per-expert word at tickets + 8); nothing reads it. */
+#ifndef MOE_GU_SIGNAL
+#define MOE_GU_SIGNAL 0
+#endif
 
 
 template <int FMT, int NT>
@@ -133,6 +138,13 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_ex
             if (n < ntok)
                 h[(size_t)(p0 + n) * a.I + row] =
                     moe_f32_to_bf16(moe_swiglu(acc[0][j][i] * pg, acc[1][j][i] * pu, a.limit) * pair_w[p0 + n]);
+        }
+        if (MOE_GU_SIGNAL && a.tickets) {
+            __syncwarp();
+            if (lane == 0) {
+                __threadfence();
+                atomicAdd(a.tickets + 8 + e, 1u);
+            }
         }
     }
     if (second) moe_pdl_wait();
@@ -440,6 +452,12 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
                    : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st);
 }
 
+/* CMB_BATCH 1 (v15): for topk <= 8 every pair index, then every y row, is loaded before any is added (two
+ * dependent memory round trips instead of two per routed pair); the sum keeps the same order. */
+#ifndef CMB_BATCH
+#define CMB_BATCH 1
+#endif
+#define CMB_MAXK 8
 __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)
 {
     const int t = blockIdx.y;
@@ -448,6 +466,22 @@ __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, 
     moe_pdl_release();
     if (t >= T || c >= H) return;
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (CMB_BATCH && topk <= CMB_MAXK) {
+        int p[CMB_MAXK];
+        float4 v[CMB_MAXK];
+#pragma unroll
+        for (int k = 0; k < CMB_MAXK; k++) p[k] = k < topk ? inv[(size_t)t * topk + k] : -1;
+#pragma unroll
+        for (int k = 0; k < CMB_MAXK; k++)
+            v[k] = p[k] >= 0 ? *(const float4 *)(y + (size_t)p[k] * H + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 vs = ysh ? *(const float4 *)(ysh + (size_t)t * H + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int k = 0; k < CMB_MAXK; k++)
+            if (p[k] >= 0) { s.x += v[k].x; s.y += v[k].y; s.z += v[k].z; s.w += v[k].w; }
+        if (ysh) { s.x += vs.x; s.y += vs.y; s.z += vs.z; s.w += vs.w; }
+        *(float4 *)(out + (size_t)t * H + c) = s;
+        return;
+    }
     for (int k = 0; k < topk; k++) {
         const int p = inv[(size_t)t * topk + k];
         if (p < 0) continue;
