@@ -136,6 +136,8 @@ typedef struct {
                                                  warp of a launch zeroes its pair again. Only with
                                                  has_shared 0 (the shared items need their block's 4 warps). */
     int dyn;                                  /* with tickets: bit NT-1 = the NT-tile launches use them */
+    int nt2_first;                            /* 1: each stage launches its 2-tile kernel before its 1-tile
+                                                 one (v15 A/B; ignored with overlap) */
 } moe_expert_args;
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.

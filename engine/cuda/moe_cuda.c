@@ -338,7 +338,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .sh_w13 = L->sh_w13, .sh_w2 = L->sh_w2, .sh_s13 = L->sh_s13, .sh_s2 = L->sh_s2,
         .limit = s->swiglu_limit, .early = W->early_pdl,
         .down_rm = T >= W->down_rm_min_t && H % 128 == 0 ? 2 : 1,
-        .overlap = W->nt2_overlap,
+        .overlap = W->nt2_overlap, .nt2_first = W->nt2_first,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

@@ -62,6 +62,7 @@ typedef struct {
     int logits_ks_max_t;              /* v13: 16 (v11: 8) */
     int logits_tc_min_t;              /* v14: router logits on tensor cores from this batch on (needs gate_tc) */
     int nt2_overlap;                  /* moe_expert_args.overlap (v14) */
+    int nt2_first;                    /* moe_expert_args.nt2_first (v15 A/B, default 0) */
     int shared_min_t;                 /* the shared expert by moe_shared_experts from this batch on (v14: 64,
                                          v15: 16) */
     int shared_fork;                  /* v15: those launches run on a second stream (they need only x), joined

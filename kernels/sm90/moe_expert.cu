@@ -298,12 +298,19 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
-    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g0),
-                               dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
-    if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;   /* T <= 8: no expert has more than 8 tokens */
-    const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
-    return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>, dim3(g1), dim3(128), sm,
-                      st, *a, x, off, pair_tok, pair_w, h);
+    const int two = T > MOE_TOK_CHUNK;   /* T <= 8: no expert has more than 8 tokens */
+    const int first2 = two && a->nt2_first && !(a->overlap & 1);
+    cudaError_t e = cudaSuccess;
+    for (int k = 0; k < 1 + two && e == cudaSuccess; k++) {
+        if ((k == 0) != (first2 != 0))
+            e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g0), dim3(128), sm,
+                           st, *a, x, off, pair_tok, pair_w, h);
+        else
+            e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
+                           dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)), dim3(128), sm, st, *a, x, off,
+                           pair_tok, pair_w, h);
+    }
+    return e;
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
@@ -314,10 +321,17 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     const size_t sm = smem_for(a->E);
     const int rm = a->down_rm == 2 ? 2 : 1, rg = a->H / (MOE_ROWS_PER_ITEM * rm);
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
-    cudaError_t e = moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y);
-    if (e != cudaSuccess || T <= MOE_TOK_CHUNK) return e;
-    const int g1 = routed_grid(grid[1], 2, T, topk, rg, a->has_shared);
-    return moe_launch(dn_pick<2>(a->fmt, rm), dim3(g1), dim3(128), sm, st, *a, h, off, y);
+    const int two = T > MOE_TOK_CHUNK;
+    const int first2 = two && a->nt2_first && !(a->overlap & 2);
+    cudaError_t e = cudaSuccess;
+    for (int k = 0; k < 1 + two && e == cudaSuccess; k++) {
+        if ((k == 0) != (first2 != 0))
+            e = moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y);
+        else
+            e = moe_launch(dn_pick<2>(a->fmt, rm), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)),
+                           dim3(128), sm, st, *a, h, off, y);
+    }
+    return e;
 }
 
 /* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);

@@ -460,6 +460,11 @@ int main(int argc, char **argv)
         run_case("nvfp4, tiles handed out in both launches", &M, &L, &W, 33, 0);
         W.dyn_items = dy;
         W.dyn_max_t = dm;
+        W.nt2_first = 1;   /* each stage's 2-tile launch first */
+        run_case("nvfp4, 2-tile launches first", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, 2-tile launches first", &M, &L, &W, 257, 1);
+        run_case("nvfp4, 2-tile launches first", &M, &L, &W, 9, 0);
+        W.nt2_first = 0;
     }
     {   /* the shared expert's own launches in the layer's stream (v14 order), or forked after the router */
         const int fk = W.shared_fork, sh = W.shared_min_t;
