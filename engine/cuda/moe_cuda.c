@@ -324,6 +324,16 @@ int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x,
     return moe_cuda_forward_timed(L, W, x, token_ids, T, out, st, NULL);
 }
 
+/* The shared expert's own launches on W->side, after what st has queued so far; ev_join marks their end. */
+static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t *x, int T, int topk, cudaStream_t st)
+{
+    CK(cudaEventRecord(W->ev_fork, st), "cudaEventRecord(fork)");
+    CK(cudaStreamWaitEvent(W->side, W->ev_fork, 0), "cudaStreamWaitEvent(fork)");
+    CK(moe_shared_experts(a, x, T, topk, W->h, W->y, W->side), "shared expert");
+    CK(cudaEventRecord(W->ev_join, W->side), "cudaEventRecord(join)");
+    return 0;
+}
+
 int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids,
                            int T, float *out, cudaStream_t st, cudaEvent_t ev[7])
 {
@@ -369,14 +379,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     moe_expert_args ar = a;
     if (own_shared) ar.has_shared = 0;
     if (W->dyn_items && !ar.has_shared && T <= W->dyn_max_t) ar.tickets = W->tickets, ar.dyn = W->dyn_items;
-#define FORK_SHARED()                                                                                 \
-    do {                                                                                              \
-        CK(cudaEventRecord(W->ev_fork, st), "cudaEventRecord(fork)");                                 \
-        CK(cudaStreamWaitEvent(W->side, W->ev_fork, 0), "cudaStreamWaitEvent(fork)");                 \
-        CK(moe_shared_experts(&a, x, T, K, W->h, W->y, W->side), "shared expert");                    \
-        CK(cudaEventRecord(W->ev_join, W->side), "cudaEventRecord(join)");                            \
-    } while (0)
-    if (fork && W->shared_fork != 2) FORK_SHARED();
+    if (fork && W->shared_fork != 2 && fork_shared(W, &a, x, T, K, st)) return -1;
     int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
                      H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
     if (L->gate_tc && T >= W->logits_tc_min_t) {
@@ -402,8 +405,8 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
                            st), "expert lists");
     }
     MARK(3);
-    if (fork && W->shared_fork == 2) FORK_SHARED();   /* beside the routed launches only */
-#undef FORK_SHARED
+    /* forked after the router: beside the routed launches only */
+    if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, st)) return -1;
     if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
     CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
     MARK(4);

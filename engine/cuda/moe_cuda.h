@@ -72,7 +72,7 @@ typedef struct {
                                          warps from counters (moe_expert_args.tickets, .dyn): bit 0 the
                                          1-tile launches, bit 1 the 2-tile ones */
     int dyn_max_t;                    /* ... up to this batch (v15: 256; at 512 they measured 3-5 % slower) */
-    unsigned *tickets;                /* those counters, 8 words */
+    unsigned *tickets;                /* those counters, 8 words (+ E + 1 for the MOE_GU_SIGNAL probe) */
     cudaStream_t side;                /* that stream, and its fork / join events */
     cudaEvent_t ev_fork, ev_join;
     int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer

@@ -68,6 +68,15 @@
 #endif
 
 
+/* The walk of an NT-tile launch of stage 0 (gate/up) or 1 (down): its counters are tickets[4 * stage +
+ * 2 * (NT - 1)] and the word after; tiles are handed out only where the launch carries no shared items. */
+template <int NT>
+__device__ __forceinline__ ItemWalk item_walk(const moe_expert_args &a, int total, int stage)
+{
+    return {{a.tickets + 4 * stage + (NT - 1) * 2, total * MOE_WARPS, (int)gridDim.x * MOE_WARPS},
+            a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1)};
+}
+
 template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
@@ -92,17 +101,16 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_ex
         return;
     }
     /* warp-items wi = 4 * block item + tile: a static stride of the grid, or handed out (v15 tickets) */
-    const bool dyn = a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1);
-    const WarpQueue wq = {a.tickets + (NT - 1) * 2, total * MOE_WARPS, (int)gridDim.x * MOE_WARPS};
-    int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = wq.wtotal, wnn;
-    if (wi < wq.wtotal) wn = dyn ? wq.draw() : min(wi + wq.nwarps, wq.wtotal);
-    Item cur = decode_item<NT>(s_items, s_off, nE, wi < wq.wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
-    for (; wi < wq.wtotal; wi = wn, wn = wnn, cur = nxt) {
+    const ItemWalk walk = item_walk<NT>(a, total, 0);
+    const int wtotal = walk.q.wtotal;
+    int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = walk.after(wi), wnn;
+    Item cur = decode_item<NT>(s_items, s_off, nE, wi < wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
+    for (; wi < wtotal; wi = wn, wn = wnn, cur = nxt) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
-        wnn = wn >= wq.wtotal ? wq.wtotal : dyn ? wq.draw() : min(wn + wq.nwarps, wq.wtotal);
-        nxt = decode_item<NT>(s_items, s_off, nE, (wn < wq.wtotal ? wn : wi) >> 2, (wn < wq.wtotal ? wn : wi) & 3,
-                              a.has_shared);
-        const bool has_next = wn < wq.wtotal && nxt.e < a.E && e < a.E && nc % MOE_GU_D == 0;
+        wnn = walk.after(wn);
+        const int wd = wn < wtotal ? wn : wi;   /* the next warp-item, or (none) any valid one */
+        nxt = decode_item<NT>(s_items, s_off, nE, wd >> 2, wd & 3, a.has_shared);
+        const bool has_next = wn < wtotal && nxt.e < a.E && e < a.E && nc % MOE_GU_D == 0;
         uint8_t *ring = smem + warp * EX_RING;
         const int g_ = lane >> 2;
         int prow[NT];
@@ -177,24 +185,23 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_exper
         if (a.early) moe_pdl_wait();
         return;
     }
-    const bool dyn = a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1);   /* as in k_gate_up */
-    const WarpQueue wq = {a.tickets + 4 + (NT - 1) * 2, total * MOE_WARPS, (int)gridDim.x * MOE_WARPS};
-    int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = wq.wtotal, wnn;
-    if (wi < wq.wtotal) wn = dyn ? wq.draw() : min(wi + wq.nwarps, wq.wtotal);
-    Item cur = decode_item<NT>(s_items, s_off, nE, wi < wq.wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
-    if (a.early && wi < wq.wtotal && cur.e < a.E) {
+    const ItemWalk walk = item_walk<NT>(a, total, 1);
+    const int wtotal = walk.q.wtotal;
+    int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = walk.after(wi), wnn;
+    Item cur = decode_item<NT>(s_items, s_off, nE, wi < wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
+    if (a.early && wi < wtotal && cur.e < a.E) {
         fp4_prime<FMT, RM, D>(smem + warp * EX_RING,
                               a.w2 + (size_t)cur.e * a.w2_stride + (size_t)cur.r * RM * rt_bytes, nc, lane, mmul);
         primed = true;
     }
     if (a.early && !second) moe_pdl_wait();
     moe_pdl_release();
-    for (; wi < wq.wtotal; wi = wn, wn = wnn, cur = nxt) {
+    for (; wi < wtotal; wi = wn, wn = wnn, cur = nxt) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
-        wnn = wn >= wq.wtotal ? wq.wtotal : dyn ? wq.draw() : min(wn + wq.nwarps, wq.wtotal);
-        nxt = decode_item<NT>(s_items, s_off, nE, (wn < wq.wtotal ? wn : wi) >> 2, (wn < wq.wtotal ? wn : wi) & 3,
-                              a.has_shared);
-        const bool has_next = wn < wq.wtotal && nxt.e < a.E && e < a.E && nc % D == 0;
+        wnn = walk.after(wn);
+        const int wd = wn < wtotal ? wn : wi;   /* as in k_gate_up */
+        nxt = decode_item<NT>(s_items, s_off, nE, wd >> 2, wd & 3, a.has_shared);
+        const bool has_next = wn < wtotal && nxt.e < a.E && e < a.E && nc % D == 0;
         uint8_t *ring = smem + warp * EX_RING;
         const int g_ = lane >> 2;
         int prow[NT];
@@ -298,19 +305,19 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     const bool nv = a->fmt == MOE_FP4_NVFP4;
-    const int two = T > MOE_TOK_CHUNK;   /* T <= 8: no expert has more than 8 tokens */
-    const int first2 = two && a->nt2_first && !(a->overlap & 1);
-    cudaError_t e = cudaSuccess;
-    for (int k = 0; k < 1 + two && e == cudaSuccess; k++) {
-        if ((k == 0) != (first2 != 0))
-            e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g0), dim3(128), sm,
-                           st, *a, x, off, pair_tok, pair_w, h);
-        else
-            e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
-                           dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)), dim3(128), sm, st, *a, x, off,
-                           pair_tok, pair_w, h);
-    }
-    return e;
+    auto one = [&] {
+        return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>, dim3(g0), dim3(128), sm, st,
+                          *a, x, off, pair_tok, pair_w, h);
+    };
+    auto two = [&] {
+        return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
+                          dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)), dim3(128), sm, st, *a, x, off,
+                          pair_tok, pair_w, h);
+    };
+    if (T <= MOE_TOK_CHUNK) return one();   /* T <= 8: no expert has more than 8 tokens */
+    const bool first2 = a->nt2_first && !(a->overlap & 1);
+    const cudaError_t e = first2 ? two() : one();
+    return e != cudaSuccess ? e : first2 ? one() : two();
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
@@ -321,17 +328,15 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     const size_t sm = smem_for(a->E);
     const int rm = a->down_rm == 2 ? 2 : 1, rg = a->H / (MOE_ROWS_PER_ITEM * rm);
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
-    const int two = T > MOE_TOK_CHUNK;
-    const int first2 = two && a->nt2_first && !(a->overlap & 2);
-    cudaError_t e = cudaSuccess;
-    for (int k = 0; k < 1 + two && e == cudaSuccess; k++) {
-        if ((k == 0) != (first2 != 0))
-            e = moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y);
-        else
-            e = moe_launch(dn_pick<2>(a->fmt, rm), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)),
-                           dim3(128), sm, st, *a, h, off, y);
-    }
-    return e;
+    auto one = [&] { return moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y); };
+    auto two = [&] {
+        return moe_launch(dn_pick<2>(a->fmt, rm), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)),
+                          dim3(128), sm, st, *a, h, off, y);
+    };
+    if (T <= MOE_TOK_CHUNK) return one();
+    const bool first2 = a->nt2_first && !(a->overlap & 2);
+    const cudaError_t e = first2 ? two() : one();
+    return e != cudaSuccess ? e : first2 ? one() : two();
 }
 
 /* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);

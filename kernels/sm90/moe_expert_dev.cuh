@@ -452,4 +452,15 @@ struct WarpQueue {
     }
 };
 
+/* The warp-items of a routed launch, walked with a static stride of the grid or (dyn) handed out by q. */
+struct ItemWalk {
+    WarpQueue q;
+    bool dyn;
+    /* the warp's next warp-item after w; q.wtotal: none (also once w is past the end) */
+    __device__ __forceinline__ int after(int w) const
+    {
+        return w >= q.wtotal ? q.wtotal : dyn ? q.draw() : min(w + q.nwarps, q.wtotal);
+    }
+};
+
 #endif
