@@ -179,10 +179,12 @@ static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x
     free(hbuf);
 }
 
+#define NTUNE 16   /* fields of one --variants entry */
+#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD][/...]"
 static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
-    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][13], ntune = 0, skew_only = -1, trace = 0,
+    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0,
         no_shared = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
@@ -190,23 +192,27 @@ static int bench_moe(int argc, char **argv)
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) {   /* launch variants (moe_cuda_ws) */
-            /* "E,R,L,K[,KT[,F[,TC[,OV[,SH[,FK[,DY[,DM[,NO]]]]]]]]]/...": early PDL E (0/1), 128-row down items from batch R,
+            /* VARIANTS_USAGE: early PDL E (0/1), 128-row down items from batch R,
              * 16-token router logits tiles from batch L, router logits in K parts for T <= KT (default 16), the
              * one-launch layer for T <= F % 100 (default 0 = never) with moe_fused_args.opt F / 100, tensor-core
              * router logits from batch TC (default 32), 2-tile launch overlap OV (moe_cuda_ws.nt2_overlap,
              * default 0), the shared expert's own launches from batch SH (default 16), on a second stream FK
              * (moe_cuda_ws.shared_fork, default 1), tiles handed out to warps DY (moe_cuda_ws.dyn_items, bit 0 the
              * 1-tile launches, bit 1 the 2-tile ones, default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default
-             * 256), each stage's 2-tile launch first NO (moe_cuda_ws.nt2_first, default 0); each measured in turn, the JSON holds the last */
-            for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/"))
-                if ((tune[ntune][4] = 16, tune[ntune][5] = 0, tune[ntune][6] = 32, tune[ntune][7] = 0, tune[ntune][8] = 16,
-                     tune[ntune][9] = 1, tune[ntune][10] = 1, tune[ntune][11] = 256, tune[ntune][12] = 0,
-                     sscanf(t, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &tune[ntune][0], &tune[ntune][1],
-                            &tune[ntune][2], &tune[ntune][3], &tune[ntune][4], &tune[ntune][5], &tune[ntune][6],
-                            &tune[ntune][7], &tune[ntune][8], &tune[ntune][9], &tune[ntune][10], &tune[ntune][11],
-                            &tune[ntune][12])) >= 4)
-                    ntune++;
-                else { fprintf(stderr, "sluice-bench: --variants E,R,L,K[,KT[,F[,TC[,OV[,SH[,FK[,DY[,DM[,NO]]]]]]]]][/...]\n"); return 2; }
+             * 256), each stage's 2-tile launch first NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF
+             * (moe_cuda_ws.pf, default 0) up to batch PM (default 8) with PD MB of routed down weights (default
+             * 24); each measured in turn, the JSON holds the last */
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24};
+            for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
+                int n = 0;
+                for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {
+                    tune[ntune][n] = (int)strtol(c, &e, 10);
+                    if (e == c) { n = -1; break; }
+                }
+                if (n < 4) { fprintf(stderr, "sluice-bench: --variants " VARIANTS_USAGE "\n"); return 2; }
+                for (; n < NTUNE; n++) tune[ntune][n] = dflt[n];
+                ntune++;
+            }
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
         } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
@@ -219,7 +225,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants E,R,L,K[,KT[,F[,TC[,OV[,SH[,FK[,DY[,DM[,NO]]]]]]]]][/...]] [--routing random|skewed] [--trace] [--no-shared]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--no-shared]\n");
             return 2;
         }
     }
@@ -274,12 +280,13 @@ static int bench_moe(int argc, char **argv)
         W.early_pdl = tune[v][0], W.down_rm_min_t = tune[v][1], W.logits16_min_t = tune[v][2], W.logits_ks = tune[v][3],
         W.logits_ks_max_t = tune[v][4], W.fused_max_t = tune[v][5] % 100, W.fused_opt = tune[v][5] / 100,
         W.logits_tc_min_t = tune[v][6], W.nt2_overlap = tune[v][7], W.shared_min_t = tune[v][8],
-        W.shared_fork = tune[v][9], W.dyn_items = tune[v][10], W.dyn_max_t = tune[v][11], W.nt2_first = tune[v][12];
+        W.shared_fork = tune[v][9], W.dyn_items = tune[v][10], W.dyn_max_t = tune[v][11], W.nt2_first = tune[v][12],
+        W.pf = tune[v][13], W.pf_max_t = tune[v][14], W.pf_dn_mb = tune[v][15];
     printf("variant: early PDL %d, 128-row down items from batch %d, 16-token logits tiles from batch %d, logits K parts %d "
            "up to batch %d, one-launch layer up to batch %d (opt %d), tensor-core logits from batch %d, 2-tile overlap %d, "
-           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d\n",
+           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down)\n",
            W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
-           W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first);
+           W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer");
     for (int sk = 0; sk < 2; sk++) {
@@ -326,36 +333,36 @@ static int bench_moe(int argc, char **argv)
             free(tm);
         }
     }
+        /* where the time goes: events between the stages (no graph), random routing, median over sets */
+        {
+            static const char *names[6] = {"logits", "topk", "lists", "gate/up", "down", "combine"};
+            const int sb[4] = {1, 8, 64, 512};
+            cudaEvent_t ev[7];
+            for (int i = 0; i < 7; i++) CU(cudaEventCreate(&ev[i]));
+            for (int l = 0; l < NLAYERS; l++)
+                if (moe_cuda_set_router(&L[l], gate, bias, NULL)) return 1;
+            printf("stage breakdown (us, events, no graph):%*s", 1, "");
+            for (int i = 0; i < 6; i++) printf(" %9s", names[i]);
+            printf("\n");
+            for (int bi = 0; bi < 4; bi++) {
+                float st_us[6][NSETS * 2];
+                for (int rr = 0; rr < NSETS * 2; rr++) {
+                    if (moe_cuda_forward_timed(&L[rr % NLAYERS], &W, x[rr % NSETS], tok, sb[bi], out, st, ev)) return 1;
+                    CU(cudaStreamSynchronize(st));
+                    for (int i = 0; i < 6; i++) {
+                        float v;
+                        CU(cudaEventElapsedTime(&v, ev[i], ev[i + 1]));
+                        st_us[i][rr] = 1000 * v;
+                    }
+                }
+                printf("  batch %4d %27s", sb[bi], "");
+                for (int i = 0; i < 6; i++) printf(" %9.1f", median(st_us[i], NSETS * 2));
+                printf("\n");
+            }
+            for (int i = 0; i < 7; i++) cudaEventDestroy(ev[i]);
+        }
     }   /* variants */
     if (trace) fused_timeline(L, &W, x, tok, out, st, gate, bias);
-    /* where the time goes: events between the stages (no graph), random routing, median over sets */
-    {
-        static const char *names[6] = {"logits", "topk", "lists", "gate/up", "down", "combine"};
-        const int sb[4] = {1, 8, 64, 512};
-        cudaEvent_t ev[7];
-        for (int i = 0; i < 7; i++) CU(cudaEventCreate(&ev[i]));
-        for (int l = 0; l < NLAYERS; l++)
-            if (moe_cuda_set_router(&L[l], gate, bias, NULL)) return 1;
-        printf("stage breakdown (us, events, no graph):%*s", 1, "");
-        for (int i = 0; i < 6; i++) printf(" %9s", names[i]);
-        printf("\n");
-        for (int bi = 0; bi < 4; bi++) {
-            float st_us[6][NSETS * 2];
-            for (int rr = 0; rr < NSETS * 2; rr++) {
-                if (moe_cuda_forward_timed(&L[rr % NLAYERS], &W, x[rr % NSETS], tok, sb[bi], out, st, ev)) return 1;
-                CU(cudaStreamSynchronize(st));
-                for (int i = 0; i < 6; i++) {
-                    float v;
-                    CU(cudaEventElapsedTime(&v, ev[i], ev[i + 1]));
-                    st_us[i][rr] = 1000 * v;
-                }
-            }
-            printf("  batch %4d %27s", sb[bi], "");
-            for (int i = 0; i < 6; i++) printf(" %9.1f", median(st_us[i], NSETS * 2));
-            printf("\n");
-        }
-        for (int i = 0; i < 7; i++) cudaEventDestroy(ev[i]);
-    }
     if (out_path) {
         char cmd[1024] = "";
         const char *env_cmd = getenv("BENCH_COMMAND");   /* the command that made this run, if a script ran us */

@@ -79,8 +79,17 @@ cudaError_t moe_quantize_nvfp4(const float *w, int n, int k, uint8_t *q, uint8_t
  * Token tiles of 16 (16 warps per block) from T >= tile16_min_t (H <= 4096), else of 8 (4 warps per
  * block up to 16 tokens, 8 above). ksplit > 1: K in that many parts (H % (256 * ksplit) == 0), part s
  * written to logits + s * T * E ([ksplit][T][E]: give moe_router_topk* the same ksplit). */
+/* L2 prefetch (v16): up to three byte ranges a kernel asks L2 to fetch when it starts, split over its
+ * blocks (cp.async.bulk.prefetch.L2: a hint, no data moves to the SM, no completion to wait for). p[i]
+ * NULL: unused; n[i] is rounded down to 16 bytes; last: with the evict_last policy, else evict_normal. */
+typedef struct {
+    const void *p[3];
+    size_t n[3];
+    int last;
+} moe_l2_ranges;
+/* pf: ranges the logits launch prefetches (the weights of later launches in the layer), or NULL. */
 cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
-                              int tile16_min_t, int ksplit, cudaStream_t st);
+                              int tile16_min_t, int ksplit, const moe_l2_ranges *pf, cudaStream_t st);
 /* The same on tensor cores (v14): gate_tc is the fp32 gate split into three bf16 planes hi + mid + lo
  * (exact sum), in mma fragment order: uint4 index ((et * (H / 32) + kb) * 6 + 2 * p + s) * 32 + lane
  * for expert tile et (16 experts), 32-input block kb, plane p (0 hi, 1 mid, 2 lo), k-step s; the lane
@@ -138,6 +147,11 @@ typedef struct {
     int dyn;                                  /* with tickets: bit NT-1 = the NT-tile launches use them */
     int nt2_first;                            /* 1: each stage launches its 2-tile kernel before its 1-tile
                                                  one (v15 A/B; ignored with overlap) */
+    int pf_dn;                                /* v16: the 1-tile gate/up launch asks L2 for the down weights
+                                                 of the first pf_dn experts (in expert order) that have
+                                                 tokens, and (pf_sh_dn) the shared expert's, while it
+                                                 streams its own: the down launch then reads them from L2 */
+    int pf_sh_dn, pf_last;                    /* pf_last: evict_last policy (else evict_normal) */
 } moe_expert_args;
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.

@@ -285,6 +285,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->dyn_items = 1;          /* v15: tiles handed out to warps where the launches carry no shared items
                                   (bit 0: the 1-tile launches, bit 1: the 2-tile ones, measured slower) */
     W->dyn_max_t = 256;
+    W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
+    W->pf_max_t = 8;
+    W->pf_dn_mb = 24;
     W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
                                   (1: forked before the router, 2: after it, beside the routed launches only) */
     CK(cudaStreamCreateWithFlags(&W->side, cudaStreamNonBlocking), "cudaStreamCreate(side)");
@@ -379,6 +382,18 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     moe_expert_args ar = a;
     if (own_shared) ar.has_shared = 0;
     if (W->dyn_items && !ar.has_shared && T <= W->dyn_max_t) ar.tickets = W->tickets, ar.dyn = W->dyn_items;
+    /* v16 L2 prefetch: the logits launch asks for the shared expert's weights, the gate/up launch for the
+     * down weights, so the later stages read them from L2 */
+    const int pf = T <= W->pf_max_t ? W->pf : 0, sh_in = ar.has_shared;
+    moe_l2_ranges lpf = {.last = (pf & 16) != 0};
+    if (sh_in && (pf & 1)) {
+        lpf.p[0] = L->sh_w13, lpf.n[0] = (size_t)2 * I * H;
+        lpf.p[1] = L->sh_s13, lpf.n[1] = (size_t)2 * (I / 128) * (H / 128) * sizeof(float);
+    }
+    if (sh_in && (pf & 2)) lpf.p[2] = L->sh_w2, lpf.n[2] = (size_t)H * I;
+    ar.pf_sh_dn = sh_in && (pf & 4) && !(pf & 2);
+    ar.pf_dn = (pf & 8) ? (int)(((size_t)W->pf_dn_mb << 20) / L->w2_stride) : 0;
+    ar.pf_last = (pf & 16) != 0;
     if (fork && W->shared_fork != 2 && fork_shared(W, &a, x, T, K, st)) return -1;
     int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
                      H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
@@ -386,7 +401,8 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         ks = moe_router_logits_tc_parts(T, H, E);
         CK(moe_router_logits_tc(x, L->gate_tc, T, H, E, W->logits, ks, st), "router logits (tensor cores)");
     } else {
-        CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, ks, st), "router logits");
+        CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, ks, lpf.p[0] || lpf.p[2] ? &lpf : NULL,
+                             st), "router logits");
     }
     MARK(1);
     const int nt = moe_tok_tiles(T), lsh = s->has_shared;

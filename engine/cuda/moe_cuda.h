@@ -72,6 +72,13 @@ typedef struct {
                                          warps from counters (moe_expert_args.tickets, .dyn): bit 0 the
                                          1-tile launches, bit 1 the 2-tile ones */
     int dyn_max_t;                    /* ... up to this batch (v15: 256; at 512 they measured 3-5 % slower) */
+    int pf;                           /* v16 L2 prefetch, bits: 1 the logits launch asks for the shared
+                                         expert's gate/up weights, 2 for its down weights, 4 the gate/up
+                                         launch asks for the shared down, 8 for the routed down of the first
+                                         pf_dn_mb MB of experts with tokens, 16 with the evict_last policy;
+                                         the shared bits only where its items ride in the routed launches */
+    int pf_max_t;                     /* ... up to this batch */
+    int pf_dn_mb;
     unsigned *tickets;                /* those counters, 8 words (+ E + 1 for the MOE_GU_SIGNAL probe) */
     cudaStream_t side;                /* that stream, and its fork / join events */
     cudaEvent_t ev_fork, ev_join;

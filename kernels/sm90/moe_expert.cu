@@ -47,6 +47,7 @@
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
 #include "common/moe_launch.cuh"
+#include "common/moe_l2.cuh"
 #include "moe_expert_dev.cuh"
 /* Occupancy knobs of the routed kernels (compile-time A/B, bench/moe_ab.sh): blocks per SM the 1-tile
  * kernels are compiled for (registers capped to fit), and the ring depth of gate/up and of the 128-row
@@ -77,6 +78,38 @@ __device__ __forceinline__ ItemWalk item_walk(const moe_expert_args &a, int tota
             a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1)};
 }
 
+/* v16 (moe_expert_args.pf_dn, .pf_sh_dn): the down weights the next launch reads, asked of L2 by the
+ * grid's first warps, 8 per range (an expert's whole down matrix, or the shared expert's), one piece
+ * per lane: range k is the shared expert's (if asked and its items ride in the routed launches), then
+ * the down matrices of the first pf_dn experts with tokens in expert order, the order in which the
+ * down launch's first warps take their items. */
+__device__ __forceinline__ void prefetch_down(const moe_expert_args &a, const int32_t *s_off, int warp, int lane)
+{
+    const int gw = (int)blockIdx.x * MOE_WARPS + warp, part = gw & 7, nsh = a.pf_sh_dn && a.has_shared ? 1 : 0;
+    int want = (gw >> 3) - nsh;
+    const void *p = nullptr;
+    size_t n = 0;
+    if (want < 0) {
+        p = a.sh_w2;
+        n = (size_t)a.H * a.I;
+    } else if (want < a.pf_dn) {
+        for (int e0 = 0; e0 < a.E; e0 += 32) {   /* the want-th expert with tokens, 32 at a time */
+            const int e = e0 + lane;
+            const bool has = e < a.E && s_off[e + 1] > s_off[e];
+            const unsigned m = __ballot_sync(0xffffffffu, has);
+            const int c = __popc(m);
+            if (want < c) {
+                const int sel = __ffs(__ballot_sync(0xffffffffu, has && __popc(m & ((1u << lane) - 1u)) == want)) - 1;
+                p = a.w2 + (size_t)(e0 + sel) * a.w2_stride;
+                n = a.w2_stride;
+                break;
+            }
+            want -= c;
+        }
+    }
+    if (p) moe_l2_prefetch_piece(p, n, part * 32 + lane, 256, moe_l2_policy(a.pf_last));
+}
+
 template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
@@ -93,6 +126,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_ex
      * stream their first weights while this kernel finishes (they wait before reading h) */
     if (a.early) moe_pdl_release();
     item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM);
+    if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;

@@ -17,6 +17,7 @@
 #include "common/moe_launch.cuh"
 #include "moe_router_dev.cuh"
 #include "common/moe_fp4_common.cuh"
+#include "common/moe_l2.cuh"
 
 
 /* One warp per (expert, TOK-token tile): lanes stride over K with 16-byte loads of the expert's gate
@@ -27,12 +28,19 @@
 /* blockIdx.z: K part (gridDim.z parts of H / gridDim.z inputs, a multiple of 256), written to
  * logits + z * T * E; the top-k adds the parts in order (v11: more warps, all loads in flight, for
  * small batches). */
+/* pf (v16): warp 0 of every block first asks L2 for its pieces of the prefetch ranges (one per lane). */
 template <int TOK, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS) k_router_logits(const uint16_t *x, const float *gate, int T, int H,
-                                                             int E, float *logits)
+                                                             int E, float *logits, moe_l2_ranges pf)
 {
     extern __shared__ __align__(16) uint16_t xt[];   /* [nt][H / parts] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp == 0 && (pf.p[0] || pf.p[1] || pf.p[2])) {
+        const int nb = gridDim.x * gridDim.y * gridDim.z, b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+        const uint64_t pol = moe_l2_policy(pf.last);
+#pragma unroll
+        for (int r = 0; r < 3; r++) moe_l2_prefetch_piece(pf.p[r], pf.n[r], b * 32 + lane, nb * 32, pol);
+    }
     const int e = blockIdx.x * WARPS + warp, t0 = blockIdx.y * TOK, nt = min(TOK, T - t0);
     const int kn = H / gridDim.z, kb = blockIdx.z * kn, kc = kn / 8;   /* this part's inputs; 16-byte pieces per row */
     logits += (size_t)blockIdx.z * T * E;
@@ -64,7 +72,7 @@ __global__ void __launch_bounds__(32 * WARPS) k_router_logits(const uint16_t *x,
 
 template <int TOK, int WARPS>
 static cudaError_t logits_launch(const uint16_t *x, const float *gate, int T, int H, int E, float *logits, int ks,
-                                 cudaStream_t st)
+                                 const moe_l2_ranges &pf, cudaStream_t st)
 {
     static int raised;
     if (!raised) {
@@ -75,16 +83,17 @@ static cudaError_t logits_launch(const uint16_t *x, const float *gate, int T, in
     }
     const size_t smem = (size_t)(T < TOK ? T : TOK) * (H / ks) * 2;
     dim3 grid((E + WARPS - 1) / WARPS, (T + TOK - 1) / TOK, ks);
-    return moe_launch(k_router_logits<TOK, WARPS>, grid, dim3(32 * WARPS), smem, st, x, gate, T, H, E, logits);
+    return moe_launch(k_router_logits<TOK, WARPS>, grid, dim3(32 * WARPS), smem, st, x, gate, T, H, E, logits, pf);
 }
 
 extern "C" cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H, int E, float *logits,
-                                         int tile16_min_t, int ksplit, cudaStream_t st)
+                                         int tile16_min_t, int ksplit, const moe_l2_ranges *pf, cudaStream_t st)
 {
     if (H % 256 || H > 8192 || ksplit < 1 || H % (256 * ksplit)) return cudaErrorInvalidValue;
-    if (T >= tile16_min_t && H <= 4096) return logits_launch<16, 16>(x, gate, T, H, E, logits, ksplit, st);
-    if (T > 16) return logits_launch<8, 8>(x, gate, T, H, E, logits, ksplit, st);
-    return logits_launch<8, 4>(x, gate, T, H, E, logits, ksplit, st);
+    const moe_l2_ranges none = {}, &p = pf ? *pf : none;
+    if (T >= tile16_min_t && H <= 4096) return logits_launch<16, 16>(x, gate, T, H, E, logits, ksplit, p, st);
+    if (T > 16) return logits_launch<8, 8>(x, gate, T, H, E, logits, ksplit, p, st);
+    return logits_launch<8, 4>(x, gate, T, H, E, logits, ksplit, p, st);
 }
 
 /* ---- Router logits on tensor cores (v14), for the larger batches.

@@ -466,6 +466,23 @@ int main(int argc, char **argv)
         run_case("nvfp4, 2-tile launches first", &M, &L, &W, 9, 0);
         W.nt2_first = 0;
     }
+    {   /* v16 L2 prefetch (hints only: the results must not change): the shared expert's weights asked for by
+           the logits launch, the down weights by the gate/up launch, at every batch */
+        const int pf = W.pf, pm = W.pf_max_t, pd = W.pf_dn_mb;
+        W.pf = 1 | 4 | 8 | 16;
+        W.pf_max_t = 1 << 30;
+        W.pf_dn_mb = 1024;
+        run_case("nvfp4, L2 prefetch (evict_last)", &M, &L, &W, 1, 0);
+        run_case("nvfp4, L2 prefetch (evict_last)", &M, &L, &W, 7, 0);
+        run_case("nvfp4, L2 prefetch (evict_last)", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, L2 prefetch (evict_last)", &M, &L, &W, 9, 1);
+        W.pf = 1 | 2 | 8;
+        W.pf_dn_mb = 1;   /* 3 experts' down (295 KB each here): fewer than have tokens at batch 2 */
+        run_case("nvfp4, L2 prefetch (shared by the logits launch)", &M, &L, &W, 2, 0);
+        W.pf = pf;
+        W.pf_max_t = pm;
+        W.pf_dn_mb = pd;
+    }
     {   /* the shared expert's own launches in the layer's stream (v14 order), or forked after the router */
         const int fk = W.shared_fork, sh = W.shared_min_t;
         W.shared_fork = 0;
