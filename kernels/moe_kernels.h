@@ -140,7 +140,7 @@ typedef struct {
                                                  launch starts its work without waiting for the 1-tile
                                                  launch and waits before it exits (v14) */
     unsigned *tickets;                        /* NULL: each block walks the item list with a static stride;
-                                                 else 8 zeroed words (v15): the routed launches hand out
+                                                 else 16 + E zeroed words (v15): the routed launches hand out
                                                  16-row tiles to warps from counters there, and the last
                                                  warp of a launch zeroes its pair again. Only with
                                                  has_shared 0 (the shared items need their block's 4 warps). */
@@ -167,6 +167,13 @@ cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32
  * (PDL), so the down weights flow while gate/up finishes (v11). */
 cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off,
                      const int32_t *items, int T, int topk, const int grid[2], float *y, cudaStream_t st);
+/* moe_gate_up + moe_down for T > 8 as three launches (v16): the 2-tile gate/up, then the 1-tile gate/up
+ * and down as one launch in which a down item waits only for its own expert's gate/up (per-expert
+ * counts in tickets), then the 2-tile down (128-row items). Needs tickets (16 + E zeroed words; every
+ * completed launch leaves them zero), has_shared 0, T > 8. */
+cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
+                               const float *pair_w, int T, int topk, const int grid[2], uint16_t *h, float *y,
+                               cudaStream_t st);
 /* The FP8 shared expert for all T tokens as its own two launches (v14), for larger batches: gate/up
  * x -> h[T*topk + t] (swiglu), then down h[T*topk + t] -> y[T*topk + t] (the rows moe_build_lists gives
  * the shared pairs), so the routed launches run with has_shared 0. Each dequantised weight fragment

@@ -268,9 +268,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
     CK(cudaMalloc((void **)&W->fused_sync, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMalloc(fused sync)");
     CK(cudaMemset(W->fused_sync, 0, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMemset(fused sync)");
-    /* 8 ticket words + one per expert for the MOE_GU_SIGNAL cost probe (moe_expert.cu) */
-    CK(cudaMalloc((void **)&W->tickets, (8 + (size_t)E + 1) * sizeof(unsigned)), "cudaMalloc(tickets)");
-    CK(cudaMemset(W->tickets, 0, (8 + (size_t)E + 1) * sizeof(unsigned)), "cudaMemset(tickets)");
+    /* 16 ticket words + one per expert (moe_expert_args.tickets) */
+    CK(cudaMalloc((void **)&W->tickets, (16 + (size_t)E) * sizeof(unsigned)), "cudaMalloc(tickets)");
+    CK(cudaMemset(W->tickets, 0, (16 + (size_t)E) * sizeof(unsigned)), "cudaMemset(tickets)");
     /* v11 defaults (bench/NOTES.md, runs 3-6) */
     W->early_pdl = 1;
     W->down_rm_min_t = 16;
@@ -285,6 +285,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->dyn_items = 1;          /* v15: tiles handed out to warps where the launches carry no shared items
                                   (bit 0: the 1-tile launches, bit 1: the 2-tile ones, measured slower) */
     W->dyn_max_t = 256;
+    W->fuse1 = 0;
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
     W->pf_dn_mb = 24;
@@ -424,9 +425,15 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     /* forked after the router: beside the routed launches only */
     if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, st)) return -1;
     if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
-    CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
-    MARK(4);
-    CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
+    if (W->fuse1 && ar.tickets && T > MOE_TOK_CHUNK) {   /* v16: down items start per expert */
+        CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->h, W->y, st),
+           "experts (fused 1-tile stages)");
+        MARK(4);
+    } else {
+        CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
+        MARK(4);
+        CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");
+    }
     MARK(5);
     /* the shared expert's rows follow the routed pairs (off[E] = T * topk: every router index is valid) */
     const float *ysh = s->has_shared ? W->y + (size_t)T * K * H : NULL;

@@ -72,6 +72,8 @@ typedef struct {
                                          warps from counters (moe_expert_args.tickets, .dyn): bit 0 the
                                          1-tile launches, bit 1 the 2-tile ones */
     int dyn_max_t;                    /* ... up to this batch (v15: 256; at 512 they measured 3-5 % slower) */
+    int fuse1;                        /* v16: with handed-out tiles and T > 8, the 1-tile gate/up and down
+                                         as one launch whose down items wait per expert (moe_experts_fused1) */
     int pf;                           /* v16 L2 prefetch, bits: 1 the logits launch asks for the shared
                                          expert's gate/up weights, 2 for its down weights, 4 the gate/up
                                          launch asks for the shared down, 8 for the routed down of the first
@@ -79,7 +81,7 @@ typedef struct {
                                          the shared bits only where its items ride in the routed launches */
     int pf_max_t;                     /* ... up to this batch */
     int pf_dn_mb;
-    unsigned *tickets;                /* those counters, 8 words (+ E + 1 for the MOE_GU_SIGNAL probe) */
+    unsigned *tickets;                /* those counters, 16 + E words */
     cudaStream_t side;                /* that stream, and its fork / join events */
     cudaEvent_t ev_fork, ev_join;
     int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer

@@ -62,11 +62,6 @@
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
-/* MOE_GU_SIGNAL 1 (cost probe for a per-expert down start, off): after its h stores each gate/up warp-item
- * publishes itself (__syncwarp, fence, atomicAdd on a per-expert word at tickets + 8); nothing reads it. */
-#ifndef MOE_GU_SIGNAL
-#define MOE_GU_SIGNAL 0
-#endif
 
 
 /* The walk of an NT-tile launch of stage 0 (gate/up) or 1 (down): its counters are tickets[4 * stage +
@@ -181,13 +176,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_ex
                 h[(size_t)(p0 + n) * a.I + row] =
                     moe_f32_to_bf16(moe_swiglu(acc[0][j][i] * pg, acc[1][j][i] * pu, a.limit) * pair_w[p0 + n]);
         }
-        if (MOE_GU_SIGNAL && a.tickets) {
-            __syncwarp();
-            if (lane == 0) {
-                __threadfence();
-                atomicAdd(a.tickets + 8 + e, 1u);
-            }
-        }
     }
     if (second) moe_pdl_wait();
     if (!a.early) moe_pdl_release();
@@ -279,8 +267,109 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_exper
     if (second) moe_pdl_wait();
 }
 
-/* per-warp rings + the block's copies of items[] and off[] (E <= 512) */
-static size_t smem_for(int E) { return (size_t)MOE_WARPS * EX_RING + 2 * (size_t)(E + 2) * 4; }
+/* v16 (moe_expert_args.fuse1): the 1-tile gate/up and down as one launch, so a down warp-item waits only
+ * for its own expert's gate/up instead of the whole gate/up launch. Every warp-item comes from one
+ * counter (tickets[8]): gate/up's first (as k_gate_up), then down's (128-row items, as k_down RM 2).
+ * After its h stores a gate/up warp-item adds one to its expert's count (tickets[16 + e], release); a
+ * down warp-item issues its first weight chunks, then waits (acquire) until the count reaches the
+ * expert's I/16 gate/up warp-items, and reads h through L2 (written in this launch). So the down
+ * weights stream while gate/up's last tiles finish (v15's weak spot: that tail left HBM half idle for
+ * ~one warp-item, ~47 us at batch 64, and the down launch could not start before it ended).
+ * No deadlock: items are drawn only by running warps, every gate/up item is drawn before any down item,
+ * and a warp holding a gate/up item never waits. Each ticket draw is issued one item ahead and read at
+ * the next item. The last warp to finish zeroes the counters for the next forward (every later launch
+ * on them starts after this one completes). Launched after the 2-tile gate/up, which releases it only
+ * after its own wait on the lists, so it needs no wait at its start; it waits at its end (the 2-tile
+ * down, next, reads the 2-tile gate/up's h). Only with tickets and no shared items. */
+template <int FMT>
+__global__ void __launch_bounds__(128, MOE_MINB1) k_experts1(moe_expert_args a, const uint16_t *x, const int32_t *off,
+                                                             const int32_t *pair_tok, const float *pair_w, uint16_t *h,
+                                                             float *y)
+{
+    constexpr int RM = 2, D = MOE_GU_D;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int nE = a.E, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    int32_t *s_ig = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_ig + (nE + 1), *s_id = s_off + (nE + 1);
+    unsigned *const draw = a.tickets + 8, *const fin = a.tickets + 9, *const done = a.tickets + 16;
+    item_table<1>(s_ig, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM);
+    item_table<1>(s_id, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM);
+    const int wg = s_ig[nE] * MOE_WARPS, wtot = wg + s_id[nE] * MOE_WARPS;
+    const int ncg = a.H / 128, ncd = a.I / 128;
+    const size_t rtg = (size_t)ncg * 2 * moe_fp4_chunk_bytes(FMT), rtd = (size_t)ncd * moe_fp4_chunk_bytes(FMT);
+    const unsigned need = (unsigned)(a.I / MOE_TILE_ROWS);   /* gate/up warp-items of a <= 8-token expert */
+    uint8_t *ring = smem + warp * EX_RING;
+    auto take = [&]() {
+        unsigned t = 0;
+        if (lane == 0) t = atomicAdd(draw, 1u);
+        return min((int)__shfl_sync(0xffffffffu, t, 0), wtot);
+    };
+    auto decode = [&](int w) {
+        return w < wg ? decode_item<1>(s_ig, s_off, nE, w >> 2, w & 3, false)
+                      : decode_item<1>(s_id, s_off, nE, (w - wg) >> 2, (w - wg) & 3, false);
+    };
+    int wi = take(), wn = wi < wtot ? take() : wtot;
+    unsigned pend = 0;   /* lane 0: the ticket drawn for the item after wn */
+    bool primed = false;
+    Item cur = decode(wi < wtot ? wi : 0);
+    while (wi < wtot) {
+        if (lane == 0 && wn < wtot) pend = atomicAdd(draw, 1u);
+        const Item nxt = decode(wn < wtot ? wn : wi);
+        const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
+        int prow[1] = {p0 + (g < ntok ? g : 0)};
+        float acc[2][1][4];
+        if (wi < wg) {   /* gate/up: 16 rows of gate and of up for the expert's <= 8 tokens */
+            const bool has_next = wn < wg && ncg % D == 0;
+            const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg;
+            const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg : NULL;
+            fp4_rowtile<FMT, 2, D, 1>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
+            primed = has_next;
+            const float pg = a.post13[2 * e], pu = a.post13[2 * e + 1];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+                if (n < ntok)
+                    h[(size_t)(p0 + n) * a.I + row] =
+                        moe_f32_to_bf16(moe_swiglu(acc[0][0][i] * pg, acc[1][0][i] * pu, a.limit) * pair_w[p0 + n]);
+            }
+            __syncwarp();
+            if (lane == 0) {
+                __threadfence();
+                atomicAdd(done + e, 1u);
+            }
+        } else {   /* down: two adjacent 16-row tiles of the expert's w2, once its h is complete */
+            const bool has_next = wn < wtot && ncd % D == 0;
+            const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rtd;
+            const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rtd : NULL;
+            fp4_rowtile<FMT, RM, D, 1, 1, 1>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, ncd, done + e, need);
+            primed = has_next;
+            const float post = a.post2[e];
+#pragma unroll
+            for (int m = 0; m < RM; m++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int row = (r * RM + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+                    if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
+                }
+        }
+        wi = wn;
+        cur = nxt;
+        wn = wn < wtot ? min((int)__shfl_sync(0xffffffffu, pend, 0), wtot) : wtot;
+    }
+    __syncwarp();
+    if (lane == 0) {
+        __threadfence();
+        if (atomicAdd(fin, 1u) == gridDim.x * MOE_WARPS - 1) {   /* every warp is done: reset for the next forward */
+            for (int i = 0; i < a.E; i++) done[i] = 0;
+            atomicExch(draw, 0u);
+            atomicExch(fin, 0u);
+        }
+    }
+    moe_pdl_wait();
+    moe_pdl_release();
+}
+
+/* per-warp rings + the block's copies of off[] and one or two item tables (E <= 512) */
+static size_t smem_for(int E) { return (size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4; }
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {
@@ -371,6 +460,45 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     const bool first2 = a->nt2_first && !(a->overlap & 2);
     const cudaError_t e = first2 ? two() : one();
     return e != cudaSuccess ? e : first2 ? one() : two();
+}
+
+extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
+                                          const int32_t *pair_tok, const float *pair_w, int T, int topk,
+                                          const int grid[2], uint16_t *h, float *y, cudaStream_t st)
+{
+    if (!a->tickets || a->has_shared || a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H % (2 * MOE_ROWS_PER_ITEM) ||
+        a->H > 8192 || a->I > 8192)
+        return cudaErrorInvalidValue;
+    const bool nv = a->fmt == MOE_FP4_NVFP4;
+    const void *fk = nv ? (const void *)k_experts1<MOE_FP4_NVFP4> : (const void *)k_experts1<MOE_FP4_MXFP4>;
+    static int blocks[2];   /* resident blocks of the fused launch, per format */
+    int &nb = blocks[nv ? 0 : 1];
+    if (!nb) {
+        int dev, sms, per;
+        cudaError_t e;
+        if ((e = raise_smem(fk, smem_for(512))) != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess ||
+            (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess ||
+            (e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, fk, 128, smem_for(a->E))) != cudaSuccess)
+            return e;
+        if (per < 1) return cudaErrorInvalidConfiguration;
+        nb = sms * per;
+    }
+    const size_t sm = smem_for(a->E);
+    moe_expert_args b = *a;
+    b.overlap = 0;
+    b.early = 1;
+    b.down_rm = 2;
+    const int rg = a->I / MOE_ROWS_PER_ITEM;
+    /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch */
+    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
+                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
+                               pair_w, h);
+    if (e != cudaSuccess) return e;
+    e = moe_launch(nv ? k_experts1<MOE_FP4_NVFP4> : k_experts1<MOE_FP4_MXFP4>, dim3(nb), dim3(128), sm, st, b, x, off,
+                   pair_tok, pair_w, h, y);
+    if (e != cudaSuccess) return e;
+    return moe_launch(dn_pick<2>(a->fmt, 2), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
+                      dim3(128), sm, st, b, (const uint16_t *)h, off, y);
 }
 
 /* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);

@@ -76,6 +76,23 @@ __device__ __forceinline__ void moe_wait_count(const unsigned *ctr, unsigned nee
     asm volatile("bar.sync 1, %0;" ::"n"(MOE_WARPS * 32) : "memory");
 }
 
+/* The same wait by one warp for its own item (moe_experts_fused1): lane 0 polls, then __syncwarp orders
+ * the other lanes' reads after its acquire. */
+__device__ __forceinline__ void moe_wait_count_warp(const unsigned *ctr, unsigned need)
+{
+    if ((threadIdx.x & 31) == 0) {
+        unsigned v, ns = 32;
+        for (;;) {
+            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+            if (v >= need) break;
+            __nanosleep(ns);
+            if (ns < 256) ns <<= 1;
+        }
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+    }
+    __syncwarp();
+}
+
 /* ---- FP4 stream: one warp, 16 rows, NM interleaved matrices, K inputs.
  * Weight chunks go HBM -> shared memory by cp.async (D chunks in flight per warp, each lane copies
  * and later reads back only its own 16-byte pieces, so no barrier is needed), then into registers. */
@@ -168,8 +185,9 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
  * of this tile issues the next tile's first D chunks, so the stream never drains between items. */
 /* XL, wait/need: see load_x and moe_wait_count (wait: the producer count of xbase, checked after the
- * first weight chunks are on their way); kx: the activation row stride when it is not K (a K part). */
-template <int FMT, int NM, int D, int NT, int XL = 0>
+ * first weight chunks are on their way; WW 1: by this warp alone, moe_wait_count_warp); kx: the
+ * activation row stride when it is not K (a K part). */
+template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul,
@@ -178,7 +196,10 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
     if (!primed) fp4_prime<FMT, NM, D>(ring, rowtile, nc, lane, mmul);
-    if (wait) moe_wait_count(wait, need);
+    if (wait) {
+        if (WW) moe_wait_count_warp(wait, need);
+        else moe_wait_count(wait, need);
+    }
     /* activation row of this lane's token, looked up after the weight loads are on their way */
     const uint16_t *xrow[NT];
 #pragma unroll

@@ -466,6 +466,24 @@ int main(int argc, char **argv)
         run_case("nvfp4, 2-tile launches first", &M, &L, &W, 9, 0);
         W.nt2_first = 0;
     }
+    {   /* v16: the 1-tile gate/up and down as one launch, down items waiting per expert (moe_experts_fused1);
+           back to back, so the counters it leaves must be zero again */
+        const int dm = W.dyn_max_t, sh = W.shared_min_t;
+        W.fuse1 = 1;
+        W.dyn_max_t = 1 << 30;
+        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 16, 0);
+        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 64, 0);
+        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 64, 0);
+        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 257, 0);
+        run_case("nvfp4 skewed, fused 1-tile stages", &M, &L, &W, 64, 1);
+        run_case("nvfp4 skewed, fused 1-tile stages", &M, &L, &W, 257, 1);
+        W.shared_min_t = 2;   /* the shared launches from 2 tokens: the fused path from 9 */
+        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 9, 0);
+        run_case("nvfp4 skewed, fused 1-tile stages", &M, &L, &W, 9, 1);
+        W.fuse1 = 0;
+        W.dyn_max_t = dm;
+        W.shared_min_t = sh;
+    }
     {   /* v16 L2 prefetch (hints only: the results must not change): the shared expert's weights asked for by
            the logits launch, the down weights by the gate/up launch, at every batch */
         const int pf = W.pf, pm = W.pf_max_t, pd = W.pf_dn_mb;
@@ -535,6 +553,9 @@ int main(int argc, char **argv)
     make_model(&M, &L, &c, 0, 0);
     if (moe_cuda_ws_init(&W, &L, 64)) return 1;
     run_case("mxfp4 sigmoid", &M, &L, &W, 64, 0);
+    W.fuse1 = 1;
+    run_case("mxfp4 sigmoid, fused 1-tile stages", &M, &L, &W, 64, 0);
+    W.fuse1 = 0;
     run_fused("mxfp4 sigmoid (one launch)", &M, &L, &W, 3, 0);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
