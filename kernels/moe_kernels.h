@@ -114,8 +114,9 @@ cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, in
                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st);
 
 /* Top-k + lists in one launch (same results as moe_router_topk, then moe_build_lists)
- * for T <= MOE_FUSED_ROUTER_MAX_T: one block, a warp per token. */
-#define MOE_FUSED_ROUTER_MAX_T 32
+ * for T <= MOE_FUSED_ROUTER_MAX_T: one block, a warp per token (16 warps: each takes every 16th token).
+ * moe_cuda_ws.topk_lists_max_t picks where the layer uses it (v9: 32). */
+#define MOE_FUSED_ROUTER_MAX_T 256
 cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int score_func, const float *bias,
                                   const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
                                   float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
@@ -152,6 +153,9 @@ typedef struct {
                                                  tokens, and (pf_sh_dn) the shared expert's, while it
                                                  streams its own: the down launch then reads them from L2 */
     int pf_sh_dn, pf_last;                    /* pf_last: evict_last policy (else evict_normal) */
+    int fuse_early;                           /* moe_experts_fused1: its fused launch releases the 2-tile down
+                                                 at its start (the down's blocks then launch once every fused
+                                                 block has started, and wait) instead of its end */
 } moe_expert_args;
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.

@@ -286,6 +286,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
                                   (bit 0: the 1-tile launches, bit 1: the 2-tile ones, measured slower) */
     W->dyn_max_t = 256;
     W->fuse1 = 0;
+    W->fuse1_min_t = 32;
+    W->topk_lists_max_t = 32;  /* v9 */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
     W->pf_dn_mb = 24;
@@ -407,7 +409,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     }
     MARK(1);
     const int nt = moe_tok_tiles(T), lsh = s->has_shared;
-    if (T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
+    if (T <= W->topk_lists_max_t && T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
         MARK(2);
         CK(moe_router_topk_lists(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
                                  s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
@@ -425,7 +427,8 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     /* forked after the router: beside the routed launches only */
     if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, st)) return -1;
     if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
-    if (W->fuse1 && ar.tickets && T > MOE_TOK_CHUNK) {   /* v16: down items start per expert */
+    if (W->fuse1 && ar.tickets && T > MOE_TOK_CHUNK && T >= W->fuse1_min_t) {   /* v16: down items start per expert */
+        ar.fuse_early = (W->fuse1 & 2) != 0;
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->h, W->y, st),
            "experts (fused 1-tile stages)");
         MARK(4);

@@ -73,7 +73,10 @@ typedef struct {
                                          1-tile launches, bit 1 the 2-tile ones */
     int dyn_max_t;                    /* ... up to this batch (v15: 256; at 512 they measured 3-5 % slower) */
     int fuse1;                        /* v16: with handed-out tiles and T > 8, the 1-tile gate/up and down
-                                         as one launch whose down items wait per expert (moe_experts_fused1) */
+                                         as one launch whose down items wait per expert (moe_experts_fused1);
+                                         bit 1: it releases the 2-tile down at its start, not its end */
+    int fuse1_min_t;                  /* ... from this batch on */
+    int topk_lists_max_t;             /* top-k and lists as one launch up to this batch (<= MOE_FUSED_ROUTER_MAX_T) */
     int pf;                           /* v16 L2 prefetch, bits: 1 the logits launch asks for the shared
                                          expert's gate/up weights, 2 for its down weights, 4 the gate/up
                                          launch asks for the shared down, 8 for the routed down of the first
@@ -113,7 +116,7 @@ void moe_cuda_ws_free(moe_cuda_ws *W);
 int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids, int T,
                      float *out, cudaStream_t st);
 /* Same, recording ev[0..6] around the stages (logits, top-k, lists, gate/up, down, combine); for
- * T <= MOE_FUSED_ROUTER_MAX_T top-k and lists are one launch, timed as "lists" (top-k reads ~0). */
+ * T <= moe_cuda_ws.topk_lists_max_t top-k and lists are one launch, timed as "lists" (top-k reads ~0). */
 int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids,
                            int T, float *out, cudaStream_t st, cudaEvent_t ev[7]);
 

@@ -307,6 +307,7 @@ __global__ void __launch_bounds__(128, MOE_MINB1) k_experts1(moe_expert_args a, 
         return w < wg ? decode_item<1>(s_ig, s_off, nE, w >> 2, w & 3, false)
                       : decode_item<1>(s_id, s_off, nE, (w - wg) >> 2, (w - wg) & 3, false);
     };
+    if (a.fuse_early) moe_pdl_release();
     int wi = take(), wn = wi < wtot ? take() : wtot;
     unsigned pend = 0;   /* lane 0: the ticket drawn for the item after wn */
     bool primed = false;
@@ -365,7 +366,7 @@ __global__ void __launch_bounds__(128, MOE_MINB1) k_experts1(moe_expert_args a, 
         }
     }
     moe_pdl_wait();
-    moe_pdl_release();
+    if (!a.fuse_early) moe_pdl_release();
 }
 
 /* per-warp rings + the block's copies of off[] and one or two item tables (E <= 512) */

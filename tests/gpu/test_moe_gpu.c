@@ -468,8 +468,9 @@ int main(int argc, char **argv)
     }
     {   /* v16: the 1-tile gate/up and down as one launch, down items waiting per expert (moe_experts_fused1);
            back to back, so the counters it leaves must be zero again */
-        const int dm = W.dyn_max_t, sh = W.shared_min_t;
+        const int dm = W.dyn_max_t, sh = W.shared_min_t, fm = W.fuse1_min_t;
         W.fuse1 = 1;
+        W.fuse1_min_t = 0;
         W.dyn_max_t = 1 << 30;
         run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 16, 0);
         run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 64, 0);
@@ -480,9 +481,22 @@ int main(int argc, char **argv)
         W.shared_min_t = 2;   /* the shared launches from 2 tokens: the fused path from 9 */
         run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 9, 0);
         run_case("nvfp4 skewed, fused 1-tile stages", &M, &L, &W, 9, 1);
+        W.fuse1 = 3;   /* releasing the 2-tile down at its start */
+        run_case("nvfp4, fused 1-tile stages, early release", &M, &L, &W, 33, 0);
+        run_case("nvfp4 skewed, fused 1-tile stages, early release", &M, &L, &W, 257, 1);
+        run_case("nvfp4 skewed, fused 1-tile stages, early release", &M, &L, &W, 9, 1);
         W.fuse1 = 0;
+        W.fuse1_min_t = fm;
         W.dyn_max_t = dm;
         W.shared_min_t = sh;
+    }
+    {   /* top-k and lists as one launch at larger batches (default: up to 32) */
+        const int tl = W.topk_lists_max_t;
+        W.topk_lists_max_t = MOE_FUSED_ROUTER_MAX_T;
+        run_case("nvfp4, top-k + lists one launch", &M, &L, &W, 64, 0);
+        run_case("nvfp4, top-k + lists one launch", &M, &L, &W, 200, 0);
+        run_case("nvfp4 skewed, top-k + lists one launch", &M, &L, &W, 200, 1);
+        W.topk_lists_max_t = tl;
     }
     {   /* v16 L2 prefetch (hints only: the results must not change): the shared expert's weights asked for by
            the logits launch, the down weights by the gate/up launch, at every batch */
