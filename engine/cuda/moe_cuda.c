@@ -294,6 +294,10 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
                                   (1: forked before the router, 2: after it, beside the routed launches only) */
     CK(cudaStreamCreateWithFlags(&W->side, cudaStreamNonBlocking), "cudaStreamCreate(side)");
+    int prio_lo;
+    CK(cudaDeviceGetStreamPriorityRange(&prio_lo, &W->prio_hi), "cudaDeviceGetStreamPriorityRange");
+    CK(cudaStreamCreateWithPriority(&W->side_hi, cudaStreamNonBlocking, W->prio_hi), "cudaStreamCreate(side, high)");
+    W->side_prio = 0;
     CK(cudaEventCreateWithFlags(&W->ev_fork, cudaEventDisableTiming), "cudaEventCreate(fork)");
     CK(cudaEventCreateWithFlags(&W->ev_join, cudaEventDisableTiming), "cudaEventCreate(join)");
     int dev, sms, fb;
@@ -321,6 +325,7 @@ void moe_cuda_ws_free(moe_cuda_ws *W)
     if (W->ev_fork) cudaEventDestroy(W->ev_fork);
     if (W->ev_join) cudaEventDestroy(W->ev_join);
     if (W->side) cudaStreamDestroy(W->side);
+    if (W->side_hi) cudaStreamDestroy(W->side_hi);
     memset(W, 0, sizeof *W);
 }
 
@@ -333,10 +338,14 @@ int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x,
 /* The shared expert's own launches on W->side, after what st has queued so far; ev_join marks their end. */
 static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t *x, int T, int topk, cudaStream_t st)
 {
+    cudaStream_t side = W->side_prio ? W->side_hi : W->side;
+    moe_expert_args b = *a;
+    b.sh_prio_on = W->side_prio != 0;
+    b.sh_prio = W->prio_hi;
     CK(cudaEventRecord(W->ev_fork, st), "cudaEventRecord(fork)");
-    CK(cudaStreamWaitEvent(W->side, W->ev_fork, 0), "cudaStreamWaitEvent(fork)");
-    CK(moe_shared_experts(a, x, T, topk, W->h, W->y, W->side), "shared expert");
-    CK(cudaEventRecord(W->ev_join, W->side), "cudaEventRecord(join)");
+    CK(cudaStreamWaitEvent(side, W->ev_fork, 0), "cudaStreamWaitEvent(fork)");
+    CK(moe_shared_experts(&b, x, T, topk, W->h, W->y, side), "shared expert");
+    CK(cudaEventRecord(W->ev_join, side), "cudaEventRecord(join)");
     return 0;
 }
 

@@ -76,6 +76,11 @@ typedef struct {
                                          as one launch whose down items wait per expert (moe_experts_fused1);
                                          bit 1: it releases the 2-tile down at its start, not its end */
     int fuse1_min_t;                  /* ... from this batch on */
+    int side_prio;                    /* v16: 1: the shared expert's launches on the second stream at the
+                                         highest priority, so their blocks take free SM slots before the
+                                         routed launches' early-launched (waiting) blocks */
+    int prio_hi;                      /* the device's highest priority */
+    cudaStream_t side_hi;             /* the second stream at that priority */
     int topk_lists_max_t;             /* top-k and lists as one launch up to this batch (<= MOE_FUSED_ROUTER_MAX_T) */
     int pf;                           /* v16 L2 prefetch, bits: 1 the logits launch asks for the shared
                                          expert's gate/up weights, 2 for its down weights, 4 the gate/up

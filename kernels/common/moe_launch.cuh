@@ -12,21 +12,36 @@ __device__ __forceinline__ void moe_pdl_wait() { asm volatile("griddepcontrol.wa
 /* Call when this block's main work is done: lets the dependent kernel start launching. */
 __device__ __forceinline__ void moe_pdl_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+/* prio: NULL, or the launch's scheduling priority (cudaLaunchAttributePriority, in the range of
+ * cudaDeviceGetStreamPriorityRange; a graph honours it when instantiated with
+ * cudaGraphInstantiateFlagUseNodePriority): its blocks take free SM slots before lower-priority ones. */
 template <typename... KArgs, typename... Args>
-static cudaError_t moe_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                              Args &&...args)
+static cudaError_t moe_launch_prio(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                   const int *prio, Args &&...args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
+    if (prio) {
+        at[1].id = cudaLaunchAttributePriority;
+        at[1].val.priority = *prio;
+        cfg.numAttrs = 2;
+    }
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static cudaError_t moe_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                              Args &&...args)
+{
+    return moe_launch_prio(kernel, grid, block, smem, st, (const int *)0, static_cast<Args &&>(args)...);
 }
 
 #endif

@@ -615,8 +615,8 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
         raised = 1;
     }
     const int rows = NM == 2 ? a->I : a->H;
-    return moe_launch(k_shared_fp8<NM, NTT>, dim3((T + 8 * NTT - 1) / (8 * NTT), rows / MOE_ROWS_PER_ITEM), dim3(128),
-                      sm, st, *a, x, T, topk, h, y);
+    return moe_launch_prio(k_shared_fp8<NM, NTT>, dim3((T + 8 * NTT - 1) / (8 * NTT), rows / MOE_ROWS_PER_ITEM),
+                           dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
 extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h,

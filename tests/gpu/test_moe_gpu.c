@@ -490,6 +490,12 @@ int main(int argc, char **argv)
         W.dyn_max_t = dm;
         W.shared_min_t = sh;
     }
+    {   /* the shared expert's launches at the highest priority (v16) */
+        W.side_prio = 1;
+        run_case("nvfp4, shared launches at high priority", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, shared launches at high priority", &M, &L, &W, 257, 1);
+        W.side_prio = 0;
+    }
     {   /* top-k and lists as one launch at larger batches (default: up to 32) */
         const int tl = W.topk_lists_max_t;
         W.topk_lists_max_t = MOE_FUSED_ROUTER_MAX_T;
