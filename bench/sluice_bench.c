@@ -201,11 +201,11 @@ static int bench_moe(int argc, char **argv)
              * 1-tile launches, bit 1 the 2-tile ones, default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default
              * 256), each stage's 2-tile launch first NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF
              * (moe_cuda_ws.pf, default 0) up to batch PM (default 8) with PD MB of routed down weights (default
-             * 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 0) from batch FM (default 32),
+             * 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 32),
              * top-k and lists as one launch up to batch TL (default 32), the shared launches at the highest
              * priority SP (moe_cuda_ws.side_prio, default 0); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 0, 32, 32, 0};
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 32, 32, 0};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {

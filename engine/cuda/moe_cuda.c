@@ -285,8 +285,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->dyn_items = 1;          /* v15: tiles handed out to warps where the launches carry no shared items
                                   (bit 0: the 1-tile launches, bit 1: the 2-tile ones, measured slower) */
     W->dyn_max_t = 256;
-    W->fuse1 = 0;
-    W->fuse1_min_t = 32;
+    W->fuse1 = 3;              /* v16: the 1-tile stages as one launch, releasing the 2-tile down at its start
+                                  (A/B in bench/NOTES.md v16: 32-256 -0.5..-2 %, skewed 64-128 -2.5..-3.5 %) */
+    W->fuse1_min_t = 32;       /* (at 16: +2.5 %) */
     W->topk_lists_max_t = 32;  /* v9 */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
