@@ -181,10 +181,43 @@ static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x
 
 #define NTUNE 20   /* fields of one --variants entry */
 #define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP][/...]"
+/* --stages: one replay of each input set's graph with the stage trace on (moe_trace_set); per stage the
+ * median over the sets of its first block start and last warp end, in us from the replay's first start */
+static void stage_timeline(cudaGraphExec_t *g, cudaStream_t st, int T, const char *routing)
+{
+    static const char *nm[MOE_TR_SLOTS] = {"logits", "topk", "lists", "topk+lists", "gu1", "gu2", "fused1", "dn1",
+                                           "dn2", "sh-gu", "sh-dn", "combine"};
+    unsigned long long *d, h[2 * MOE_TR_SLOTS];
+    float b[MOE_TR_SLOTS][NSETS], e[MOE_TR_SLOTS][NSETS];
+    int seen[MOE_TR_SLOTS] = {0};
+    CU(cudaMalloc((void **)&d, sizeof h));
+    for (int i = 0; i < NSETS; i++) {
+        for (int k = 0; k < MOE_TR_SLOTS; k++) h[2 * k] = ~0ull, h[2 * k + 1] = 0;
+        CU(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+        CU(moe_trace_set(d));
+        CU(cudaGraphLaunch(g[i], st));
+        CU(cudaStreamSynchronize(st));
+        CU(moe_trace_set(NULL));
+        CU(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+        unsigned long long t0 = ~0ull;
+        for (int k = 0; k < MOE_TR_SLOTS; k++) if (h[2 * k + 1] && h[2 * k] < t0) t0 = h[2 * k];
+        for (int k = 0; k < MOE_TR_SLOTS; k++) {
+            seen[k] = h[2 * k + 1] != 0;
+            b[k][i] = seen[k] ? (float)(h[2 * k] - t0) / 1e3f : 0.f;
+            e[k][i] = seen[k] ? (float)(h[2 * k + 1] - t0) / 1e3f : 0.f;
+        }
+    }
+    printf("  stages %d %s (us):", T, routing);
+    for (int k = 0; k < MOE_TR_SLOTS; k++)
+        if (seen[k]) printf(" %s %.1f-%.1f", nm[k], median(b[k], NSETS), median(e[k], NSETS));
+    printf("\n");
+    CU(cudaFree(d));
+}
+
 static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
-    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0,
+    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0, stages = 0,
         no_shared = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
@@ -216,6 +249,8 @@ static int bench_moe(int argc, char **argv)
                 for (; n < NTUNE; n++) tune[ntune][n] = dflt[n];
                 ntune++;
             }
+        } else if (!strcmp(argv[i], "--stages")) {   /* per batch: each stage's start and end in the graph */
+            stages = 1;
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
         } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
@@ -228,7 +263,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--no-shared]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--no-shared]\n");
             return 2;
         }
     }
@@ -332,6 +367,7 @@ static int bench_moe(int argc, char **argv)
                                    "%s\n  {\"batch\": %d, \"routing\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, "
                                    "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s}",
                                    rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms);
+            if (stages) stage_timeline(g, st, T, routing);
             for (int i = 0; i < NSETS; i++) CU(cudaGraphExecDestroy(g[i]));
             free(tm);
         }

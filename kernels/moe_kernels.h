@@ -234,6 +234,13 @@ cudaError_t moe_fused_occupancy(int fmt, int *blocks_per_sm);
  * fit it. */
 int moe_fused_ks(int H);
 
+/* ---- stage timeline (bench, v16; kernels/common/moe_trace.cuh): with buf set (2 * MOE_TR_SLOTS words:
+ * per slot the earliest block start, initialise to ~0, and the latest warp end, initialise to 0;
+ * %globaltimer ns), every later launch of the layer's kernels records into it; NULL turns it off. */
+enum { MOE_TR_LOGITS, MOE_TR_TOPK, MOE_TR_LISTS, MOE_TR_TOPK_LISTS, MOE_TR_GU1, MOE_TR_GU2, MOE_TR_FUSED1, MOE_TR_DN1,
+       MOE_TR_DN2, MOE_TR_SH_GU, MOE_TR_SH_DN, MOE_TR_COMBINE, MOE_TR_SLOTS };
+cudaError_t moe_trace_set(unsigned long long *buf);
+
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */
 cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t st);

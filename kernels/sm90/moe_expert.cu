@@ -48,6 +48,7 @@
 #include "common/moe_fp4_common.cuh"
 #include "common/moe_launch.cuh"
 #include "common/moe_l2.cuh"
+#include "common/moe_trace.cuh"
 #include "moe_expert_dev.cuh"
 /* Occupancy knobs of the routed kernels (compile-time A/B, bench/moe_ab.sh): blocks per SM the 1-tile
  * kernels are compiled for (registers capped to fit), and the ring depth of gate/up and of the 128-row
@@ -109,6 +110,7 @@ template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
+    const MoeTrace trace_(NT == 1 ? MOE_TR_GU1 : MOE_TR_GU2);
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_items + (nE + 1);
@@ -188,6 +190,7 @@ template <int FMT, int NT, int RM>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
+    const MoeTrace trace_(NT == 1 ? MOE_TR_DN1 : MOE_TR_DN2);
     constexpr int D = RM == 1 ? 2 * MOE_GU_D : MOE_GU_D;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -286,6 +289,7 @@ __global__ void __launch_bounds__(128, MOE_MINB1) k_experts1(moe_expert_args a, 
                                                              const int32_t *pair_tok, const float *pair_w, uint16_t *h,
                                                              float *y)
 {
+    const MoeTrace trace_(MOE_TR_FUSED1);
     constexpr int RM = 2, D = MOE_GU_D;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -536,6 +540,7 @@ template <int NM, int NTT>
 __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     k_shared_fp8(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
 {
+    const MoeTrace trace_(NM == 2 ? MOE_TR_SH_GU : MOE_TR_SH_DN);
     constexpr int D = SH_D, XR = 8 * NTT;
     extern __shared__ __align__(16) uint8_t smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -642,6 +647,7 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
 #define CMB_MAXK 8
 __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)
 {
+    const MoeTrace trace_(MOE_TR_COMBINE);
     const int t = blockIdx.y;
     const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
     moe_pdl_wait();
@@ -683,4 +689,12 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const flo
     if (H % 4) return cudaErrorInvalidValue;
     dim3 grid((H / 4 + 255) / 256, T);
     return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, ysh, T, H, topk, out);
+}
+
+extern "C" cudaError_t moe_trace_set_router(unsigned long long *buf);
+
+extern "C" cudaError_t moe_trace_set(unsigned long long *buf)
+{
+    const cudaError_t e = cudaMemcpyToSymbol(g_moe_trace, &buf, sizeof buf);
+    return e != cudaSuccess ? e : moe_trace_set_router(buf);
 }

@@ -18,6 +18,7 @@
 #include "moe_router_dev.cuh"
 #include "common/moe_fp4_common.cuh"
 #include "common/moe_l2.cuh"
+#include "common/moe_trace.cuh"
 
 
 /* One warp per (expert, TOK-token tile): lanes stride over K with 16-byte loads of the expert's gate
@@ -33,6 +34,7 @@ template <int TOK, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS) k_router_logits(const uint16_t *x, const float *gate, int T, int H,
                                                              int E, float *logits, moe_l2_ranges pf)
 {
+    const MoeTrace trace_(MOE_TR_LOGITS);
     extern __shared__ __align__(16) uint16_t xt[];   /* [nt][H / parts] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (warp == 0 && (pf.p[0] || pf.p[1] || pf.p[2])) {
@@ -112,6 +114,7 @@ template <int NTT>
 __global__ void __launch_bounds__(256) k_router_logits_tc(const uint16_t *x, const uint4 *gate_tc, int T, int H, int E,
                                                           float *logits)
 {
+    const MoeTrace trace_(MOE_TR_LOGITS);
     __shared__ float red[8][NTT * 4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int et = blockIdx.x, tb = blockIdx.y * 8 * NTT, nkb = H / 32;
@@ -190,6 +193,7 @@ __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int t
                               const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
                               float *wout)
 {
+    const MoeTrace trace_(MOE_TR_TOPK);
     const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     moe_pdl_wait();
     moe_pdl_release();
@@ -212,6 +216,7 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
                                                          int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
                                                          int32_t *items_gu, int32_t *items_dn)
 {
+    const MoeTrace trace_(MOE_TR_LISTS);
     extern __shared__ int sm[];
     moe_pdl_wait();
     moe_pdl_release();
@@ -228,6 +233,7 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
                                                         int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
                                                         int32_t *items_gu, int32_t *items_dn)
 {
+    const MoeTrace trace_(MOE_TR_TOPK_LISTS);
     extern __shared__ int sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     moe_pdl_wait();
@@ -264,4 +270,10 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
     return moe_launch(k_topk_lists, dim3(1), dim3(512), smem, st, logits, ksplit, T, E, topk, score_func, bias, tid2eid,
                       token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
                       items_gu, items_dn);
+}
+
+/* moe_trace_set's half for this module (moe_expert.cu calls it) */
+extern "C" cudaError_t moe_trace_set_router(unsigned long long *buf)
+{
+    return cudaMemcpyToSymbol(g_moe_trace, &buf, sizeof buf);
 }
