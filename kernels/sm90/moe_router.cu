@@ -188,7 +188,8 @@ extern "C" cudaError_t moe_router_logits_tc(const uint16_t *x, const uint16_t *g
     return moe_launch(k_router_logits_tc<4>, grid, dim3(256), 0, st, x, g, T, H, E, logits);
 }
 
-/* One warp per token. */
+/* One warp per token. PL: experts per lane (8 for E <= 256: half the registers and selects of 16). */
+template <int PL>
 __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int topk, int func, const float *bias,
                               const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
                               float *wout)
@@ -198,7 +199,7 @@ __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int t
     moe_pdl_wait();
     moe_pdl_release();
     if (t >= T) return;
-    router_topk_token(part, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, wout);
+    router_topk_token<PL>(part, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, wout);
 }
 
 extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
@@ -207,8 +208,8 @@ extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int
 {
     if (E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E) return cudaErrorInvalidValue;
     const int threads = 256, blocks = (T * 32 + threads - 1) / threads;
-    return moe_launch(k_router_topk, dim3(blocks), dim3(threads), 0, st, part, ksplit, T, E, topk, score_func, bias,
-                      tid2eid, token_ids, route_scale, idx, w);
+    return moe_launch(E <= 256 ? k_router_topk<8> : k_router_topk<RT_MAXPL>, dim3(blocks), dim3(threads), 0, st, part,
+                      ksplit, T, E, topk, score_func, bias, tid2eid, token_ids, route_scale, idx, w);
 }
 
 __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, const float *w, int T, int E, int topk,
@@ -226,6 +227,7 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
 
 /* Small batches (T <= 32): top-k (warp w: tokens w, w + 16) and the lists in one block, one launch fewer in
  * the chain. idx/w go through global memory; __syncthreads makes them visible to the whole block. */
+template <int PL>
 __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int func,
                                                         const float *bias, const int32_t *tid2eid,
                                                         const int32_t *token_ids, float route_scale, int32_t *idx,
@@ -239,7 +241,7 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
     moe_pdl_wait();
     moe_pdl_release();
     for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
-        router_topk_token(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
+        router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
     __syncthreads();
     build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
                       items_dn);
@@ -267,7 +269,7 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
     if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
         smem > 48 * 1024)
         return cudaErrorInvalidValue;
-    return moe_launch(k_topk_lists, dim3(1), dim3(512), smem, st, logits, ksplit, T, E, topk, score_func, bias, tid2eid,
+    return moe_launch(E <= 256 ? k_topk_lists<8> : k_topk_lists<RT_MAXPL>, dim3(1), dim3(512), smem, st, logits, ksplit, T, E, topk, score_func, bias, tid2eid,
                       token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
                       items_gu, items_dn);
 }

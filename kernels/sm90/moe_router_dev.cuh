@@ -9,6 +9,9 @@
 #include "moe_kernels.h"
 
 #define RT_MAXPL 16    /* experts per lane in top-k: E <= 512 */
+#ifndef RT_REDUX
+#define RT_REDUX 1     /* v16 A/B: the warp's argmax by two integer reductions (0: the 5-level shuffle tree) */
+#endif
 
 /* acc[j] += the 8 gate values w . token j's 8 inputs at xk + j * kn (bf16), for j < nt <= TOK. */
 template <int TOK>
@@ -60,6 +63,14 @@ __device__ __forceinline__ void router_logits_warp(const uint16_t *xt, const flo
 __device__ __forceinline__ bool rt_better(float v, int e, float v2, int e2)
 {
     return v > v2 || (v == v2 && e < e2);
+}
+
+/* Order-preserving unsigned key of a float (larger float -> larger key; -0 as +0, so equal floats get
+ * equal keys as rt_better sees them) */
+__device__ __forceinline__ unsigned rt_key(float v)
+{
+    const unsigned b = __float_as_uint(v == 0.f ? 0.f : v);
+    return (b & 0x80000000u) ? ~b : b | 0x80000000u;
 }
 
 /* One level of the per-lane argmax tree: slot i keeps the better of i and i + W. */
@@ -145,8 +156,8 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
     } else {
         unsigned taken = 0;   /* bit i: expert lane + 32 i already picked */
         for (int k = 0; k < topk; k++) {
-            /* the lane's best by a 4-level tree (not a 16-long chain); invalid / taken slots are -inf and
-             * lose to every real score (scores are finite) */
+            /* the lane's best by a tree (not a PL-long chain); invalid / taken slots are -inf and lose to every
+             * real score (scores are finite) */
             float v[PL];
             int id[PL];
 #pragma unroll
@@ -155,9 +166,17 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
                 v[i] = id[i] < E && !(taken >> i & 1u) ? sel[i] : -INFINITY;
             }
             if (PL >= 16) rt_tree_level<PL / 2, PL>(v, id);
-            rt_tree_level<4, PL>(v, id);
+            if (PL >= 8) rt_tree_level<4, PL>(v, id);
             rt_tree_level<2, PL>(v, id);
             rt_tree_level<1, PL>(v, id);
+            /* the warp's best (v15 v16): the largest value by one integer max over order-preserving keys,
+             * then the lowest index among the lanes that hold it by one integer min: the same winner as
+             * rt_better (higher value, equal values -> lower index), two warp reductions instead of a
+             * 5-level shuffle tree (v16) */
+#if RT_REDUX
+            const unsigned key = rt_key(v[0]), bk = __reduce_max_sync(0xffffffffu, key);
+            const int be = (int)__reduce_min_sync(0xffffffffu, key == bk ? (unsigned)id[0] : 0xffffffffu);
+#else
             float bv = v[0];
             int be = id[0];
             for (int o = 16; o > 0; o >>= 1) {
@@ -165,6 +184,7 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
                 const int oe = __shfl_xor_sync(0xffffffffu, be, o);
                 if (rt_better(ov, oe, bv, be)) { bv = ov; be = oe; }
             }
+#endif
             float ms = 0.f;   /* the winner's score, from the lane that holds it (an exact multiply-add select:
                                  a plain select became an indexed load that put sc[] in local memory) */
 #pragma unroll
