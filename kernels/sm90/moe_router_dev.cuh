@@ -9,9 +9,6 @@
 #include "moe_kernels.h"
 
 #define RT_MAXPL 16    /* experts per lane in top-k: E <= 512 */
-#ifndef RT_REDUX
-#define RT_REDUX 1     /* v16 A/B: the warp's argmax by two integer reductions (0: the 5-level shuffle tree) */
-#endif
 
 /* acc[j] += the 8 gate values w . token j's 8 inputs at xk + j * kn (bf16), for j < nt <= TOK. */
 template <int TOK>
@@ -169,22 +166,12 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
             if (PL >= 8) rt_tree_level<4, PL>(v, id);
             rt_tree_level<2, PL>(v, id);
             rt_tree_level<1, PL>(v, id);
-            /* the warp's best (v15 v16): the largest value by one integer max over order-preserving keys,
-             * then the lowest index among the lanes that hold it by one integer min: the same winner as
-             * rt_better (higher value, equal values -> lower index), two warp reductions instead of a
-             * 5-level shuffle tree (v16) */
-#if RT_REDUX
+            /* the warp's best: the largest value by one integer max over order-preserving keys, then the
+             * lowest index among the lanes that hold it by one integer min: the same winner as rt_better
+             * (higher value, equal values -> lower index); two warp reductions instead of v15's 5-level
+             * shuffle tree (v16 A/B: equal within 1 us) */
             const unsigned key = rt_key(v[0]), bk = __reduce_max_sync(0xffffffffu, key);
             const int be = (int)__reduce_min_sync(0xffffffffu, key == bk ? (unsigned)id[0] : 0xffffffffu);
-#else
-            float bv = v[0];
-            int be = id[0];
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                if (rt_better(ov, oe, bv, be)) { bv = ov; be = oe; }
-            }
-#endif
             float ms = 0.f;   /* the winner's score, from the lane that holds it (an exact multiply-add select:
                                  a plain select became an indexed load that put sc[] in local memory) */
 #pragma unroll
