@@ -305,6 +305,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     int dev, sms, fb;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
+    CK(moe_kernels_carveout(), "shared memory carveout");
     CK(moe_fused_occupancy(L->kfmt, &fb), "occupancy (fused)");
     W->grid_fused = sms * fb;
     W->sms = sms;

@@ -692,6 +692,43 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const flo
     return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, ysh, T, H, topk, out);
 }
 
+/* v16 A/B (MOE_CARVEOUT = percent of the unified L1 / shared memory given to shared memory, -1: the
+ * driver's choice per kernel): one setting for every kernel of the layer, so blocks of different
+ * kernels (the shared expert's beside the routed ones) can share an SM without a reconfiguration. */
+#ifndef MOE_CARVEOUT
+#define MOE_CARVEOUT -1
+#endif
+extern "C" cudaError_t moe_router_carveout(int pct);
+
+template <typename F>
+static cudaError_t carve(F f, int pct)
+{
+    return cudaFuncSetAttribute((const void *)f, cudaFuncAttributePreferredSharedMemoryCarveout, pct);
+}
+
+extern "C" cudaError_t moe_kernels_carveout(void)
+{
+    const int p = MOE_CARVEOUT;
+    if (p < 0) return cudaSuccess;
+    const void *fs[] = {
+        (const void *)k_gate_up<MOE_FP4_NVFP4, 1>, (const void *)k_gate_up<MOE_FP4_NVFP4, 2>,
+        (const void *)k_gate_up<MOE_FP4_MXFP4, 1>, (const void *)k_gate_up<MOE_FP4_MXFP4, 2>,
+        (const void *)dn_pick<1>(MOE_FP4_NVFP4, 1), (const void *)dn_pick<1>(MOE_FP4_NVFP4, 2),
+        (const void *)dn_pick<2>(MOE_FP4_NVFP4, 1), (const void *)dn_pick<2>(MOE_FP4_NVFP4, 2),
+        (const void *)dn_pick<1>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<1>(MOE_FP4_MXFP4, 2),
+        (const void *)dn_pick<2>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<2>(MOE_FP4_MXFP4, 2),
+        (const void *)k_experts1<MOE_FP4_NVFP4>, (const void *)k_experts1<MOE_FP4_MXFP4>,
+        (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
+        (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
+        (const void *)k_combine,
+    };
+    for (const void *f : fs) {
+        const cudaError_t e = carve(f, p);
+        if (e != cudaSuccess) return e;
+    }
+    return moe_router_carveout(p);
+}
+
 extern "C" cudaError_t moe_trace_set_router(unsigned long long *buf);
 
 extern "C" cudaError_t moe_trace_set(unsigned long long *buf)

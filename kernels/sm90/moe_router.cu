@@ -279,3 +279,18 @@ extern "C" cudaError_t moe_trace_set_router(unsigned long long *buf)
 {
     return cudaMemcpyToSymbol(g_moe_trace, &buf, sizeof buf);
 }
+
+extern "C" cudaError_t moe_router_carveout(int pct)
+{
+    const void *fs[] = {
+        (const void *)k_router_logits<8, 4>, (const void *)k_router_logits<8, 8>, (const void *)k_router_logits<16, 16>,
+        (const void *)k_router_logits_tc<1>, (const void *)k_router_logits_tc<2>, (const void *)k_router_logits_tc<4>,
+        (const void *)k_router_topk<8>, (const void *)k_router_topk<RT_MAXPL>, (const void *)k_build_lists,
+        (const void *)k_topk_lists<8>, (const void *)k_topk_lists<RT_MAXPL>,
+    };
+    for (const void *f : fs) {
+        const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, pct);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
