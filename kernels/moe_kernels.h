@@ -196,8 +196,8 @@ cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int 
  * rows [T][H] or NULL */
 cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out,
                         cudaStream_t st);
-/* Sets one shared-memory carveout on every kernel of the layer where the build asks for it (MOE_CARVEOUT,
- * moe_expert.cu; default: none). */
+/* Sets one shared-memory carveout on every kernel of the layer (MOE_CARVEOUT, moe_expert.cu: 100 % shared
+ * memory; -1 leaves the driver's choice). */
 cudaError_t moe_kernels_carveout(void);
 /* Blocks per SM the expert kernels reach (for a persistent grid). */
 cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
