@@ -154,10 +154,6 @@ typedef struct {
                                                  streams its own: the down launch then reads them from L2 */
     int pf_sh_dn, pf_last;                    /* pf_last: evict_last policy (else evict_normal) */
     int sh_prio_on, sh_prio;                  /* moe_shared_experts: its launches at priority sh_prio (v16) */
-    int fuse_nt2_grid;                        /* moe_experts_fused1: blocks of its 2-tile gate/up (0: the
-                                                 persistent grid); fewer fit beside the shared expert's blocks,
-                                                 so the fused launch (released once all have started) starts
-                                                 sooner */
     int fuse_early;                           /* moe_experts_fused1: its fused launch releases the 2-tile down
                                                  at its start (the down's blocks then launch once every fused
                                                  block has started, and wait) instead of its end */

@@ -288,7 +288,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fuse1 = 3;              /* v16: the 1-tile stages as one launch, releasing the 2-tile down at its start
                                   (A/B in bench/NOTES.md v16: 32-256 -0.5..-2 %, skewed 64-128 -2.5..-3.5 %) */
     W->fuse1_min_t = 32;       /* (at 16: +2.5 %) */
-    W->fuse1_nt2_bps = 0;
     W->topk_lists_max_t = 32;  /* v9 */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
@@ -308,7 +307,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(moe_kernels_carveout(), "shared memory carveout");
     CK(moe_fused_occupancy(L->kfmt, &fb), "occupancy (fused)");
     W->grid_fused = sms * fb;
-    W->sms = sms;
     if (fb < 1) W->fused_max_t = 0;
     for (int nt = 1; nt <= 2; nt++) {
         int gu, dn;
@@ -442,7 +440,6 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
     if (W->fuse1 && ar.tickets && T > MOE_TOK_CHUNK && T >= W->fuse1_min_t) {   /* v16: down items start per expert */
         ar.fuse_early = (W->fuse1 & 2) != 0;
-        ar.fuse_nt2_grid = W->fuse1_nt2_bps * W->sms;
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->h, W->y, st),
            "experts (fused 1-tile stages)");
         MARK(4);

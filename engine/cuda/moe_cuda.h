@@ -76,8 +76,6 @@ typedef struct {
                                          as one launch whose down items wait per expert (moe_experts_fused1);
                                          bit 1: it releases the 2-tile down at its start, not its end */
     int fuse1_min_t;                  /* ... from this batch on */
-    int fuse1_nt2_bps;                /* ... with its 2-tile gate/up on this many blocks per SM (0: all that fit) */
-    int sms;
     int side_prio;                    /* v16: 1: the shared expert's launches on the second stream at the
                                          highest priority, so their blocks take free SM slots before the
                                          routed launches' early-launched (waiting) blocks */

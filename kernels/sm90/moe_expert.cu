@@ -495,9 +495,8 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     b.down_rm = 2;
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch */
-    const int g2 = a->fuse_nt2_grid > 0 && a->fuse_nt2_grid < grid[1] ? a->fuse_nt2_grid : grid[1];
     cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
-                               dim3(routed_grid(g2, 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
+                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
                                pair_w, h);
     if (e != cudaSuccess) return e;
     e = moe_launch(nv ? k_experts1<MOE_FP4_NVFP4> : k_experts1<MOE_FP4_MXFP4>, dim3(nb), dim3(128), sm, st, b, x, off,
