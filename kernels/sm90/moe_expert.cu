@@ -23,6 +23,12 @@
  * moe_cuda_ws.shared_min_t tokens (v15: 16) it has two launches of its own (k_shared_fp8: 16-64 tokens
  * per dequantised fragment), on a second stream beside the router and the routed launches.
  *
+ * From 32 tokens (v16, moe_experts_fused1) the 1-tile gate/up and down are one launch (k_experts1): every
+ * warp-item comes from one counter, gate/up's first, and a down item waits only for its own expert's
+ * gate/up items (a per-expert count), so the down weights stream while gate/up's last tiles finish.
+ * Every kernel of the layer runs at the 100 % shared-memory carveout (moe_kernels_carveout), so the
+ * routed blocks can share an SM with the shared expert's.
+ *
  * Tile count per expert, chosen on the GPU (v10): a routed expert with > 8 tokens is served by the
  * 2-tile kernel (items of 16 tokens), one with <= 8 tokens by the 1-tile kernel; the shared expert
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
