@@ -57,22 +57,26 @@ __device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[
         }
 }
 
+/* One thread polls *ctr (relaxed, device scope, backing off) until it reaches need, then one acquire
+ * load; the callers then order the rest of their block or warp after it. */
+__device__ __forceinline__ void moe_poll_count(const unsigned *ctr, unsigned need)
+{
+    unsigned v, ns = 32;
+    for (;;) {
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+        if (v >= need) break;
+        __nanosleep(ns);
+        if (ns < 256) ns <<= 1;
+    }
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+}
+
 /* Dependency wait of moe_fused.cu, by a whole block of MOE_WARPS warps working on one item: thread 0
- * polls *ctr (relaxed, device scope, backing off) until it reaches need, then one acquire load, then
- * a block barrier (named barrier 1, so the block's other __syncthreads are not involved). One poller
- * per block: many warps spinning on one L2 line starve everything else that lives there. */
+ * polls, then a block barrier (named barrier 1, so the block's other __syncthreads are not involved).
+ * One poller per block: many warps spinning on one L2 line starve everything else that lives there. */
 __device__ __forceinline__ void moe_wait_count(const unsigned *ctr, unsigned need)
 {
-    if (threadIdx.x == 0) {
-        unsigned v, ns = 32;
-        for (;;) {
-            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-            if (v >= need) break;
-            __nanosleep(ns);
-            if (ns < 256) ns <<= 1;
-        }
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-    }
+    if (threadIdx.x == 0) moe_poll_count(ctr, need);
     asm volatile("bar.sync 1, %0;" ::"n"(MOE_WARPS * 32) : "memory");
 }
 
@@ -80,16 +84,7 @@ __device__ __forceinline__ void moe_wait_count(const unsigned *ctr, unsigned nee
  * the other lanes' reads after its acquire. */
 __device__ __forceinline__ void moe_wait_count_warp(const unsigned *ctr, unsigned need)
 {
-    if ((threadIdx.x & 31) == 0) {
-        unsigned v, ns = 32;
-        for (;;) {
-            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-            if (v >= need) break;
-            __nanosleep(ns);
-            if (ns < 256) ns <<= 1;
-        }
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-    }
+    if ((threadIdx.x & 31) == 0) moe_poll_count(ctr, need);
     __syncwarp();
 }
 
