@@ -709,12 +709,6 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const flo
 #endif
 extern "C" cudaError_t moe_router_carveout(int pct);
 
-template <typename F>
-static cudaError_t carve(F f, int pct)
-{
-    return cudaFuncSetAttribute((const void *)f, cudaFuncAttributePreferredSharedMemoryCarveout, pct);
-}
-
 extern "C" cudaError_t moe_kernels_carveout(void)
 {
     const int p = MOE_CARVEOUT;
@@ -732,7 +726,7 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)k_combine,
     };
     for (const void *f : fs) {
-        const cudaError_t e = carve(f, p);
+        const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);
         if (e != cudaSuccess) return e;
     }
     return moe_router_carveout(p);
