@@ -6,6 +6,7 @@
 # variant (stall reasons per issued instruction, DRAM and issue throughput); TESTS="a b" runs the test only
 # for those variants (default all). STREAM=1 runs
 # `sluice-bench stream` (compute-free streaming probe) for each variant instead of the tests and bench.
+# NCU_ARGS: more sluice-bench arguments for the profiled run (e.g. --variants ...).
 # Usage (repo root, on the GPU machine):
 #   VARIANTS="base: rolled:-DMOE_ROLLED=1" ROUNDS=2 BENCH_ARGS="--batches 1,8,64 --routing random" \
 #     bash bench/moe_ab.sh                                     # files in $OUT
@@ -58,7 +59,7 @@ if [ -n "${NCU:-}" ]; then
   M="regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_issued.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
   for spec in $NCU; do
     b=${spec%%:*} k=${spec#*:}
-    ncu --clock-control none -k regex:"$k" -c 1 --metrics "$M" /tmp/moe-ab/${names[0]}/sluice-bench moe --batches $b --reps 1 --routing random > $OUT/ncu-$b.txt 2>&1
+    ncu --clock-control none -k regex:"$k" -c 1 --metrics "$M" /tmp/moe-ab/${names[0]}/sluice-bench moe --batches $b --reps 1 --routing random ${NCU_ARGS:-} > $OUT/ncu-$b.txt 2>&1
     echo "== ncu batch $b ($k): top stalls (warps per issue)"
     grep -E "gpu__time_duration|dram__throughput|inst_issued" $OUT/ncu-$b.txt | awk '{print "  ",$1,$(NF)}'
     grep -E "issue_stalled" $OUT/ncu-$b.txt | awk '{print $NF, $1}' | sort -rn | head -7 | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | awk '{print "  ",$0}'

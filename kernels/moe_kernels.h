@@ -141,10 +141,11 @@ typedef struct {
                                                  launch starts its work without waiting for the 1-tile
                                                  launch and waits before it exits (v14) */
     unsigned *tickets;                        /* NULL: each block walks the item list with a static stride;
-                                                 else 16 + E zeroed words (v15): the routed launches hand out
+                                                 else MOE_TICKET_WORDS(E) zeroed words (v15): the routed launches hand out
                                                  16-row tiles to warps from counters there, and the last
                                                  warp of a launch zeroes its pair again. Only with
-                                                 has_shared 0 (the shared items need their block's 4 warps). */
+                                                 has_shared 0 (the shared items need their block's 4 warps),
+                                                 except in moe_experts_fused1 for T <= 8 (v17). */
     int dyn;                                  /* with tickets: bit NT-1 = the NT-tile launches use them */
     int nt2_first;                            /* 1: each stage launches its 2-tile kernel before its 1-tile
                                                  one (v15 A/B; ignored with overlap) */
@@ -157,7 +158,17 @@ typedef struct {
     int fuse_early;                           /* moe_experts_fused1: its fused launch releases the 2-tile down
                                                  at its start (the down's blocks then launch once every fused
                                                  block has started, and wait) instead of its end */
+    int T;                                    /* tokens (set by moe_experts_fused1) */
+    int ks_gu, ks_sh;                         /* v17, moe_experts_fused1 with T <= 8: K parts (1..MOE_PARTS_MAX,
+                                                 dividing H/128) of a routed / the shared gate/up 16-row tile */
+    float *part;                              /* with parts: fp32 partial sums, MOE_PARTS_MAX KB per tile of
+                                                 (I/16) * (1 + min(8 * topk, E)) tiles */
+    unsigned *pcnt;                           /* their arrival counts, one word per tile, zeroed (every completed
+                                                 launch leaves them zero) */
 } moe_expert_args;
+#define MOE_PARTS_MAX 4
+/* the ticket counters, and the fused launch's per-expert counts, one 128-byte line each (v17) */
+#define MOE_TICKET_WORDS(E) (32 + 32 * ((size_t)(E) + 1))
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.
  * Two launches (one for T <= 8): the 1-tile kernel on grid[0] blocks takes the experts with <= 8
@@ -174,11 +185,16 @@ cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t 
                      const int32_t *items, int T, int topk, const int grid[2], float *y, cudaStream_t st);
 /* moe_gate_up + moe_down for T > 8 as three launches (v16): the 2-tile gate/up, then the 1-tile gate/up
  * and down as one launch in which a down item waits only for its own expert's gate/up (per-expert
- * counts in tickets), then the 2-tile down (128-row items). Needs tickets (16 + E zeroed words; every
- * completed launch leaves them zero), has_shared 0, T > 8. */
+ * counts in tickets), then the 2-tile down (128-row items). Needs tickets (MOE_TICKET_WORDS(E) zeroed words; every
+ * completed launch leaves them zero), has_shared 0. For T <= 8 (v17) the one launch alone, with the
+ * shared expert's items in it (has_shared; moe_expert_inline_shared_ok), routed / shared gate/up tiles
+ * split into ks_gu / ks_sh K parts (part, pcnt) and down_rm (1 or 2) 16-row tiles per down item.
+ * grid_fused: resident blocks (moe_experts1_occupancy x SMs). */
 cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
-                               const float *pair_w, int T, int topk, const int grid[2], uint16_t *h, float *y,
-                               cudaStream_t st);
+                               const float *pair_w, int T, int topk, const int grid[2], int grid_fused, uint16_t *h,
+                               float *y, cudaStream_t st);
+/* Blocks per SM that fused kernel reaches for T > 8 (small 0) or T <= 8 (small 1, both down_rm). */
+cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm);
 /* The FP8 shared expert for all T tokens as its own two launches (v14), for larger batches: gate/up
  * x -> h[T*topk + t] (swiglu), then down h[T*topk + t] -> y[T*topk + t] (the rows moe_build_lists gives
  * the shared pairs), so the routed launches run with has_shared 0. Each dequantised weight fragment
@@ -241,7 +257,9 @@ int moe_fused_ks(int H);
  * per slot the earliest block start, initialise to ~0, and the latest warp end, initialise to 0;
  * %globaltimer ns), every later launch of the layer's kernels records into it; NULL turns it off. */
 enum { MOE_TR_LOGITS, MOE_TR_TOPK, MOE_TR_LISTS, MOE_TR_TOPK_LISTS, MOE_TR_GU1, MOE_TR_GU2, MOE_TR_FUSED1, MOE_TR_DN1,
-       MOE_TR_DN2, MOE_TR_SH_GU, MOE_TR_SH_DN, MOE_TR_COMBINE, MOE_TR_SLOTS };
+       MOE_TR_DN2, MOE_TR_SH_GU, MOE_TR_SH_DN, MOE_TR_COMBINE, MOE_TR_TICKET, MOE_TR_SLOTS };
+/* In moe_experts_fused1 with T <= 8 the item kinds record into gu1 (routed gate/up), dn1 (routed down),
+ * sh-gu, sh-dn (each from an item's start to its end) and "ticket" (block start to the first ticket). */
 cudaError_t moe_trace_set(unsigned long long *buf);
 
 /* ---- bench helpers (moe_bench_kernels.cu) */

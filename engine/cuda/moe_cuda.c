@@ -268,9 +268,15 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
     CK(cudaMalloc((void **)&W->fused_sync, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMalloc(fused sync)");
     CK(cudaMemset(W->fused_sync, 0, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMemset(fused sync)");
-    /* 16 ticket words + one per expert (moe_expert_args.tickets) */
-    CK(cudaMalloc((void **)&W->tickets, (16 + (size_t)E) * sizeof(unsigned)), "cudaMalloc(tickets)");
-    CK(cudaMemset(W->tickets, 0, (16 + (size_t)E) * sizeof(unsigned)), "cudaMemset(tickets)");
+    /* the ticket counters, one per expert and one for the shared expert (moe_expert_args.tickets) */
+    CK(cudaMalloc((void **)&W->tickets, MOE_TICKET_WORDS(E) * sizeof(unsigned)), "cudaMalloc(tickets)");
+    CK(cudaMemset(W->tickets, 0, MOE_TICKET_WORDS(E) * sizeof(unsigned)), "cudaMemset(tickets)");
+    /* v17: K-part partial sums of the T <= 8 fused launch: the shared expert's gate/up tiles, then those of
+     * at most 8 * topk routed experts (moe_expert_args.part, .pcnt) */
+    const size_t ptiles = (size_t)(I / MOE_TILE_ROWS) * (1 + (size_t)(8 * K < E ? 8 * K : E));
+    CK(cudaMalloc((void **)&W->part, ptiles * MOE_PARTS_MAX * 1024), "cudaMalloc(part)");
+    CK(cudaMalloc((void **)&W->pcnt, ptiles * sizeof(unsigned)), "cudaMalloc(pcnt)");
+    CK(cudaMemset(W->pcnt, 0, ptiles * sizeof(unsigned)), "cudaMemset(pcnt)");
     /* v11 defaults (bench/NOTES.md, runs 3-6) */
     W->early_pdl = 1;
     W->down_rm_min_t = 16;
@@ -288,6 +294,12 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fuse1 = 3;              /* v16: the 1-tile stages as one launch, releasing the 2-tile down at its start
                                   (A/B in bench/NOTES.md v16: 32-256 -0.5..-2 %, skewed 64-128 -2.5..-3.5 %) */
     W->fuse1_min_t = 32;       /* (at 16: +2.5 %) */
+    W->fuse_small = 2;         /* v17: T <= 2 runs the whole expert work as that one launch (NOTES v17: batch 1
+                                  -5.5 %, 2 -8 %; 4 and 8 +1..1.5 %) */
+    W->fs_ks_gu = 2;           /* ... routed gate/up tiles in 2 K parts */
+    W->fs_ks_max_t = 1;        /* ... up to this batch */
+    W->fs_ks_sh = 4;           /* ... the shared gate/up tiles in 4 */
+    W->fs_rm = 2;              /* ... 128-row down items */
     W->topk_lists_max_t = 32;  /* v9 */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
@@ -307,6 +319,12 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(moe_kernels_carveout(), "shared memory carveout");
     CK(moe_fused_occupancy(L->kfmt, &fb), "occupancy (fused)");
     W->grid_fused = sms * fb;
+    CK(moe_experts1_occupancy(L->kfmt, E, 0, &fb), "occupancy (fused 1-tile stages)");
+    if (fb < 1) return fail("the fused expert kernel cannot be resident on this device");
+    W->grid_f1 = sms * fb;
+    CK(moe_experts1_occupancy(L->kfmt, E, 1, &fb), "occupancy (one expert launch)");
+    if (fb < 1) return fail("the fused expert kernel cannot be resident on this device");
+    W->grid_f1s = sms * fb;
     if (fb < 1) W->fused_max_t = 0;
     for (int nt = 1; nt <= 2; nt++) {
         int gu, dn;
@@ -321,7 +339,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 void moe_cuda_ws_free(moe_cuda_ws *W)
 {
     void *p[] = {W->logits, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
-                 W->h, W->y, W->fused_sync, W->tickets};
+                 W->h, W->y, W->fused_sync, W->tickets, W->part, W->pcnt};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
     if (W->ev_fork) cudaEventDestroy(W->ev_fork);
@@ -438,9 +456,19 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     /* forked after the router: beside the routed launches only */
     if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, st)) return -1;
     if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
-    if (W->fuse1 && ar.tickets && T > MOE_TOK_CHUNK && T >= W->fuse1_min_t) {   /* v16: down items start per expert */
+    if (T <= W->fuse_small && T <= MOE_TOK_CHUNK) {   /* v17: the whole expert work, shared expert included, in one launch */
+        ar.tickets = W->tickets;
+        ar.ks_gu = T <= W->fs_ks_max_t ? W->fs_ks_gu : 1;
+        ar.ks_sh = W->fs_ks_sh;
+        ar.part = W->part;
+        ar.pcnt = W->pcnt;
+        ar.down_rm = W->fs_rm;
+        CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->grid_f1s, W->h, W->y, st),
+           "experts (one launch)");
+        MARK(4);
+    } else if (W->fuse1 && ar.tickets && T > MOE_TOK_CHUNK && T >= W->fuse1_min_t) {   /* v16: down items start per expert */
         ar.fuse_early = (W->fuse1 & 2) != 0;
-        CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->h, W->y, st),
+        CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->grid_f1, W->h, W->y, st),
            "experts (fused 1-tile stages)");
         MARK(4);
     } else {

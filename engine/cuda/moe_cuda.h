@@ -76,6 +76,15 @@ typedef struct {
                                          as one launch whose down items wait per expert (moe_experts_fused1);
                                          bit 1: it releases the 2-tile down at its start, not its end */
     int fuse1_min_t;                  /* ... from this batch on */
+    int fuse_small;                   /* v17: T <= this (<= 8) runs gate/up and down of every expert, the
+                                         shared expert's included (where its items can ride in the routed
+                                         launches), as that one launch (moe_experts_fused1 with T <= 8) */
+    int fs_ks_gu, fs_ks_max_t;        /* ... with routed gate/up tiles in fs_ks_gu K parts up to this batch */
+    int fs_ks_sh;                     /* ... and the shared gate/up tiles in this many */
+    int fs_rm;                        /* ... and down items of fs_rm 16-row tiles (1 or 2) */
+    int grid_f1, grid_f1s;            /* resident blocks of the fused 1-tile launch, T > 8 and T <= 8 */
+    float *part;                      /* its K-part partial sums and their counts (moe_expert_args.part, .pcnt) */
+    unsigned *pcnt;
     int side_prio;                    /* v16: 1: the shared expert's launches on the second stream at the
                                          highest priority, so their blocks take free SM slots before the
                                          routed launches' early-launched (waiting) blocks */
@@ -89,7 +98,7 @@ typedef struct {
                                          the shared bits only where its items ride in the routed launches */
     int pf_max_t;                     /* ... up to this batch */
     int pf_dn_mb;
-    unsigned *tickets;                /* those counters, 16 + E words */
+    unsigned *tickets;                /* those counters, MOE_TICKET_WORDS(E) words */
     cudaStream_t side;                /* that stream, and its fork / join events */
     cudaEvent_t ev_fork, ev_join;
     int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer

@@ -14,6 +14,16 @@ __device__ __forceinline__ unsigned long long moe_now()
     return t;
 }
 
+/* One warp's span [t0, now] into a slot's earliest start / latest end (the fused kernel's item kinds). */
+__device__ __forceinline__ void moe_trace_span(int slot, unsigned long long t0)
+{
+    unsigned long long *p = g_moe_trace;
+    if (p && (threadIdx.x & 31) == 0) {
+        atomicMin(p + 2 * slot, t0);
+        atomicMax(p + 2 * slot + 1, moe_now());
+    }
+}
+
 /* Declared first in a kernel: the block's start now, each warp's end when the kernel body returns. */
 struct MoeTrace {
     unsigned long long *p;

@@ -23,6 +23,9 @@
  * moe_cuda_ws.shared_min_t tokens (v15: 16) it has two launches of its own (k_shared_fp8: 16-64 tokens
  * per dequantised fragment), on a second stream beside the router and the routed launches.
  *
+ * Up to 2 tokens (v17) the whole expert work, the shared expert's items included, is one launch
+ * (k_experts1 SMALL: K-split gate/up tiles, one copy of the FP4 loop, 2 steps of code; batch 1 -5.5 %,
+ * 2 -8 %; at 4-8 it measured 1-1.5 % slower than the two launches below, which keep those batches).
  * From 32 tokens (v16, moe_experts_fused1) the 1-tile gate/up and down are one launch (k_experts1): every
  * warp-item comes from one counter, gate/up's first, and a down item waits only for its own expert's
  * gate/up items (a per-expert count), so the down weights stream while gate/up's last tiles finish.
@@ -284,74 +287,269 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_exper
  * expert's I/16 gate/up warp-items, and reads h through L2 (written in this launch). So the down
  * weights stream while gate/up's last tiles finish (v15's weak spot: that tail left HBM half idle for
  * ~one warp-item, ~47 us at batch 64, and the down launch could not start before it ended).
- * No deadlock: items are drawn only by running warps, every gate/up item is drawn before any down item,
- * and a warp holding a gate/up item never waits. Each ticket draw is issued one item ahead and read at
+ * No deadlock: a warp takes its items in increasing number and every gate/up item is numbered before
+ * every down item, so the warp holding the gate/up item a down item waits for holds only gate/up items
+ * up to it, which never wait; and every block of the grid runs (the grid is at most the resident blocks,
+ * and the kernels beside it do not wait for it). v17: a warp's first MOE_STATIC_FIRST(_L) items are its
+ * own by number instead of drawn (the argument above does not need draws). Each ticket draw is issued one item ahead and read at
  * the next item. The last warp to finish zeroes the counters for the next forward (every later launch
  * on them starts after this one completes). Launched after the 2-tile gate/up, which releases it only
  * after its own wait on the lists, so it needs no wait at its start; it waits at its end (the 2-tile
- * down, next, reads the 2-tile gate/up's h). Only with tickets and no shared items. */
-template <int FMT>
-__global__ void __launch_bounds__(128, MOE_MINB1) k_experts1(moe_expert_args a, const uint16_t *x, const int32_t *off,
+ * down, next, reads the 2-tile gate/up's h). Only with tickets and no shared items.
+ *
+ * v17, SMALL (T <= 8, every expert has <= 8 tokens: the whole layer's expert work in this one launch):
+ * the shared expert's items ride in it as warp-items too, and K may be split. Ticket order: the shared
+ * gate/up (16-row FP8 tiles x ks_sh K parts), the routed gate/up (16-row tiles x ks_gu K parts), the
+ * shared down (16-row FP8 tiles, full K), the routed down (RM 16-row tiles per warp-item). At batch 1
+ * a routed gate/up warp-item is a chain of 64 dependent chunk steps (v16 NOTES: the stage is bounded by
+ * that chain, not by bandwidth), so K parts shorten the chain and put more warps on the stream. A
+ * K-part item stores its fp32 partial sums (a.part, 1 KB per part) and adds one to its tile's count
+ * (a.pcnt); the last of the tile's parts to arrive sums all parts in part order (deterministic), applies
+ * the swiglu, writes h, resets the count and signals the expert's done count. Nobody waits for a part,
+ * so the no-deadlock argument above is unchanged. The shared expert's done count is tickets[16 + E]. */
+
+/* The K-part reduction of a 16-row gate/up tile: stores this warp's partials (part `part` of `parts`)
+ * and counts it in *cnt; the warp that completes the count gets true and acc = the parts' sum in part
+ * order (and resets *cnt); the others false. scr: the tile's parts x 32 lanes x NM float4. */
+template <int NM>
+__device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, unsigned *cnt, int part, int parts,
+                                            int lane)
+{
+    float4 *mine = (float4 *)scr + ((size_t)part * 32 + lane) * NM;
+#pragma unroll
+    for (int m = 0; m < NM; m++) __stcg(mine + m, make_float4(acc[m][0][0], acc[m][0][1], acc[m][0][2], acc[m][0][3]));
+    __syncwarp();
+    unsigned old = 0;
+    if (lane == 0) {
+        __threadfence();
+        old = atomicAdd(cnt, 1u);
+        if (old == (unsigned)parts - 1) {
+            __threadfence();
+            *cnt = 0;   /* every part has arrived: nobody else touches it in this forward */
+        }
+    }
+    old = __shfl_sync(0xffffffffu, old, 0);
+    if (old != (unsigned)parts - 1) return false;
+#pragma unroll
+    for (int m = 0; m < NM; m++) acc[m][0][0] = acc[m][0][1] = acc[m][0][2] = acc[m][0][3] = 0.f;
+    for (int p = 0; p < parts; p++)
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            const float4 v = __ldcg((const float4 *)scr + ((size_t)p * 32 + lane) * NM + m);
+            acc[m][0][0] += v.x;
+            acc[m][0][1] += v.y;
+            acc[m][0][2] += v.z;
+            acc[m][0][3] += v.w;
+        }
+    return true;
+}
+
+/* v17: words between two experts' done counts (1: packed after the ticket words, as v16; 32: one
+ * 128-byte line each, so the down items' polls of one expert do not queue behind another's) */
+#ifndef MOE_DONE_STRIDE
+#define MOE_DONE_STRIDE 32
+#endif
+#define MOE_DONE(t, e) ((t) + (MOE_DONE_STRIDE == 1 ? 16 : 32) + (size_t)(e) * MOE_DONE_STRIDE)
+/* v17: a warp's first MOE_STATIC_FIRST warp-items are its own by number (warp g and g + warps of the
+ * grid, as the static walk), the rest are drawn: at batch 1 the 2 x 2640 draws at the start, all on one
+ * word, took ~8 us (stage trace "ticket"). _L: the same for T > 8. MOE_MINB_S: blocks per SM the T <= 8
+ * kernel is compiled for; MOE_TRACE_ITEMS: its item kinds in the stage trace (bench). */
+#ifndef MOE_STATIC_FIRST
+#define MOE_STATIC_FIRST 2
+#endif
+#ifndef MOE_STATIC_FIRST_L
+#define MOE_STATIC_FIRST_L 2
+#endif
+#ifndef MOE_MINB_S
+#define MOE_MINB_S 4
+#endif
+#ifndef MOE_ROLL_S   /* the T <= 8 kernel's routed loop with 2 steps of code (fp4_rowtile ROLL) */
+#define MOE_ROLL_S 1
+#endif
+#ifndef MOE_TRACE_ITEMS
+#define MOE_TRACE_ITEMS 0
+#endif
+
+template <int FMT, int RM, int SMALL>
+__global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts1(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                              const int32_t *pair_tok, const float *pair_w, uint16_t *h,
                                                              float *y)
 {
     const MoeTrace trace_(MOE_TR_FUSED1);
-    constexpr int RM = 2, D = MOE_GU_D;
+    constexpr int D = MOE_GU_D, DD = RM == 1 ? 2 * MOE_GU_D : MOE_GU_D;   /* ring depth of gate/up, down */
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     int32_t *s_ig = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_ig + (nE + 1), *s_id = s_off + (nE + 1);
-    unsigned *const draw = a.tickets + 8, *const fin = a.tickets + 9, *const done = a.tickets + 16;
-    item_table<1>(s_ig, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM);
-    item_table<1>(s_id, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM);
-    const int wg = s_ig[nE] * MOE_WARPS, wtot = wg + s_id[nE] * MOE_WARPS;
-    const int ncg = a.H / 128, ncd = a.I / 128;
+    unsigned *const draw = a.tickets + 8, *const fin = a.tickets + 9;
+    const bool tr = MOE_TRACE_ITEMS && g_moe_trace != nullptr;
+    const unsigned long long t_start = tr ? moe_now() : 0;
+    if (SMALL) moe_pdl_wait();   /* launched right after the lists */
+    item_tables1(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM);
+    const bool sh = SMALL && a.has_shared;
+    const int ksg = SMALL ? a.ks_gu : 1, kss = sh ? a.ks_sh : 1, tiles_sh = a.I / MOE_TILE_ROWS;
+    const int nsg = sh ? tiles_sh * kss : 0;                  /* shared gate/up warp-items */
+    const int wg = nsg + s_ig[nE] * MOE_WARPS * ksg;          /* every gate/up warp-item */
+    const int wsd = wg + (sh ? a.H / MOE_TILE_ROWS : 0);      /* + the shared down's */
+    const int wtot = wsd + s_id[nE] * MOE_WARPS;
+    const int ncg = a.H / 128, ncd = a.I / 128, ncp = ncg / ksg;   /* chunks per routed gate/up K part */
     const size_t rtg = (size_t)ncg * 2 * moe_fp4_chunk_bytes(FMT), rtd = (size_t)ncd * moe_fp4_chunk_bytes(FMT);
-    const unsigned need = (unsigned)(a.I / MOE_TILE_ROWS);   /* gate/up warp-items of a <= 8-token expert */
+    const unsigned need = (unsigned)(a.I / MOE_TILE_ROWS);   /* gate/up tiles of a <= 8-token expert */
     uint8_t *ring = smem + warp * EX_RING;
+    constexpr int SF = SMALL ? MOE_STATIC_FIRST : MOE_STATIC_FIRST_L;
+    const int nw = (int)gridDim.x * MOE_WARPS, gw = (int)blockIdx.x * MOE_WARPS + warp;
     auto take = [&]() {
         unsigned t = 0;
         if (lane == 0) t = atomicAdd(draw, 1u);
-        return min((int)__shfl_sync(0xffffffffu, t, 0), wtot);
+        return min(SF * nw + (int)__shfl_sync(0xffffffffu, t, 0), wtot);
     };
+    /* warp-item w: the shared expert's items carry e = E, r = its 16-row tile, its T pairs from off[E] */
     auto decode = [&](int w) {
-        return w < wg ? decode_item<1>(s_ig, s_off, nE, w >> 2, w & 3, false)
-                      : decode_item<1>(s_id, s_off, nE, (w - wg) >> 2, (w - wg) & 3, false);
+        if (SMALL && (w < nsg || (w >= wg && w < wsd)))
+            return Item{a.E, w < nsg ? w / kss : w - wg, s_off[nE], a.T};
+        if (w < wg) {
+            const int t = (w - nsg) / ksg;
+            return decode_item<1>(s_ig, s_off, nE, t >> 2, t & 3, false);
+        }
+        return decode_item<1>(s_id, s_off, nE, (w - wsd) >> 2, (w - wsd) & 3, false);
     };
     if (a.fuse_early) moe_pdl_release();
-    int wi = take(), wn = wi < wtot ? take() : wtot;
+    int wi = SF >= 1 ? min(gw, wtot) : take();
+    int wn = wi >= wtot ? wtot : SF >= 2 ? min(gw + nw, wtot) : take();
+    if (tr && SMALL) moe_trace_span(MOE_TR_TICKET, t_start);
     unsigned pend = 0;   /* lane 0: the ticket drawn for the item after wn */
     bool primed = false;
     Item cur = decode(wi < wtot ? wi : 0);
     while (wi < wtot) {
+        const unsigned long long t_item = tr ? moe_now() : 0;
         if (lane == 0 && wn < wtot) pend = atomicAdd(draw, 1u);
         const Item nxt = decode(wn < wtot ? wn : wi);
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
-        int prow[1] = {p0 + (g < ntok ? g : 0)};
         float acc[2][1][4];
-        if (wi < wg) {   /* gate/up: 16 rows of gate and of up for the expert's <= 8 tokens */
-            const bool has_next = wn < wg && ncg % D == 0;
-            const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg;
-            const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg : NULL;
-            fp4_rowtile<FMT, 2, D, 1>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
-            primed = has_next;
-            const float pg = a.post13[2 * e], pu = a.post13[2 * e + 1];
+        if (SMALL && wi < nsg) {   /* shared gate/up: FP8 16-row tile r, K part wi % kss */
+#if EX_FP8_OK
+            const int part = wi % kss;
+            int prow[1] = {g < ntok ? g : 0};   /* x row = token */
+            fp8_rowtile<2, 2, 1>(a.sh_w13 + (size_t)r * ncg * 2 * MOE_FP8_CHUNK_BYTES, a.H, part * ncg / kss,
+                                 (part + 1) * ncg / kss, a.sh_s13 + (size_t)(r * MOE_TILE_ROWS / 128) * ncg,
+                                 (a.I / 128) * (a.H / 128), ring, x, NULL, prow, acc);
+            primed = false;
+            if (kss == 1 || part_reduce<2>(acc, a.part + (size_t)r * MOE_PARTS_MAX * 256, a.pcnt + r, part, kss, lane)) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+                    if (n < ntok) h[(size_t)(p0 + n) * a.I + row] = moe_f32_to_bf16(moe_swiglu(acc[0][0][i], acc[1][0][i], a.limit));
+                }
+                __syncwarp();
+                if (lane == 0) {
+                    __threadfence();
+                    atomicAdd(MOE_DONE(a.tickets, e), 1u);
+                }
+            }
+            if (tr) moe_trace_span(MOE_TR_SH_GU, t_item);
+#else
+            __trap();
+#endif
+        } else if (SMALL && wi >= wg && wi < wsd) {   /* shared down: FP8 16-row tile r, once the shared h is complete */
+#if EX_FP8_OK
+            int prow[1] = {p0 + (g < ntok ? g : 0)};
+            fp8_rowtile<1, 4, 1, 1, 1>(a.sh_w2 + (size_t)r * ncd * MOE_FP8_CHUNK_BYTES, a.I, 0, ncd,
+                                       a.sh_s2 + (size_t)(r * MOE_TILE_ROWS / 128) * ncd, 0, ring, h, NULL, prow, acc,
+                                       MOE_DONE(a.tickets, e), need);
+            primed = false;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
-                if (n < ntok)
-                    h[(size_t)(p0 + n) * a.I + row] =
-                        moe_f32_to_bf16(moe_swiglu(acc[0][0][i] * pg, acc[1][0][i] * pu, a.limit) * pair_w[p0 + n]);
+                if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][0][i];
             }
-            __syncwarp();
-            if (lane == 0) {
-                __threadfence();
-                atomicAdd(done + e, 1u);
+            if (tr) moe_trace_span(MOE_TR_SH_DN, t_item);
+#else
+            __trap();
+#endif
+        } else if (SMALL && RM == 2) {   /* routed gate/up (a K part) or down (2 tiles): one copy of the FP4 loop,
+                                            so the instruction cache holds one routed loop instead of two */
+            const bool gu = wi < wg;
+            int prow[1] = {p0 + (g < ntok ? g : 0)};
+            const int part = gu ? (wi - nsg) % ksg : 0, npart = (wn - nsg) % ksg;
+            const size_t pb = (size_t)ncp * 2 * moe_fp4_chunk_bytes(FMT);   /* bytes of a gate/up K part */
+            const bool has_next = gu ? wn < wg && ncp % D == 0 : wn < wtot && ncd % D == 0;
+            const uint8_t *rt = gu ? a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg + part * pb
+                                   : a.w2 + (size_t)e * a.w2_stride + (size_t)r * 2 * rtd;
+            const uint8_t *nrt = !has_next ? NULL
+                                 : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg + npart * pb
+                                      : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd;
+            fp4_rowtile<FMT, 2, D, 1, 1, 1, MOE_ROLL_S>(rt, gu ? ncp * 128 : a.I, ring, gu ? x + part * ncp * 128 : h,
+                                                        gu ? pair_tok : NULL, prow, acc, primed, nrt, gu ? 1 : ncd,
+                                                        gu ? nullptr : MOE_DONE(a.tickets, e), need, gu ? a.H : 0);
+            primed = has_next;
+            if (gu) {
+                const int tile = (wi - nsg) / ksg;
+                if (ksg == 1 || part_reduce<2>(acc, a.part + (size_t)(tiles_sh + tile) * MOE_PARTS_MAX * 256,
+                                               a.pcnt + tiles_sh + tile, part, ksg, lane)) {
+                    const float pg = a.post13[2 * e], pu = a.post13[2 * e + 1];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+                        if (n < ntok)
+                            h[(size_t)(p0 + n) * a.I + row] = moe_f32_to_bf16(
+                                moe_swiglu(acc[0][0][i] * pg, acc[1][0][i] * pu, a.limit) * pair_w[p0 + n]);
+                    }
+                    __syncwarp();
+                    if (lane == 0) {
+                        __threadfence();
+                        atomicAdd(MOE_DONE(a.tickets, e), 1u);
+                    }
+                }
+                if (tr) moe_trace_span(MOE_TR_GU1, t_item);
+            } else {
+                const float post = a.post2[e];
+#pragma unroll
+                for (int m = 0; m < 2; m++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const int row = (r * 2 + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+                        if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
+                    }
+                if (tr) moe_trace_span(MOE_TR_DN1, t_item);
             }
-        } else {   /* down: two adjacent 16-row tiles of the expert's w2, once its h is complete */
-            const bool has_next = wn < wtot && ncd % D == 0;
+        } else if (wi < wg) {   /* gate/up: 16 rows of gate and of up for the expert's <= 8 tokens */
+            const int part = SMALL ? (wi - nsg) % ksg : 0;
+            int prow[1] = {p0 + (g < ntok ? g : 0)};
+            const bool has_next = wn < wg && (!SMALL || wn >= nsg) && ncp % D == 0;
+            const int npart = SMALL ? (wn - nsg) % ksg : 0;
+            const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg +
+                                (size_t)part * ncp * 2 * moe_fp4_chunk_bytes(FMT);
+            const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg +
+                                                (size_t)npart * ncp * 2 * moe_fp4_chunk_bytes(FMT)
+                                          : NULL;
+            fp4_rowtile<FMT, 2, D, 1>(rt, ncp * 128, ring, x + part * ncp * 128, pair_tok, prow, acc, primed, nrt, 1,
+                                      nullptr, 0, a.H);
+            primed = has_next;
+            const int tile = SMALL ? (wi - nsg) / ksg : 0;
+            if (!SMALL || ksg == 1 ||
+                part_reduce<2>(acc, a.part + (size_t)(tiles_sh + tile) * MOE_PARTS_MAX * 256, a.pcnt + tiles_sh + tile,
+                               part, ksg, lane)) {
+                const float pg = a.post13[2 * e], pu = a.post13[2 * e + 1];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+                    if (n < ntok)
+                        h[(size_t)(p0 + n) * a.I + row] =
+                            moe_f32_to_bf16(moe_swiglu(acc[0][0][i] * pg, acc[1][0][i] * pu, a.limit) * pair_w[p0 + n]);
+                }
+                __syncwarp();
+                if (lane == 0) {
+                    __threadfence();
+                    atomicAdd(MOE_DONE(a.tickets, e), 1u);
+                }
+            }
+            if (tr && SMALL) moe_trace_span(MOE_TR_GU1, t_item);
+        } else {   /* down: RM adjacent 16-row tiles of the expert's w2, once its h is complete */
+            int prow[1] = {p0 + (g < ntok ? g : 0)};
+            const bool has_next = wn < wtot && ncd % DD == 0;
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rtd;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rtd : NULL;
-            fp4_rowtile<FMT, RM, D, 1, 1, 1>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, ncd, done + e, need);
+            fp4_rowtile<FMT, RM, DD, 1, 1, 1>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, RM == 2 ? ncd : 1,
+                                              MOE_DONE(a.tickets, e), need);
             primed = has_next;
             const float post = a.post2[e];
 #pragma unroll
@@ -361,22 +559,23 @@ __global__ void __launch_bounds__(128, MOE_MINB1) k_experts1(moe_expert_args a, 
                     const int row = (r * RM + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                     if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
                 }
+            if (tr && SMALL) moe_trace_span(MOE_TR_DN1, t_item);
         }
         wi = wn;
         cur = nxt;
-        wn = wn < wtot ? min((int)__shfl_sync(0xffffffffu, pend, 0), wtot) : wtot;
+        wn = wn < wtot ? min(SF * nw + (int)__shfl_sync(0xffffffffu, pend, 0), wtot) : wtot;
     }
     __syncwarp();
     if (lane == 0) {
         __threadfence();
         if (atomicAdd(fin, 1u) == gridDim.x * MOE_WARPS - 1) {   /* every warp is done: reset for the next forward */
-            for (int i = 0; i < a.E; i++) done[i] = 0;
+            for (int i = 0; i < a.E + (sh ? 1 : 0); i++) *MOE_DONE(a.tickets, i) = 0;
             atomicExch(draw, 0u);
             atomicExch(fin, 0u);
         }
     }
-    moe_pdl_wait();
-    if (!a.fuse_early) moe_pdl_release();
+    if (!SMALL) moe_pdl_wait();
+    if (SMALL || !a.fuse_early) moe_pdl_release();
 }
 
 /* per-warp rings + the block's copies of off[] and one or two item tables (E <= 512) */
@@ -473,40 +672,77 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     return e != cudaSuccess ? e : first2 ? one() : two();
 }
 
+/* The fused kernel for format fmt, down tiles per warp-item rm, T <= 8 (small) or not. */
+static const void *experts1_fn(int fmt, int rm, int small)
+{
+    const bool nv = fmt == MOE_FP4_NVFP4;
+    if (small)
+        return rm == 1 ? (nv ? (const void *)k_experts1<MOE_FP4_NVFP4, 1, 1> : (const void *)k_experts1<MOE_FP4_MXFP4, 1, 1>)
+                       : (nv ? (const void *)k_experts1<MOE_FP4_NVFP4, 2, 1> : (const void *)k_experts1<MOE_FP4_MXFP4, 2, 1>);
+    return nv ? (const void *)k_experts1<MOE_FP4_NVFP4, 2, 0> : (const void *)k_experts1<MOE_FP4_MXFP4, 2, 0>;
+}
+
+extern "C" cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm)
+{
+    int lo = 1 << 30;
+    for (int rm = small ? 1 : 2; rm <= 2; rm++) {
+        const void *f = experts1_fn(fmt, rm, small);
+        int per;
+        cudaError_t e;
+        if ((e = raise_smem(f, smem_for(512))) != cudaSuccess ||
+            (e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, f, 128, smem_for(E))) != cudaSuccess)
+            return e;
+        lo = per < lo ? per : lo;
+    }
+    *blocks_per_sm = lo;
+    return cudaSuccess;
+}
+
 extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                                           const int32_t *pair_tok, const float *pair_w, int T, int topk,
-                                          const int grid[2], uint16_t *h, float *y, cudaStream_t st)
+                                          const int grid[2], int grid_fused, uint16_t *h, float *y, cudaStream_t st)
 {
-    if (!a->tickets || a->has_shared || a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H % (2 * MOE_ROWS_PER_ITEM) ||
-        a->H > 8192 || a->I > 8192)
+    const bool small = T <= MOE_TOK_CHUNK;
+    if (!a->tickets || (a->has_shared && (!small || !EX_FP8_OK)) || a->H % 128 || a->I % MOE_ROWS_PER_ITEM ||
+        a->H % (2 * MOE_ROWS_PER_ITEM) || a->H > 8192 || a->I > 8192 || grid_fused < 1)
         return cudaErrorInvalidValue;
-    const bool nv = a->fmt == MOE_FP4_NVFP4;
-    const void *fk = nv ? (const void *)k_experts1<MOE_FP4_NVFP4> : (const void *)k_experts1<MOE_FP4_MXFP4>;
-    static int blocks[2];   /* resident blocks of the fused launch, per format */
-    int &nb = blocks[nv ? 0 : 1];
-    if (!nb) {
-        int dev, sms, per;
-        cudaError_t e;
-        if ((e = raise_smem(fk, smem_for(512))) != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess ||
-            (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess ||
-            (e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, fk, 128, smem_for(a->E))) != cudaSuccess)
-            return e;
-        if (per < 1) return cudaErrorInvalidConfiguration;
-        nb = sms * per;
-    }
+    const int ksg = small ? a->ks_gu : 1, kss = small && a->has_shared ? a->ks_sh : 1;
+    if (ksg < 1 || ksg > MOE_PARTS_MAX || (a->H / 128) % ksg || kss < 1 || kss > MOE_PARTS_MAX || (a->H / 128) % kss ||
+        ((ksg > 1 || kss > 1) && (!a->part || !a->pcnt)))
+        return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     moe_expert_args b = *a;
     b.overlap = 0;
     b.early = 1;
+    b.T = T;
+    if (small) {   /* v17: the whole expert work in one launch; it waits on the lists itself */
+        b.ks_gu = ksg;
+        b.ks_sh = kss;
+        b.fuse_early = 0;
+        const int rm = a->down_rm == 1 ? 1 : 2;
+        b.down_rm = rm;
+        /* at most: every pair's gate/up tiles x K parts and down items, the shared expert's items */
+        const long P = (long)T * topk, tg = a->I / MOE_TILE_ROWS, td = a->H / MOE_TILE_ROWS;
+        const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0);
+        const int nb = (int)(items / MOE_WARPS + 1 < grid_fused ? items / MOE_WARPS + 1 : grid_fused);
+        const bool nv = a->fmt == MOE_FP4_NVFP4;
+        if (rm == 1)
+            return moe_launch(nv ? k_experts1<MOE_FP4_NVFP4, 1, 1> : k_experts1<MOE_FP4_MXFP4, 1, 1>, dim3(nb), dim3(128),
+                              sm, st, b, x, off, pair_tok, pair_w, h, y);
+        return moe_launch(nv ? k_experts1<MOE_FP4_NVFP4, 2, 1> : k_experts1<MOE_FP4_MXFP4, 2, 1>, dim3(nb), dim3(128),
+                          sm, st, b, x, off, pair_tok, pair_w, h, y);
+    }
+    b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
+    const bool nv = a->fmt == MOE_FP4_NVFP4;
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch */
     cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
                                dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
                                pair_w, h);
     if (e != cudaSuccess) return e;
-    e = moe_launch(nv ? k_experts1<MOE_FP4_NVFP4> : k_experts1<MOE_FP4_MXFP4>, dim3(nb), dim3(128), sm, st, b, x, off,
-                   pair_tok, pair_w, h, y);
+    e = moe_launch(nv ? k_experts1<MOE_FP4_NVFP4, 2, 0> : k_experts1<MOE_FP4_MXFP4, 2, 0>, dim3(grid_fused), dim3(128),
+                   sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
     return moe_launch(dn_pick<2>(a->fmt, 2), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
                       dim3(128), sm, st, b, (const uint16_t *)h, off, y);
@@ -720,7 +956,8 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)dn_pick<2>(MOE_FP4_NVFP4, 1), (const void *)dn_pick<2>(MOE_FP4_NVFP4, 2),
         (const void *)dn_pick<1>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<1>(MOE_FP4_MXFP4, 2),
         (const void *)dn_pick<2>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<2>(MOE_FP4_MXFP4, 2),
-        (const void *)k_experts1<MOE_FP4_NVFP4>, (const void *)k_experts1<MOE_FP4_MXFP4>,
+        experts1_fn(MOE_FP4_NVFP4, 2, 0), experts1_fn(MOE_FP4_NVFP4, 1, 1), experts1_fn(MOE_FP4_NVFP4, 2, 1),
+        experts1_fn(MOE_FP4_MXFP4, 2, 0), experts1_fn(MOE_FP4_MXFP4, 1, 1), experts1_fn(MOE_FP4_MXFP4, 2, 1),
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
         (const void *)k_combine,

@@ -57,8 +57,11 @@ __device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[
         }
 }
 
-/* One thread polls *ctr (relaxed, device scope, backing off) until it reaches need, then one acquire
- * load; the callers then order the rest of their block or warp after it. */
+/* One thread polls *ctr (relaxed, device scope, backing off up to MOE_POLL_MAX ns) until it reaches need,
+ * then one acquire load; the callers then order the rest of their block or warp after it. */
+#ifndef MOE_POLL_MAX
+#define MOE_POLL_MAX 256
+#endif
 __device__ __forceinline__ void moe_poll_count(const unsigned *ctr, unsigned need)
 {
     unsigned v, ns = 32;
@@ -66,7 +69,7 @@ __device__ __forceinline__ void moe_poll_count(const unsigned *ctr, unsigned nee
         asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
         if (v >= need) break;
         __nanosleep(ns);
-        if (ns < 256) ns <<= 1;
+        if (ns < MOE_POLL_MAX) ns <<= 1;
     }
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
 }
@@ -182,7 +185,7 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
 /* XL, wait/need: see load_x and moe_wait_count (wait: the producer count of xbase, checked after the
  * first weight chunks are on their way; WW 1: by this warp alone, moe_wait_count_warp); kx: the
  * activation row stride when it is not K (a K part). */
-template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0>
+template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul,
@@ -207,19 +210,12 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     for (int m = 0; m < NM; m++)
 #pragma unroll
         for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
-#if MOE_ROLLED
-    /* two steps per iteration (the activation double buffer's parity stays static), the ring slot
+    /* ROLL: two steps per iteration (the activation double buffer's parity stays static), the ring slot
      * computed at run time: the loop body is 2 steps of code instead of D */
-    for (int c0 = 0; c0 < nc; c0 += 2) {
+    for (int c0 = 0; c0 < nc; c0 += ROLL ? 2 : D) {
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int c = c0 + u, s = c & (D - 1);
-#else
-    for (int c0 = 0; c0 < nc; c0 += D) {
-#pragma unroll
-        for (int s = 0; s < D; s++) {
-            const int c = c0 + s, u = s & 1;
-#endif
+        for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
+            const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = s0 & 1;
             if (c < nc) {
                 if (c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q);
                 cp_wait<D - 1>();
@@ -291,8 +287,9 @@ __device__ __forceinline__ void fp8_chunk(const uint8_t *ring, int slot, int lan
     }
 }
 
-/* Chunks [cb, ce) of one 16-row tile (the block's warps split K for the shared expert). */
-template <int NM, int D, int NT, int XL = 0>
+/* Chunks [cb, ce) of one 16-row tile (the block's warps split K for the shared expert). WW: as in
+ * fp4_rowtile (the wait by this warp alone). */
+template <int NM, int D, int NT, int XL = 0, int WW = 0>
 __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int cb, int ce, const float *bscale,
                                             int bstride, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
@@ -305,7 +302,10 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
         if (cb + s < ce) fp8_issue<NM>(ring, s, rowtile, cb + s, lane);
         cp_commit();
     }
-    if (wait) moe_wait_count(wait, need);
+    if (wait) {
+        if (WW) moe_wait_count_warp(wait, need);
+        else moe_wait_count(wait, need);
+    }
     const uint16_t *xrow[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++)
@@ -405,6 +405,39 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
                 if (lane >= o) inc += y;
             }
             if (i <= nE) s_items[i] = carry + inc - x;
+            carry += __shfl_sync(0xffffffffu, inc, 31);
+        }
+    }
+    __syncthreads();
+}
+
+/* The 1-tile item tables of gate/up (rows_g, rpi_g) and down (rows_d, rpi_d) of the routed experts in one
+ * pass (v17, the fused launch): off[] loaded once, both counts at once, the two scans by warps 0 and 1 in
+ * parallel. Same tables as item_table<1> with nE = E. Every thread of the block calls it. */
+__device__ __forceinline__ void item_tables1(int32_t *s_ig, int32_t *s_id, int32_t *s_off, const int32_t *off, int E,
+                                             int rows_g, int rpi_g, int rows_d, int rpi_d)
+{
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) s_off[i] = __ldcg(off + i);
+    __syncthreads();
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
+        const int n = i < E ? s_off[i + 1] - s_off[i] : 0, one = n > 0 && n <= MOE_TOK_CHUNK;
+        s_ig[i] = one ? rows_g / rpi_g : 0;
+        s_id[i] = one ? rows_d / rpi_d : 0;
+    }
+    __syncthreads();
+    if (threadIdx.x < 64) {   /* exclusive scans: warp 0 gate/up's, warp 1 down's */
+        const int lane = threadIdx.x & 31;
+        int32_t *t = threadIdx.x < 32 ? s_ig : s_id;
+        int carry = 0;
+        for (int base = 0; base <= E; base += 32) {
+            const int i = base + lane, x = i <= E ? t[i] : 0;
+            int inc = x;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += y;
+            }
+            if (i <= E) t[i] = carry + inc - x;
             carry += __shfl_sync(0xffffffffu, inc, 31);
         }
     }

@@ -490,6 +490,33 @@ int main(int argc, char **argv)
         W.dyn_max_t = dm;
         W.shared_min_t = sh;
     }
+    {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
+           batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
+           up to 8: every part count, 64-row down items, the shared expert's own launches beside it, and the
+           v16 launches (off) */
+        const int ks = W.fs_ks_gu, kx = W.fs_ks_max_t, kh = W.fs_ks_sh, rm = W.fs_rm, sh = W.shared_min_t;
+        W.fs_ks_max_t = 8;
+        W.fuse_small = 8;
+        for (int v = 0; v < 4; v++) {
+            static const int kg[4] = {1, 4, 2, 4}, ksh[4] = {1, 2, 4, 1}, rms[4] = {2, 1, 1, 2};
+            char nm[96];
+            W.fs_ks_gu = kg[v], W.fs_ks_sh = ksh[v], W.fs_rm = rms[v];
+            snprintf(nm, sizeof nm, "nvfp4, one expert launch (K parts %d / %d, down %d tiles)", kg[v], ksh[v], rms[v]);
+            run_case(nm, &M, &L, &W, 1, 0);
+            run_case(nm, &M, &L, &W, 8, 0);
+            run_case(nm, &M, &L, &W, 8, 0);   /* back to back: the counts it leaves must be zero */
+            run_case(nm, &M, &L, &W, 5, 1);   /* skewed: 6 experts, the rest none */
+        }
+        W.shared_min_t = 1;   /* routed items only */
+        run_case("nvfp4, one expert launch, shared launches", &M, &L, &W, 3, 0);
+        run_case("nvfp4 skewed, one expert launch, shared launches", &M, &L, &W, 8, 1);
+        W.shared_min_t = sh;
+        W.fs_ks_gu = ks, W.fs_ks_max_t = kx, W.fs_ks_sh = kh, W.fs_rm = rm;
+        W.fuse_small = 0;
+        for (int i = 0; i < 3; i++) run_case("nvfp4, v16 launches below 9", &M, &L, &W, batches[i], 0);
+        run_case("nvfp4 skewed, v16 launches below 9", &M, &L, &W, 8, 1);
+        W.fuse_small = 2;
+    }
     {   /* the shared expert's launches at the highest priority (v16) */
         W.side_prio = 1;
         run_case("nvfp4, shared launches at high priority", &M, &L, &W, 64, 0);
@@ -562,6 +589,10 @@ int main(int argc, char **argv)
     if (moe_cuda_ws_init(&W, &L, 257)) return 1;
     run_case("nvfp4 softmax top-1 skewed", &M, &L, &W, 257, 1);
     run_case("nvfp4 softmax top-1", &M, &L, &W, 64, 0);
+    W.fuse_small = 8;
+    run_case("nvfp4 softmax top-1, no shared, one expert launch", &M, &L, &W, 4, 0);
+    run_case("nvfp4 softmax top-1 skewed, no shared, one expert launch", &M, &L, &W, 8, 1);
+    W.fuse_small = 2;
     run_fused("nvfp4 softmax top-1, no shared (one launch)", &M, &L, &W, 4, 0);
     run_fused("nvfp4 softmax top-1 skewed (one launch)", &M, &L, &W, 8, 1);
     moe_cuda_ws_free(&W);
@@ -573,6 +604,10 @@ int main(int argc, char **argv)
     make_model(&M, &L, &c, 0, 0);
     if (moe_cuda_ws_init(&W, &L, 64)) return 1;
     run_case("mxfp4 sigmoid", &M, &L, &W, 64, 0);
+    run_case("mxfp4 sigmoid, one expert launch", &M, &L, &W, 2, 0);
+    W.fuse_small = 8;
+    run_case("mxfp4 sigmoid, one expert launch", &M, &L, &W, 6, 0);
+    W.fuse_small = 2;
     W.fuse1 = 1;
     run_case("mxfp4 sigmoid, fused 1-tile stages", &M, &L, &W, 64, 0);
     W.fuse1 = 0;
@@ -593,6 +628,10 @@ int main(int argc, char **argv)
     make_model(&M, &L, &d, 1, 0);
     if (moe_cuda_ws_init(&W, &L, 16)) return 1;
     run_case("V4-Flash dims, GPU-quantised", &M, &L, &W, 7, 0);
+    run_case("V4-Flash dims, GPU-quantised, one expert launch", &M, &L, &W, 1, 0);
+    W.fs_ks_gu = 4;
+    run_case("V4-Flash dims, one expert launch, 4 K parts", &M, &L, &W, 2, 0);
+    W.fs_ks_gu = 2;
     {   /* the shared expert's own launches at full K (ring refills) */
         const int sh = W.shared_min_t;
         W.shared_min_t = 1;
