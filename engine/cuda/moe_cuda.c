@@ -355,6 +355,14 @@ int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x,
     return moe_cuda_forward_timed(L, W, x, token_ids, T, out, st, NULL);
 }
 
+/* K parts for a gate/up tile of nc = H/128 chunks: the largest count <= want (1..MOE_PARTS_MAX) dividing nc */
+static int parts_fit(int want, int nc)
+{
+    int k = want < 1 ? 1 : want > MOE_PARTS_MAX ? MOE_PARTS_MAX : want;
+    while (nc % k) k--;
+    return k;
+}
+
 /* The shared expert's own launches on W->side, after what st has queued so far; ev_join marks their end. */
 static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t *x, int T, int topk, cudaStream_t st)
 {
@@ -458,8 +466,8 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
     if (T <= W->fuse_small && T <= MOE_TOK_CHUNK) {   /* v17: the whole expert work, shared expert included, in one launch */
         ar.tickets = W->tickets;
-        ar.ks_gu = T <= W->fs_ks_max_t ? W->fs_ks_gu : 1;
-        ar.ks_sh = W->fs_ks_sh;
+        ar.ks_gu = parts_fit(T <= W->fs_ks_max_t ? W->fs_ks_gu : 1, H / 128);
+        ar.ks_sh = parts_fit(W->fs_ks_sh, H / 128);
         ar.part = W->part;
         ar.pcnt = W->pcnt;
         ar.down_rm = W->fs_rm;

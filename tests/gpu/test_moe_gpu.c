@@ -622,6 +622,19 @@ int main(int argc, char **argv)
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
+    /* hidden 256 (2 chunks of 128: the requested 4 K parts of the shared gate/up must shrink to 2, as for the
+       engine's tiny test model), one expert launch */
+    moe_cuda_shape t = a;
+    t.n_experts = 16; t.hidden = 256; t.inter = 128;
+    make_model(&M, &L, &t, 0, 0);
+    if (moe_cuda_ws_init(&W, &L, 16)) return 1;
+    run_case("hidden 256, one expert launch", &M, &L, &W, 1, 0);
+    run_case("hidden 256, one expert launch", &M, &L, &W, 2, 0);
+    W.fs_ks_gu = 4, W.fs_ks_max_t = 8, W.fuse_small = 8;
+    run_case("hidden 256, one expert launch, 4 K parts asked", &M, &L, &W, 8, 0);
+    moe_cuda_ws_free(&W);
+    free_model(&M, &L);
+
     /* D: V4-Flash expert dims (hidden 4096, inter 2048), 8 experts, GPU quantiser */
     moe_cuda_shape d = a;
     d.n_experts = 8; d.hidden = 4096; d.inter = 2048; d.swiglu_limit = 10.f;
