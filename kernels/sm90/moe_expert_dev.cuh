@@ -372,6 +372,23 @@ __device__ __forceinline__ int find_expert(const int32_t *items, int n, int it)
     return lo;
 }
 
+/* t[0..n] = exclusive prefix sums of t[0..n], by one whole warp (lane = its lane) */
+__device__ __forceinline__ void warp_exclusive_scan(int32_t *t, int n, int lane)
+{
+    int carry = 0;
+    for (int base = 0; base <= n; base += 32) {
+        const int i = base + lane, x = i <= n ? t[i] : 0;
+        int inc = x;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += y;
+        }
+        if (i <= n) t[i] = carry + inc - x;
+        carry += __shfl_sync(0xffffffffu, inc, 31);
+    }
+}
+
 /* The item table of the NT-tile kernel, from the per-expert pair counts (off[]): expert e's items are
  * its token chunks of 8*NT x row groups if e belongs to this kernel (routed: > 8 tokens <=> NT 2;
  * shared: moe_tok_tiles(T) == NT), else none. s_items[0..nE] = exclusive prefix sums; s_off filled.
@@ -393,21 +410,7 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
         s_items[i] = c;
     }
     __syncthreads();
-    if (threadIdx.x < 32) {   /* exclusive scan by warp 0 */
-        const int lane = threadIdx.x;
-        int carry = 0;
-        for (int base = 0; base <= nE; base += 32) {
-            const int i = base + lane, x = i <= nE ? s_items[i] : 0;
-            int inc = x;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int y = __shfl_up_sync(0xffffffffu, inc, o);
-                if (lane >= o) inc += y;
-            }
-            if (i <= nE) s_items[i] = carry + inc - x;
-            carry += __shfl_sync(0xffffffffu, inc, 31);
-        }
-    }
+    if (threadIdx.x < 32) warp_exclusive_scan(s_items, nE, threadIdx.x);   /* by warp 0 */
     __syncthreads();
 }
 
@@ -425,22 +428,8 @@ __device__ __forceinline__ void item_tables1(int32_t *s_ig, int32_t *s_id, int32
         s_id[i] = one ? rows_d / rpi_d : 0;
     }
     __syncthreads();
-    if (threadIdx.x < 64) {   /* exclusive scans: warp 0 gate/up's, warp 1 down's */
-        const int lane = threadIdx.x & 31;
-        int32_t *t = threadIdx.x < 32 ? s_ig : s_id;
-        int carry = 0;
-        for (int base = 0; base <= E; base += 32) {
-            const int i = base + lane, x = i <= E ? t[i] : 0;
-            int inc = x;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int y = __shfl_up_sync(0xffffffffu, inc, o);
-                if (lane >= o) inc += y;
-            }
-            if (i <= E) t[i] = carry + inc - x;
-            carry += __shfl_sync(0xffffffffu, inc, 31);
-        }
-    }
+    if (threadIdx.x < 64)   /* warp 0 gate/up's, warp 1 down's */
+        warp_exclusive_scan(threadIdx.x < 32 ? s_ig : s_id, E, threadIdx.x & 31);
     __syncthreads();
 }
 
