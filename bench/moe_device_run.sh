@@ -25,11 +25,24 @@ gcc $CF -c bench/sluice_bench.c -o $B/sluice_bench.o || exit 1
 KO="$B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_fused.o $B/moe_bench_kernels.o $B/moe_cuda.o $B/quant.o"
 $NVCC $ARCH -o $B/test_moe_gpu $B/test_moe_gpu.o $KO -lm || exit 1
 $NVCC $ARCH -o $B/sluice-bench $B/sluice_bench.o $KO -lm || exit 1
-if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + one ncu pass over the expert kernels
+if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + ncu passes over the expert kernels
+  # SASS_FN: mangled-name regex of the kernel whose SASS histogram is printed; NCU_SPECS: "batch:kernel-regex ..."
+  # profiled with the source counters, each exported as a per-SASS-instruction CSV (ncu-B.csv)
+  [ "${PTEST:-0}" = 1 ] && { timeout 150 $B/test_moe_gpu 2>&1 | tail -3; }
   cuobjdump -sass $B/moe_expert.o > $OUT/expert.sass 2>&1
-  awk '/Function : .*k_gate_upILi0/{f=1} /Function : .*k_downILi0/{f=0} f' $OUT/expert.sass | grep -oE "^ +/\*[0-9a-f]+\*/ +[A-Z0-9_.]+" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25
-  ncu --clock-control none -k regex:"${NCU_K:-k_gate_up|k_down}" -c ${NCU_C:-2} --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy ${NCU_EXTRA:-} $B/sluice-bench moe --batches ${NCU_BATCH:-64} --reps 1 --routing random > $OUT/ncu.txt 2>&1
-  grep -E "k_gate_up|k_down|Throughput|Issued|Eligible|Active Warps|Stall|stall|Pipe|Achieved Occupancy|Duration|One or More|No Eligible|ratio|pct" $OUT/ncu.txt | head -${NCU_LINES:-80}
+  awk -v re="${SASS_FN:-k_gate_upILi0}" '/Function : /{f = ($0 ~ re)} f' $OUT/expert.sass > $OUT/fn.sass
+  grep -oE "^ +/\*[0-9a-f]+\*/ +[A-Z0-9_.]+" $OUT/fn.sass | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25
+  for spec in ${NCU_SPECS:-64:k_experts1}; do
+    b=${spec%%:*} k=${spec#*:}
+    ncu --clock-control none -k regex:"$k" -c 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section InstructionStats --section SourceCounters --section Occupancy ${NCU_EXTRA:-} \
+      -o $OUT/ncu-$b $B/sluice-bench moe --batches $b --reps 1 --routing random > $OUT/ncu-$b.log 2>&1
+    ncu -i $OUT/ncu-$b.ncu-rep --print-details all > $OUT/ncu-$b.txt 2>&1
+    ncu -i $OUT/ncu-$b.ncu-rep --page source --csv --print-source sass > $OUT/ncu-$b.csv 2>&1
+    echo "== ncu $b ($k): $(wc -l < $OUT/ncu-$b.csv) csv lines"
+    grep -E "Duration|DRAM Throughput|Issue Slots Busy|Issued Warp|Eligible Warps|Active Warps Per|No Eligible|Achieved Occupancy|Executed Ipc A" $OUT/ncu-$b.txt | head -${NCU_LINES:-14}
+    rm -f $OUT/ncu-$b.ncu-rep
+  done
   exit 0
 fi
 echo "== test"; timeout 150 $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"

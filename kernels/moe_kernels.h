@@ -7,15 +7,15 @@
  * Repacked expert layout ("sluice fp4 v1", written by moe_repack_fp4, read by moe_gate_up / moe_down):
  *   A matrix W [N, K] (N = out, K = in) is cut into chunks of 16 rows x 128 inputs. A chunk is
  *   1024 bytes of FP4 codes + the chunk's scale codes (128 bytes NVFP4: 16 rows x 8 blocks of 16,
- *   as [g][q>>1][rows g, g+8][4 blocks]; 64 bytes MXFP4: 16 rows x 4 blocks of 32, as
- *   [g][rows g, g+8][4 blocks], so each lane reads its 8 codes in one 8-byte load). Chunk (r, c, m)
+ *   as [g][q>>1][8 codes]; 64 bytes MXFP4: 16 rows x 4 blocks of 32, as [g][8 codes], so each lane
+ *   reads its 8 codes (rows g, g+8 x 4 blocks; byte order moe_fp4_scale_byte) in one 8-byte load). Chunk (r, c, m)
  *   sits at ((r * K/128 + c) * NM + m)
  *   * chunk_bytes, where NM = 2 for the fused gate/up weight (m = 0 gate w1, 1 up w3) and 1 for w2.
  *   Inside a chunk, lane t = 4g+q of the warp that owns the 16 rows loads 16 bytes at t*16 and
  *   512 + t*16: exactly its mma.m16n8k16 A fragments (rows g, g+8) for 8 k-steps, with the inputs
  *   permuted so that the matching activation fragments are one 16-byte shared-memory load
  *   (lane q covers inputs 8q..8q+7 of every 32). Inside each 32-bit word the 8 nibbles are placed
- *   so that a rotate and a mask drop them into bf16 bit positions (see moe_fp4_common.cuh).
+ *   so that a rotate (or a multiply) and a mask drop them into bf16 bit positions (moe_fp4_common.cuh).
  *   Scale codes are the block scales re-encoded as unsigned E5M3 relative to the tensor's smallest
  *   exponent (exact for every E4M3 and for E8M0 within 32 binades); the rest of the scale, with
  *   NVFP4's weight_scale_2, is one fp32 multiplier per tensor applied to the accumulator.
@@ -65,6 +65,8 @@ static inline MOE_HD size_t moe_fp4_matrix_bytes(int fmt, int n, int k)
 cudaError_t moe_scale_emin(const uint8_t *scales, size_t n_scales, int fmt, int *emin_dev, cudaStream_t st);
 /* Repack one FP4 matrix (checkpoint layout: q [n][k/2], scales [n][k/sb]) into slot m of NM at dst.
  * Counts scales that had to be clamped (more than 31 binades above emin) into *clamped_dev. */
+/* The bf16 exponent bias F0 of the repacked scale codes: post = 2^(253 + emin - F0) * weight_scale_2. */
+int moe_repack_f0(void);
 cudaError_t moe_repack_fp4(const uint8_t *q, const uint8_t *scales, int fmt, int n, int k, int emin,
                            uint8_t *dst, int nm, int m, int *clamped_dev, cudaStream_t st);
 /* Repack one FP8 E4M3 matrix [n][k] into slot m of NM at dst. */

@@ -142,7 +142,7 @@ static int repack_one(moe_cuda_layer *L, const uint8_t *q, const uint8_t *sc, fl
         if (e == cudaSuccess) e = cudaMemcpy(got, scratch, sizeof got, cudaMemcpyDeviceToHost);
         if (e == cudaSuccess) {
             L->clamped_scales += got[1];
-            *post = ldexpf(scale2, 253 + emin - 190);   /* 190 = MOE_F0 */
+            *post = ldexpf(scale2, 253 + emin - moe_repack_f0());
             rc = 0;
         }
     }

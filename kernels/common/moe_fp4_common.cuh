@@ -4,32 +4,65 @@
  * FP4 -> bf16 in registers. A bf16 whose exponent field holds E2M1's two exponent bits and whose top
  * mantissa bit holds E2M1's mantissa bit is exactly e2m1_value * 2^-126 (E2M1's subnormal 0.5 lands
  * on a bf16 subnormal), so a code needs only to be masked into bits {6,7,8} (+15 for the sign) of a
- * 16-bit lane. One 32-bit word carries 4 such bf16x2 pairs; the repacker places each pair's 8 bits
- * so that pairs 0..2 come out with one rotate + one AND (rotations 0, 4, 10) and pair 3 with two
- * rotates, an AND and a LOP3 (no single-rotation tiling of a word exists: checked exhaustively).
- * The bf16 pair is then multiplied (exact) by the block's scale factor, a bf16 made from the
- * E5M3 scale code by one integer multiply-add: bits = code*16 + (F0 << 7).
+ * 16-bit lane. One 32-bit word carries 4 such bf16x2 pairs. MOE_DQ selects how the repacker places them:
+ *   1 (default, v18): pair 0 is the word masked, pairs 1-2 a rotation (3, 6) and a mask, pair 3 the
+ *     word masked to its 8 bits, times 2^3 + 2^8 + 2^14 (one IMAD, on the FMA pipe: the three shifted
+ *     copies never overlap, so there are no carries) and masked: 7 integer-pipe ops + 1 IMAD per word.
+ *   0 (v3-v17): rotations 0, 4, 10 and a two-rotation pair 3: 9 integer-pipe ops per word.
+ * No layout gives every pair one rotate + one mask, nor 6 or fewer integer-pipe ops with IMAD-shifted
+ * pairs (exhaustive searches, bench/NOTES.md v18).
+ * The bf16 pair is then multiplied (exact) by the block's scale factor, a bf16 whose bits are
+ * code * 16 + (F0 << 7), built from the E5M3 scale code:
+ *   MOE_DQ 1: F0 = 192 (no bits below 12, so the sum is an OR). A lane's 8 codes (4 k32 blocks x rows g,
+ *     g+8) are stored [g b0, g b1, g+8 b0, g+8 b1][g b2, g b3, g+8 b2, g+8 b3], so one shift and one
+ *     LOP3 give two factors at once (row g in the low lane, g+8 in the high one), which the bf16x2
+ *     multiply takes with a half broadcast (moe_bf16x2_mul_lo/_hi).
+ *   MOE_DQ 0: F0 = 190, codes stored [g b0..b3][g+8 b0..b3], one shift + mask + IMAD per factor.
  * Net: w_bf16 = e2m1 * scale * 2^(F0-253-emin); the fp32 accumulator is multiplied by
- * post = 2^(253+emin-F0) * weight_scale_2 once at the end.
+ * post = 2^(253+emin-F0) * weight_scale_2 once at the end (moe_repack_f0() gives F0 to the host).
  */
 #ifndef SLUICE_MOE_FP4_COMMON_CUH
 #define SLUICE_MOE_FP4_COMMON_CUH
 
 #include <stdint.h>
 
-#define MOE_F0 190                      /* bf16 exponent bias of scale code 0 */
+#ifndef MOE_DQ
+#define MOE_DQ 1
+#endif
+#if MOE_DQ
+#define MOE_F0 192                      /* bf16 exponent bias of scale code 0 */
+#else
+#define MOE_F0 190
+#endif
 #define MOE_FP4_MASK 0x81C081C0u        /* bf16x2 bits {6,7,8,15} of each lane */
+#define MOE_FP4_P3_BITS 0x001B001Bu     /* MOE_DQ 1: the stored bits of pair 3 */
+#define MOE_FP4_P3_MUL 0x00004108u      /* 2^3 + 2^8 + 2^14 */
 
 /* Stored bit position (0..31) in its word of bit b (0..3: mantissa, exp lo, exp hi, sign) of
  * element L (0/1) of pair j (0..3). */
 __host__ __device__ static inline int moe_fp4_bitpos(int j, int L, int b)
 {
-    int o = (b == 3 ? 15 : 6 + b) + 16 * L;
+    const int o = (b == 3 ? 15 : 6 + b) + 16 * L;
+#if MOE_DQ
+    if (j < 3) return (o + 3 * j) & 31;
+    return (b < 2 ? b + 3 : b - 2) + 16 * L;   /* bits 3,4,0,1 (+16L) land on 6,7,8,15 (+16L) */
+#else
     if (j < 3) {
         const int rot = j == 0 ? 0 : (j == 1 ? 4 : 10);
         return (o + rot) & 31;
     }
     return b == 2 ? ((o + 6) & 31) : ((o + 14) & 31);
+#endif
+}
+
+/* Byte (0..7) of a lane's 8 scale codes holding row half hi (0: row g, 1: g+8) of k32 block ug (0..3). */
+__host__ __device__ static inline int moe_fp4_scale_byte(int hi, int ug)
+{
+#if MOE_DQ
+    return (ug >> 1) * 4 + hi * 2 + (ug & 1);
+#else
+    return hi * 4 + ug;
+#endif
 }
 
 __device__ __forceinline__ uint32_t moe_rotr(uint32_t w, int s) { return __funnelshift_r(w, w, s); }
@@ -37,18 +70,33 @@ __device__ __forceinline__ uint32_t moe_rotr(uint32_t w, int s) { return __funne
 /* 4 bf16x2 pairs (value * 2^-126) from one repacked word. */
 __device__ __forceinline__ void moe_fp4_word(uint32_t w, uint32_t p[4])
 {
+#if MOE_DQ
+    p[0] = w & MOE_FP4_MASK;
+    p[1] = moe_rotr(w, 3) & MOE_FP4_MASK;
+    p[2] = moe_rotr(w, 6) & MOE_FP4_MASK;
+    p[3] = ((w & MOE_FP4_P3_BITS) * MOE_FP4_P3_MUL) & MOE_FP4_MASK;
+#else
     p[0] = w & MOE_FP4_MASK;
     p[1] = moe_rotr(w, 4) & MOE_FP4_MASK;
     p[2] = moe_rotr(w, 10) & MOE_FP4_MASK;
     const uint32_t x = moe_rotr(w, 14) & 0x80C080C0u;  /* rotl 18 */
     const uint32_t y = moe_rotr(w, 6) & 0x01000100u;   /* rotl 26 */
     p[3] = x | y;
+#endif
 }
 
-/* bf16x2 factor from a scale code (0..255) */
+/* bf16x2 factor from a scale code (0..255) (MOE_DQ 0) */
 __device__ __forceinline__ uint32_t moe_scale_factor(uint32_t code)
 {
     return code * 0x00100010u + ((uint32_t)(MOE_F0 << 7) * 0x00010001u);
+}
+
+/* MOE_DQ 1: the factors of k32 block ug from a lane's two code words sx (blocks 0-1), sy (2-3):
+ * row g in the low lane, row g+8 in the high one. */
+__device__ __forceinline__ uint32_t moe_scale_factors2(uint32_t sx, uint32_t sy, int ug)
+{
+    const uint32_t s = ug < 2 ? sx : sy;
+    return ((ug & 1 ? s >> 4 : s << 4) & 0x0FF00FF0u) | ((uint32_t)(MOE_F0 << 7) * 0x00010001u);
 }
 
 /* Two E4M3 bytes (selected by prmt selector) -> bf16x2 of value * 2^-120 */
@@ -62,6 +110,22 @@ __device__ __forceinline__ uint32_t moe_bf16x2_mul(uint32_t a, uint32_t b)
 {
     uint32_t d;
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+/* a * {f.lo, f.lo} and a * {f.hi, f.hi}: the broadcast folds into the multiply's operand (.H0_H0). */
+__device__ __forceinline__ uint32_t moe_bf16x2_mul_lo(uint32_t a, uint32_t f)
+{
+    uint32_t d;
+    asm("{ .reg .b16 l, h; .reg .b32 b; mov.b32 {l, h}, %2; mov.b32 b, {l, l}; mul.rn.bf16x2 %0, %1, b; }"
+        : "=r"(d) : "r"(a), "r"(f));
+    return d;
+}
+__device__ __forceinline__ uint32_t moe_bf16x2_mul_hi(uint32_t a, uint32_t f)
+{
+    uint32_t d;
+    asm("{ .reg .b16 l, h; .reg .b32 b; mov.b32 {l, h}, %2; mov.b32 b, {h, h}; mul.rn.bf16x2 %0, %1, b; }"
+        : "=r"(d) : "r"(a), "r"(f));
     return d;
 }
 

@@ -141,15 +141,24 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
         for (int grp = 0; grp < 2; grp++) {
 #pragma unroll
             for (int m = 0; m < NM; m++) {
+#if MOE_DQ
+                const uint32_t f = moe_scale_factors2(st.s[m].x, st.s[m].y, 2 * u + grp);
+#else
                 const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
                 const uint32_t c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;
                 const uint32_t fg = moe_scale_factor(cg), f8 = moe_scale_factor(c8);
+#endif
 #pragma unroll
                 for (int step = 0; step < 2; step++) {
                     uint32_t p[4];
                     moe_fp4_word(u4get(st.w[m][u], grp * 2 + step), p);
+#if MOE_DQ
+                    const uint32_t a0 = moe_bf16x2_mul_lo(p[0], f), a1 = moe_bf16x2_mul_hi(p[1], f);
+                    const uint32_t a2 = moe_bf16x2_mul_lo(p[2], f), a3 = moe_bf16x2_mul_hi(p[3], f);
+#else
                     const uint32_t a0 = moe_bf16x2_mul(p[0], fg), a1 = moe_bf16x2_mul(p[1], f8);
                     const uint32_t a2 = moe_bf16x2_mul(p[2], fg), a3 = moe_bf16x2_mul(p[3], f8);
+#endif
 #pragma unroll
                     for (int j = 0; j < NT; j++)   /* the dequantised fragment serves every n-tile */
                         moe_mma_bf16(acc[m][j], a0, a1, a2, a3, u4get(x.v[j][u * 2 + grp], step * 2),

@@ -84,7 +84,7 @@ __global__ void k_repack_fp4_w(const uint8_t *q, const uint8_t *sc, int fmt, int
 }
 
 /* One thread per scale code in the chunk's scale region. Lane (g, q) reads 8 bytes: the codes of
- * rows g (bytes 0..3) and g+8 (bytes 4..7) for its (k64 unit u, k32 group grp) = byte 2u + grp.
+ * rows g and g+8 for its 4 (k64 unit u, k32 group grp) blocks, at moe_fp4_scale_byte(row half, 2u + grp).
  * MXFP4 (block 32): region [g][8]. NVFP4 (block 16): region [g][q>>1][8], block = 4u + 2grp + (q>>1). */
 __global__ void k_repack_fp4_s(const uint8_t *sc, int fmt, int n, int k, int emin, uint8_t *dst, int nm,
                                int m, int *clamped)
@@ -99,7 +99,10 @@ __global__ void k_repack_fp4_s(const uint8_t *sc, int fmt, int n, int k, int emi
         int g, hq, byte;
         if (fmt == MOE_FP4_NVFP4) g = i >> 4, hq = (i >> 3) & 1, byte = i & 7;
         else g = i >> 3, hq = 0, byte = i & 7;
-        const int hi = byte >> 2, ug = byte & 3;          /* ug = 2u + grp */
+        int hi = 0, ug = 0;                               /* ug = 2u + grp */
+        for (int h = 0; h < 2; h++)
+            for (int b = 0; b < 4; b++)
+                if (moe_fp4_scale_byte(h, b) == byte) hi = h, ug = b;
         const int blk = fmt == MOE_FP4_NVFP4 ? 2 * ug + hq : ug;
         const int row = 16 * r + g + 8 * hi;
         int E = 0, m3 = 0;
@@ -122,6 +125,8 @@ static int grid_for(size_t n)
     size_t b = (n + 255) / 256;
     return (int)(b > 4096 ? 4096 : (b < 1 ? 1 : b));
 }
+
+extern "C" int moe_repack_f0(void) { return MOE_F0; }
 
 extern "C" cudaError_t moe_repack_fp4(const uint8_t *q, const uint8_t *scales, int fmt, int n, int k, int emin,
                                       uint8_t *dst, int nm, int m, int *clamped_dev, cudaStream_t st)
