@@ -234,13 +234,13 @@ static int bench_moe(int argc, char **argv)
              * 1-tile launches, bit 1 the 2-tile ones, default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default
              * 256), each stage's 2-tile launch first NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF
              * (moe_cuda_ws.pf, default 0) up to batch PM (default 8) with PD MB of routed down weights (default
-             * 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 32),
+             * 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 16),
              * top-k and lists as one launch up to batch TL (default 32), the shared launches at the highest
              * priority SP (moe_cuda_ws.side_prio, default 0), T <= FS (<= 8) as one expert launch (moe_cuda_ws.fuse_small,
-             * default 2) with routed gate/up tiles in KG K parts (default 2) up to batch KX (default 1), the
+             * default 8) with routed gate/up tiles in KG K parts (default 2) up to batch KX (default 1), the
              * shared gate/up tiles in KH (default 4) and SR 16-row tiles per down item (default 2); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 32, 32, 0, 2, 2, 1, 4, 2};
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 32, 0, 8, 2, 1, 4, 2};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {

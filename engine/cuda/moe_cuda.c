@@ -293,9 +293,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->dyn_max_t = 256;
     W->fuse1 = 3;              /* v16: the 1-tile stages as one launch, releasing the 2-tile down at its start
                                   (A/B in bench/NOTES.md v16: 32-256 -0.5..-2 %, skewed 64-128 -2.5..-3.5 %) */
-    W->fuse1_min_t = 32;       /* (at 16: +2.5 %) */
-    W->fuse_small = 2;         /* v17: T <= 2 runs the whole expert work as that one launch (NOTES v17: batch 1
-                                  -5.5 %, 2 -8 %; 4 and 8 +1..1.5 %) */
+    W->fuse1_min_t = 16;       /* (v16 at 16: +2.5 %; v18, fewer dequant ops: -4.5 %) */
+    W->fuse_small = 8;         /* v17: T <= 2 ran the whole expert work as that one launch (NOTES v17: batch 1
+                                  -5.5 %, 2 -8 %; 4 and 8 +1..1.5 %); v18 (fewer dequant ops): up to 8 (4 -3 %, 8 -2 %) */
     W->fs_ks_gu = 2;           /* ... routed gate/up tiles in 2 K parts */
     W->fs_ks_max_t = 1;        /* ... up to this batch */
     W->fs_ks_sh = 4;           /* ... the shared gate/up tiles in 4 */

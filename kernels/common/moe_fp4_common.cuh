@@ -93,10 +93,18 @@ __device__ __forceinline__ uint32_t moe_scale_factor(uint32_t code)
 
 /* MOE_DQ 1: the factors of k32 block ug from a lane's two code words sx (blocks 0-1), sy (2-3):
  * row g in the low lane, row g+8 in the high one. */
+/* ORS (MOE_SCALE_OR, default: the 1-tile kernels): the exponent bits come from a constant-bank word,
+ * so the mask and the OR are one LOP3 instead of two (LOP3 takes one immediate); the 2-tile kernels
+ * keep the immediates (the mask's register made the 128-row 2-tile down spill). A/B: bench/NOTES.md v18. */
+#ifndef MOE_SCALE_OR
+#define MOE_SCALE_OR 1
+#endif
+__constant__ uint32_t moe_f0_bits = (uint32_t)(MOE_F0 << 7) * 0x00010001u;
+template <bool ORS>
 __device__ __forceinline__ uint32_t moe_scale_factors2(uint32_t sx, uint32_t sy, int ug)
 {
-    const uint32_t s = ug < 2 ? sx : sy;
-    return ((ug & 1 ? s >> 4 : s << 4) & 0x0FF00FF0u) | ((uint32_t)(MOE_F0 << 7) * 0x00010001u);
+    const uint32_t s = ug < 2 ? sx : sy, m = (ug & 1 ? s >> 4 : s << 4) & 0x0FF00FF0u;
+    return ORS ? m | moe_f0_bits : m | ((uint32_t)(MOE_F0 << 7) * 0x00010001u);
 }
 
 /* Two E4M3 bytes (selected by prmt selector) -> bf16x2 of value * 2^-120 */

@@ -142,7 +142,7 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
 #pragma unroll
             for (int m = 0; m < NM; m++) {
 #if MOE_DQ
-                const uint32_t f = moe_scale_factors2(st.s[m].x, st.s[m].y, 2 * u + grp);
+                const uint32_t f = moe_scale_factors2<MOE_SCALE_OR && NT == 1>(st.s[m].x, st.s[m].y, 2 * u + grp);
 #else
                 const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
                 const uint32_t c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;

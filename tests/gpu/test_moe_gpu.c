@@ -420,8 +420,8 @@ int main(int argc, char **argv)
                         .route_scale = 1.5f, .swiglu_limit = 1.0f, .has_shared = 1, .fp4_fmt = QT_NVFP4};
     make_model(&M, &L, &a, 0, 1);
     if (moe_cuda_ws_init(&W, &L, 257)) return 1;
-    const int batches[] = {1, 2, 7, 64, 257};
-    for (int i = 0; i < 5; i++) run_case("nvfp4 sqrtsoftplus", &M, &L, &W, batches[i], 0);
+    const int batches[] = {1, 2, 7, 64, 257, 8, 16};   /* 8, 16: the default one launch / fused stages (v18) */
+    for (int i = 0; i < 7; i++) run_case("nvfp4 sqrtsoftplus", &M, &L, &W, batches[i], 0);
     for (int i = 0; i < 3; i++) run_fused("nvfp4 sqrtsoftplus (one launch)", &M, &L, &W, batches[i], 0);
     run_fused("nvfp4 skewed (one launch)", &M, &L, &W, 8, 1);
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 257, 1);
