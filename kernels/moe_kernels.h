@@ -167,6 +167,11 @@ typedef struct {
                                                  (I/16) * (1 + min(8 * topk, E)) tiles */
     unsigned *pcnt;                           /* their arrival counts, one word per tile, zeroed (every completed
                                                  launch leaves them zero) */
+    int sh_row0;                              /* set by moe_experts_fused1: the shared expert's first row in
+                                                 h and y, T * topk (its rows follow the routed pairs) */
+    int early_sh;                             /* v18, moe_experts_fused1 with T <= 8: the warps whose first
+                                                 item is a shared gate/up tile part run it before the wait
+                                                 on the lists */
 } moe_expert_args;
 #define MOE_PARTS_MAX 4
 /* the ticket counters, and the fused launch's per-expert counts, one 128-byte line each (v17) */

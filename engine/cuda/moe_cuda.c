@@ -300,6 +300,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fs_ks_max_t = 1;        /* ... up to this batch */
     W->fs_ks_sh = 4;           /* ... the shared gate/up tiles in 4 */
     W->fs_rm = 2;              /* ... 128-row down items */
+    W->fs_early_sh_max_t = 2;  /* v18: shared gate/up before the lists (A/B: batch 1 -1.9 %, 2 -3.3 %, 4 +1.4 %,
+                                  8 -1.9 %: kept where it is no loss below 4) */
     W->topk_lists_max_t = 32;  /* v9 */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
@@ -471,6 +473,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         ar.part = W->part;
         ar.pcnt = W->pcnt;
         ar.down_rm = W->fs_rm;
+        ar.early_sh = T <= W->fs_early_sh_max_t;
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->grid_f1s, W->h, W->y, st),
            "experts (one launch)");
         MARK(4);

@@ -82,6 +82,8 @@ typedef struct {
     int fs_ks_gu, fs_ks_max_t;        /* ... with routed gate/up tiles in fs_ks_gu K parts up to this batch */
     int fs_ks_sh;                     /* ... and the shared gate/up tiles in this many */
     int fs_rm;                        /* ... and down items of fs_rm 16-row tiles (1 or 2) */
+    int fs_early_sh_max_t;            /* v18: ... and up to this batch the shared gate/up tiles that are warps'
+                                         first items start before the wait on the lists */
     int grid_f1, grid_f1s;            /* resident blocks of the fused 1-tile launch, T > 8 and T <= 8 */
     float *part;                      /* its K-part partial sums and their counts (moe_expert_args.part, .pcnt) */
     unsigned *pcnt;

@@ -369,6 +369,13 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #ifndef MOE_TRACE_ITEMS
 #define MOE_TRACE_ITEMS 0
 #endif
+/* v18 (moe_expert_args.early_sh): in the T <= 8 launch a warp whose first item is a shared gate/up tile
+ * part runs it before the launch's PDL wait on the lists: it reads only x, which is complete once this
+ * launch runs (every router kernel releases its dependents only after its own wait, so the kernel that
+ * wrote x is done). MOE_EARLY_SH 0 compiles it out. */
+#ifndef MOE_EARLY_SH
+#define MOE_EARLY_SH 1
+#endif
 
 template <int FMT, int RM, int SMALL>
 __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts1(moe_expert_args a, const uint16_t *x, const int32_t *off,
@@ -383,20 +390,49 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
     unsigned *const draw = a.tickets + 8, *const fin = a.tickets + 9;
     const bool tr = MOE_TRACE_ITEMS && g_moe_trace != nullptr;
     const unsigned long long t_start = tr ? moe_now() : 0;
-    if (SMALL) moe_pdl_wait();   /* launched right after the lists */
-    item_tables1(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM);
     const bool sh = SMALL && a.has_shared;
     const int ksg = SMALL ? a.ks_gu : 1, kss = sh ? a.ks_sh : 1, tiles_sh = a.I / MOE_TILE_ROWS;
     const int nsg = sh ? tiles_sh * kss : 0;                  /* shared gate/up warp-items */
+    const int ncg = a.H / 128, ncd = a.I / 128, ncp = ncg / ksg;   /* chunks per routed gate/up K part */
+    uint8_t *ring = smem + warp * EX_RING;
+    const int nw = (int)gridDim.x * MOE_WARPS, gw = (int)blockIdx.x * MOE_WARPS + warp;
+    /* shared gate/up warp-item w: FP8 16-row tile w / kss, K part w % kss; its T rows of h from sh_row0 */
+    auto shared_gu = [&](int w) {
+#if EX_FP8_OK
+        const unsigned long long t_item = tr ? moe_now() : 0;
+        const int r = w / kss, part = w % kss, ntok = a.T, p0 = a.sh_row0;
+        float acc[2][1][4];
+        int prow[1] = {g < ntok ? g : 0};   /* x row = token */
+        fp8_rowtile<2, 2, 1>(a.sh_w13 + (size_t)r * ncg * 2 * MOE_FP8_CHUNK_BYTES, a.H, part * ncg / kss,
+                             (part + 1) * ncg / kss, a.sh_s13 + (size_t)(r * MOE_TILE_ROWS / 128) * ncg,
+                             (a.I / 128) * (a.H / 128), ring, x, NULL, prow, acc);
+        if (kss == 1 || part_reduce<2>(acc, a.part + (size_t)r * MOE_PARTS_MAX * 256, a.pcnt + r, part, kss, lane)) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+                if (n < ntok) h[(size_t)(p0 + n) * a.I + row] = moe_f32_to_bf16(moe_swiglu(acc[0][0][i], acc[1][0][i], a.limit));
+            }
+            __syncwarp();
+            if (lane == 0) {
+                __threadfence();
+                atomicAdd(MOE_DONE(a.tickets, a.E), 1u);
+            }
+        }
+        if (tr) moe_trace_span(MOE_TR_SH_GU, t_item);
+#else
+        __trap();
+#endif
+    };
+    const bool early = SMALL && MOE_EARLY_SH && a.early_sh && gw < nsg;
+    if (early) shared_gu(gw);
+    if (SMALL) moe_pdl_wait();   /* launched right after the lists */
+    item_tables1(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM);
     const int wg = nsg + s_ig[nE] * MOE_WARPS * ksg;          /* every gate/up warp-item */
     const int wsd = wg + (sh ? a.H / MOE_TILE_ROWS : 0);      /* + the shared down's */
     const int wtot = wsd + s_id[nE] * MOE_WARPS;
-    const int ncg = a.H / 128, ncd = a.I / 128, ncp = ncg / ksg;   /* chunks per routed gate/up K part */
     const size_t rtg = (size_t)ncg * 2 * moe_fp4_chunk_bytes(FMT), rtd = (size_t)ncd * moe_fp4_chunk_bytes(FMT);
     const unsigned need = (unsigned)(a.I / MOE_TILE_ROWS);   /* gate/up tiles of a <= 8-token expert */
-    uint8_t *ring = smem + warp * EX_RING;
     constexpr int SF = SMALL ? MOE_STATIC_FIRST : MOE_STATIC_FIRST_L;
-    const int nw = (int)gridDim.x * MOE_WARPS, gw = (int)blockIdx.x * MOE_WARPS + warp;
     auto take = [&]() {
         unsigned t = 0;
         if (lane == 0) t = atomicAdd(draw, 1u);
@@ -405,7 +441,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
     /* warp-item w: the shared expert's items carry e = E, r = its 16-row tile, its T pairs from off[E] */
     auto decode = [&](int w) {
         if (SMALL && (w < nsg || (w >= wg && w < wsd)))
-            return Item{a.E, w < nsg ? w / kss : w - wg, s_off[nE], a.T};
+            return Item{a.E, w < nsg ? w / kss : w - wg, a.sh_row0, a.T};
         if (w < wg) {
             const int t = (w - nsg) / ksg;
             return decode_item<1>(s_ig, s_off, nE, t >> 2, t & 3, false);
@@ -413,8 +449,9 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
         return decode_item<1>(s_id, s_off, nE, (w - wsd) >> 2, (w - wsd) & 3, false);
     };
     if (a.fuse_early) moe_pdl_release();
-    int wi = SF >= 1 ? min(gw, wtot) : take();
-    int wn = wi >= wtot ? wtot : SF >= 2 ? min(gw + nw, wtot) : take();
+    /* an early warp has taken its first own item (gw) already: its second (gw + nw) is next */
+    int wi = SF >= 1 ? min(early ? gw + nw : gw, wtot) : take();
+    int wn = wi >= wtot ? wtot : SF >= 2 && !early ? min(gw + nw, wtot) : take();
     if (tr && SMALL) moe_trace_span(MOE_TR_TICKET, t_start);
     unsigned pend = 0;   /* lane 0: the ticket drawn for the item after wn */
     bool primed = false;
@@ -426,29 +463,8 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
         float acc[2][1][4];
         if (SMALL && wi < nsg) {   /* shared gate/up: FP8 16-row tile r, K part wi % kss */
-#if EX_FP8_OK
-            const int part = wi % kss;
-            int prow[1] = {g < ntok ? g : 0};   /* x row = token */
-            fp8_rowtile<2, 2, 1>(a.sh_w13 + (size_t)r * ncg * 2 * MOE_FP8_CHUNK_BYTES, a.H, part * ncg / kss,
-                                 (part + 1) * ncg / kss, a.sh_s13 + (size_t)(r * MOE_TILE_ROWS / 128) * ncg,
-                                 (a.I / 128) * (a.H / 128), ring, x, NULL, prow, acc);
+            shared_gu(wi);
             primed = false;
-            if (kss == 1 || part_reduce<2>(acc, a.part + (size_t)r * MOE_PARTS_MAX * 256, a.pcnt + r, part, kss, lane)) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
-                    if (n < ntok) h[(size_t)(p0 + n) * a.I + row] = moe_f32_to_bf16(moe_swiglu(acc[0][0][i], acc[1][0][i], a.limit));
-                }
-                __syncwarp();
-                if (lane == 0) {
-                    __threadfence();
-                    atomicAdd(MOE_DONE(a.tickets, e), 1u);
-                }
-            }
-            if (tr) moe_trace_span(MOE_TR_SH_GU, t_item);
-#else
-            __trap();
-#endif
         } else if (SMALL && wi >= wg && wi < wsd) {   /* shared down: FP8 16-row tile r, once the shared h is complete */
 #if EX_FP8_OK
             int prow[1] = {p0 + (g < ntok ? g : 0)};
@@ -715,6 +731,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     b.overlap = 0;
     b.early = 1;
     b.T = T;
+    b.sh_row0 = T * topk;   /* the shared expert's rows follow the routed pairs, as moe_cuda's ysh */
     if (small) {   /* v17: the whole expert work in one launch; it waits on the lists itself */
         b.ks_gu = ksg;
         b.ks_sh = kss;

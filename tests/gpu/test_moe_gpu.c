@@ -494,14 +494,17 @@ int main(int argc, char **argv)
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
            up to 8: every part count, 64-row down items, the shared expert's own launches beside it, and the
            v16 launches (off) */
-        const int ks = W.fs_ks_gu, kx = W.fs_ks_max_t, kh = W.fs_ks_sh, rm = W.fs_rm, sh = W.shared_min_t;
+        const int ks = W.fs_ks_gu, kx = W.fs_ks_max_t, kh = W.fs_ks_sh, rm = W.fs_rm, sh = W.shared_min_t,
+                  fs = W.fuse_small, es = W.fs_early_sh_max_t;
         W.fs_ks_max_t = 8;
         W.fuse_small = 8;
         for (int v = 0; v < 4; v++) {
             static const int kg[4] = {1, 4, 2, 4}, ksh[4] = {1, 2, 4, 1}, rms[4] = {2, 1, 1, 2};
-            char nm[96];
+            char nm[128];
             W.fs_ks_gu = kg[v], W.fs_ks_sh = ksh[v], W.fs_rm = rms[v];
-            snprintf(nm, sizeof nm, "nvfp4, one expert launch (K parts %d / %d, down %d tiles)", kg[v], ksh[v], rms[v]);
+            W.fs_early_sh_max_t = v & 1 ? 0 : 8;   /* v18: shared gate/up before the lists, or after */
+            snprintf(nm, sizeof nm, "nvfp4, one expert launch (K parts %d / %d, down %d tiles, early shared %d)", kg[v],
+                     ksh[v], rms[v], W.fs_early_sh_max_t);
             run_case(nm, &M, &L, &W, 1, 0);
             run_case(nm, &M, &L, &W, 8, 0);
             run_case(nm, &M, &L, &W, 8, 0);   /* back to back: the counts it leaves must be zero */
@@ -511,11 +514,11 @@ int main(int argc, char **argv)
         run_case("nvfp4, one expert launch, shared launches", &M, &L, &W, 3, 0);
         run_case("nvfp4 skewed, one expert launch, shared launches", &M, &L, &W, 8, 1);
         W.shared_min_t = sh;
-        W.fs_ks_gu = ks, W.fs_ks_max_t = kx, W.fs_ks_sh = kh, W.fs_rm = rm;
+        W.fs_ks_gu = ks, W.fs_ks_max_t = kx, W.fs_ks_sh = kh, W.fs_rm = rm, W.fs_early_sh_max_t = es;
         W.fuse_small = 0;
         for (int i = 0; i < 3; i++) run_case("nvfp4, v16 launches below 9", &M, &L, &W, batches[i], 0);
         run_case("nvfp4 skewed, v16 launches below 9", &M, &L, &W, 8, 1);
-        W.fuse_small = 2;
+        W.fuse_small = fs;
     }
     {   /* the shared expert's launches at the highest priority (v16) */
         W.side_prio = 1;
