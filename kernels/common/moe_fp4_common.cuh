@@ -10,7 +10,7 @@
  *     copies never overlap, so there are no carries) and masked: 7 integer-pipe ops + 1 IMAD per word.
  *   0 (v3-v17): rotations 0, 4, 10 and a two-rotation pair 3: 9 integer-pipe ops per word.
  * No layout gives every pair one rotate + one mask, nor 6 or fewer integer-pipe ops with IMAD-shifted
- * pairs (exhaustive searches, bench/NOTES.md v18).
+ * pairs (bench/fp4_layout_search.py).
  * The bf16 pair is then multiplied (exact) by the block's scale factor, a bf16 whose bits are
  * code * 16 + (F0 << 7), built from the E5M3 scale code:
  *   MOE_DQ 1: F0 = 192 (no bits below 12, so the sum is an OR). A lane's 8 codes (4 k32 blocks x rows g,
