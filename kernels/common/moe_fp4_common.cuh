@@ -34,6 +34,7 @@
 #else
 #define MOE_F0 190
 #endif
+#define MOE_F0_BITS ((uint32_t)(MOE_F0 << 7) * 0x00010001u)   /* F0 << 7 in both bf16 lanes */
 #define MOE_FP4_MASK 0x81C081C0u        /* bf16x2 bits {6,7,8,15} of each lane */
 #define MOE_FP4_P3_BITS 0x001B001Bu     /* MOE_DQ 1: the stored bits of pair 3 */
 #define MOE_FP4_P3_MUL 0x00004108u      /* 2^3 + 2^8 + 2^14 */
@@ -88,7 +89,7 @@ __device__ __forceinline__ void moe_fp4_word(uint32_t w, uint32_t p[4])
 /* bf16x2 factor from a scale code (0..255) (MOE_DQ 0) */
 __device__ __forceinline__ uint32_t moe_scale_factor(uint32_t code)
 {
-    return code * 0x00100010u + ((uint32_t)(MOE_F0 << 7) * 0x00010001u);
+    return code * 0x00100010u + MOE_F0_BITS;
 }
 
 /* MOE_DQ 1: the factors of k32 block ug from a lane's two code words sx (blocks 0-1), sy (2-3):
@@ -99,12 +100,12 @@ __device__ __forceinline__ uint32_t moe_scale_factor(uint32_t code)
 #ifndef MOE_SCALE_OR
 #define MOE_SCALE_OR 1
 #endif
-__constant__ uint32_t moe_f0_bits = (uint32_t)(MOE_F0 << 7) * 0x00010001u;
+__constant__ uint32_t moe_f0_bits = MOE_F0_BITS;
 template <bool ORS>
 __device__ __forceinline__ uint32_t moe_scale_factors2(uint32_t sx, uint32_t sy, int ug)
 {
     const uint32_t s = ug < 2 ? sx : sy, m = (ug & 1 ? s >> 4 : s << 4) & 0x0FF00FF0u;
-    return ORS ? m | moe_f0_bits : m | ((uint32_t)(MOE_F0 << 7) * 0x00010001u);
+    return m | (ORS ? moe_f0_bits : MOE_F0_BITS);
 }
 
 /* Two E4M3 bytes (selected by prmt selector) -> bf16x2 of value * 2^-120 */

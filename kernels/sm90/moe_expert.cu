@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
         if (lane == 0) t = atomicAdd(draw, 1u);
         return min(SF * nw + (int)__shfl_sync(0xffffffffu, t, 0), wtot);
     };
-    /* warp-item w: the shared expert's items carry e = E, r = its 16-row tile, its T pairs from off[E] */
+    /* warp-item w: the shared expert's items carry e = E, r = its 16-row tile, its T rows from sh_row0 */
     auto decode = [&](int w) {
         if (SMALL && (w < nsg || (w >= wg && w < wsd)))
             return Item{a.E, w < nsg ? w / kss : w - wg, a.sh_row0, a.T};

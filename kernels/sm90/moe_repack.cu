@@ -96,13 +96,10 @@ __global__ void k_repack_fp4_s(const uint8_t *sc, int fmt, int n, int k, int emi
         const int i = (int)(id % per_chunk);
         const size_t rc = id / per_chunk;
         const int r = (int)(rc / nc), c = (int)(rc % nc);
-        int g, hq, byte;
-        if (fmt == MOE_FP4_NVFP4) g = i >> 4, hq = (i >> 3) & 1, byte = i & 7;
-        else g = i >> 3, hq = 0, byte = i & 7;
-        int hi = 0, ug = 0;                               /* ug = 2u + grp */
-        for (int h = 0; h < 2; h++)
-            for (int b = 0; b < 4; b++)
-                if (moe_fp4_scale_byte(h, b) == byte) hi = h, ug = b;
+        int g, hq;
+        if (fmt == MOE_FP4_NVFP4) g = i >> 4, hq = (i >> 3) & 1;
+        else g = i >> 3, hq = 0;
+        const int hi = (i >> 2) & 1, ug = i & 3;          /* ug = 2u + grp; stored at moe_fp4_scale_byte */
         const int blk = fmt == MOE_FP4_NVFP4 ? 2 * ug + hq : ug;
         const int row = 16 * r + g + 8 * hi;
         int E = 0, m3 = 0;
@@ -116,7 +113,7 @@ __global__ void k_repack_fp4_s(const uint8_t *sc, int fmt, int n, int k, int emi
             code = 255;
             atomicAdd(clamped, 1);
         }
-        dst[(((size_t)r * nc + c) * nm + m) * chunk_bytes + 1024 + i] = (uint8_t)code;
+        dst[(((size_t)r * nc + c) * nm + m) * chunk_bytes + 1024 + (i & ~7) + moe_fp4_scale_byte(hi, ug)] = (uint8_t)code;
     }
 }
 
