@@ -7,6 +7,8 @@
 # for those variants (default all). STREAM=1 runs
 # `sluice-bench stream` (compute-free streaming probe) for each variant instead of the tests and bench.
 # NCU_ARGS: more sluice-bench arguments for the profiled run (e.g. --variants ...).
+# A variant NAME builds from .ab/NAME (AB_SRC) where that folder exists, e.g. a commit's sources:
+#   mkdir -p .ab/head && git archive HEAD kernels engine tests/gpu bench | tar -x -C .ab/head   (carry .ab)
 # Usage (repo root, on the GPU machine):
 #   VARIANTS="base: rolled:-DMOE_ROLLED=1" ROUNDS=2 BENCH_ARGS="--batches 1,8,64 --routing random" \
 #     bash bench/moe_ab.sh                                     # files in $OUT
@@ -20,7 +22,8 @@ names=()
 for v in ${VARIANTS:-base:}; do
   n=${v%%:*} d=${v#*:}; d=${d//,/ }; names+=("$n")
   B=/tmp/moe-ab/$n; rm -rf $B; mkdir -p $B
-  ( for f in kernels/sm90/*.cu; do
+  S=.; [ -d "${AB_SRC:-.ab}/$n" ] && S=${AB_SRC:-.ab}/$n   # that variant's own sources (e.g. a commit's)
+  ( cd $S && for f in kernels/sm90/*.cu; do
       $NVCC -O3 $ARCH -Ikernels $d -lineinfo -Xptxas -v -c $f -o $B/$(basename $f .cu).o 2> $B/$(basename $f .cu).ptxas &
     done; wait
     gcc $CF -c engine/cuda/moe_cuda.c -o $B/moe_cuda.o && gcc $CF -c engine/quant.c -o $B/quant.o && gcc $CF -c tests/gpu/test_moe_gpu.c -o $B/t.o &&
@@ -43,7 +46,7 @@ for n in "${names[@]}"; do
     echo "   hmul2 forms: $(grep -oE 'HMUL2[^;]*' $OUT/sass-$n.txt | sed -E 's/R[0-9]+/R/g' | sort | uniq -c | sort -rn | head -4 | tr -s ' ' | tr '\n' ';')"
   fi
   case " ${TESTS:-$n} " in *" $n "*) ;; *) continue ;; esac   # TESTS="a b": test only these variants
-  timeout 150 $B/test_moe_gpu > $OUT/test-$n.log 2>&1; echo "test $n: rc $? $(tail -1 $OUT/test-$n.log)"
+  timeout ${TEST_TIMEOUT:-150} $B/test_moe_gpu > $OUT/test-$n.log 2>&1; echo "test $n: rc $? $(tail -1 $OUT/test-$n.log)"
 done
 for r in $(seq 1 ${ROUNDS:-2}); do
   for n in "${names[@]}"; do

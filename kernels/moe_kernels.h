@@ -50,7 +50,7 @@ enum { MOE_SCORE_SQRTSOFTPLUS = 0, MOE_SCORE_SOFTMAX = 1, MOE_SCORE_SIGMOID = 2 
 #endif
 /* n-tiles of 8 tokens per work item for the shared expert (T tokens): 2 (16 tokens sharing one
  * dequantised weight fragment) from T >= 256, else 1 (bench/NOTES.md v8/v9). Routed experts choose
- * on the GPU since v10: > 8 tokens -> 2 tiles, else 1 (moe_gate_up / moe_down). */
+ * on the GPU since v10: > 8 tokens -> 2 tiles, else 1 (moe_gate_up / moe_down; v19: > tok1_max). */
 static inline MOE_HD int moe_tok_tiles(int T) { return T >= 256 ? 2 : 1; }
 static inline MOE_HD size_t moe_fp4_chunk_bytes(int fmt) { return 1024 + (fmt == MOE_FP4_NVFP4 ? 128 : 64); }
 /* bytes of one repacked matrix [n, k] (NM matrices interleaved: multiply by NM) */
@@ -143,7 +143,7 @@ typedef struct {
                                                  launch starts its work without waiting for the 1-tile
                                                  launch and waits before it exits (v14) */
     unsigned *tickets;                        /* NULL: each block walks the item list with a static stride;
-                                                 else MOE_TICKET_WORDS(E) zeroed words (v15): the routed launches hand out
+                                                 else MOE_TICKET_WORDS(E, max T * topk) zeroed words (v15): the routed launches hand out
                                                  16-row tiles to warps from counters there, and the last
                                                  warp of a launch zeroes its pair again. Only with
                                                  has_shared 0 (the shared items need their block's 4 warps),
@@ -172,13 +172,21 @@ typedef struct {
     int early_sh;                             /* v18, moe_experts_fused1 with T <= 8: the warps whose first
                                                  item is a shared gate/up tile part run it before the wait
                                                  on the lists */
+    int tok1_max;                             /* v19: routed experts with up to this many tokens (8..MOE_TOK1_MAX;
+                                                 below 8: 8) take the 1-tile launches, as ceil(n / 8) token
+                                                 chunks that each stream and dequantise the expert's weights
+                                                 (the chunks of one row group are adjacent items, so the
+                                                 second read comes from L2); those with more take the 2-tile
+                                                 launches. moe_tok1() reads it. */
 } moe_expert_args;
+#define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4
-/* the ticket counters, and the fused launch's per-expert counts, one 128-byte line each (v17) */
-#define MOE_TICKET_WORDS(E) (32 + 32 * ((size_t)(E) + 1))
+/* the ticket counters, and the fused launch's done counts, one 128-byte line per key: an expert (0..E, E the
+ * shared expert) or a token chunk's first pair (0..P - 1, P = max tokens x topk; v19) */
+#define MOE_TICKET_WORDS(E, P) (32 + 32 * (((size_t)(E) > (size_t)(P) ? (size_t)(E) : (size_t)(P)) + 1))
 
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.
- * Two launches (one for T <= 8): the 1-tile kernel on grid[0] blocks takes the experts with <= 8
+ * Two launches (one for T <= 8): the 1-tile kernel on grid[0] blocks takes the experts with <= 8 (tok1_max)
  * tokens, the 2-tile kernel on grid[1] those with more (decided on the GPU from off[]; the shared
  * expert by moe_tok_tiles(T)). grid: persistent grids from moe_expert_occupancy with nt 1 and 2.
  * items is not read (the kernels derive their item lists from off[]); kept for the callers. */
@@ -191,8 +199,8 @@ cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32
 cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off,
                      const int32_t *items, int T, int topk, const int grid[2], float *y, cudaStream_t st);
 /* moe_gate_up + moe_down for T > 8 as three launches (v16): the 2-tile gate/up, then the 1-tile gate/up
- * and down as one launch in which a down item waits only for its own expert's gate/up (per-expert
- * counts in tickets), then the 2-tile down (128-row items). Needs tickets (MOE_TICKET_WORDS(E) zeroed words; every
+ * and down as one launch in which a down item waits only for its own token chunk's gate/up (counts in
+ * tickets), then the 2-tile down (128-row items). Needs tickets (MOE_TICKET_WORDS(E, max T * topk) zeroed words; every
  * completed launch leaves them zero), has_shared 0. For T <= 8 (v17) the one launch alone, with the
  * shared expert's items in it (has_shared; moe_expert_inline_shared_ok), routed / shared gate/up tiles
  * split into ks_gu / ks_sh K parts (part, pcnt) and down_rm (1 or 2) 16-row tiles per down item.

@@ -268,9 +268,10 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
     CK(cudaMalloc((void **)&W->fused_sync, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMalloc(fused sync)");
     CK(cudaMemset(W->fused_sync, 0, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMemset(fused sync)");
-    /* the ticket counters, one per expert and one for the shared expert (moe_expert_args.tickets) */
-    CK(cudaMalloc((void **)&W->tickets, MOE_TICKET_WORDS(E) * sizeof(unsigned)), "cudaMalloc(tickets)");
-    CK(cudaMemset(W->tickets, 0, MOE_TICKET_WORDS(E) * sizeof(unsigned)), "cudaMemset(tickets)");
+    /* the ticket counters and the token chunks' done counts (moe_expert_args.tickets) */
+    const size_t ntw = MOE_TICKET_WORDS(E, (size_t)max_tokens * K);
+    CK(cudaMalloc((void **)&W->tickets, ntw * sizeof(unsigned)), "cudaMalloc(tickets)");
+    CK(cudaMemset(W->tickets, 0, ntw * sizeof(unsigned)), "cudaMemset(tickets)");
     /* v17: K-part partial sums of the T <= 8 fused launch: the shared expert's gate/up tiles, then those of
      * at most 8 * topk routed experts (moe_expert_args.part, .pcnt) */
     const size_t ptiles = (size_t)(I / MOE_TILE_ROWS) * (1 + (size_t)(8 * K < E ? 8 * K : E));
@@ -302,6 +303,10 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fs_rm = 2;              /* ... 128-row down items */
     W->fs_early_sh_max_t = 2;  /* v18: shared gate/up before the lists (A/B: batch 1 -1.9 %, 2 -3.3 %, 4 +1.4 %,
                                   8 -1.9 %: kept where it is no loss below 4) */
+    W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
+    W->tok1_max_t = 128;       /* ... up to batch 128, where such experts are rare and the 2-tile launches they
+                                  needed made a tail (128: -1 %, bench/NOTES.md v19); at 256-512 (15-85 % of
+                                  experts) dequantising their weights twice cost 6-40 % */
     W->topk_lists_max_t = 32;  /* v9 */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
@@ -394,6 +399,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .limit = s->swiglu_limit, .early = W->early_pdl,
         .down_rm = T >= W->down_rm_min_t && H % 128 == 0 ? 2 : 1,
         .overlap = W->nt2_overlap, .nt2_first = W->nt2_first,
+        .tok1_max = T <= W->tok1_max_t ? W->tok1_max : MOE_TOK_CHUNK,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
@@ -436,7 +442,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     ar.pf_sh_dn = sh_in && (pf & 4) && !(pf & 2);
     ar.pf_dn = (pf & 8) ? (int)(((size_t)W->pf_dn_mb << 20) / L->w2_stride) : 0;
     ar.pf_last = (pf & 16) != 0;
-    if (fork && W->shared_fork != 2 && fork_shared(W, &a, x, T, K, st)) return -1;
+    if (fork && W->shared_fork == 1 && fork_shared(W, &a, x, T, K, st)) return -1;
     int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
                      H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
     if (L->gate_tc && T >= W->logits_tc_min_t) {
@@ -447,6 +453,9 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
                              st), "router logits");
     }
     MARK(1);
+    /* forked after the logits (3): the logits launch has the SMs to itself, the shared expert's blocks take
+     * them while top-k and lists run on a few */
+    if (fork && W->shared_fork == 3 && fork_shared(W, &a, x, T, K, st)) return -1;
     const int nt = moe_tok_tiles(T), lsh = s->has_shared;
     if (T <= W->topk_lists_max_t && T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
         MARK(2);

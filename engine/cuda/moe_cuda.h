@@ -67,7 +67,8 @@ typedef struct {
                                          v15: 16) */
     int shared_fork;                  /* v15: those launches run on a second stream (they need only x), joined
                                          before the combine; 1: forked before the router, 2: after it (beside
-                                         the routed launches only), 0: in the layer's stream */
+                                         the routed launches only), 3: after the logits (v19), 0: in
+                                         the layer's stream */
     int dyn_items;                    /* v15: routed launches without shared items hand out their tiles to
                                          warps from counters (moe_expert_args.tickets, .dyn): bit 0 the
                                          1-tile launches, bit 1 the 2-tile ones */
@@ -84,6 +85,9 @@ typedef struct {
     int fs_rm;                        /* ... and down items of fs_rm 16-row tiles (1 or 2) */
     int fs_early_sh_max_t;            /* v18: ... and up to this batch the shared gate/up tiles that are warps'
                                          first items start before the wait on the lists */
+    int tok1_max, tok1_max_t;         /* v19: up to batch tok1_max_t, routed experts with up to tok1_max tokens
+                                         take the 1-tile launches in token chunks of 8 (moe_expert_args.tok1_max);
+                                         8: only those with <= 8 (v10-v18) */
     int grid_f1, grid_f1s;            /* resident blocks of the fused 1-tile launch, T > 8 and T <= 8 */
     float *part;                      /* its K-part partial sums and their counts (moe_expert_args.part, .pcnt) */
     unsigned *pcnt;
@@ -100,7 +104,7 @@ typedef struct {
                                          the shared bits only where its items ride in the routed launches */
     int pf_max_t;                     /* ... up to this batch */
     int pf_dn_mb;
-    unsigned *tickets;                /* those counters, MOE_TICKET_WORDS(E) words */
+    unsigned *tickets;                /* those counters, MOE_TICKET_WORDS(E, max_tokens * topk) words */
     cudaStream_t side;                /* that stream, and its fork / join events */
     cudaEvent_t ev_fork, ev_join;
     int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer

@@ -33,7 +33,10 @@
  * routed blocks can share an SM with the shared expert's.
  *
  * Tile count per expert, chosen on the GPU (v10): a routed expert with > 8 tokens is served by the
- * 2-tile kernel (items of 16 tokens), one with <= 8 tokens by the 1-tile kernel; the shared expert
+ * 2-tile kernel (items of 16 tokens), one with <= 8 tokens by the 1-tile kernel (v19: up to
+ * moe_expert_args.tok1_max tokens, default 16 up to batch 128, as 8-token chunks that each stream the
+ * expert's weights, the chunks of a row group adjacent in the item order so the second read mostly hits
+ * L2: the rare 9-16-token expert of a batch of 64-128 no longer leaves a 2-tile tail); the shared expert
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
  * moe_gate_up / moe_down launch both kernels back to back (only the 1-tile one for T <= 8, where no
  * expert can have more than 8 tokens); each block derives its kernel's own item list from the
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_ex
     /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
      * stream their first weights while this kernel finishes (they wait before reading h) */
     if (a.early) moe_pdl_release();
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM);
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max));
     if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
@@ -209,7 +212,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_exper
      * item (weights do not depend on the previous kernel); h is read only after the wait. */
     const bool second = NT == 2 && a.early && (a.overlap & 2);   /* as in k_gate_up */
     if (!a.early) moe_pdl_wait();
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM);
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM, moe_tok1(a.tok1_max));
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
     const int mmul = RM == 2 ? nc : 1;
@@ -344,12 +347,12 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
     return true;
 }
 
-/* v17: words between two experts' done counts (1: packed after the ticket words, as v16; 32: one
- * 128-byte line each, so the down items' polls of one expert do not queue behind another's) */
-#ifndef MOE_DONE_STRIDE
-#define MOE_DONE_STRIDE 32
-#endif
-#define MOE_DONE(t, e) ((t) + (MOE_DONE_STRIDE == 1 ? 16 : 32) + (size_t)(e) * MOE_DONE_STRIDE)
+/* The done count k of the fused kernel's gate/up tiles, one 128-byte line each (v17: the down items' polls
+ * of one expert do not queue behind another's). Its key (DONE_KEY): for T > 8 the token chunk, by its first
+ * pair (v19, moe_expert_args.tok1_max: an expert may have several chunks, and a down item waits only for
+ * the h rows it reads); for T <= 8 (one chunk per expert) the expert, E for the shared expert (keyed by
+ * pair there, the kernel took 6 more registers and batches 4-8 ran 2 % slower, v19 run 2). */
+#define MOE_DONE(t, k) ((t) + 32 + (size_t)(k) * 32)
 /* v17: a warp's first MOE_STATIC_FIRST warp-items are its own by number (warp g and g + warps of the
  * grid, as the static walk), the rest are drawn: at batch 1 the 2 x 2640 draws at the start, all on one
  * word, took ~8 us (stage trace "ticket"). _L: the same for T > 8. MOE_MINB_S: blocks per SM the T <= 8
@@ -383,6 +386,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
                                                              float *y)
 {
     const MoeTrace trace_(MOE_TR_FUSED1);
+#define DONE_KEY(e, p0) (SMALL ? (e) : (p0))
     constexpr int D = MOE_GU_D, DD = RM == 1 ? 2 * MOE_GU_D : MOE_GU_D;   /* ring depth of gate/up, down */
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -415,7 +419,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             __syncwarp();
             if (lane == 0) {
                 __threadfence();
-                atomicAdd(MOE_DONE(a.tickets, a.E), 1u);
+                atomicAdd(MOE_DONE(a.tickets, a.E), 1u);   /* T <= 8 only */
             }
         }
         if (tr) moe_trace_span(MOE_TR_SH_GU, t_item);
@@ -426,12 +430,16 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
     const bool early = SMALL && MOE_EARLY_SH && a.early_sh && gw < nsg;
     if (early) shared_gu(gw);
     if (SMALL) moe_pdl_wait();   /* launched right after the lists */
-    item_tables1(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM);
+    if (SMALL)   /* T <= 8: no expert has more than one token chunk */
+        item_tables1_body<false>(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM, 0);
+    else
+        item_tables1_chunks(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM,
+                            moe_tok1(a.tok1_max));
     const int wg = nsg + s_ig[nE] * MOE_WARPS * ksg;          /* every gate/up warp-item */
     const int wsd = wg + (sh ? a.H / MOE_TILE_ROWS : 0);      /* + the shared down's */
     const int wtot = wsd + s_id[nE] * MOE_WARPS;
     const size_t rtg = (size_t)ncg * 2 * moe_fp4_chunk_bytes(FMT), rtd = (size_t)ncd * moe_fp4_chunk_bytes(FMT);
-    const unsigned need = (unsigned)(a.I / MOE_TILE_ROWS);   /* gate/up tiles of a <= 8-token expert */
+    const unsigned need = (unsigned)(a.I / MOE_TILE_ROWS);   /* gate/up tiles of one token chunk of an expert */
     constexpr int SF = SMALL ? MOE_STATIC_FIRST : MOE_STATIC_FIRST_L;
     auto take = [&]() {
         unsigned t = 0;
@@ -470,7 +478,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             fp8_rowtile<1, 4, 1, 1, 1>(a.sh_w2 + (size_t)r * ncd * MOE_FP8_CHUNK_BYTES, a.I, 0, ncd,
                                        a.sh_s2 + (size_t)(r * MOE_TILE_ROWS / 128) * ncd, 0, ring, h, NULL, prow, acc,
-                                       MOE_DONE(a.tickets, e), need);
+                                       MOE_DONE(a.tickets, DONE_KEY(e, p0)), need);
             primed = false;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -495,7 +503,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
                                       : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd;
             fp4_rowtile<FMT, 2, D, 1, 1, 1, MOE_ROLL_S>(rt, gu ? ncp * 128 : a.I, ring, gu ? x + part * ncp * 128 : h,
                                                         gu ? pair_tok : NULL, prow, acc, primed, nrt, gu ? 1 : ncd,
-                                                        gu ? nullptr : MOE_DONE(a.tickets, e), need, gu ? a.H : 0);
+                                                        gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0);
             primed = has_next;
             if (gu) {
                 const int tile = (wi - nsg) / ksg;
@@ -512,7 +520,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
                     __syncwarp();
                     if (lane == 0) {
                         __threadfence();
-                        atomicAdd(MOE_DONE(a.tickets, e), 1u);
+                        atomicAdd(MOE_DONE(a.tickets, DONE_KEY(e, p0)), 1u);
                     }
                 }
                 if (tr) moe_trace_span(MOE_TR_GU1, t_item);
@@ -527,7 +535,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
                     }
                 if (tr) moe_trace_span(MOE_TR_DN1, t_item);
             }
-        } else if (wi < wg) {   /* gate/up: 16 rows of gate and of up for the expert's <= 8 tokens */
+        } else if (wi < wg) {   /* gate/up: 16 rows of gate and of up for one <= 8-token chunk of the expert */
             const int part = SMALL ? (wi - nsg) % ksg : 0;
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             const bool has_next = wn < wg && (!SMALL || wn >= nsg) && ncp % D == 0;
@@ -555,17 +563,18 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
                 __syncwarp();
                 if (lane == 0) {
                     __threadfence();
-                    atomicAdd(MOE_DONE(a.tickets, e), 1u);
+                    atomicAdd(MOE_DONE(a.tickets, DONE_KEY(e, p0)), 1u);
                 }
             }
             if (tr && SMALL) moe_trace_span(MOE_TR_GU1, t_item);
-        } else {   /* down: RM adjacent 16-row tiles of the expert's w2, once its h is complete */
+        } else {   /* down: RM adjacent 16-row tiles of the expert's w2, once the h rows of its token chunk are
+                      complete */
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             const bool has_next = wn < wtot && ncd % DD == 0;
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rtd;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rtd : NULL;
             fp4_rowtile<FMT, RM, DD, 1, 1, 1>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, RM == 2 ? ncd : 1,
-                                              MOE_DONE(a.tickets, e), need);
+                                              MOE_DONE(a.tickets, DONE_KEY(e, p0)), need);
             primed = has_next;
             const float post = a.post2[e];
 #pragma unroll
@@ -582,16 +591,21 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
         wn = wn < wtot ? min(SF * nw + (int)__shfl_sync(0xffffffffu, pend, 0), wtot) : wtot;
     }
     __syncwarp();
+    unsigned last = 0;
     if (lane == 0) {
         __threadfence();
-        if (atomicAdd(fin, 1u) == gridDim.x * MOE_WARPS - 1) {   /* every warp is done: reset for the next forward */
-            for (int i = 0; i < a.E + (sh ? 1 : 0); i++) *MOE_DONE(a.tickets, i) = 0;
+        last = atomicAdd(fin, 1u) == gridDim.x * MOE_WARPS - 1;
+    }
+    if (__shfl_sync(0xffffffffu, last, 0)) {   /* every warp is done: reset for the next forward */
+        for (int k = lane; k <= (SMALL ? a.E : a.sh_row0); k += 32) *MOE_DONE(a.tickets, k) = 0;   /* every key */
+        if (lane == 0) {
             atomicExch(draw, 0u);
             atomicExch(fin, 0u);
         }
     }
     if (!SMALL) moe_pdl_wait();
     if (SMALL || !a.fuse_early) moe_pdl_release();
+#undef DONE_KEY
 }
 
 /* per-warp rings + the block's copies of off[] and one or two item tables (E <= 512) */
@@ -634,7 +648,7 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
 
 /* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
  * whose idle blocks only wait and leave: the 1-tile kernel has at most one item chunk per pair, the
- * 2-tile kernel one per 9 pairs (its experts have > 8 tokens). */
+ * 2-tile kernel one per 9 pairs (its experts have > 8 tokens, > tok1_max with v19's chunks). */
 static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared)
 {
     const long P = (long)T * topk;

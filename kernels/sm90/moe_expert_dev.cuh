@@ -398,13 +398,20 @@ __device__ __forceinline__ void warp_exclusive_scan(int32_t *t, int n, int lane)
     }
 }
 
+/* The most tokens a routed expert may have to be served by the 1-tile kernels (moe_expert_args.tok1_max). */
+__device__ __forceinline__ int moe_tok1(int tok1_max)
+{
+    return tok1_max <= MOE_TOK_CHUNK ? MOE_TOK_CHUNK : tok1_max > MOE_TOK1_MAX ? MOE_TOK1_MAX : tok1_max;
+}
+
 /* The item table of the NT-tile kernel, from the per-expert pair counts (off[]): expert e's items are
- * its token chunks of 8*NT x row groups if e belongs to this kernel (routed: > 8 tokens <=> NT 2;
- * shared: moe_tok_tiles(T) == NT), else none. s_items[0..nE] = exclusive prefix sums; s_off filled.
- * rows: output rows of the stage (I for gate/up, H for down). Every thread of the block calls it. */
+ * its token chunks of 8*NT x row groups if e belongs to this kernel (routed: more than tok1 tokens <=>
+ * NT 2; shared: moe_tok_tiles(T) == NT), else none. s_items[0..nE] = exclusive prefix sums; s_off
+ * filled. rows: output rows of the stage (I for gate/up, H for down); tok1: moe_tok1(a.tok1_max).
+ * Every thread of the block calls it. */
 template <int NT>
 __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, const int32_t *off, int nE, int E,
-                                           int rows, int rpi)
+                                           int rows, int rpi, int tok1)
 {
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_off[i] = __ldcg(off + i);
     __syncthreads();
@@ -412,7 +419,7 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
         int c = 0;
         if (i < nE) {
             const int n = s_off[i + 1] - s_off[i];
-            const int nt = i < E ? (n > MOE_TOK_CHUNK ? 2 : 1) : moe_tok_tiles(n);
+            const int nt = i < E ? (n > tok1 ? 2 : 1) : moe_tok_tiles(n);
             /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
             if (nt == NT) c = (n + MOE_TOK_CHUNK * NT - 1) / (MOE_TOK_CHUNK * NT) * (i < E ? rows / rpi : rows / MOE_TILE_ROWS);
         }
@@ -425,21 +432,33 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
 
 /* The 1-tile item tables of gate/up (rows_g, rpi_g) and down (rows_d, rpi_d) of the routed experts in one
  * pass (v17, the fused launch): off[] loaded once, both counts at once, the two scans by warps 0 and 1 in
- * parallel. Same tables as item_table<1> with nE = E. Every thread of the block calls it. */
-__device__ __forceinline__ void item_tables1(int32_t *s_ig, int32_t *s_id, int32_t *s_off, const int32_t *off, int E,
-                                             int rows_g, int rpi_g, int rows_d, int rpi_d)
+ * parallel. Same tables as item_table<1> with nE = E. Every thread of the block calls it. CHUNKS (v19):
+ * experts with up to tok1 tokens, as ceil(n / 8) token chunks; else (T <= 8) those with 1..8. */
+template <bool CHUNKS>
+__device__ __forceinline__ void item_tables1_body(int32_t *s_ig, int32_t *s_id, int32_t *s_off, const int32_t *off, int E,
+                                                  int rows_g, int rpi_g, int rows_d, int rpi_d, int tok1)
 {
     for (int i = threadIdx.x; i <= E; i += blockDim.x) s_off[i] = __ldcg(off + i);
     __syncthreads();
     for (int i = threadIdx.x; i <= E; i += blockDim.x) {
-        const int n = i < E ? s_off[i + 1] - s_off[i] : 0, one = n > 0 && n <= MOE_TOK_CHUNK;
-        s_ig[i] = one ? rows_g / rpi_g : 0;
-        s_id[i] = one ? rows_d / rpi_d : 0;
+        const int n = i < E ? s_off[i + 1] - s_off[i] : 0;
+        const int ch = !CHUNKS ? n > 0 && n <= MOE_TOK_CHUNK
+                               : n > 0 && n <= tok1 ? (n + MOE_TOK_CHUNK - 1) / MOE_TOK_CHUNK : 0;   /* token chunks */
+        s_ig[i] = ch * (rows_g / rpi_g);
+        s_id[i] = ch * (rows_d / rpi_d);
     }
     __syncthreads();
     if (threadIdx.x < 64)   /* warp 0 gate/up's, warp 1 down's */
         warp_exclusive_scan(threadIdx.x < 32 ? s_ig : s_id, E, threadIdx.x & 31);
     __syncthreads();
+}
+
+/* The chunked tables as a call: inlined, they pushed the T > 8 fused kernel (96 registers for 5 blocks/SM)
+ * to spill 24 bytes per item, which cost it 3-5 % (v19 run 1). */
+static __device__ __noinline__ void item_tables1_chunks(int32_t *s_ig, int32_t *s_id, int32_t *s_off, const int32_t *off,
+                                                        int E, int rows_g, int rpi_g, int rows_d, int rpi_d, int tok1)
+{
+    item_tables1_body<true>(s_ig, s_id, s_off, off, E, rows_g, rpi_g, rows_d, rpi_d, tok1);
 }
 
 /* The gated activation of gate/up: silu(min(g, L)) * clamp(u, -L, L); no clamp when L <= 0. */

@@ -490,6 +490,32 @@ int main(int argc, char **argv)
         W.dyn_max_t = dm;
         W.shared_min_t = sh;
     }
+    {   /* v19: routed experts with 9..T1 tokens as 8-token chunks of the 1-tile launches (the fused stages from
+           batch 16, the separate launches below it and where tiles are not handed out), a down item waiting
+           only for its own chunk's gate/up; experts above T1 stay in the 2-tile launches beside them */
+        const int t1 = W.tok1_max, dm = W.dyn_max_t, dy = W.dyn_items;
+        static const int t1s[3] = {16, 24, 64};
+        for (int v = 0; v < 3; v++) {
+            char nm[96];
+            W.tok1_max = t1s[v];
+            snprintf(nm, sizeof nm, "nvfp4, experts with up to %d tokens in 1-tile chunks", t1s[v]);
+            run_case(nm, &M, &L, &W, 64, 0);    /* 32 experts, ~12 tokens each */
+            run_case(nm, &M, &L, &W, 64, 0);    /* back to back: the counts it leaves must be zero */
+            run_case(nm, &M, &L, &W, 257, 0);   /* ~48 each, static walk (above dyn_max_t) */
+            run_case(nm, &M, &L, &W, 12, 0);    /* below fuse1_min_t: the separate launches */
+            run_case(nm, &M, &L, &W, 12, 1);    /* skewed: 6 experts x 12 tokens (chunks of 8 and 4) */
+            run_case(nm, &M, &L, &W, 64, 1);
+            run_case(nm, &M, &L, &W, 257, 1);
+            W.dyn_max_t = 1 << 30;
+            run_case(nm, &M, &L, &W, 257, 0);   /* fused stages */
+            run_case(nm, &M, &L, &W, 257, 1);
+            W.dyn_items = 0;
+            run_case(nm, &M, &L, &W, 64, 0);    /* static walk, separate launches */
+            W.dyn_items = dy;
+            W.dyn_max_t = dm;
+        }
+        W.tok1_max = t1;
+    }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
            up to 8: every part count, 64-row down items, the shared expert's own launches beside it, and the
