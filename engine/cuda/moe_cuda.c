@@ -304,9 +304,10 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fs_early_sh_max_t = 2;  /* v18: shared gate/up before the lists (A/B: batch 1 -1.9 %, 2 -3.3 %, 4 +1.4 %,
                                   8 -1.9 %: kept where it is no loss below 4) */
     W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
-    W->tok1_max_t = 128;       /* ... up to batch 128, where such experts are rare and the 2-tile launches they
-                                  needed made a tail (128: -1 %, bench/NOTES.md v19); at 256-512 (15-85 % of
-                                  experts) dequantising their weights twice cost 6-40 % */
+    W->tok1_min_t = 64;        /* ... at batches 64-128, where such experts are rare and the 2-tile launches they */
+    W->tok1_max_t = 128;       /* needed made a tail (128: -1 %, bench/NOTES.md v19); where they carry much of the
+                                  work (random 256-512: 15-85 % of experts; skewed 16: all 6) dequantising their
+                                  weights twice cost 6-40 % */
     W->topk_lists_max_t = 32;  /* v9 */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
@@ -399,7 +400,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .limit = s->swiglu_limit, .early = W->early_pdl,
         .down_rm = T >= W->down_rm_min_t && H % 128 == 0 ? 2 : 1,
         .overlap = W->nt2_overlap, .nt2_first = W->nt2_first,
-        .tok1_max = T <= W->tok1_max_t ? W->tok1_max : MOE_TOK_CHUNK,
+        .tok1_max = T >= W->tok1_min_t && T <= W->tok1_max_t ? W->tok1_max : MOE_TOK_CHUNK,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

@@ -34,7 +34,7 @@
  *
  * Tile count per expert, chosen on the GPU (v10): a routed expert with > 8 tokens is served by the
  * 2-tile kernel (items of 16 tokens), one with <= 8 tokens by the 1-tile kernel (v19: up to
- * moe_expert_args.tok1_max tokens, default 16 up to batch 128, as 8-token chunks that each stream the
+ * moe_expert_args.tok1_max tokens, default 16 at batches 64-128, as 8-token chunks that each stream the
  * expert's weights, the chunks of a row group adjacent in the item order so the second read mostly hits
  * L2: the rare 9-16-token expert of a batch of 64-128 no longer leaves a 2-tile tail); the shared expert
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).

@@ -493,7 +493,9 @@ int main(int argc, char **argv)
     {   /* v19: routed experts with 9..T1 tokens as 8-token chunks of the 1-tile launches (the fused stages from
            batch 16, the separate launches below it and where tiles are not handed out), a down item waiting
            only for its own chunk's gate/up; experts above T1 stay in the 2-tile launches beside them */
-        const int t1 = W.tok1_max, dm = W.dyn_max_t, dy = W.dyn_items;
+        const int t1 = W.tok1_max, t1n = W.tok1_min_t, t1x = W.tok1_max_t, dm = W.dyn_max_t, dy = W.dyn_items;
+        W.tok1_min_t = 1;
+        W.tok1_max_t = 1 << 30;
         static const int t1s[3] = {16, 24, 64};
         for (int v = 0; v < 3; v++) {
             char nm[96];
@@ -514,7 +516,7 @@ int main(int argc, char **argv)
             W.dyn_items = dy;
             W.dyn_max_t = dm;
         }
-        W.tok1_max = t1;
+        W.tok1_max = t1, W.tok1_min_t = t1n, W.tok1_max_t = t1x;
     }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
