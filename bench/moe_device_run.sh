@@ -74,10 +74,18 @@ fi
 # slow down with it: in one process the same configuration read 0.855 ms at batch 64 first and 0.929 ms
 # ~60 s of load later, bench/NOTES.md v12)
 [ -n "${COOL:-}" ] && echo "== cool-down ${COOL} s" && sleep "$COOL"
-echo "== bench"; timeout ${BENCH_TIMEOUT:-150} env BENCH_COMMAND="COMMIT=${COMMIT:-unknown} BENCH_ARGS='${BENCH_ARGS:-}' bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json ${BENCH_ARGS:-})" $B/sluice-bench moe --peer "$OUT/peer.txt" --out "$OUT/moe-h200.json" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
-if [ -n "${NCU_BATCH:-}" ]; then   # optional: ncu over the two expert kernels at one batch size
-  ncu --clock-control none -k regex:"k_gate_up|k_down" -c 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
-    $B/sluice-bench moe --batches $NCU_BATCH --reps 1 > $OUT/ncu.txt 2>&1
-  grep -E "^  [a-z_ ]*k_|Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots|Eligible Warps|Active Warps Per|Warp Cycles Per Issued" $OUT/ncu.txt
-  grep -B1 -A3 "Est. Speedup" $OUT/ncu.txt | grep -E "stalled|represents" | head -8
-fi
+# REPEAT=N: N bench processes one after another (each with its own read ceiling), merged by
+# bench/moe_merge.py into moe-h200.json: per row the median time of the N (the readings in ms_runs), so a
+# goal that sits within the run-to-run spread (+-2 %, bench/NOTES.md v19) is decided by the median
+CMD="COMMIT=${COMMIT:-unknown} BENCH_ARGS='${BENCH_ARGS:-}' bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json ${BENCH_ARGS:-})"
+N=${REPEAT:-1}
+[ "$N" -gt 1 ] && CMD="REPEAT=$N $CMD, $N processes, per row the median (bench/moe_merge.py)"
+for i in $(seq 1 "$N"); do
+  J="$OUT/moe-h200.json"; L="$OUT/bench.log"
+  [ "$N" -gt 1 ] && J="$OUT/moe-h200-run$i.json" L="$OUT/bench-run$i.log"
+  echo "== bench $i/$N"; timeout ${BENCH_TIMEOUT:-150} env BENCH_COMMAND="$CMD" $B/sluice-bench moe --peer "$OUT/peer.txt" \
+    --out "$J" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$L"
+done
+[ "$N" -gt 1 ] && python3 bench/moe_merge.py "$OUT"/moe-h200-run*.json > "$OUT/moe-h200.json" && cat "$OUT"/bench-run*.log > "$OUT/bench.log" &&
+  python3 bench/moe_merge.py --table "$OUT/moe-h200.json"
+exit 0

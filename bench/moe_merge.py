@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Merge the JSONs of several `sluice-bench moe` processes (bench/moe_device_run.sh REPEAT=N) into one in the
+issue's format: per (batch, routing) row the median time of the runs (ms_runs: every reading, in run order),
+the read ceiling the median of the runs' (read_ceiling_runs), TB/s and % of the ceiling from those two
+medians. bytes and peer_ms must agree across the runs (same routing, one peer measurement).
+  python3 bench/moe_merge.py run1.json run2.json ... > moe-h200.json
+  python3 bench/moe_merge.py --table moe-h200.json      # a text table of a merged JSON"""
+import json
+import statistics
+import sys
+
+
+def merge(paths):
+    runs = [json.load(open(p)) for p in paths]
+    if not runs:
+        sys.exit("moe_merge: no input JSON")
+    base = runs[0]
+    for r in runs[1:]:
+        if r["commit"] != base["commit"] or len(r["rows"]) != len(base["rows"]):
+            sys.exit("moe_merge: runs differ in commit or rows")
+    ceilings = [r["read_ceiling_tb_per_s"] for r in runs]
+    ceiling = statistics.median(ceilings)
+    rows = []
+    for i, row in enumerate(base["rows"]):
+        others = [r["rows"][i] for r in runs]
+        for o in others:
+            if (o["batch"], o["routing"], o["bytes"]) != (row["batch"], row["routing"], row["bytes"]):
+                sys.exit("moe_merge: row %d differs between runs (batch, routing or bytes)" % i)
+        ms_runs = [o["ms"] for o in others]
+        ms = statistics.median(ms_runs)
+        tb = row["bytes"] / (ms * 1e-3) / 1e12
+        rows.append({"batch": row["batch"], "routing": row["routing"], "ms": round(ms, 5), "bytes": row["bytes"],
+                     "tb_per_s": round(tb, 4), "pct_of_ceiling": round(100.0 * tb / ceiling, 2),
+                     "peer_ms": row["peer_ms"], "ms_runs": ms_runs})
+    out = {k: base[k] for k in ("gpu", "commit", "command")}
+    out["read_ceiling_tb_per_s"] = round(ceiling, 4)
+    out["read_ceiling_runs"] = ceilings
+    out["rows"] = rows
+    return out
+
+
+def table(path):
+    d = json.load(open(path))
+    print("read ceiling %.3f TB/s (runs %s)" % (d["read_ceiling_tb_per_s"], d.get("read_ceiling_runs")))
+    print("batch routing     ms   %ceil  x peer  readings (ms)")
+    for r in d["rows"]:
+        x = r["peer_ms"] / r["ms"] if r["peer_ms"] > 0 else 0.0
+        print("%5d %-7s %.4f %5.1f%% %6.2f  %s" % (r["batch"], r["routing"], r["ms"], r["pct_of_ceiling"], x,
+                                                 " ".join("%.4f" % v for v in r.get("ms_runs", []))))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--table":
+        table(sys.argv[2])
+    else:
+        json.dump(merge(sys.argv[1:]), sys.stdout, indent=1)
+        sys.stdout.write("\n")
