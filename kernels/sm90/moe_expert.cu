@@ -353,6 +353,15 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
  * the h rows it reads); for T <= 8 (one chunk per expert) the expert, E for the shared expert (keyed by
  * pair there, the kernel took 6 more registers and batches 4-8 ran 2 % slower, v19 run 2). */
 #define MOE_DONE(t, k) ((t) + 32 + (size_t)(k) * 32)
+/* v19, prepared for an A/B and not yet measured: in the T <= 8 launch's one copy of the FP4 loop (down_rm 2)
+ * the activation loads serve gate/up (x, read-only) and down (h, written in this launch), so they all go
+ * through L2 (LDG.E.128.STRONG.GPU in the SASS); ncu at batch 8 (bench/NOTES.md v19 (9)) has 21 % of the
+ * stall samples on the HMMA waiting for them (long scoreboard). 1: x through the read-only path (L1; the 4
+ * warps of a block usually read the same token rows at the same chunk), h still through L2, chosen per item
+ * (both loads are in the loop, one predicated off). */
+#ifndef MOE_SMALL_X_NC
+#define MOE_SMALL_X_NC 0
+#endif
 /* v17: a warp's first MOE_STATIC_FIRST warp-items are its own by number (warp g and g + warps of the
  * grid, as the static walk), the rest are drawn: at batch 1 the 2 x 2640 draws at the start, all on one
  * word, took ~8 us (stage trace "ticket"). _L: the same for T > 8. MOE_MINB_S: blocks per SM the T <= 8
@@ -501,9 +510,9 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             const uint8_t *nrt = !has_next ? NULL
                                  : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg + npart * pb
                                       : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd;
-            fp4_rowtile<FMT, 2, D, 1, 1, 1, MOE_ROLL_S>(rt, gu ? ncp * 128 : a.I, ring, gu ? x + part * ncp * 128 : h,
-                                                        gu ? pair_tok : NULL, prow, acc, primed, nrt, gu ? 1 : ncd,
-                                                        gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0);
+            fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S>(
+                rt, gu ? ncp * 128 : a.I, ring, gu ? x + part * ncp * 128 : h, gu ? pair_tok : NULL, prow, acc, primed,
+                nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0, gu);
             primed = has_next;
             if (gu) {
                 const int tile = (wi - nsg) / ksg;
@@ -974,6 +983,14 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const flo
 #ifndef MOE_CARVEOUT
 #define MOE_CARVEOUT 100
 #endif
+/* v19, prepared for an A/B and not yet measured (with MOE_SMALL_X_NC 1, which sends x through L1): the
+ * carveout of the T <= 8 expert launch alone. It holds 4 blocks per SM (registers), 176 KB of shared memory,
+ * so at 100 % a fifth block's 45 KB sits unused and L1 keeps 28 KB (all of x is 64 KB at batch 8). 80 asks
+ * for the 196 KB configuration (60 KB of L1); the price is that its blocks cannot share an SM set up for
+ * another carveout (the router's) until that SM drains. */
+#ifndef MOE_CARVEOUT_SMALL
+#define MOE_CARVEOUT_SMALL MOE_CARVEOUT
+#endif
 extern "C" cudaError_t moe_router_carveout(int pct);
 
 extern "C" cudaError_t moe_kernels_carveout(void)
@@ -997,6 +1014,14 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);
         if (e != cudaSuccess) return e;
     }
+    if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)
+        for (int fmt = 0; fmt < 2; fmt++)
+            for (int rm = 1; rm <= 2; rm++) {
+                const void *f = experts1_fn(fmt ? MOE_FP4_MXFP4 : MOE_FP4_NVFP4, rm, 1);
+                const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                           MOE_CARVEOUT_SMALL);
+                if (e != cudaSuccess) return e;
+            }
     return moe_router_carveout(p);
 }
 

@@ -44,16 +44,17 @@ struct XFrag {
     uint4 v[NT][4];   /* n-tile j: token row j*8 + g */
 };
 /* XL bit 0: activations through L2 only (__ldcg) instead of the read-only path, bit 1: the same for
- * the pair -> token table; for data other blocks of the same kernel wrote (moe_fused.cu) */
+ * the pair -> token table; for data other blocks of the same kernel wrote (moe_fused.cu); bit 2 (with bit
+ * 0): the read-only path where xnc says the activations are read-only in this launch (x, not h) */
 template <int NT, int XL = 0>
-__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q)
+__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc = false)
 {
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint4 *p = (const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q);
-            x.v[j][i] = (XL & 1) ? __ldcg(p) : __ldg(p);
+            x.v[j][i] = (XL & 4) && xnc ? __ldg(p) : (XL & 1) ? __ldcg(p) : __ldg(p);
         }
 }
 
@@ -198,7 +199,8 @@ template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul,
-                                            const unsigned *wait = nullptr, unsigned need = 0, int kx = 0)
+                                            const unsigned *wait = nullptr, unsigned need = 0, int kx = 0,
+                                            bool xnc = false)
 {
     static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
@@ -214,7 +216,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
         xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
                               (kx ? kx : K);
     XFrag<NT> xb[2];
-    load_x<NT, XL>(xb[0], xrow, 0, q);
+    load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
@@ -226,7 +228,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
         for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
             const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = s0 & 1;
             if (c < nc) {
-                if (c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q);
+                if (c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
