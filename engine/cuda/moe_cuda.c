@@ -327,13 +327,13 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(moe_kernels_carveout(), "shared memory carveout");
     CK(moe_fused_occupancy(L->kfmt, &fb), "occupancy (fused)");
     W->grid_fused = sms * fb;
+    if (fb < 1) W->fused_max_t = 0;   /* the one-launch layer cannot be resident: never take it */
     CK(moe_experts1_occupancy(L->kfmt, E, 0, &fb), "occupancy (fused 1-tile stages)");
     if (fb < 1) return fail("the fused expert kernel cannot be resident on this device");
     W->grid_f1 = sms * fb;
     CK(moe_experts1_occupancy(L->kfmt, E, 1, &fb), "occupancy (one expert launch)");
     if (fb < 1) return fail("the fused expert kernel cannot be resident on this device");
     W->grid_f1s = sms * fb;
-    if (fb < 1) W->fused_max_t = 0;
     for (int nt = 1; nt <= 2; nt++) {
         int gu, dn;
         CK(moe_expert_occupancy(L->kfmt, E, nt, &gu, &dn), "occupancy");
