@@ -23,12 +23,12 @@
  * moe_cuda_ws.shared_min_t tokens (v15: 16) it has two launches of its own (k_shared_fp8: 16-64 tokens
  * per dequantised fragment), on a second stream beside the router and the routed launches.
  *
- * Up to 2 tokens (v17) the whole expert work, the shared expert's items included, is one launch
- * (k_experts1 SMALL: K-split gate/up tiles, one copy of the FP4 loop, 2 steps of code; batch 1 -5.5 %,
- * 2 -8 %; at 4-8 it measured 1-1.5 % slower than the two launches below, which keep those batches).
- * From 32 tokens (v16, moe_experts_fused1) the 1-tile gate/up and down are one launch (k_experts1): every
- * warp-item comes from one counter, gate/up's first, and a down item waits only for its own expert's
- * gate/up items (a per-expert count), so the down weights stream while gate/up's last tiles finish.
+ * Up to 8 tokens (moe_cuda_ws.fuse_small; v17: up to 2, v18 with the cheaper dequant: up to 8) the whole
+ * expert work, the shared expert's items included, is one launch (k_experts1 SMALL: K-split gate/up tiles,
+ * one copy of the FP4 loop, 2 steps of code). From 16 tokens (moe_cuda_ws.fuse1_min_t; v16, v18: 16) the
+ * 1-tile gate/up and down are one launch (k_experts1): every warp-item comes from one counter, gate/up's
+ * first, and a down item waits only for the gate/up items whose h rows it reads (MOE_DONE), so the down
+ * weights stream while gate/up's last tiles finish.
  * Every kernel of the layer runs at the 100 % shared-memory carveout (moe_kernels_carveout), so the
  * routed blocks can share an SM with the shared expert's.
  *
@@ -283,19 +283,19 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_exper
 }
 
 /* v16 (moe_expert_args.fuse1): the 1-tile gate/up and down as one launch, so a down warp-item waits only
- * for its own expert's gate/up instead of the whole gate/up launch. Every warp-item comes from one
+ * for its own expert's gate/up (v19: its own token chunk's) instead of the whole gate/up launch. Every warp-item comes from one
  * counter (tickets[8]): gate/up's first (as k_gate_up), then down's (128-row items, as k_down RM 2).
- * After its h stores a gate/up warp-item adds one to its expert's count (tickets[16 + e], release); a
- * down warp-item issues its first weight chunks, then waits (acquire) until the count reaches the
- * expert's I/16 gate/up warp-items, and reads h through L2 (written in this launch). So the down
+ * After its h stores a gate/up warp-item adds one to its done count (MOE_DONE: per token chunk, v19); a
+ * down warp-item issues its first weight chunks, then waits (acquire) until that count reaches the
+ * chunk's I/16 gate/up warp-items, and reads h through L2 (written in this launch). So the down
  * weights stream while gate/up's last tiles finish (v15's weak spot: that tail left HBM half idle for
  * ~one warp-item, ~47 us at batch 64, and the down launch could not start before it ended).
  * No deadlock: a warp takes its items in increasing number and every gate/up item is numbered before
  * every down item, so the warp holding the gate/up item a down item waits for holds only gate/up items
  * up to it, which never wait; and every block of the grid runs (the grid is at most the resident blocks,
  * and the kernels beside it do not wait for it). v17: a warp's first MOE_STATIC_FIRST(_L) items are its
- * own by number instead of drawn (the argument above does not need draws). Each ticket draw is issued one item ahead and read at
- * the next item. The last warp to finish zeroes the counters for the next forward (every later launch
+ * own by number instead of drawn (the argument above does not need draws). Each ticket draw is issued one
+ * item ahead and read at the next item. The last warp to finish zeroes the counters for the next forward (every later launch
  * on them starts after this one completes). Launched after the 2-tile gate/up, which releases it only
  * after its own wait on the lists, so it needs no wait at its start; it waits at its end (the 2-tile
  * down, next, reads the 2-tile gate/up's h). Only with tickets and no shared items.
@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_exper
  * K-part item stores its fp32 partial sums (a.part, 1 KB per part) and adds one to its tile's count
  * (a.pcnt); the last of the tile's parts to arrive sums all parts in part order (deterministic), applies
  * the swiglu, writes h, resets the count and signals the expert's done count. Nobody waits for a part,
- * so the no-deadlock argument above is unchanged. The shared expert's done count is tickets[16 + E]. */
+ * so the no-deadlock argument above is unchanged. The shared expert's done count is MOE_DONE(tickets, E). */
 
 /* The K-part reduction of a 16-row gate/up tile: stores this warp's partials (part `part` of `parts`)
  * and counts it in *cnt; the warp that completes the count gets true and acc = the parts' sum in part
@@ -711,21 +711,24 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     return e != cudaSuccess ? e : first2 ? one() : two();
 }
 
-/* The fused kernel for format fmt, down tiles per warp-item rm, T <= 8 (small) or not. */
-static const void *experts1_fn(int fmt, int rm, int small)
+typedef void (*e1_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *,
+                      float *);
+
+/* The fused kernel for format fmt, down tiles per warp-item rm, T <= 8 (small) or not (always 2 tiles). */
+static e1_fn experts1_fn(int fmt, int rm, int small)
 {
     const bool nv = fmt == MOE_FP4_NVFP4;
     if (small)
-        return rm == 1 ? (nv ? (const void *)k_experts1<MOE_FP4_NVFP4, 1, 1> : (const void *)k_experts1<MOE_FP4_MXFP4, 1, 1>)
-                       : (nv ? (const void *)k_experts1<MOE_FP4_NVFP4, 2, 1> : (const void *)k_experts1<MOE_FP4_MXFP4, 2, 1>);
-    return nv ? (const void *)k_experts1<MOE_FP4_NVFP4, 2, 0> : (const void *)k_experts1<MOE_FP4_MXFP4, 2, 0>;
+        return rm == 1 ? (nv ? k_experts1<MOE_FP4_NVFP4, 1, 1> : k_experts1<MOE_FP4_MXFP4, 1, 1>)
+                       : (nv ? k_experts1<MOE_FP4_NVFP4, 2, 1> : k_experts1<MOE_FP4_MXFP4, 2, 1>);
+    return nv ? k_experts1<MOE_FP4_NVFP4, 2, 0> : k_experts1<MOE_FP4_MXFP4, 2, 0>;
 }
 
 extern "C" cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm)
 {
     int lo = 1 << 30;
     for (int rm = small ? 1 : 2; rm <= 2; rm++) {
-        const void *f = experts1_fn(fmt, rm, small);
+        const void *f = (const void *)experts1_fn(fmt, rm, small);
         int per;
         cudaError_t e;
         if ((e = raise_smem(f, smem_for(512))) != cudaSuccess ||
@@ -765,12 +768,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         const long P = (long)T * topk, tg = a->I / MOE_TILE_ROWS, td = a->H / MOE_TILE_ROWS;
         const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0);
         const int nb = (int)(items / MOE_WARPS + 1 < grid_fused ? items / MOE_WARPS + 1 : grid_fused);
-        const bool nv = a->fmt == MOE_FP4_NVFP4;
-        if (rm == 1)
-            return moe_launch(nv ? k_experts1<MOE_FP4_NVFP4, 1, 1> : k_experts1<MOE_FP4_MXFP4, 1, 1>, dim3(nb), dim3(128),
-                              sm, st, b, x, off, pair_tok, pair_w, h, y);
-        return moe_launch(nv ? k_experts1<MOE_FP4_NVFP4, 2, 1> : k_experts1<MOE_FP4_MXFP4, 2, 1>, dim3(nb), dim3(128),
-                          sm, st, b, x, off, pair_tok, pair_w, h, y);
+        return moe_launch(experts1_fn(a->fmt, rm, 1), dim3(nb), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     }
     b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
@@ -781,8 +779,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
                                dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
                                pair_w, h);
     if (e != cudaSuccess) return e;
-    e = moe_launch(nv ? k_experts1<MOE_FP4_NVFP4, 2, 0> : k_experts1<MOE_FP4_MXFP4, 2, 0>, dim3(grid_fused), dim3(128),
-                   sm, st, b, x, off, pair_tok, pair_w, h, y);
+    e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
     return moe_launch(dn_pick<2>(a->fmt, 2), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
                       dim3(128), sm, st, b, (const uint16_t *)h, off, y);
@@ -1004,8 +1001,9 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)dn_pick<2>(MOE_FP4_NVFP4, 1), (const void *)dn_pick<2>(MOE_FP4_NVFP4, 2),
         (const void *)dn_pick<1>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<1>(MOE_FP4_MXFP4, 2),
         (const void *)dn_pick<2>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<2>(MOE_FP4_MXFP4, 2),
-        experts1_fn(MOE_FP4_NVFP4, 2, 0), experts1_fn(MOE_FP4_NVFP4, 1, 1), experts1_fn(MOE_FP4_NVFP4, 2, 1),
-        experts1_fn(MOE_FP4_MXFP4, 2, 0), experts1_fn(MOE_FP4_MXFP4, 1, 1), experts1_fn(MOE_FP4_MXFP4, 2, 1),
+        (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 0), (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 1),
+        (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 0),
+        (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
         (const void *)k_combine,
@@ -1017,7 +1015,7 @@ extern "C" cudaError_t moe_kernels_carveout(void)
     if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)
         for (int fmt = 0; fmt < 2; fmt++)
             for (int rm = 1; rm <= 2; rm++) {
-                const void *f = experts1_fn(fmt ? MOE_FP4_MXFP4 : MOE_FP4_NVFP4, rm, 1);
+                const void *f = (const void *)experts1_fn(fmt ? MOE_FP4_MXFP4 : MOE_FP4_NVFP4, rm, 1);
                 const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                            MOE_CARVEOUT_SMALL);
                 if (e != cudaSuccess) return e;
