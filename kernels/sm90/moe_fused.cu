@@ -58,6 +58,7 @@
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
 #include "common/moe_launch.cuh"
+#include "common/moe_trace.cuh"   /* moe_now */
 #include "moe_expert_dev.cuh"
 #include "moe_router_dev.cuh"
 
@@ -73,13 +74,6 @@ struct FusedRoute {
     uint8_t tok[FUSED_MAXP + MOE_FUSED_MAX_T]; /* pair -> token */
     int n;                                     /* touched experts */
 };
-
-__device__ __forceinline__ unsigned long long fused_clock()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* Marks one 16-row tile of expert slot e's gate/up done (after this lane's h writes). */
 __device__ __forceinline__ void fused_signal(unsigned *ctr, int lane)
@@ -106,7 +100,7 @@ __device__ __noinline__ void fused_logits(const uint16_t *x, const float *gate, 
         cp16((uint8_t *)(xt + (size_t)i * 8), x + (size_t)(i / kc) * H + kb + (size_t)(i % kc) * 8);
     cp_commit();
     cp_wait<0>();
-    if (tr && threadIdx.x == 0) tr[0] = fused_clock();   /* x staged (bench trace) */
+    if (tr && threadIdx.x == 0) tr[0] = moe_now();   /* x staged (bench trace) */
     __syncthreads();
     if (e < E) {
         float acc[MOE_FUSED_MAX_T];
@@ -125,11 +119,11 @@ __device__ __noinline__ void fused_logits(const uint16_t *x, const float *gate, 
             for (int j = 0; j < MOE_FUSED_MAX_T; j++)
                 if (j < T) logits[((size_t)p * T + j) * E + e] = acc[j];
     }
-    if (tr && threadIdx.x == 0) tr[1] = fused_clock();   /* computed */
+    if (tr && threadIdx.x == 0) tr[1] = moe_now();   /* computed */
     __threadfence();   /* this block's logits, before its arrival is counted */
     __syncthreads();   /* xt is dead */
     if (threadIdx.x == 0) atomicAdd(arrivals, 1u);
-    if (tr && threadIdx.x == 0) tr[2] = fused_clock();   /* fenced and counted */
+    if (tr && threadIdx.x == 0) tr[2] = moe_now();   /* fenced and counted */
 }
 
 /* This block's routing (every L item has arrived): top-k of all T tokens (warp w: tokens w, w + 4),
@@ -267,11 +261,11 @@ __global__ void __launch_bounds__(128, 5) k_moe_fused(moe_fused_args a)
         int kind = pl.kind(it);
         if (kind >= 3 && nR < 0) {   /* first routed item (or past the known items): route */
             moe_wait_count(SY(0), (unsigned)pl.nL);
-            const unsigned long long tr0 = a.trace ? fused_clock() : 0;
+            const unsigned long long tr0 = a.trace ? moe_now() : 0;
             fused_route(a, smem, ra, blockIdx.x == 0);
             if (a.trace && blockIdx.x == 0 && threadIdx.x == 0) {
                 a.trace[(size_t)gridDim.x * FUSED_TRACE_ITEMS * 2] = tr0;
-                a.trace[(size_t)gridDim.x * FUSED_TRACE_ITEMS * 2 + 1] = fused_clock();
+                a.trace[(size_t)gridDim.x * FUSED_TRACE_ITEMS * 2 + 1] = moe_now();
             }
             nR = ra->n;
             /* K-split gate/up items unless told otherwise and there are enough 64-row items */
@@ -285,7 +279,7 @@ __global__ void __launch_bounds__(128, 5) k_moe_fused(moe_fused_args a)
         int next_t = 0;
         if (threadIdx.x == 0) next_t = (int)atomicAdd(SY(1), 1u);
         const int li = pl.local(it, kind);
-        const unsigned long long t0 = a.trace ? fused_clock() : 0;
+        const unsigned long long t0 = a.trace ? moe_now() : 0;
         if (kind == 0) {
             fused_logits(a.x, a.gate, a.logits, SY(0), E, H, T, a.ks, li, smem,
                          a.trace && it == 0 ? a.trace + (size_t)gridDim.x * FUSED_TRACE_ITEMS * 2 + 2 : NULL);
@@ -373,7 +367,7 @@ __global__ void __launch_bounds__(128, 5) k_moe_fused(moe_fused_args a)
         if (a.trace && threadIdx.x == 0 && ntr < FUSED_TRACE_ITEMS) {
             unsigned long long *tr = a.trace + ((size_t)blockIdx.x * FUSED_TRACE_ITEMS + ntr) * 2;
             tr[0] = t0;
-            tr[1] = ((fused_clock() - t0) & 0xFFFFFFFFull) | ((unsigned long long)kind << 32);
+            tr[1] = ((moe_now() - t0) & 0xFFFFFFFFull) | ((unsigned long long)kind << 32);
             ntr++;
         }
         if (threadIdx.x == 0) s_ticket[round & 1] = next_t;
