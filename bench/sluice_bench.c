@@ -232,9 +232,9 @@ static int bench_moe(int argc, char **argv)
              * default 0), the shared expert's own launches from batch SH (default 16), on a second stream FK
              * (moe_cuda_ws.shared_fork: 1 before the router (default), 2 after it, 3 after the logits), tiles
              * handed out to warps DY (moe_cuda_ws.dyn_items, bit 0 the 1-tile launches, bit 1 the 2-tile ones,
-             * default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default 256), each stage's 2-tile launch first NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF
-             * (moe_cuda_ws.pf, default 0) up to batch PM (default 8) with PD MB of routed down weights (default
-             * 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 16),
+             * default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default 256), each stage's 2-tile launch first
+             * NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF (moe_cuda_ws.pf, default 0) up to batch PM
+             * (default 8) with PD MB of routed down weights (default 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 16),
              * top-k and lists as one launch up to batch TL (default 32), the shared launches at the highest
              * priority SP (moe_cuda_ws.side_prio, default 0), T <= FS (<= 8) as one expert launch (moe_cuda_ws.fuse_small,
              * default 8) with routed gate/up tiles in KG K parts (default 2) up to batch KX (default 1), the
