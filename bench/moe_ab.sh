@@ -42,7 +42,7 @@ for n in "${names[@]}"; do
   echo "== $n: $(grep -h spill $B/moe_expert.ptxas $B/moe_fused.ptxas | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
   if [ -n "${SASS_FN:-}" ]; then   # SASS opcode histogram of the kernels matching SASS_FN (mangled-name regex)
     cuobjdump -sass $B/moe_expert.o | awk -v re="$SASS_FN" '/Function : /{f = ($0 ~ re)} f' > $OUT/sass-$n.txt
-    echo "   sass: $(grep -oE '^ +/\*[0-9a-f]+\*/ +[A-Z0-9_.]+' $OUT/sass-$n.txt | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -12 | tr -s ' ' | tr '\n' ' ')"
+    echo "   sass: $(bash bench/sass_hist.sh $OUT/sass-$n.txt 12 | tr -s ' ' | tr '\n' ' ')"
     echo "   hmul2 forms: $(grep -oE 'HMUL2[^;]*' $OUT/sass-$n.txt | sed -E 's/R[0-9]+/R/g' | sort | uniq -c | sort -rn | head -4 | tr -s ' ' | tr '\n' ';')"
   fi
   case " ${TESTS:-$n} " in *" $n "*) ;; *) continue ;; esac   # TESTS="a b": test only these variants

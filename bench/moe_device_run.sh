@@ -31,7 +31,7 @@ if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + ncu passes over th
   [ "${PTEST:-0}" = 1 ] && { timeout 150 $B/test_moe_gpu 2>&1 | tail -3; }
   cuobjdump -sass $B/moe_expert.o > $OUT/expert.sass 2>&1
   awk -v re="${SASS_FN:-k_gate_upILi0}" '/Function : /{f = ($0 ~ re)} f' $OUT/expert.sass > $OUT/fn.sass
-  grep -oE "^ +/\*[0-9a-f]+\*/ +[A-Z0-9_.]+" $OUT/fn.sass | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25
+  bash bench/sass_hist.sh $OUT/fn.sass 25
   for spec in ${NCU_SPECS:-64:k_experts1}; do
     b=${spec%%:*} k=${spec#*:}
     ncu --clock-control none -k regex:"$k" -c 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
