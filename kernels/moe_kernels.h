@@ -126,19 +126,6 @@ cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E,
                                   int32_t *items_dn, cudaStream_t st);
 
 /* ---- experts (moe_expert.cu) */
-/* v20: the router's top-k and lists inside the T <= 8 expert launch (moe_expert_args.route): what
- * moe_router_topk_lists reads and writes. */
-typedef struct {
-    const float *logits; int ks;              /* partial logits [ks][T][E] (moe_router_logits) */
-    const float *bias;                        /* [E] or NULL */
-    const int32_t *tid2eid, *token_ids;       /* hash routing, or NULL */
-    int topk, score_func; float route_scale;
-    int32_t *idx; float *w;                   /* [T][topk], written by block 0 */
-    int32_t *off, *inv; int32_t *pair_tok; float *pair_w;   /* as moe_build_lists, written by block 0 */
-} moe_route_args;
-/* pairs (T * topk routed + T shared) the in-launch routing holds in shared memory */
-#define MOE_ROUTE_PMAX 128
-
 typedef struct {
     int E, H, I, fmt, has_shared;
     const uint8_t *w13; size_t w13_stride;   /* repacked gate/up per expert */
@@ -191,12 +178,6 @@ typedef struct {
                                                  (the chunks of one row group are adjacent items, so the
                                                  second read comes from L2); those with more take the 2-tile
                                                  launches. moe_tok1() reads it. */
-    int route;                                /* v20, moe_experts_fused1 with T <= 8: every block routes the
-                                                 tokens itself from rt.logits (the launch follows the logits
-                                                 launch; no top-k + lists launch); off, pair_tok and pair_w
-                                                 are then not read, block 0 writes rt's outputs. Needs
-                                                 T * (topk + 1) <= MOE_ROUTE_PMAX, E <= 256, topk <= 32. */
-    moe_route_args rt;
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4

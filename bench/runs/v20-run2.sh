@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Sources: commit f4713df (the routing in the launch; reverted in the next commit, bench/NOTES.md v20): check it
+# out first (git checkout f4713df -- kernels engine tests bench/sluice_bench.c), then run.
 # v20 run 2 (bench/NOTES.md v20): the routing inside the T <= 8 expert launch (moe_cuda_ws.fs_route_max_t, bench
 # --variants field 30 RT) against the top-k + lists launch before it (RT 0), and with the shared gate/up before the
 # wait up to batch 8 (field 26 ES 8). One build; test_moe_gpu; two rounds of the three variants at batches 1-8.

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Sources: commit f4713df (the routing in the launch; reverted in the next commit, bench/NOTES.md v20): check it
+# out first (git checkout f4713df -- kernels engine tests bench/sluice_bench.c), then run.
 # v20 run 3 (bench/NOTES.md v20): HEAD (14fad63, .ab/head: git archive 14fad63 kernels engine tests/gpu bench) against
 # the new build (router top-k with one copy of the score code, routing in the expert launch) and the new build with
 # its item kinds traced (-DMOE_TRACE_ITEMS=1); each with --variants RT 0 (top-k + lists launch) / RT 8 (routing in

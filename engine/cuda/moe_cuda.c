@@ -303,7 +303,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fs_rm = 2;              /* ... 128-row down items */
     W->fs_early_sh_max_t = 2;  /* v18: shared gate/up before the lists (A/B: batch 1 -1.9 %, 2 -3.3 %, 4 +1.4 %,
                                   8 -1.9 %: kept where it is no loss below 4) */
-    W->fs_route_max_t = 8;     /* v20: ... routing the tokens itself up to this batch (0: after a lists launch) */
     W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
     W->tok1_min_t = 64;        /* ... at batches 64-128, where such experts are rare and the 2-tile launches they */
     W->tok1_max_t = 128;       /* needed made a tail (128: -1 %, bench/NOTES.md v19); where they carry much of the
@@ -459,13 +458,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
      * them while top-k and lists run on a few */
     if (fork && W->shared_fork == 3 && fork_shared(W, &a, x, T, K, st)) return -1;
     const int nt = moe_tok_tiles(T), lsh = s->has_shared;
-    const int small1 = T <= W->fuse_small && T <= MOE_TOK_CHUNK;
-    /* v20: the one expert launch routes the tokens itself (each block, from the logits): no top-k + lists launch */
-    const int route_in = small1 && T <= W->fs_route_max_t && (long)T * (K + 1) <= MOE_ROUTE_PMAX && E <= 256 && K <= 32;
-    if (route_in) {
-        MARK(2);
-    } else if (T <= W->topk_lists_max_t && T <= MOE_FUSED_ROUTER_MAX_T) {   /* top-k + lists as one launch (the "topk"
-                                                                                stage reads ~0) */
+    if (T <= W->topk_lists_max_t && T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
         MARK(2);
         CK(moe_router_topk_lists(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
                                  s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
@@ -483,14 +476,8 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     /* forked after the router: beside the routed launches only */
     if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, st)) return -1;
     if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
-    if (small1) {   /* v17: the whole expert work, shared expert included, in one launch */
+    if (T <= W->fuse_small && T <= MOE_TOK_CHUNK) {   /* v17: the whole expert work, shared expert included, in one launch */
         ar.tickets = W->tickets;
-        ar.route = route_in;
-        ar.rt = (moe_route_args){
-            .logits = W->logits, .ks = ks, .bias = L->bias, .tid2eid = s->hash ? L->tid2eid : NULL,
-            .token_ids = token_ids, .topk = K, .score_func = s->score_func, .route_scale = s->route_scale,
-            .idx = W->idx, .w = W->w, .off = W->off, .inv = W->inv, .pair_tok = W->pair_tok, .pair_w = W->pair_w,
-        };
         ar.ks_gu = parts_fit(T <= W->fs_ks_max_t ? W->fs_ks_gu : 1, H / 128);
         ar.ks_sh = parts_fit(W->fs_ks_sh, H / 128);
         ar.part = W->part;

@@ -62,7 +62,6 @@
 #include "common/moe_l2.cuh"
 #include "common/moe_trace.cuh"
 #include "moe_expert_dev.cuh"
-#include "moe_router_dev.cuh"
 /* Occupancy knobs of the routed kernels (compile-time A/B, bench/moe_ab.sh): blocks per SM the 1-tile
  * kernels are compiled for (registers capped to fit), and the ring depth of gate/up and of the 128-row
  * down (the 64-row down streams one matrix and runs twice as deep). */
@@ -390,61 +389,6 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #define MOE_EARLY_SH 1
 #endif
 
-/* v20 (moe_expert_args.route, T <= 8): the router's top-k and lists in every block of the one expert launch,
- * instead of a top-k + lists launch between the logits and it (v19's trace at batch 1: that launch ended
- * 8.5 us after the logits, a chain of L2 round trips while the shared expert streams). Every block computes
- * the same routing from the same logits (deterministic): warp w the top-k of tokens w, w + 4, ... into
- * s_idx / s_w, then s_off[0..E] (pair offsets of the routed experts), s_ptok / s_pw (pair -> token, weight;
- * within an expert pairs in index order t * topk + k, so every block agrees without atomics), then the
- * item tables as item_tables1_body<false>. Block 0 also writes idx, w, off, pair_tok, pair_w and inv as
- * moe_router_topk_lists does (the combine reads inv; the caller idx and w). A call, not inlined: it runs
- * once per block and must not raise the kernel's registers. Every thread of the block calls it. */
-static __device__ __noinline__ void route_tables1(const float *logits, int ks, const float *bias,
-                                                  const int32_t *tid2eid, const int32_t *token_ids, int topk, int func,
-                                                  float scale,
-                                                  int32_t *idx, float *w, int32_t *off, int32_t *inv, int32_t *pair_tok,
-                                                  float *pair_w, int T, int E, int has_shared, int32_t *s_ig,
-                                                  int32_t *s_id, int32_t *s_off, int32_t *s_rt, int rows_g,
-                                                  int rpi_g, int rows_d, int rpi_d)
-{
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, P = T * topk;
-    int32_t *const s_ptok = s_rt, *const s_idx = s_rt + 2 * MOE_ROUTE_PMAX;
-    float *const s_pw = (float *)(s_rt + MOE_ROUTE_PMAX), *const s_w = (float *)(s_rt + 3 * MOE_ROUTE_PMAX);
-    for (int t = warp; t < T; t += blockDim.x >> 5)   /* E <= 256: 8 experts per lane */
-        router_topk_token<8>(logits, ks, T, t, lane, E, topk, func, bias, tid2eid, token_ids, scale, s_idx, s_w);
-    for (int i = threadIdx.x; i <= E; i += blockDim.x) s_off[i] = 0;
-    __syncthreads();
-    for (int i = threadIdx.x; i < P; i += blockDim.x) {
-        const int e = s_idx[i];
-        if (e >= 0 && e < E) atomicAdd(&s_off[e], 1);
-    }
-    __syncthreads();
-    if (warp == 0) warp_exclusive_scan(s_off, E, lane);   /* counts -> offsets; s_off[E]: the valid pairs */
-    __syncthreads();
-    const bool b0 = blockIdx.x == 0;
-    for (int i = threadIdx.x; i < P; i += blockDim.x) {
-        const int e = s_idx[i];
-        int pos = -1;
-        if (e >= 0 && e < E) {
-            int rank = 0;
-            for (int j = 0; j < i; j++) rank += s_idx[j] == e;
-            pos = s_off[e] + rank;
-            s_ptok[pos] = i / topk;
-            s_pw[pos] = s_w[i];
-            if (b0) pair_tok[pos] = i / topk, pair_w[pos] = s_w[i];
-        }
-        if (b0) idx[i] = e, w[i] = s_w[i], inv[i] = pos;
-    }
-    if (b0) {
-        for (int i = threadIdx.x; i <= E; i += blockDim.x) off[i] = s_off[i];
-        if (threadIdx.x == 0) off[E + 1] = s_off[E] + (has_shared ? T : 0);
-        if (has_shared)
-            for (int t = threadIdx.x; t < T; t += blockDim.x) pair_tok[s_off[E] + t] = t, pair_w[s_off[E] + t] = 1.f;
-    }
-    __syncthreads();
-    item_tables1_body<false>(s_ig, s_id, s_off, nullptr, E, rows_g, rpi_g, rows_d, rpi_d, 0);
-}
-
 template <int FMT, int RM, int SMALL>
 __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts1(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                              const int32_t *pair_tok, const float *pair_w, uint16_t *h,
@@ -456,7 +400,6 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     int32_t *s_ig = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_ig + (nE + 1), *s_id = s_off + (nE + 1);
-    int32_t *const s_rt = s_id + (nE + 1);   /* v20 routing: pair -> token, weight; idx, w (MOE_ROUTE_PMAX each) */
     unsigned *const draw = a.tickets + 8, *const fin = a.tickets + 9;
     const bool tr = MOE_TRACE_ITEMS && g_moe_trace != nullptr;
     const unsigned long long t_start = tr ? moe_now() : 0;
@@ -496,18 +439,11 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
     const bool early = SMALL && MOE_EARLY_SH && a.early_sh && gw < nsg;
     if (early) shared_gu(gw);
     if (SMALL) moe_pdl_wait();   /* launched right after the lists */
-    if (SMALL && a.route) {   /* v20: the routing here, from the logits */
-        route_tables1(a.rt.logits, a.rt.ks, a.rt.bias, a.rt.tid2eid, a.rt.token_ids, a.rt.topk, a.rt.score_func,
-                      a.rt.route_scale, a.rt.idx, a.rt.w, a.rt.off, a.rt.inv, a.rt.pair_tok, a.rt.pair_w, a.T, nE,
-                      a.has_shared, s_ig, s_id, s_off, s_rt, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM);
-    } else if (SMALL)   /* T <= 8: no expert has more than one token chunk */
+    if (SMALL)   /* T <= 8: no expert has more than one token chunk */
         item_tables1_body<false>(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM, 0);
     else
         item_tables1_chunks(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM,
                             moe_tok1(a.tok1_max));
-    /* the pair -> token and weight lists: shared memory where this launch routed (v20), else the lists launch's */
-    auto ptok = [&]() { return SMALL && a.route ? (const int32_t *)s_rt : pair_tok; };
-    auto pw = [&](int p) { return SMALL && a.route ? ((const float *)(s_rt + MOE_ROUTE_PMAX))[p] : pair_w[p]; };
     const int wg = nsg + s_ig[nE] * MOE_WARPS * ksg;          /* every gate/up warp-item */
     const int wsd = wg + (sh ? a.H / MOE_TILE_ROWS : 0);      /* + the shared down's */
     const int wtot = wsd + s_id[nE] * MOE_WARPS;
@@ -575,9 +511,8 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
                                  : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg + npart * pb
                                       : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd;
             fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S>(
-                rt, gu ? ncp * 128 : a.I, ring, gu ? x + part * ncp * 128 : h, gu ? ptok() : NULL, prow,
-                acc, primed, nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0,
-                gu);
+                rt, gu ? ncp * 128 : a.I, ring, gu ? x + part * ncp * 128 : h, gu ? pair_tok : NULL, prow, acc, primed,
+                nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0, gu);
             primed = has_next;
             if (gu) {
                 const int tile = (wi - nsg) / ksg;
@@ -589,7 +524,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
                         const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                         if (n < ntok)
                             h[(size_t)(p0 + n) * a.I + row] = moe_f32_to_bf16(
-                                moe_swiglu(acc[0][0][i] * pg, acc[1][0][i] * pu, a.limit) * pw(p0 + n));
+                                moe_swiglu(acc[0][0][i] * pg, acc[1][0][i] * pu, a.limit) * pair_w[p0 + n]);
                     }
                     __syncwarp();
                     if (lane == 0) {
@@ -619,7 +554,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg +
                                                 (size_t)npart * ncp * 2 * moe_fp4_chunk_bytes(FMT)
                                           : NULL;
-            fp4_rowtile<FMT, 2, D, 1>(rt, ncp * 128, ring, x + part * ncp * 128, ptok(), prow, acc, primed, nrt, 1,
+            fp4_rowtile<FMT, 2, D, 1>(rt, ncp * 128, ring, x + part * ncp * 128, pair_tok, prow, acc, primed, nrt, 1,
                                       nullptr, 0, a.H);
             primed = has_next;
             const int tile = SMALL ? (wi - nsg) / ksg : 0;
@@ -632,7 +567,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
                     const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                     if (n < ntok)
                         h[(size_t)(p0 + n) * a.I + row] =
-                            moe_f32_to_bf16(moe_swiglu(acc[0][0][i] * pg, acc[1][0][i] * pu, a.limit) * pw(p0 + n));
+                            moe_f32_to_bf16(moe_swiglu(acc[0][0][i] * pg, acc[1][0][i] * pu, a.limit) * pair_w[p0 + n]);
                 }
                 __syncwarp();
                 if (lane == 0) {
@@ -684,8 +619,6 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
 
 /* per-warp rings + the block's copies of off[] and one or two item tables (E <= 512) */
 static size_t smem_for(int E) { return (size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4; }
-/* the T <= 8 fused kernel: + its routing arrays (v20, route_tables1) */
-static size_t smem_small(int E) { return smem_for(E) + 4 * MOE_ROUTE_PMAX * sizeof(int32_t); }
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {
@@ -798,9 +731,8 @@ extern "C" cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *bl
         const void *f = (const void *)experts1_fn(fmt, rm, small);
         int per;
         cudaError_t e;
-        if ((e = raise_smem(f, small ? smem_small(512) : smem_for(512))) != cudaSuccess ||
-            (e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, f, 128, small ? smem_small(E) : smem_for(E))) !=
-                cudaSuccess)
+        if ((e = raise_smem(f, smem_for(512))) != cudaSuccess ||
+            (e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, f, 128, smem_for(E))) != cudaSuccess)
             return e;
         lo = per < lo ? per : lo;
     }
@@ -820,14 +752,9 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     if (ksg < 1 || ksg > MOE_PARTS_MAX || (a->H / 128) % ksg || kss < 1 || kss > MOE_PARTS_MAX || (a->H / 128) % kss ||
         ((ksg > 1 || kss > 1) && (!a->part || !a->pcnt)))
         return cudaErrorInvalidValue;
-    if (a->route && (!small || (long)T * (topk + 1) > MOE_ROUTE_PMAX || a->E > 256 || topk < 1 || topk > 32 ||
-                     topk > a->E || a->rt.topk != topk || !a->rt.logits || a->rt.ks < 1 || !a->rt.idx || !a->rt.w ||
-                     !a->rt.off || !a->rt.inv || !a->rt.pair_tok || !a->rt.pair_w))
-        return cudaErrorInvalidValue;
-    const size_t sm = small ? smem_small(a->E) : smem_for(a->E);
+    const size_t sm = smem_for(a->E);
     moe_expert_args b = *a;
     b.overlap = 0;
-    if (!small) b.route = 0;
     b.early = 1;
     b.T = T;
     b.sh_row0 = T * topk;   /* the shared expert's rows follow the routed pairs, as moe_cuda's ysh */

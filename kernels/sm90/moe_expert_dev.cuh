@@ -433,18 +433,15 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
 }
 
 /* The 1-tile item tables of gate/up (rows_g, rpi_g) and down (rows_d, rpi_d) of the routed experts in one
- * pass (v17, the fused launch): off[] loaded once (off NULL: s_off[0..E] is in place, every thread past a
- * barrier since it was written), both counts at once, the two scans by warps 0 and 1 in
+ * pass (v17, the fused launch): off[] loaded once, both counts at once, the two scans by warps 0 and 1 in
  * parallel. Same tables as item_table<1> with nE = E. Every thread of the block calls it. CHUNKS (v19):
  * experts with up to tok1 tokens, as ceil(n / 8) token chunks; else (T <= 8) those with 1..8. */
 template <bool CHUNKS>
 __device__ __forceinline__ void item_tables1_body(int32_t *s_ig, int32_t *s_id, int32_t *s_off, const int32_t *off, int E,
                                                   int rows_g, int rpi_g, int rows_d, int rpi_d, int tok1)
 {
-    if (off) {   /* NULL: s_off is filled already (v20, the routing in the launch) */
-        for (int i = threadIdx.x; i <= E; i += blockDim.x) s_off[i] = __ldcg(off + i);
-        __syncthreads();
-    }
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) s_off[i] = __ldcg(off + i);
+    __syncthreads();
     for (int i = threadIdx.x; i <= E; i += blockDim.x) {
         const int n = i < E ? s_off[i + 1] - s_off[i] : 0;
         const int ch = !CHUNKS ? n > 0 && n <= MOE_TOK_CHUNK

@@ -82,15 +82,6 @@ __device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL])
     }
 }
 
-/* a[i] = a[i + 1], a[PL - 1] = v */
-template <int PL>
-__device__ __forceinline__ void rt_rot(float a[PL], float v)
-{
-#pragma unroll
-    for (int i = 0; i < PL - 1; i++) a[i] = a[i + 1];
-    a[PL - 1] = v;
-}
-
 /* Scores, selection and weights of token t by one whole warp. PL: experts per lane (E <= 32 * PL). */
 template <int PL = RT_MAXPL>
 __device__ __forceinline__ void router_topk_token(const float *part, int ksplit, int T, int t, int lane, int E,
@@ -128,42 +119,28 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < PL; i++) mx = fmaxf(mx, lg[i]);
-    if (func == MOE_SCORE_SOFTMAX)
+    float sum = 0.f;
+    if (func == MOE_SCORE_SOFTMAX) {
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    /* Scores: one element per iteration of a rolled loop whose arrays rotate by one (static indices, so they
-     * stay in registers): one copy of the exp / log1p / sqrt code instead of PL (v20: this function ran at
-     * ~40-70 KB of SASS per kernel, and a launch's one pass over it waits on instruction fetches). The same
-     * operations on the same values as before, so the same bits. */
-    float ex[PL], sum = 0.f;
-#pragma unroll 1
-    for (int i = 0; i < PL; i++) {
-        const float l = lg[0];
-        const float e = expf(func == MOE_SCORE_SOFTMAX ? l - mx : func == MOE_SCORE_SIGMOID ? -l : l);
-        if (func == MOE_SCORE_SOFTMAX) sum += lane + 32 * i < E ? e : 0.f;
-        rt_rot<PL>(lg, l);
-        rt_rot<PL>(ex, e);
-    }
-    if (func == MOE_SCORE_SOFTMAX)
+#pragma unroll
+        for (int i = 0; i < PL; i++) sum += (lane + 32 * i < E) ? expf(lg[i] - mx) : 0.f;
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-#pragma unroll 1
+    }
+#pragma unroll
     for (int i = 0; i < PL; i++) {
         const int e = lane + 32 * i;
-        const float l = lg[0], x = ex[0], b = bb[0];
-        float sv;
-        if (func == MOE_SCORE_SOFTMAX) sv = x / sum;
-        else if (func == MOE_SCORE_SIGMOID) sv = 1.f / (1.f + x);
-        else sv = sqrtf(l > 20.f ? l : log1pf(x));   /* torch softplus, threshold 20 */
-        rt_rot<PL>(lg, l);
-        rt_rot<PL>(ex, x);
-        rt_rot<PL>(bb, b);
-        rt_rot<PL>(sc, e < E ? sv : 0.f);
-        rt_rot<PL>(sel, e < E ? sv + b : -INFINITY);
+        const float l = lg[i];
+        float s;
+        if (func == MOE_SCORE_SOFTMAX) s = expf(l - mx) / sum;
+        else if (func == MOE_SCORE_SIGMOID) s = 1.f / (1.f + expf(-l));
+        else s = sqrtf(l > 20.f ? l : log1pf(expf(l)));   /* torch softplus, threshold 20 */
+        sc[i] = e < E ? s : 0.f;
+        sel[i] = e < E ? s + bb[i] : -INFINITY;
     }
     int my_e = -1;
     float my_w = 0.f;
     if (tid2eid) {
         const int tok = token_ids ? token_ids[t] : t;
-#pragma unroll 1
         for (int k = 0; k < topk; k++) {
             const int e = tid2eid[(size_t)tok * topk + k];
             float v = 0.f;
@@ -175,7 +152,6 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
         }
     } else {
         unsigned taken = 0;   /* bit i: expert lane + 32 i already picked */
-#pragma unroll 1
         for (int k = 0; k < topk; k++) {
             /* the lane's best by a tree (not a PL-long chain); invalid / taken slots are -inf and lose to every
              * real score (scores are finite) */

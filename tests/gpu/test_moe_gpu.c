@@ -538,18 +538,6 @@ int main(int argc, char **argv)
             run_case(nm, &M, &L, &W, 8, 0);   /* back to back: the counts it leaves must be zero */
             run_case(nm, &M, &L, &W, 5, 1);   /* skewed: 6 experts, the rest none */
         }
-        {   /* v20: the routing in the launch (default up to 8) against a top-k + lists launch before it */
-            const int rt = W.fs_route_max_t;
-            W.fs_route_max_t = 0;
-            run_case("nvfp4, one expert launch after a lists launch", &M, &L, &W, 1, 0);
-            run_case("nvfp4, one expert launch after a lists launch", &M, &L, &W, 8, 0);
-            run_case("nvfp4 skewed, one expert launch after a lists launch", &M, &L, &W, 5, 1);
-            W.fs_route_max_t = 4;   /* routed in the launch at 1-4, after a lists launch at 8: the words both leave */
-            run_case("nvfp4, routing in the launch up to 4", &M, &L, &W, 3, 0);
-            run_case("nvfp4, routing in the launch up to 4", &M, &L, &W, 8, 0);
-            run_case("nvfp4, routing in the launch up to 4", &M, &L, &W, 2, 0);
-            W.fs_route_max_t = rt;
-        }
         W.shared_min_t = 1;   /* routed items only */
         run_case("nvfp4, one expert launch, shared launches", &M, &L, &W, 3, 0);
         run_case("nvfp4 skewed, one expert launch, shared launches", &M, &L, &W, 8, 1);
@@ -661,7 +649,6 @@ int main(int argc, char **argv)
     make_model(&M, &L, &c, 0, 0);
     if (moe_cuda_ws_init(&W, &L, 64)) return 1;
     run_case("nvfp4 hash routing", &M, &L, &W, 33, 0);
-    run_case("nvfp4 hash routing, routing in the expert launch", &M, &L, &W, 5, 0);
     run_fused("nvfp4 hash routing (one launch)", &M, &L, &W, 5, 0);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
