@@ -80,12 +80,21 @@ fi
 CMD="COMMIT=${COMMIT:-unknown} BENCH_ARGS='${BENCH_ARGS:-}' bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json ${BENCH_ARGS:-})"
 N=${REPEAT:-1}
 [ "$N" -gt 1 ] && CMD="REPEAT=$N $CMD, $N processes, per row the median (bench/moe_merge.py)"
+# the GPU's clocks, power and clock-event reasons every 100 ms while the bench processes run; smi_summary.py prints
+# each process's medians (clocks.txt): what the spread between processes goes with (bench/NOTES.md v20)
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+  --format=csv,noheader,nounits -lms 100 > "$OUT/smi.csv" 2> "$OUT/smi.err" &
+SMI=$!
 for i in $(seq 1 "$N"); do
   J="$OUT/moe-h200.json"; L="$OUT/bench.log"
   [ "$N" -gt 1 ] && J="$OUT/moe-h200-run$i.json" L="$OUT/bench-run$i.log"
+  date +%s.%N > "$OUT/bench-t$i.start"
   echo "== bench $i/$N"; timeout ${BENCH_TIMEOUT:-150} env BENCH_COMMAND="$CMD" $B/sluice-bench moe --peer "$OUT/peer.txt" \
     --out "$J" --commit "${COMMIT:-unknown}" ${BENCH_ARGS:-} 2>&1 | tee "$L"
+  date +%s.%N > "$OUT/bench-t$i.end"
 done
+kill $SMI 2> /dev/null
+python3 bench/smi_summary.py "$OUT" "$N" | tee "$OUT/clocks.txt"
 [ "$N" -gt 1 ] && python3 bench/moe_merge.py "$OUT"/moe-h200-run*.json > "$OUT/moe-h200.json" && cat "$OUT"/bench-run*.log > "$OUT/bench.log" &&
   python3 bench/moe_merge.py --table "$OUT/moe-h200.json"
 exit 0
