@@ -97,4 +97,7 @@ kill $SMI 2> /dev/null
 python3 bench/smi_summary.py "$OUT" "$N" | tee "$OUT/clocks.txt"
 [ "$N" -gt 1 ] && python3 bench/moe_merge.py "$OUT"/moe-h200-run*.json > "$OUT/moe-h200.json" && cat "$OUT"/bench-run*.log > "$OUT/bench.log" &&
   python3 bench/moe_merge.py --table "$OUT/moe-h200.json"
+# the run tool brings back only a few files per call (a 3-process run writes ~20): all but the result, the clock
+# summary and the test log go into one archive, moe-out.tgz (v20: a run's JSON files were left on the machine)
+(cd "$OUT" && ls | grep -vxE 'moe-h200.json|clocks.txt|test.log|moe-out.tgz' | tar czf moe-out.tgz --remove-files -T -)
 exit 0
