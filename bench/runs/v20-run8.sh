@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Sources: commit 227573c (MOE_BIAS_PRE, removed in the next commit): git checkout 227573c -- kernels first.
 # v20 run 8 (bench/NOTES.md v20 (7)): the top-k launches' bias loaded before their PDL wait (MOE_BIAS_PRE 1, new)
 # against after it (0, old), both with the top-k + lists phases traced (MOE_TRACE_TL 1); test_moe_gpu on new; two
 # rounds at batches 1-64. Run from the repo root on the GPU machine (nothing to carry).

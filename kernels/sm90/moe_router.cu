@@ -20,11 +20,6 @@
 #include "common/moe_l2.cuh"
 #include "common/moe_trace.cuh"
 
-/* 1: the top-k launches load the bias before their PDL wait (router_bias_pre; v20 A/B) */
-#ifndef MOE_BIAS_PRE
-#define MOE_BIAS_PRE 1
-#endif
-
 
 /* One warp per (expert, TOK-token tile): lanes stride over K with 16-byte loads of the expert's gate
  * row (all independent, so a warp has its whole row in flight), TOK fp32 accumulators, then a fixed
@@ -201,13 +196,10 @@ __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int t
 {
     const MoeTrace trace_(MOE_TR_TOPK);
     const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    float bpre[PL];
-    if (MOE_BIAS_PRE) router_bias_pre<PL>(t < T ? bias : nullptr, E, lane, bpre);
     moe_pdl_wait();
     moe_pdl_release();
     if (t >= T) return;
-    router_topk_token<PL>(part, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, wout,
-                          MOE_BIAS_PRE ? bpre : nullptr);
+    router_topk_token<PL>(part, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, wout);
 }
 
 extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
@@ -236,7 +228,8 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
 /* Small batches (T <= 32): top-k (warp w: tokens w, w + 16) and the lists in one block, one launch fewer in
  * the chain. idx/w go through global memory; __syncthreads makes them visible to the whole block.
  * MOE_TRACE_TL 1 (bench): its phases in the stage trace's "topk" (from the end of the PDL wait to the end of
- * each warp's top-k) and "lists" slots, which the separate top-k and lists launches use above 32 tokens. */
+ * each warp's top-k) and "lists" slots, which the separate top-k and lists launches use above 32 tokens (v20: the
+ * lists slot's start read ~5 us before the top-k's end: the timer read may move above the barrier; its end holds). */
 #ifndef MOE_TRACE_TL
 #define MOE_TRACE_TL 0
 #endif
@@ -251,14 +244,11 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
     const MoeTrace trace_(MOE_TR_TOPK_LISTS);
     extern __shared__ int sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float bpre[PL];
-    if (MOE_BIAS_PRE) router_bias_pre<PL>(warp < T ? bias : nullptr, E, lane, bpre);
     moe_pdl_wait();
     moe_pdl_release();
     const unsigned long long t_w = MOE_TRACE_TL ? moe_now() : 0;
     for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
-        router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w,
-                              MOE_BIAS_PRE ? bpre : nullptr);
+        router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
     if (MOE_TRACE_TL) moe_trace_span(MOE_TR_TOPK, t_w);
     __syncthreads();
     const unsigned long long t_l = MOE_TRACE_TL ? moe_now() : 0;

@@ -82,21 +82,12 @@ __device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL])
     }
 }
 
-/* The lane's bias values (experts lane + 32 i) for router_topk_token's bpre: loaded before the PDL wait, as the
- * bias is no kernel's output (v20: the top-k's loads after the wait queue behind the shared expert's stream). */
-template <int PL>
-__device__ __forceinline__ void router_bias_pre(const float *bias, int E, int lane, float bpre[PL])
-{
-#pragma unroll
-    for (int i = 0; i < PL; i++) bpre[i] = bias && lane + 32 * i < E ? __ldg(bias + lane + 32 * i) : 0.f;
-}
-
 /* Scores, selection and weights of token t by one whole warp. PL: experts per lane (E <= 32 * PL). */
 template <int PL = RT_MAXPL>
 __device__ __forceinline__ void router_topk_token(const float *part, int ksplit, int T, int t, int lane, int E,
                                                   int topk, int func, const float *bias, const int32_t *tid2eid,
                                                   const int32_t *token_ids, float route_scale, int32_t *idx,
-                                                  float *wout, const float *bpre = nullptr)
+                                                  float *wout)
 {
     /* every load is issued before any is used (v11: a runtime-length loop per element had serialised
      * them into ~30 L2 round trips per warp, ~20 us) */
@@ -105,7 +96,7 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
     for (int i = 0; i < PL; i++) {
         const int e = lane + 32 * i;
         lg[i] = e < E ? __ldcg(part + (size_t)t * E + e) : -INFINITY;
-        bb[i] = bpre ? bpre[i] : bias && e < E ? __ldg(bias + e) : 0.f;
+        bb[i] = bias && e < E ? __ldg(bias + e) : 0.f;
     }
     {   /* parts 1..3 loaded together (a runtime loop would take one L2 round trip per part), then added in
          * order ((p0 + p1) + p2) + p3; more parts (never used by the callers) in a plain loop */
