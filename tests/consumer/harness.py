@@ -365,7 +365,8 @@ def generate(prompt, max_tokens, seed=None, temperature=0.0, top_k=0, top_p=1.0,
     if logprobs:
         args.append("--logprobs")
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    # split on "\n" only: str.splitlines() also splits at U+0085 / U+2028, which sampled text may hold unescaped
+    return json.loads(out.strip().split("\n")[-1])
 
 
 def main(test):
