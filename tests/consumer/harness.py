@@ -346,6 +346,12 @@ class Env:
                     log("%s took %.1f s to stop" % (getattr(p, "errpath", p.args[0]), time.time() - t0))
 
 
+def json_lines(text):
+    """The JSON objects of a CLI's line-per-object output. Split on "\n" only: str.splitlines() also splits at
+    U+0085 / U+2028, which generated text holds unescaped (jansson escapes only control characters)."""
+    return [json.loads(l) for l in text.split("\n") if l.strip()]
+
+
 def generate(prompt, max_tokens, seed=None, temperature=0.0, top_k=0, top_p=1.0, ignore_eos=False, model=None,
              logprobs=False):
     """sluice-generate's output (the engine alone) for the same prompt and sampling: prompt token ids, or a
@@ -365,8 +371,7 @@ def generate(prompt, max_tokens, seed=None, temperature=0.0, top_k=0, top_p=1.0,
     if logprobs:
         args.append("--logprobs")
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    # split on "\n" only: str.splitlines() also splits at U+0085 / U+2028, which sampled text may hold unescaped
-    return json.loads(out.strip().split("\n")[-1])
+    return json_lines(out)[-1]
 
 
 def main(test):

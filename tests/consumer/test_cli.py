@@ -55,7 +55,7 @@ def test(make):
         f.write(json.dumps({"id": "cli-b", "prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0.5, "seed": 9}) + "\n")
     p = run([submit, "--brokers", env.brokers, "--framing", "bare", "--jsonl", jl, "--timeout", "30"])
     assert p.returncode == 0, p.stderr
-    out = [json.loads(l) for l in p.stdout.split("\n") if l.strip()]   # not splitlines(): U+0085 / U+2028
+    out = h.json_lines(p.stdout)
     bare = env.results(["cli-a", "cli-b"], timeout=20, idle=0.2)
     assert not any(rs[0]["_framed"] for rs in bare.values()), "bare jobs must get bare results"
     assert sorted(o["id"] for o in out) == ["cli-a", "cli-b"] and all(o["status"] == "OK" for o in out), out

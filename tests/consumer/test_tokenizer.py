@@ -71,7 +71,7 @@ def tokenize(model_dir, mode, lines):
     out = subprocess.run([h.prog("sluice-tokenize"), "--tokenizer", os.path.join(model_dir, "tokenizer.json"), mode],
                          input="".join(json.dumps(x) + "\n" for x in lines), check=True, capture_output=True,
                          text=True).stdout
-    return [json.loads(l) for l in out.split("\n") if l.strip()]   # not splitlines(): U+0085 / U+2028
+    return h.json_lines(out)
 
 
 def rand_text(rnd):
