@@ -4,25 +4,14 @@ order, TB/s and % of the ceiling recomputed from the medians, and a refusal (exi
 of different commits or different rows. Usage: test_moe_merge.py path/to/moe_merge.py"""
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import tempfile
 
+from bench_check import check, finish, rng   # tests/bench/bench_check.py
+
 merge = sys.argv[1]
-rng = random.Random()
-seed = rng.randrange(1 << 30)
-rng.seed(seed)
-print("seed", seed)
-fails = 0
-
-
-def check(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL:", what)
 
 
 def run(n, commit="abc1234", tweak=None):
@@ -88,5 +77,4 @@ with tempfile.TemporaryDirectory() as d:
     res = subprocess.run([sys.executable, merge], capture_output=True, text=True)
     check(res.returncode != 0, "no input is refused")
 
-print("test_moe_merge: %s" % ("all passed" if not fails else "%d failed" % fails))
-sys.exit(1 if fails else 0)
+finish("test_moe_merge")

@@ -3,28 +3,15 @@
 time marks with power above the threshold, and reports their median / lowest SM clock, median / highest power
 and the reasons seen; header and "[N/A]" lines are skipped. Usage: test_smi_summary.py path/to/smi_summary.py"""
 import datetime
-import os
-import random
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 
+from bench_check import check, finish, rng   # tests/bench/bench_check.py
+
 tool = sys.argv[1]
-rng = random.Random()
-seed = rng.randrange(1 << 30)
-rng.seed(seed)
-print("seed", seed)
-fails = 0
-
-
-def check(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL:", what)
-
 
 with tempfile.TemporaryDirectory() as d:
     t = 1.8e9 + rng.uniform(0, 1e6)
@@ -75,5 +62,4 @@ with tempfile.TemporaryDirectory() as d:
         check(set(m.group(6).split()) == why, f"reasons {m.group(6)} vs {why}")
     bad = subprocess.run([sys.executable, tool, d], capture_output=True, text=True)
     check(bad.returncode != 0, "usage error without N")
-print("test_smi_summary:", "all passed" if not fails else f"{fails} failed")
-sys.exit(1 if fails else 0)
+finish("test_smi_summary")
