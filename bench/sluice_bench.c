@@ -183,7 +183,20 @@ static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x
 #define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN][/...]"
 /* --stages: one replay of each input set's graph with the stage trace on (moe_trace_set); per stage the
  * median over the sets of its first block start and last warp end, in us from the replay's first start */
+static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok,
+                        float *out, cudaStream_t st, int T, const char *routing);
 static void stage_timeline(cudaGraphExec_t *g, cudaStream_t st, int T, const char *routing)
+{
+    stage_trace(g, NULL, NULL, NULL, NULL, NULL, st, T, routing);
+}
+/* v21: the same trace of the forward issued on the stream (no graph) */
+static void stream_timeline(const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok, float *out,
+                            cudaStream_t st, int T, const char *routing)
+{
+    stage_trace(NULL, L, W, x, tok, out, st, T, routing);
+}
+static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok,
+                        float *out, cudaStream_t st, int T, const char *routing)
 {
     static const char *nm[MOE_TR_SLOTS] = {"logits", "topk", "lists", "topk+lists", "gu1", "gu2", "fused1", "dn1",
                                            "dn2", "sh-gu", "sh-dn", "combine", "ticket"};
@@ -195,7 +208,8 @@ static void stage_timeline(cudaGraphExec_t *g, cudaStream_t st, int T, const cha
         for (int k = 0; k < MOE_TR_SLOTS; k++) h[2 * k] = ~0ull, h[2 * k + 1] = 0;
         CU(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
         CU(moe_trace_set(d));
-        CU(cudaGraphLaunch(g[i], st));
+        if (g) CU(cudaGraphLaunch(g[i], st));
+        else if (moe_cuda_forward(&L[i % NLAYERS], W, x[i], tok, T, out, st)) exit(1);
         CU(cudaStreamSynchronize(st));
         CU(moe_trace_set(NULL));
         CU(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
@@ -207,7 +221,7 @@ static void stage_timeline(cudaGraphExec_t *g, cudaStream_t st, int T, const cha
             e[k][i] = seen[k] ? (float)(h[2 * k + 1] - t0) / 1e3f : 0.f;
         }
     }
-    printf("  stages %d %s (us):", T, routing);
+    printf("  stages%s %d %s (us):", g ? "" : "-stream", T, routing);
     for (int k = 0; k < MOE_TR_SLOTS; k++)
         if (seen[k]) printf(" %s %.1f-%.1f", nm[k], median(b[k], NSETS), median(e[k], NSETS));
     printf("\n");
@@ -218,7 +232,7 @@ static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
     int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0, stages = 0,
-        no_shared = 0;
+        no_shared = 0, stream_mode = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
@@ -256,6 +270,8 @@ static int bench_moe(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "--stages")) {   /* per batch: each stage's start and end in the graph */
             stages = 1;
+        } else if (!strcmp(argv[i], "--stream")) {   /* per batch also the forward outside a graph (v21) */
+            stream_mode = 1;
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
         } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
@@ -268,7 +284,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--no-shared]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--no-shared]\n");
             return 2;
         }
     }
@@ -375,6 +391,16 @@ static int bench_moe(int argc, char **argv)
                                    "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s}",
                                    rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms);
             if (stages) stage_timeline(g, st, T, routing);
+            if (stream_mode) {   /* the same forward issued on the stream, no graph: median of reps x sets */
+                for (int rr = 0; rr < reps * NSETS; rr++) {
+                    CU(cudaEventRecord(e0, st));
+                    if (moe_cuda_forward(&L[rr % NLAYERS], &W, x[rr % NSETS], tok, T, out, st)) return 1;
+                    CU(cudaEventRecord(e1, st));
+                    CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tm[rr], e0, e1));
+                }
+                printf("  stream %d %s: %.4f ms (graph %.4f)\n", T, routing, median(tm, reps * NSETS), ms);
+                if (stages) stream_timeline(L, &W, x, tok, out, st, T, routing);
+            }
             for (int i = 0; i < NSETS; i++) CU(cudaGraphExecDestroy(g[i]));
             free(tm);
         }

@@ -443,7 +443,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     ar.pf_sh_dn = sh_in && (pf & 4) && !(pf & 2);
     ar.pf_dn = (pf & 8) ? (int)(((size_t)W->pf_dn_mb << 20) / L->w2_stride) : 0;
     ar.pf_last = (pf & 16) != 0;
-    if (fork && W->shared_fork == 1 && fork_shared(W, &a, x, T, K, st)) return -1;
+    if (fork && (W->shared_fork == 1 || W->shared_fork == 4) && fork_shared(W, &a, x, T, K, st)) return -1;
     int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
                      H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
     if (L->gate_tc && T >= W->logits_tc_min_t) {
@@ -476,6 +476,9 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     /* forked after the router: beside the routed launches only */
     if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, st)) return -1;
     if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
+    /* forked before the router and joined before the routed launches (4): the shared expert overlaps only the
+     * router, as it does in stream mode when the host's launches are slower than the router */
+    if (fork && W->shared_fork == 4) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");
     if (T <= W->fuse_small && T <= MOE_TOK_CHUNK) {   /* v17: the whole expert work, shared expert included, in one launch */
         ar.tickets = W->tickets;
         ar.ks_gu = parts_fit(T <= W->fs_ks_max_t ? W->fs_ks_gu : 1, H / 128);

@@ -67,7 +67,8 @@ typedef struct {
                                          v15: 16) */
     int shared_fork;                  /* v15: those launches run on a second stream (they need only x), joined
                                          before the combine; 1: forked before the router, 2: after it (beside
-                                         the routed launches only), 3: after the logits (v19), 0: in
+                                         the routed launches only), 3: after the logits (v19), 4: before
+                                         the router and joined before the routed launches (v21), 0: in
                                          the layer's stream */
     int dyn_items;                    /* v15: routed launches without shared items hand out their tiles to
                                          warps from counters (moe_expert_args.tickets, .dyn): bit 0 the
