@@ -199,7 +199,7 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
                         float *out, cudaStream_t st, int T, const char *routing)
 {
     static const char *nm[MOE_TR_SLOTS] = {"logits", "topk", "lists", "topk+lists", "gu1", "gu2", "fused1", "dn1",
-                                           "dn2", "sh-gu", "sh-dn", "combine", "ticket"};
+                                           "dn2", "sh-gu", "sh-dn", "combine", "ticket", "topk-ld"};
     unsigned long long *d, h[2 * MOE_TR_SLOTS];
     float b[MOE_TR_SLOTS][NSETS], e[MOE_TR_SLOTS][NSETS];
     int seen[MOE_TR_SLOTS] = {0};
@@ -228,11 +228,101 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
     CU(cudaFree(d));
 }
 
+/* The graph of input set i (weight set i % NLAYERS of L) into *g, replayed once (the main loop reads the
+ * routing it left in W->idx). */
+static void capture_graph(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x,
+                          int32_t *tok, int T, float *out, cudaStream_t st, int i)
+{
+    cudaGraph_t gr;
+    CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    if (moe_cuda_forward(&L[i % NLAYERS], W, x[i], tok, T, out, st)) exit(1);
+    CU(cudaStreamEndCapture(st, &gr));
+    CU(cudaGraphInstantiateWithFlags(g, gr, cudaGraphInstantiateFlagUseNodePriority));
+    CU(cudaGraphDestroy(gr));
+    CU(cudaGraphLaunch(*g, st)); CU(cudaStreamSynchronize(st));
+}
+
+/* Median ms of reps x NSETS replays rotating over the sets' graphs; tm: reps * NSETS floats of scratch. */
+static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int reps, float *tm)
+{
+    for (int rr = 0; rr < reps * NSETS; rr++) {
+        CU(cudaEventRecord(e0, st)); CU(cudaGraphLaunch(g[rr % NSETS], st)); CU(cudaEventRecord(e1, st));
+        CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tm[rr], e0, e1));
+    }
+    return median(tm, reps * NSETS);
+}
+
+/* --placements P (v21): does where the weights land decide the 5 % spread between bench processes (batch 64
+ * read 0.768 / 0.783 / 0.810 ms in the three processes of one call, NOTES v19 (8); not the SM clock, v20
+ * (4))? Placement 0 is the weight sets already made (L); placements 1..P-1 make the same NLAYERS weight sets
+ * again (same seeds, same bytes) after a spacer allocation of a different size, all kept alive. Then, per
+ * round, every placement's graphs are measured in turn at each batch (random routing), interleaved as the
+ * A/B variants are. A placement effect is the same placement fast or slow in every round; the summary gives
+ * per batch each placement's median over the rounds and the spread between placements beside the spread
+ * between rounds. */
+static int bench_placements(moe_cuda_layer *L, const moe_cuda_shape *s, float *gate, float *bias, moe_cuda_ws *W,
+                            uint16_t *const *x, int32_t *tok, float *out, cudaStream_t st, cudaEvent_t e0,
+                            cudaEvent_t e1, const int *batches, int nb, int reps, int P)
+{
+    enum { PMAX = 8, ROUNDS = 3 };
+    moe_cuda_layer Lp[PMAX][NLAYERS];
+    void *spacer[PMAX] = {0};
+    memcpy(Lp[0], L, sizeof Lp[0]);
+    for (int p = 1; p < P; p++) {
+        const size_t sp = ((size_t)p * 1531 + 2) << 20;   /* MB, not a multiple of any page size above 1 MB */
+        CU(cudaMalloc(&spacer[p], sp));
+        for (int l = 0; l < NLAYERS; l++) make_layer(&Lp[p][l], s, (uint32_t)l + 1, gate, bias);
+    }
+    CU(cudaDeviceSynchronize());
+    for (int p = 0; p < P; p++) {
+        printf("placement %d: w13", p);
+        for (int l = 0; l < NLAYERS; l++) printf(" %p", (void *)Lp[p][l].w13);
+        printf("\n");
+    }
+    static double ms[PMAX][16][ROUNDS];
+    float *tm = malloc((size_t)reps * NSETS * sizeof(float));
+    cudaGraphExec_t g[NSETS];
+    for (int r = 0; r < ROUNDS; r++)
+        for (int p = 0; p < P; p++) {
+            printf("round %d placement %d:", r, p);
+            for (int bi = 0; bi < nb; bi++) {
+                for (int i = 0; i < NSETS; i++) capture_graph(&g[i], Lp[p], W, x, tok, batches[bi], out, st, i);
+                ms[p][bi][r] = replay_ms(g, st, e0, e1, reps, tm);
+                for (int i = 0; i < NSETS; i++) CU(cudaGraphExecDestroy(g[i]));
+                printf(" %d %.4f", batches[bi], ms[p][bi][r]);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    for (int bi = 0; bi < nb; bi++) {
+        float med[PMAX], v[ROUNDS], lo = 1e30f, hi = 0.f, rs = 0.f;
+        printf("placements %d random:", batches[bi]);
+        for (int p = 0; p < P; p++) {
+            for (int r = 0; r < ROUNDS; r++) v[r] = (float)ms[p][bi][r];
+            float mn = v[0], mx = v[0];
+            for (int r = 1; r < ROUNDS; r++) mn = v[r] < mn ? v[r] : mn, mx = v[r] > mx ? v[r] : mx;
+            rs = mx / mn - 1.f > rs ? mx / mn - 1.f : rs;
+            med[p] = median(v, ROUNDS);
+            lo = med[p] < lo ? med[p] : lo;
+            hi = med[p] > hi ? med[p] : hi;
+            printf(" %.4f", med[p]);
+        }
+        printf(" ms; between placements %.1f %%, between rounds (worst placement) %.1f %%\n", 100.f * (hi / lo - 1.f),
+               100.f * rs);
+    }
+    free(tm);
+    for (int p = 1; p < P; p++) {
+        for (int l = 0; l < NLAYERS; l++) moe_cuda_layer_free(&Lp[p][l]);
+        CU(cudaFree(spacer[p]));
+    }
+    return 0;
+}
+
 static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
     int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0, stages = 0,
-        no_shared = 0, stream_mode = 0;
+        no_shared = 0, stream_mode = 0, placements = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
@@ -272,6 +362,9 @@ static int bench_moe(int argc, char **argv)
             stages = 1;
         } else if (!strcmp(argv[i], "--stream")) {   /* per batch also the forward outside a graph (v21) */
             stream_mode = 1;
+        } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places (v21) */
+            placements = atoi(argv[++i]);
+            if (placements < 2 || placements > 8) { fprintf(stderr, "sluice-bench: --placements 2..8\n"); return 2; }
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
         } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
@@ -284,7 +377,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--no-shared]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared]\n");
             return 2;
         }
     }
@@ -329,10 +422,12 @@ static int bench_moe(int argc, char **argv)
            E, L[0].expert_bytes / 1e6, L[0].shared_bytes / 1e6, NLAYERS, NSETS, W.grid_gu[0], W.grid_gu[1],
            W.grid_dn[0], W.grid_dn[1]);
 
-    char *rows = calloc(1, 1 << 16);
-    size_t rl = 0;
     cudaStream_t st;
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    if (placements)   /* only the placement experiment (random routing, the default launch variant) */
+        return bench_placements(L, &s, gate, bias, &W, x, tok, out, st, e0, e1, batches, nb, reps, placements);
+    char *rows = calloc(1, 1 << 16);
+    size_t rl = 0;
     int32_t *idx = malloc((size_t)MAXB * 6 * sizeof(int32_t));
     for (int v = 0; v < (ntune ? ntune : 1); v++) {
     if (ntune)
@@ -360,14 +455,8 @@ static int bench_moe(int argc, char **argv)
             cudaGraphExec_t g[NSETS];
             double bytes = 0;
             for (int i = 0; i < NSETS; i++) {
-                cudaGraph_t gr;
-                CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-                if (moe_cuda_forward(&L[i % NLAYERS], &W, x[i], tok, T, out, st)) return 1;
-                CU(cudaStreamEndCapture(st, &gr));
-                CU(cudaGraphInstantiateWithFlags(&g[i], gr, cudaGraphInstantiateFlagUseNodePriority));
-                CU(cudaGraphDestroy(gr));
+                capture_graph(&g[i], L, &W, x, tok, T, out, st, i);
                 /* bytes of this set: touched experts + shared + router gate + activations */
-                CU(cudaGraphLaunch(g[i], st)); CU(cudaStreamSynchronize(st));
                 CU(cudaMemcpy(idx, W.idx, (size_t)T * 6 * 4, cudaMemcpyDeviceToHost));
                 unsigned char touched[256] = {0};
                 int nt = 0;
@@ -376,11 +465,7 @@ static int bench_moe(int argc, char **argv)
             }
             bytes /= NSETS;
             float *tm = malloc((size_t)reps * NSETS * sizeof(float));
-            for (int rr = 0; rr < reps * NSETS; rr++) {
-                CU(cudaEventRecord(e0, st)); CU(cudaGraphLaunch(g[rr % NSETS], st)); CU(cudaEventRecord(e1, st));
-                CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tm[rr], e0, e1));
-            }
-            const double ms = median(tm, reps * NSETS), tbs = bytes / (ms * 1e-3) / 1e12;
+            const double ms = replay_ms(g, st, e0, e1, reps, tm), tbs = bytes / (ms * 1e-3) / 1e12;
             const double pm = peer_ms(T, routing);
             printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f\n", T, routing, ms, bytes / 1e6, tbs, 100 * tbs / ceiling,
                    pm, pm > 0 ? pm / ms : 0.0);

@@ -272,9 +272,11 @@ int moe_fused_ks(int H);
  * per slot the earliest block start, initialise to ~0, and the latest warp end, initialise to 0;
  * %globaltimer ns), every later launch of the layer's kernels records into it; NULL turns it off. */
 enum { MOE_TR_LOGITS, MOE_TR_TOPK, MOE_TR_LISTS, MOE_TR_TOPK_LISTS, MOE_TR_GU1, MOE_TR_GU2, MOE_TR_FUSED1, MOE_TR_DN1,
-       MOE_TR_DN2, MOE_TR_SH_GU, MOE_TR_SH_DN, MOE_TR_COMBINE, MOE_TR_TICKET, MOE_TR_SLOTS };
+       MOE_TR_DN2, MOE_TR_SH_GU, MOE_TR_SH_DN, MOE_TR_COMBINE, MOE_TR_TICKET, MOE_TR_TOPK_LD, MOE_TR_SLOTS };
 /* In moe_experts_fused1 with T <= 8 the item kinds record into gu1 (routed gate/up), dn1 (routed down),
- * sh-gu, sh-dn (each from an item's start to its end) and "ticket" (block start to the first ticket). */
+ * sh-gu, sh-dn (each from an item's start to its end) and "ticket" (block start to the first ticket).
+ * "topk-ld" (v21, only in builds with -DMOE_TRACE_TL=1): from the top-k's loads landing (logits parts and
+ * bias summed) to its end, per warp; "topk" then starts at the end of the PDL wait. */
 cudaError_t moe_trace_set(unsigned long long *buf);
 
 /* ---- bench helpers (moe_bench_kernels.cu) */

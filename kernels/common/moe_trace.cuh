@@ -14,6 +14,24 @@ __device__ __forceinline__ unsigned long long moe_now()
     return t;
 }
 
+/* The timer read as a compiler barrier ("memory"): it cannot move above a __syncthreads or a memory access
+ * before it (moe_now can; v20 (6): the MOE_TRACE_TL lists start read before the barrier). For the
+ * diagnostic builds only: in the default build it would pin the code around every trace point. */
+__device__ __forceinline__ unsigned long long moe_now_fenced()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : : "memory");
+    return t;
+}
+
+/* The timer read once v is computed: v's inputs (e.g. loaded values) have arrived (v21). */
+__device__ __forceinline__ unsigned long long moe_now_after(float v)
+{
+    unsigned long long t;
+    asm volatile("{\n\t.reg .f32 d;\n\tmov.f32 d, %1;\n\tmov.u64 %0, %%globaltimer;\n\t}" : "=l"(t) : "f"(v) : "memory");
+    return t;
+}
+
 /* One warp's span [t0, now] into a slot's earliest start / latest end (the fused kernel's item kinds). */
 __device__ __forceinline__ void moe_trace_span(int slot, unsigned long long t0)
 {

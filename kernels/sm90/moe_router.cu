@@ -228,11 +228,9 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
 /* Small batches (T <= 32): top-k (warp w: tokens w, w + 16) and the lists in one block, one launch fewer in
  * the chain. idx/w go through global memory; __syncthreads makes them visible to the whole block.
  * MOE_TRACE_TL 1 (bench): its phases in the stage trace's "topk" (from the end of the PDL wait to the end of
- * each warp's top-k) and "lists" slots, which the separate top-k and lists launches use above 32 tokens (v20: the
- * lists slot's start read ~5 us before the top-k's end: the timer read may move above the barrier; its end holds). */
-#ifndef MOE_TRACE_TL
-#define MOE_TRACE_TL 0
-#endif
+ * each warp's top-k), "topk-ld" (from its loads landing to its end, v21) and "lists" slots, which the separate
+ * top-k and lists launches use above 32 tokens. The lists start is read with moe_now_fenced (v20: a plain read
+ * had moved above the barrier, ~5 us before the top-k's end). */
 template <int PL>
 __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int func,
                                                         const float *bias, const int32_t *tid2eid,
@@ -248,10 +246,11 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
     moe_pdl_release();
     const unsigned long long t_w = MOE_TRACE_TL ? moe_now() : 0;
     for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
-        router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w);
+        router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w,
+                              MOE_TRACE_TL != 0);
     if (MOE_TRACE_TL) moe_trace_span(MOE_TR_TOPK, t_w);
     __syncthreads();
-    const unsigned long long t_l = MOE_TRACE_TL ? moe_now() : 0;
+    const unsigned long long t_l = MOE_TRACE_TL ? moe_now_fenced() : 0;
     build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
                       items_dn);
     if (MOE_TRACE_TL) moe_trace_span(MOE_TR_LISTS, t_l);

@@ -7,8 +7,15 @@
 #include <stdint.h>
 #include <math.h>
 #include "moe_kernels.h"
+#include "common/moe_trace.cuh"
 
 #define RT_MAXPL 16    /* experts per lane in top-k: E <= 512 */
+
+/* MOE_TRACE_TL 1 (bench diagnostic builds): the top-k + lists launch's phases in the stage trace
+ * (moe_router.cu k_topk_lists; kernels/moe_kernels.h "topk", "topk-ld", "lists"). 0: no trace code. */
+#ifndef MOE_TRACE_TL
+#define MOE_TRACE_TL 0
+#endif
 
 /* acc[j] += the 8 gate values w . token j's 8 inputs at xk + j * kn (bf16), for j < nt <= TOK. */
 template <int TOK>
@@ -82,12 +89,13 @@ __device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL])
     }
 }
 
-/* Scores, selection and weights of token t by one whole warp. PL: experts per lane (E <= 32 * PL). */
+/* Scores, selection and weights of token t by one whole warp. PL: experts per lane (E <= 32 * PL).
+ * trace_ld (MOE_TRACE_TL builds only): record the span from the loads landing to the end in "topk-ld". */
 template <int PL = RT_MAXPL>
 __device__ __forceinline__ void router_topk_token(const float *part, int ksplit, int T, int t, int lane, int E,
                                                   int topk, int func, const float *bias, const int32_t *tid2eid,
                                                   const int32_t *token_ids, float route_scale, int32_t *idx,
-                                                  float *wout)
+                                                  float *wout, bool trace_ld = false)
 {
     /* every load is issued before any is used (v11: a runtime-length loop per element had serialised
      * them into ~30 L2 round trips per warp, ~20 us) */
@@ -115,6 +123,13 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
 #pragma unroll
             for (int i = 0; i < PL; i++)
                 if (lane + 32 * i < E) lg[i] += __ldcg(part + ((size_t)s * T + t) * E + lane + 32 * i);
+    }
+    unsigned long long t_ld = 0;
+    if (MOE_TRACE_TL && trace_ld) {   /* the timer read waits for every loaded value (moe_now_after) */
+        float d = 0.f;
+#pragma unroll
+        for (int i = 0; i < PL; i++) d += lg[i] + bb[i];
+        t_ld = moe_now_after(d);
     }
     float mx = -INFINITY;
 #pragma unroll
@@ -189,6 +204,7 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
         idx[(size_t)t * topk + lane] = my_e;
         wout[(size_t)t * topk + lane] = w * route_scale;
     }
+    if (MOE_TRACE_TL && trace_ld) moe_trace_span(MOE_TR_TOPK_LD, t_ld);
 }
 
 /* Exclusive scan of n ints in smem by one warp; returns the total. */
