@@ -158,10 +158,10 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
         const int tok = token_ids ? token_ids[t] : t;
         for (int k = 0; k < topk; k++) {
             const int e = tid2eid[(size_t)tok * topk + k];
-            float v = 0.f;
+            float v = 0.f;   /* sc[e >> 5] as an exact multiply-add select (see below: an indexed read puts sc[] in
+                                local memory) */
 #pragma unroll
-            for (int i = 0; i < PL; i++)
-                if (e >= 0 && (e >> 5) == i) v = sc[i];
+            for (int i = 0; i < PL; i++) v = fmaf(sc[i], e >= 0 && (e >> 5) == i ? 1.f : 0.f, v);
             v = __shfl_sync(0xffffffffu, v, e & 31);
             if (lane == k) { my_e = e; my_w = v; }
         }
