@@ -24,11 +24,14 @@ __device__ __forceinline__ unsigned long long moe_now_fenced()
     return t;
 }
 
-/* The timer read once v is computed: v's inputs (e.g. loaded values) have arrived (v21). */
+/* The timer read once v is computed: v's inputs (e.g. loaded values) have arrived (v21). The read is
+ * predicated on v == v, so it cannot issue before v exists (a plain data use of v could be dropped as
+ * dead by ptxas and the read hoisted); 0 if v is NaN. */
 __device__ __forceinline__ unsigned long long moe_now_after(float v)
 {
     unsigned long long t;
-    asm volatile("{\n\t.reg .f32 d;\n\tmov.f32 d, %1;\n\tmov.u64 %0, %%globaltimer;\n\t}" : "=l"(t) : "f"(v) : "memory");
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.f32 p, %1, %1;\n\tmov.u64 %0, 0;\n\t@p mov.u64 %0, %%globaltimer;\n\t}"
+                 : "=l"(t) : "f"(v) : "memory");
     return t;
 }
 
