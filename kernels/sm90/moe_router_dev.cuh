@@ -16,6 +16,11 @@
 #ifndef MOE_TRACE_TL
 #define MOE_TRACE_TL 0
 #endif
+/* MOE_TOPK_STACK 1 (A/B only, bench/runs/v21-run2.sh): the hash branch's select as before v21, which the
+ * compiler turns into an indexed read of sc[], so sc[] lives in local memory (8 stores per lane per token). */
+#ifndef MOE_TOPK_STACK
+#define MOE_TOPK_STACK 0
+#endif
 
 /* acc[j] += the 8 gate values w . token j's 8 inputs at xk + j * kn (bf16), for j < nt <= TOK. */
 template <int TOK>
@@ -161,7 +166,9 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
             float v = 0.f;   /* sc[e >> 5] as an exact multiply-add select (see below: an indexed read puts sc[] in
                                 local memory) */
 #pragma unroll
-            for (int i = 0; i < PL; i++) v = fmaf(sc[i], e >= 0 && (e >> 5) == i ? 1.f : 0.f, v);
+            for (int i = 0; i < PL; i++)
+                if (MOE_TOPK_STACK) { if (e >= 0 && (e >> 5) == i) v = sc[i]; }
+                else v = fmaf(sc[i], e >= 0 && (e >> 5) == i ? 1.f : 0.f, v);
             v = __shfl_sync(0xffffffffu, v, e & 31);
             if (lane == k) { my_e = e; my_w = v; }
         }
