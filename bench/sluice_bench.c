@@ -424,8 +424,13 @@ static int bench_moe(int argc, char **argv)
 
     cudaStream_t st;
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    if (placements)   /* only the placement experiment (random routing, the default launch variant) */
-        return bench_placements(L, &s, gate, bias, &W, x, tok, out, st, e0, e1, batches, nb, reps, placements);
+    if (placements) {   /* only the placement experiment (random routing, the default launch variant) */
+        const int rc = bench_placements(L, &s, gate, bias, &W, x, tok, out, st, e0, e1, batches, nb, reps, placements);
+        for (int l = 0; l < NLAYERS; l++) moe_cuda_layer_free(&L[l]);
+        moe_cuda_ws_free(&W);
+        free(gate); free(bias); free(bias_sk);
+        return rc;
+    }
     char *rows = calloc(1, 1 << 16);
     size_t rl = 0;
     int32_t *idx = malloc((size_t)MAXB * 6 * sizeof(int32_t));
