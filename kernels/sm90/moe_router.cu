@@ -202,14 +202,27 @@ __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int t
     router_topk_token<PL>(part, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, wout);
 }
 
+/* The largest dynamic shared memory kernel k may be launched with raised to n bytes (once per kernel and size;
+ * the launch fails with the attribute's error otherwise). */
+static cudaError_t allow_smem(const void *k, size_t n)
+{
+    if (n <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)n);
+}
+
 extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
                                        const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
-                                       float route_scale, int32_t *idx, float *w, cudaStream_t st)
+                                       float route_scale, int32_t *idx, float *w, int excl, cudaStream_t st)
 {
-    if (E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E) return cudaErrorInvalidValue;
+    if (E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E || excl < 0 || excl > MOE_TOPK_EXCL_MAX)
+        return cudaErrorInvalidValue;
     const int threads = 256, blocks = (T * 32 + threads - 1) / threads;
-    return moe_launch(E <= 256 ? k_router_topk<8> : k_router_topk<RT_MAXPL>, dim3(blocks), dim3(threads), 0, st, part,
-                      ksplit, T, E, topk, score_func, bias, tid2eid, token_ids, route_scale, idx, w);
+    void (*k)(const float *, int, int, int, int, int, const float *, const int32_t *, const int32_t *, float, int32_t *,
+              float *) = E <= 256 ? k_router_topk<8> : k_router_topk<RT_MAXPL>;
+    const cudaError_t e = allow_smem((const void *)k, (size_t)excl);
+    if (e != cudaSuccess) return e;
+    return moe_launch(k, dim3(blocks), dim3(threads), (size_t)excl, st, part, ksplit, T, E, topk, score_func, bias,
+                      tid2eid, token_ids, route_scale, idx, w);
 }
 
 __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, const float *w, int T, int E, int topk,
@@ -272,15 +285,21 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
                                              const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
                                              float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
                                              int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
-                                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st)
+                                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, int excl,
+                                             cudaStream_t st)
 {
     const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
     if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
-        smem > 48 * 1024)
+        smem > 48 * 1024 || excl < 0 || excl > MOE_TOPK_EXCL_MAX)
         return cudaErrorInvalidValue;
-    return moe_launch(E <= 256 ? k_topk_lists<8> : k_topk_lists<RT_MAXPL>, dim3(1), dim3(512), smem, st, logits, ksplit, T, E, topk, score_func, bias, tid2eid,
-                      token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
-                      items_gu, items_dn);
+    void (*k)(const float *, int, int, int, int, int, const float *, const int32_t *, const int32_t *, float, int32_t *,
+              float *, int, int, int, int, int32_t *, int32_t *, float *, int32_t *, int32_t *, int32_t *) =
+        E <= 256 ? k_topk_lists<8> : k_topk_lists<RT_MAXPL>;
+    const cudaError_t e = allow_smem((const void *)k, smem + (size_t)excl);
+    if (e != cudaSuccess) return e;
+    return moe_launch(k, dim3(1), dim3(512), smem + (size_t)excl, st, logits, ksplit, T, E, topk, score_func, bias,
+                      tid2eid, token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok,
+                      pair_w, inv, items_gu, items_dn);
 }
 
 /* moe_trace_set's half for this module (moe_expert.cu calls it) */
