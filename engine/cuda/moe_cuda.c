@@ -309,8 +309,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
                                   work (random 256-512: 15-85 % of experts; skewed 16: all 6) dequantising their
                                   weights twice cost 6-40 % */
     W->topk_lists_max_t = 32;  /* v9 */
-    W->topk_excl_max_t = 32;   /* v21: the top-k + lists block alone on its SM up to 32 tokens (bench/NOTES.md v21
-                                  (6): batch 32 -2 %, its top-k + lists 9.5 us shorter beside the shared expert's
+    W->topk_excl_min_t = 1;    /* v21: the top-k + lists block alone on its SM up to 32 tokens (bench/NOTES.md v21 */
+    W->topk_excl_max_t = 32;   /* (6): batch 32 -2 %, its top-k + lists 9.5 us shorter beside the shared expert's
                                   launches; 1-16 within +-0.7 %; the separate top-k from 64 gained nothing) */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
@@ -460,7 +460,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     /* forked after the logits (3): the logits launch has the SMs to itself, the shared expert's blocks take
      * them while top-k and lists run on a few */
     if (fork && W->shared_fork == 3 && fork_shared(W, &a, x, T, K, st)) return -1;
-    const int nt = moe_tok_tiles(T), lsh = s->has_shared, excl = T <= W->topk_excl_max_t ? MOE_TOPK_EXCL_MAX : 0;
+    const int nt = moe_tok_tiles(T), lsh = s->has_shared, excl = T >= W->topk_excl_min_t && T <= W->topk_excl_max_t ? MOE_TOPK_EXCL_MAX : 0;
     if (T <= W->topk_lists_max_t && T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
         MARK(2);
         CK(moe_router_topk_lists(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,

@@ -98,8 +98,9 @@ typedef struct {
     int prio_hi;                      /* the device's highest priority */
     cudaStream_t side_hi;             /* the second stream at that priority */
     int topk_lists_max_t;             /* top-k and lists as one launch up to this batch (<= MOE_FUSED_ROUTER_MAX_T) */
-    int topk_excl_max_t;              /* v21: up to this batch the top-k launch's blocks have their SMs to
-                                         themselves (moe_router_topk's excl = MOE_TOPK_EXCL_MAX); 0: never */
+    int topk_excl_min_t, topk_excl_max_t;   /* v21: at batches topk_excl_min_t..topk_excl_max_t the top-k
+                                         launch's blocks have their SMs to themselves (moe_router_topk's excl =
+                                         MOE_TOPK_EXCL_MAX) */
     int pf;                           /* v16 L2 prefetch, bits: 1 the logits launch asks for the shared
                                          expert's gate/up weights, 2 for its down weights, 4 the gate/up
                                          launch asks for the shared down, 8 for the routed down of the first
