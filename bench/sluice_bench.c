@@ -346,9 +346,9 @@ static int bench_moe(int argc, char **argv)
              * before the wait on the lists up to batch ES (moe_cuda_ws.fs_early_sh_max_t, default 2), routed experts with up to
              * T1 tokens in 8-token chunks of the 1-tile launches (moe_cuda_ws.tok1_max, default 16) up to batch TT
              * (default 128) from batch TN (default 64), the top-k launch alone on its SMs up to batch TX
-             * (moe_cuda_ws.topk_excl_max_t, default 32) from batch TM (default 1); each measured in turn,
+             * (moe_cuda_ws.topk_excl_max_t, default 32) from batch TM (default 9); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 32, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 32, 1};
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 32, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 32, 9};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {

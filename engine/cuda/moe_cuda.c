@@ -309,9 +309,11 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
                                   work (random 256-512: 15-85 % of experts; skewed 16: all 6) dequantising their
                                   weights twice cost 6-40 % */
     W->topk_lists_max_t = 32;  /* v9 */
-    W->topk_excl_min_t = 1;    /* v21: the top-k + lists block alone on its SM up to 32 tokens (bench/NOTES.md v21 */
-    W->topk_excl_max_t = 32;   /* (6): batch 32 -2 %, its top-k + lists 9.5 us shorter beside the shared expert's
-                                  launches; 1-16 within +-0.7 %; the separate top-k from 64 gained nothing) */
+    W->topk_excl_min_t = 9;    /* v21: the top-k + lists block alone on its SM at 9-32 tokens (bench/NOTES.md v21 */
+    W->topk_excl_max_t = 32;   /* (6)-(8): beside the shared expert's own launches its span at 32 shrinks 25 -> 16 us,
+                                  random 32 -0.5..2 %, skewed 32 -7.5 %; not at <= 8, where the one expert launch's
+                                  warps own their first items by number and the blocks held off that SM start
+                                  theirs late (skewed 4 +3.8 %); the separate top-k from 64 gained nothing) */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
     W->pf_dn_mb = 24;
