@@ -439,11 +439,13 @@ int main(int argc, char **argv)
         W.nt2_overlap = o;
     }
     {   /* v21: the top-k launches alone on their SMs (excl shared memory), fused with the lists (<= 32) and not */
-        const int tx = W.topk_excl_max_t;
+        const int tx = W.topk_excl_max_t, tn = W.topk_excl_min_t;
         W.topk_excl_max_t = 1 << 30;
+        W.topk_excl_min_t = 1;
         for (int i = 0; i < 4; i++) run_case("nvfp4, top-k alone on its SMs", &M, &L, &W, batches[i], 0);
         run_case("nvfp4 skewed, top-k alone on its SMs", &M, &L, &W, 9, 1);
         W.topk_excl_max_t = tx;
+        W.topk_excl_min_t = tn;
     }
     {   /* tensor-core router logits and the shared expert's own launches at every batch (default: from 32, 64) */
         const int tc = W.logits_tc_min_t, sh = W.shared_min_t;
