@@ -202,12 +202,20 @@ __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int t
     router_topk_token<PL>(part, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, wout);
 }
 
-/* The largest dynamic shared memory kernel k may be launched with raised to n bytes (once per kernel and size;
- * the launch fails with the attribute's error otherwise). */
+/* The largest dynamic shared memory kernel k may be launched with raised to at least n bytes: a host call only
+ * the first time a kernel asks for more than it has (as logits_launch raises its own once), not on every launch.
+ * The top-k launchers' kernels (4) fit the table; a kernel beyond it is raised on every call. */
 static cudaError_t allow_smem(const void *k, size_t n)
 {
+    static const void *fn[4];
+    static size_t raised[4];
     if (n <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)n);
+    int i = 0;
+    while (i < 4 && fn[i] && fn[i] != k) i++;
+    if (i < 4 && fn[i] == k && raised[i] >= n) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)n);
+    if (e == cudaSuccess && i < 4) fn[i] = k, raised[i] = n;
+    return e;
 }
 
 extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
@@ -217,8 +225,7 @@ extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int
     if (E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E || excl < 0 || excl > MOE_TOPK_EXCL_MAX)
         return cudaErrorInvalidValue;
     const int threads = 256, blocks = (T * 32 + threads - 1) / threads;
-    void (*k)(const float *, int, int, int, int, int, const float *, const int32_t *, const int32_t *, float, int32_t *,
-              float *) = E <= 256 ? k_router_topk<8> : k_router_topk<RT_MAXPL>;
+    const auto k = E <= 256 ? k_router_topk<8> : k_router_topk<RT_MAXPL>;
     const cudaError_t e = allow_smem((const void *)k, (size_t)excl);
     if (e != cudaSuccess) return e;
     return moe_launch(k, dim3(blocks), dim3(threads), (size_t)excl, st, part, ksplit, T, E, topk, score_func, bias,
@@ -292,9 +299,7 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
     if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
         smem > 48 * 1024 || excl < 0 || excl > MOE_TOPK_EXCL_MAX)
         return cudaErrorInvalidValue;
-    void (*k)(const float *, int, int, int, int, int, const float *, const int32_t *, const int32_t *, float, int32_t *,
-              float *, int, int, int, int, int32_t *, int32_t *, float *, int32_t *, int32_t *, int32_t *) =
-        E <= 256 ? k_topk_lists<8> : k_topk_lists<RT_MAXPL>;
+    const auto k = E <= 256 ? k_topk_lists<8> : k_topk_lists<RT_MAXPL>;
     const cudaError_t e = allow_smem((const void *)k, smem + (size_t)excl);
     if (e != cudaSuccess) return e;
     return moe_launch(k, dim3(1), dim3(512), smem + (size_t)excl, st, logits, ksplit, T, E, topk, score_func, bias,
