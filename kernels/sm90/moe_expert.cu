@@ -73,6 +73,14 @@
 #endif
 /* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
+/* v22: the 2-tile kernels with one activation buffer (fp4_rowtile XH) and the blocks per SM they are
+ * compiled for (4 before v22, when they held two buffers in 128 registers) */
+#ifndef MOE_XH2
+#define MOE_XH2 1
+#endif
+#ifndef MOE_MINB2
+#define MOE_MINB2 5
+#endif
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
 
@@ -119,7 +127,7 @@ __device__ __forceinline__ void prefetch_down(const moe_expert_args &a, const in
 }
 
 template <int FMT, int NT>
-__global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
+__global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
     const MoeTrace trace_(NT == 1 ? MOE_TR_GU1 : MOE_TR_GU2);
@@ -164,7 +172,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_ex
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, MOE_GU_D, NT>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
+            fp4_rowtile<FMT, 2, MOE_GU_D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else {
@@ -199,7 +207,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_gate_up(moe_ex
  * warp streaming two adjacent row tiles like gate/up's two matrices, ring depth 4, one activation
  * fragment per two tiles; v11). The shared expert's items are unchanged (one 16-row tile, K split). */
 template <int FMT, int NT, int RM>
-__global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
+__global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
     const MoeTrace trace_(NT == 1 ? MOE_TR_DN1 : MOE_TR_DN2);
@@ -250,7 +258,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : 4) k_down(moe_exper
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            fp4_rowtile<FMT, RM, D, NT>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
+            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
         } else {
 #if EX_FP8_OK

@@ -58,6 +58,21 @@ __device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[
         }
 }
 
+/* Half U of load_x (the fragments v[j][2U], v[j][2U + 1] that fp4_compute_u<U> reads): fp4_rowtile's XH mode
+ * reloads each half for the next chunk as soon as this chunk's half U is multiplied, so one XFrag is live
+ * instead of two (v22: 32 fewer registers for the 2-tile kernels, 5 blocks per SM instead of 4). */
+template <int NT, int XL, int U>
+__device__ __forceinline__ void load_x_half(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc = false)
+{
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 2 * U; i < 2 * U + 2; i++) {
+            const uint4 *p = (const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q);
+            x.v[j][i] = (XL & 4) && xnc ? __ldg(p) : (XL & 1) ? __ldcg(p) : __ldg(p);
+        }
+}
+
 /* One thread polls *ctr (relaxed, device scope, backing off up to MOE_POLL_MAX ns) until it reaches need,
  * then one acquire load; the callers then order the rest of their block or warp after it. */
 #ifndef MOE_POLL_MAX
@@ -195,7 +210,7 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
 /* XL, wait/need: see load_x and moe_wait_count (wait: the producer count of xbase, checked after the
  * first weight chunks are on their way; WW 1: by this warp alone, moe_wait_count_warp); kx: the
  * activation row stride when it is not K (a K part). */
-template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED>
+template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int XH = 0>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul,
@@ -215,12 +230,33 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     for (int j = 0; j < NT; j++)
         xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
                               (kx ? kx : K);
-    XFrag<NT> xb[2];
+    XFrag<NT> xb[XH ? 1 : 2];
     load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
         for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+    if (XH) {   /* one activation buffer, each half reloaded for chunk c + 1 once chunk c's half is used */
+        for (int c0 = 0; c0 < nc; c0 += D) {
+#pragma unroll
+            for (int s = 0; s < D; s++) {
+                const int c = c0 + s;
+                if (c < nc) {
+                    cp_wait<D - 1>();
+                    Fp4Stage<NM> st;
+                    fp4_read<NM>(st, ring, s, lane);
+                    fp4_compute_u<NM, NT, 0>(st, xb[0], acc);
+                    if (c + 1 < nc) load_x_half<NT, XL, 0>(xb[0], xrow, c + 1, q, xnc);
+                    fp4_compute_u<NM, NT, 1>(st, xb[0], acc);
+                    if (c + 1 < nc) load_x_half<NT, XL, 1>(xb[0], xrow, c + 1, q, xnc);
+                }
+                if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
+                else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
+                cp_commit();
+            }
+        }
+        return;
+    }
     /* ROLL: two steps per iteration (the activation double buffer's parity stays static), the ring slot
      * computed at run time: the loop body is 2 steps of code instead of D */
     for (int c0 = 0; c0 < nc; c0 += ROLL ? 2 : D) {

@@ -82,15 +82,23 @@ __device__ __forceinline__ unsigned rt_key(float v)
     return (b & 0x80000000u) ? ~b : b | 0x80000000u;
 }
 
-/* One level of the per-lane argmax tree: slot i keeps the better of i and i + W. */
+/* MOE_TOPK_CARRY 1 (v22): the per-lane tree carries each slot's score beside its value and index, so the
+ * winner's score is the winning lane's slot 0 (one shuffle); 0: as before v22, the score picked out of sc[]
+ * after the warp's reductions by PL sequential multiply-adds (v21 (9): 8 dependent FFMAs per round). */
+#ifndef MOE_TOPK_CARRY
+#define MOE_TOPK_CARRY 1
+#endif
+
+/* One level of the per-lane argmax tree: slot i keeps the better of i and i + W (and its score). */
 template <int W, int PL>
-__device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL])
+__device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL], float s[PL])
 {
 #pragma unroll
     for (int i = 0; i < W; i++) {
         const bool b = rt_better(v[i + W], id[i + W], v[i], id[i]);
         v[i] = b ? v[i + W] : v[i];
         id[i] = b ? id[i + W] : id[i];
+        if (MOE_TOPK_CARRY) s[i] = b ? s[i + W] : s[i];
     }
 }
 
@@ -177,27 +185,31 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
         for (int k = 0; k < topk; k++) {
             /* the lane's best by a tree (not a PL-long chain); invalid / taken slots are -inf and lose to every
              * real score (scores are finite) */
-            float v[PL];
+            float v[PL], s[PL];
             int id[PL];
 #pragma unroll
             for (int i = 0; i < PL; i++) {
                 id[i] = lane + 32 * i;
                 v[i] = id[i] < E && !(taken >> i & 1u) ? sel[i] : -INFINITY;
+                s[i] = sc[i];
             }
-            if (PL >= 16) rt_tree_level<PL / 2, PL>(v, id);
-            if (PL >= 8) rt_tree_level<4, PL>(v, id);
-            rt_tree_level<2, PL>(v, id);
-            rt_tree_level<1, PL>(v, id);
+            if (PL >= 16) rt_tree_level<PL / 2, PL>(v, id, s);
+            if (PL >= 8) rt_tree_level<4, PL>(v, id, s);
+            rt_tree_level<2, PL>(v, id, s);
+            rt_tree_level<1, PL>(v, id, s);
             /* the warp's best: the largest value by one integer max over order-preserving keys, then the
              * lowest index among the lanes that hold it by one integer min: the same winner as rt_better
              * (higher value, equal values -> lower index); two warp reductions instead of v15's 5-level
              * shuffle tree (v16 A/B: equal within 1 us) */
             const unsigned key = rt_key(v[0]), bk = __reduce_max_sync(0xffffffffu, key);
             const int be = (int)__reduce_min_sync(0xffffffffu, key == bk ? (unsigned)id[0] : 0xffffffffu);
-            float ms = 0.f;   /* the winner's score, from the lane that holds it (an exact multiply-add select:
-                                 a plain select became an indexed load that put sc[] in local memory) */
+            float ms = s[0];   /* the winner's score: the winning lane's slot 0 (MOE_TOPK_CARRY) */
+            if (!MOE_TOPK_CARRY) {   /* or picked out of sc[] by an exact multiply-add select (a plain select
+                                        became an indexed load that put sc[] in local memory) */
+                ms = 0.f;
 #pragma unroll
-            for (int i = 0; i < PL; i++) ms = fmaf(sc[i], (be >> 5) == i ? 1.f : 0.f, ms);
+                for (int i = 0; i < PL; i++) ms = fmaf(sc[i], (be >> 5) == i ? 1.f : 0.f, ms);
+            }
             const float bs = __shfl_sync(0xffffffffu, ms, be & 31);
             if ((be & 31) == lane) taken |= 1u << (be >> 5);
             if (lane == k) { my_e = be; my_w = bs; }
