@@ -76,10 +76,10 @@
 /* v22: the 2-tile kernels with one activation buffer (fp4_rowtile XH) and the blocks per SM they are
  * compiled for (4 before v22, when they held two buffers in 128 registers) */
 #ifndef MOE_XH2
-#define MOE_XH2 1
+#define MOE_XH2 0
 #endif
 #ifndef MOE_MINB2
-#define MOE_MINB2 5
+#define MOE_MINB2 4
 #endif
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
