@@ -277,6 +277,116 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     }
 }
 
+/* ---- v22 XS: the activation rows of a 4-warp block's item staged once per chunk in shared memory.
+ * ncu at 512 (bench/NOTES.md v22 (3)): the 2-tile kernels' activation fragments, read by each of a block's 4
+ * warps from L1 (4 KB per warp per 2.3 KB weight chunk), hit L1 43 % of the time, with L2 throughput at 81 %
+ * beside DRAM at 68 %; a 60 KB L1 did not raise the hit rate (v22 (4)). Here warp 0 copies chunk c + 1's rows
+ * (ntok x 256 B, one bulk copy per token row, lanes < ntok) into one of two slots while chunk c is
+ * multiplied; the copies complete on the slot's `full` mbarrier (transaction bytes), and every warp arrives on
+ * its `empty` mbarrier once its fragments are in registers, before warp 0 refills the slot two chunks later.
+ * Rows >= ntok of a slot hold stale values: they only feed output columns that are never stored. The 4 warps
+ * must walk the same block items (static walk, no shared-expert items); a running chunk count g (the same
+ * in every warp of the block) selects slot g & 1 and its phase (g >> 1) & 1. */
+#define XS_ROW 320          /* bytes per staged row: 256 + 64 of padding (16-byte reads without bank conflicts) */
+#define XS_SLOT (16 * XS_ROW)
+#define XS_BYTES (2 * XS_SLOT + 64)   /* two slots + the 4 mbarriers */
+
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+struct XStage {
+    uint8_t *buf;    /* 2 slots of XS_SLOT bytes, then full[2], empty[2] (8 bytes each) */
+    unsigned g;      /* chunks consumed by this warp so far (block-uniform at every step) */
+    __device__ __forceinline__ unsigned full(int s) const { return smem_u32(buf + 2 * XS_SLOT + 8 * s); }
+    __device__ __forceinline__ unsigned empty(int s) const { return smem_u32(buf + 2 * XS_SLOT + 16 + 8 * s); }
+};
+
+/* By thread 0, before a __syncthreads: full[] expect one arrival (+ bytes), empty[] one per warp. */
+__device__ __forceinline__ void xs_init(const XStage &xs)
+{
+    for (int s = 0; s < 2; s++) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(xs.full(s)) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(xs.empty(s)), "r"(MOE_WARPS) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void xs_wait(unsigned bar, unsigned parity)
+{
+    unsigned ok;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    } while (!ok);
+}
+
+/* By warp 0: chunk c of the rows xr (this lane's row, lanes < ntok) into the slot of chunk count g, once the
+ * block has read that slot's previous contents (chunk count g - 2). */
+__device__ __forceinline__ void xs_issue(const XStage &xs, unsigned g, const uint16_t *xr, int ntok, int c, int lane)
+{
+    const int s = g & 1;
+    if (g >= 2) xs_wait(xs.empty(s), ((g >> 1) - 1) & 1);
+    if (lane == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(xs.full(s)), "r"(ntok * 256) : "memory");
+    __syncwarp();
+    if (lane < ntok)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];"
+                     ::"r"(smem_u32(xs.buf + s * XS_SLOT + lane * XS_ROW)), "l"(xr + (size_t)c * 128), "r"(xs.full(s))
+                     : "memory");
+}
+
+/* The rows of the warp's next item as warp 0 needs them for xs_issue (valid: there is one). */
+struct XsNext {
+    const uint16_t *xr;
+    int ntok;
+    bool valid;
+};
+
+/* fp4_rowtile with the activations from the block's staged rows (XS above): same weight stream, same
+ * arithmetic and accumulation order, so the same results. cur_xr / cur_ntok: this item's rows (warp 0). */
+template <int FMT, int NM, int D, int NT>
+__device__ __forceinline__ void fp4_rowtile_xs(const uint8_t *rowtile, int K, uint8_t *ring, XStage &xs,
+                                               const uint16_t *cur_xr, int cur_ntok, const XsNext &nx,
+                                               float acc[NM][NT][4], bool primed, const uint8_t *next, int mmul)
+{
+    static_assert(D * NM * 1280 <= RING_WARP_BYTES && NT * 8 <= 16, "ring");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3, g_ = lane >> 2, nc = K / 128;
+    if (!primed) fp4_prime<FMT, NM, D>(ring, rowtile, nc, lane, mmul);
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+    for (int c0 = 0; c0 < nc; c0 += D) {
+#pragma unroll
+        for (int s = 0; s < D; s++) {
+            const int c = c0 + s;
+            if (c < nc) {
+                if (warp == 0) {   /* the next chunk's rows: this item's, or the next item's first */
+                    if (c + 1 < nc) xs_issue(xs, xs.g + 1, cur_xr, cur_ntok, c + 1, lane);
+                    else if (nx.valid) xs_issue(xs, xs.g + 1, nx.xr, nx.ntok, 0, lane);
+                }
+                const int sl = xs.g & 1;
+                xs_wait(xs.full(sl), (xs.g >> 1) & 1);
+                XFrag<NT> xf;
+                const uint8_t *xb = xs.buf + sl * XS_SLOT + g_ * XS_ROW + q * 16;
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) xf.v[j][i] = *(const uint4 *)(xb + j * 8 * XS_ROW + i * 64);
+                __syncwarp();
+                if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(xs.empty(sl)) : "memory");
+                xs.g++;
+                cp_wait<D - 1>();
+                Fp4Stage<NM> st;
+                fp4_read<NM>(st, ring, s, lane);
+                fp4_compute<NM, NT>(st, xf, acc);
+            }
+            if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
+            else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
+            cp_commit();
+        }
+    }
+}
+
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
 /* Chunk c of an FP8 row tile (NM interleaved matrices) into ring slot `slot`: each lane copies (and
  * later reads back) only its own 16-byte pieces. */
