@@ -81,18 +81,8 @@
 #ifndef MOE_MINB2
 #define MOE_MINB2 4
 #endif
-/* v22: the 2-tile kernels read their activations from rows staged once per block in shared memory
- * (moe_expert_dev.cuh XS; with the static walk and no shared-expert items, else as before) */
-#ifndef MOE_XS2
-#define MOE_XS2 1
-#endif
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
-/* where the XS rows and barriers start: after the rings and the item tables, 128-byte aligned */
-__host__ __device__ __forceinline__ size_t xs_offset(int E)
-{
-    return ((size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4 + 127) & ~(size_t)127;
-}
 
 
 /* The walk of an NT-tile launch of stage 0 (gate/up) or 1 (down): its counters are tickets[4 * stage +
@@ -136,7 +126,7 @@ __device__ __forceinline__ void prefetch_down(const moe_expert_args &a, const in
     if (p) moe_l2_prefetch_piece(p, n, part * 32 + lane, 256, moe_l2_policy(a.pf_last));
 }
 
-template <int FMT, int NT, int XS = 0>
+template <int FMT, int NT>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
@@ -152,9 +142,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
     /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
      * stream their first weights while this kernel finishes (they wait before reading h) */
     if (a.early) moe_pdl_release();
-    constexpr bool XSK = NT == 2 && XS;   /* activations staged per block (the host launches it where it applies) */
-    XStage xs{smem + xs_offset(a.E), 0u};
-    if (XSK && threadIdx.x == 0) xs_init(xs);   /* made visible by item_table's barriers */
     item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max));
     if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
     const int total = s_items[nE], nc = a.H / 128;
@@ -169,13 +156,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
     const int wtotal = walk.q.wtotal;
     int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = walk.after(wi), wnn;
     Item cur = decode_item<NT>(s_items, s_off, nE, wi < wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
-    const bool xs_on = XSK;
-    if (XSK && (walk.dyn || a.has_shared)) __trap();   /* XS needs the static walk and routed items only */
-    const uint16_t *xr_cur = nullptr;   /* XS: this lane's row of the current item (warp 0) */
-    if (xs_on && warp == 0 && wi < wtotal) {
-        xr_cur = x + (size_t)pair_tok[cur.p0 + min(lane, cur.ntok - 1)] * a.H;
-        xs_issue(xs, 0, xr_cur, cur.ntok, 0, lane);
-    }
     for (; wi < wtotal; wi = wn, wn = wnn, cur = nxt) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
         wnn = walk.after(wn);
@@ -192,19 +172,9 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            if constexpr (XSK) {
-                XsNext nx{nullptr, 0, false};
-                if (warp == 0 && wn < wtotal)
-                    nx = {x + (size_t)pair_tok[nxt.p0 + min(lane, nxt.ntok - 1)] * a.H, nxt.ntok, true};
-                fp4_rowtile_xs<FMT, 2, MOE_GU_D, NT>(rt, a.H, ring, xs, xr_cur, ntok, nx, acc, primed, nrt, 1);
-                xr_cur = nx.xr;
-            } else {
-                fp4_rowtile<FMT, 2, MOE_GU_D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
-            }
+            fp4_rowtile<FMT, 2, MOE_GU_D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
-        } else if constexpr (XSK) {
-            __trap();   /* no shared-expert items in an XS launch (xs_applies) */
         } else {
 #if EX_FP8_OK
             const uint8_t *rt = a.sh_w13 + (size_t)r * (a.H / 128) * 2 * MOE_FP8_CHUNK_BYTES;
@@ -236,7 +206,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
 /* RM: 16-row tiles per warp of a routed item (1: 64-row items, ring depth 8; 2: 128-row items, each
  * warp streaming two adjacent row tiles like gate/up's two matrices, ring depth 4, one activation
  * fragment per two tiles; v11). The shared expert's items are unchanged (one 16-row tile, K split). */
-template <int FMT, int NT, int RM, int XS = 0>
+template <int FMT, int NT, int RM>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
@@ -250,9 +220,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
      * item (weights do not depend on the previous kernel); h is read only after the wait. */
     const bool second = NT == 2 && a.early && (a.overlap & 2);   /* as in k_gate_up */
     if (!a.early) moe_pdl_wait();
-    constexpr bool XSK = NT == 2 && XS;   /* activations staged per block (the host launches it where it applies) */
-    XStage xs{smem + xs_offset(a.E), 0u};
-    if (XSK && threadIdx.x == 0) xs_init(xs);   /* made visible by item_table's barriers */
     item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM, moe_tok1(a.tok1_max));
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
@@ -274,13 +241,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
     }
     if (a.early && !second) moe_pdl_wait();
     moe_pdl_release();
-    const bool xs_on = XSK;
-    if (XSK && (walk.dyn || a.has_shared)) __trap();   /* XS needs the static walk and routed items only */
-    const uint16_t *xr_cur = nullptr;   /* XS: this lane's row of the current item (warp 0), read after the wait */
-    if (xs_on && warp == 0 && wi < wtotal) {
-        xr_cur = h + (size_t)(cur.p0 + min(lane, cur.ntok - 1)) * a.I;
-        xs_issue(xs, 0, xr_cur, cur.ntok, 0, lane);
-    }
     for (; wi < wtotal; wi = wn, wn = wnn, cur = nxt) {
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
         wnn = walk.after(wn);
@@ -298,17 +258,8 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            if constexpr (XSK) {
-                XsNext nx{nullptr, 0, false};
-                if (warp == 0 && wn < wtotal) nx = {h + (size_t)(nxt.p0 + min(lane, nxt.ntok - 1)) * a.I, nxt.ntok, true};
-                fp4_rowtile_xs<FMT, RM, D, NT>(rt, a.I, ring, xs, xr_cur, ntok, nx, acc, primed, nrt, mmul);
-                xr_cur = nx.xr;
-            } else {
-                fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
-            }
+            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
-        } else if constexpr (XSK) {
-            __trap();
         } else {
 #if EX_FP8_OK
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
@@ -676,24 +627,6 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
 
 /* per-warp rings + the block's copies of off[] and one or two item tables (E <= 512) */
 static size_t smem_for(int E) { return (size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4; }
-/* the XS kernels': + the staged rows and their barriers */
-static size_t smem_for_xs(int E, int xs) { return xs ? xs_offset(E) + XS_BYTES : smem_for(E); }
-
-/* Whether a 2-tile launch of these arguments takes the XS kernels: the static walk, no shared-expert items. */
-static int xs_applies(const moe_expert_args *a)
-{
-    return MOE_XS2 && !a->has_shared && !(a->tickets && (a->dyn & 2));
-}
-
-typedef void (*gu_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *);
-
-static gu_fn gu_pick(int fmt, int nt, int xs)
-{
-    const bool nv = fmt == MOE_FP4_NVFP4;
-    if (nt == 1) return nv ? k_gate_up<MOE_FP4_NVFP4, 1> : k_gate_up<MOE_FP4_MXFP4, 1>;
-    if (xs) return nv ? k_gate_up<MOE_FP4_NVFP4, 2, 1> : k_gate_up<MOE_FP4_MXFP4, 2, 1>;
-    return nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>;
-}
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {
@@ -702,33 +635,25 @@ static cudaError_t raise_smem(const void *f, size_t bytes)
 
 typedef void (*dn_fn)(moe_expert_args, const uint16_t *, const int32_t *, float *);
 
-template <int NT, int XS = 0>
+template <int NT>
 static dn_fn dn_pick(int fmt, int rm)
 {
-    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, 2, XS> : k_down<MOE_FP4_NVFP4, NT, 1, XS>;
-    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, 2, XS> : k_down<MOE_FP4_MXFP4, NT, 1, XS>;
+    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, 2> : k_down<MOE_FP4_NVFP4, NT, 1>;
+    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, 2> : k_down<MOE_FP4_MXFP4, NT, 1>;
 }
-static dn_fn dn_pick2(int fmt, int rm, int xs) { return xs ? dn_pick<2, 1>(fmt, rm) : dn_pick<2>(fmt, rm); }
 
 /* occupancy of the 64-row down kernel (the 128-row one has the same launch bounds and no spills) */
 template <int NT>
 static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
 {
+    const size_t sm = smem_for(E);
+    const void *fg = fmt == MOE_FP4_NVFP4 ? (const void *)k_gate_up<MOE_FP4_NVFP4, NT> : (const void *)k_gate_up<MOE_FP4_MXFP4, NT>;
     cudaError_t e;
-    for (int xs = 0; xs <= (NT == 2 && MOE_XS2 ? 1 : 0); xs++) {   /* both 2-tile forms may be launched */
-        if ((e = raise_smem((const void *)gu_pick(fmt, NT, xs), smem_for_xs(512, xs))) != cudaSuccess) return e;
-        for (int rm = 1; rm <= 2; rm++) {
-            const void *fd = NT == 2 ? (const void *)dn_pick2(fmt, rm, xs) : (const void *)dn_pick<NT>(fmt, rm);
-            if ((e = raise_smem(fd, smem_for_xs(512, xs))) != cudaSuccess) return e;
-        }
-    }
-    /* the grid of the form the default launches take (XS for 2 tiles where built) */
-    const int xs = NT == 2 && MOE_XS2;
-    const size_t sm = smem_for_xs(E, xs);
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, (const void *)gu_pick(fmt, NT, xs), 128, sm)) != cudaSuccess)
-        return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        dn, NT == 2 ? (const void *)dn_pick2(fmt, 1, xs) : (const void *)dn_pick<NT>(fmt, 1), 128, sm);
+    if ((e = raise_smem(fg, smem_for(512))) != cudaSuccess) return e;
+    for (int rm = 1; rm <= 2; rm++)
+        if ((e = raise_smem((const void *)dn_pick<NT>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1), 128, sm);
 }
 
 extern "C" int moe_expert_inline_shared_ok(void) { return EX_FP8_OK; }
@@ -765,9 +690,9 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                           *a, x, off, pair_tok, pair_w, h);
     };
     auto two = [&] {
-        const int xs = xs_applies(a);
-        return moe_launch(gu_pick(a->fmt, 2, xs), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)), dim3(128),
-                          smem_for_xs(a->E, xs), st, *a, x, off, pair_tok, pair_w, h);
+        return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
+                          dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)), dim3(128), sm, st, *a, x, off,
+                          pair_tok, pair_w, h);
     };
     if (T <= MOE_TOK_CHUNK) return one();   /* T <= 8: no expert has more than 8 tokens */
     const bool first2 = a->nt2_first && !(a->overlap & 1);
@@ -785,9 +710,8 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     auto one = [&] { return moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y); };
     auto two = [&] {
-        const int xs = xs_applies(a);
-        return moe_launch(dn_pick2(a->fmt, rm, xs), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)),
-                          dim3(128), smem_for_xs(a->E, xs), st, *a, h, off, y);
+        return moe_launch(dn_pick<2>(a->fmt, rm), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)),
+                          dim3(128), sm, st, *a, h, off, y);
     };
     if (T <= MOE_TOK_CHUNK) return one();
     const bool first2 = a->nt2_first && !(a->overlap & 2);
@@ -856,16 +780,17 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     }
     b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
+    const bool nv = a->fmt == MOE_FP4_NVFP4;
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch */
-    const int xs = xs_applies(&b);
-    cudaError_t e = moe_launch(gu_pick(a->fmt, 2, xs), dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128),
-                               smem_for_xs(a->E, xs), st, b, x, off, pair_tok, pair_w, h);
+    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
+                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
+                               pair_w, h);
     if (e != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
-    return moe_launch(dn_pick2(a->fmt, 2, xs), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
-                      dim3(128), smem_for_xs(a->E, xs), st, b, (const uint16_t *)h, off, y);
+    return moe_launch(dn_pick<2>(a->fmt, 2), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
+                      dim3(128), sm, st, b, (const uint16_t *)h, off, y);
 }
 
 /* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);
@@ -1090,9 +1015,6 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)dn_pick<2>(MOE_FP4_NVFP4, 1), (const void *)dn_pick<2>(MOE_FP4_NVFP4, 2),
         (const void *)dn_pick<1>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<1>(MOE_FP4_MXFP4, 2),
         (const void *)dn_pick<2>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<2>(MOE_FP4_MXFP4, 2),
-        (const void *)gu_pick(MOE_FP4_NVFP4, 2, 1), (const void *)gu_pick(MOE_FP4_MXFP4, 2, 1),
-        (const void *)dn_pick2(MOE_FP4_NVFP4, 1, 1), (const void *)dn_pick2(MOE_FP4_NVFP4, 2, 1),
-        (const void *)dn_pick2(MOE_FP4_MXFP4, 1, 1), (const void *)dn_pick2(MOE_FP4_MXFP4, 2, 1),
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 0), (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 1),
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 0),
         (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),
@@ -1109,9 +1031,6 @@ extern "C" cudaError_t moe_kernels_carveout(void)
             (const void *)k_gate_up<MOE_FP4_NVFP4, 2>, (const void *)k_gate_up<MOE_FP4_MXFP4, 2>,
             (const void *)dn_pick<2>(MOE_FP4_NVFP4, 1), (const void *)dn_pick<2>(MOE_FP4_NVFP4, 2),
             (const void *)dn_pick<2>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<2>(MOE_FP4_MXFP4, 2),
-            (const void *)gu_pick(MOE_FP4_NVFP4, 2, 1), (const void *)gu_pick(MOE_FP4_MXFP4, 2, 1),
-            (const void *)dn_pick2(MOE_FP4_NVFP4, 1, 1), (const void *)dn_pick2(MOE_FP4_NVFP4, 2, 1),
-            (const void *)dn_pick2(MOE_FP4_MXFP4, 1, 1), (const void *)dn_pick2(MOE_FP4_MXFP4, 2, 1),
         };
         for (const void *f : f2) {
             const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, MOE_CARVEOUT_NT2);
