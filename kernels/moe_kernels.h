@@ -120,14 +120,15 @@ cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, in
 
 /* Top-k + lists in one launch (same results as moe_router_topk, then moe_build_lists)
  * for T <= MOE_FUSED_ROUTER_MAX_T: one block, a warp per token (16 warps: each takes every 16th token);
- * excl as in moe_router_topk.
+ * excl as in moe_router_topk. grp (v22, moe_cuda_ws.topk_group_max_t): up to grp tokens each token's top-k
+ * is spread over 8 warps (sqrtsoftplus / sigmoid scores, no hash routing, E <= 256, topk <= 8; same results).
  * moe_cuda_ws.topk_lists_max_t picks where the layer uses it (v9: 32). */
 #define MOE_FUSED_ROUTER_MAX_T 256
 cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int score_func, const float *bias,
                                   const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
                                   float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
-                                  int32_t *items_dn, int excl, cudaStream_t st);
+                                  int32_t *items_dn, int excl, int grp, cudaStream_t st);
 
 /* ---- experts (moe_expert.cu) */
 typedef struct {

@@ -309,6 +309,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
                                   work (random 256-512: 15-85 % of experts; skewed 16: all 6) dequantising their
                                   weights twice cost 6-40 % */
     W->topk_lists_max_t = 32;  /* v9 */
+    W->topk_group_max_t = 2;   /* v22: up to 2 tokens, each token's top-k over 8 warps of the top-k + lists block */
     W->topk_excl_min_t = 9;    /* v21: the top-k + lists block alone on its SM at 9-32 tokens (bench/NOTES.md v21 */
     W->topk_excl_max_t = 32;   /* (6)-(8): beside the shared expert's own launches its span at 32 shrinks 25 -> 16 us,
                                   random 32 -0.5..2 %, skewed 32 -7.5 %; not at <= 8, where the one expert launch's
@@ -468,7 +469,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         CK(moe_router_topk_lists(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
                                  s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
                                  MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu,
-                                 W->items_dn, excl, st), "router top-k + lists");
+                                 W->items_dn, excl, W->topk_group_max_t, st), "router top-k + lists");
     } else {
         CK(moe_router_topk(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
                            token_ids, s->route_scale, W->idx, W->w, excl, st), "router top-k");

@@ -98,6 +98,8 @@ typedef struct {
     int prio_hi;                      /* the device's highest priority */
     cudaStream_t side_hi;             /* the second stream at that priority */
     int topk_lists_max_t;             /* top-k and lists as one launch up to this batch (<= MOE_FUSED_ROUTER_MAX_T) */
+    int topk_group_max_t;                   /* v22: up to this batch the top-k + lists launch spreads each token's
+                                               top-k over 8 warps (moe_router_topk_lists grp; 0: one warp per token) */
     int topk_excl_min_t, topk_excl_max_t;   /* v21: at batches topk_excl_min_t..topk_excl_max_t the top-k
                                          launch's blocks have their SMs to themselves (moe_router_topk's excl =
                                          MOE_TOPK_EXCL_MAX) */

@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
                                                         const int32_t *token_ids, float route_scale, int32_t *idx,
                                                         float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk,
                                                         int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
-                                                        int32_t *items_gu, int32_t *items_dn)
+                                                        int32_t *items_gu, int32_t *items_dn, int grp)
 {
     const MoeTrace trace_(MOE_TR_TOPK_LISTS);
     extern __shared__ int sm[];
@@ -265,9 +265,18 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
     moe_pdl_wait();
     moe_pdl_release();
     const unsigned long long t_w = MOE_TRACE_TL ? moe_now() : 0;
-    for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
-        router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, w,
-                              MOE_TRACE_TL != 0);
+    if (PL == 8 && moe_topk_grouped(T, E, topk, func, tid2eid, grp, (int)blockDim.x >> 5)) {   /* E <= 256 */
+        /* v22: RT_GROUP warps per token; the candidates in sm (reused by the lists after the next barrier) */
+        const int t = warp / RT_GROUP, gw = warp % RT_GROUP;
+        unsigned *cand = (unsigned *)sm + (size_t)t * RT_GROUP * RT_GROUP_MAXK * 3;
+        if (t < T) router_topk_group_local(logits, ksplit, T, t, gw, lane, E, topk, func, bias, cand);
+        __syncthreads();
+        if (t < T && gw == 0) router_topk_group_merge(cand, t, lane, topk, func, route_scale, idx, w);
+    } else {
+        for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
+            router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx,
+                                  w, MOE_TRACE_TL != 0);
+    }
     if (MOE_TRACE_TL) moe_trace_span(MOE_TR_TOPK, t_w);
     __syncthreads();
     const unsigned long long t_l = MOE_TRACE_TL ? moe_now_fenced() : 0;
@@ -292,10 +301,14 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
                                              const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
                                              float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
                                              int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
-                                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, int excl,
+                                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, int excl, int grp,
                                              cudaStream_t st)
 {
-    const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
+    size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
+    if (moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, 16)) {   /* the candidates of the grouped top-k */
+        const size_t c = (size_t)T * RT_GROUP * RT_GROUP_MAXK * 3 * sizeof(unsigned);
+        smem = c > smem ? c : smem;
+    }
     if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
         smem > 48 * 1024 || excl < 0 || excl > MOE_TOPK_EXCL_MAX)
         return cudaErrorInvalidValue;
@@ -304,7 +317,7 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
     if (e != cudaSuccess) return e;
     return moe_launch(k, dim3(1), dim3(512), smem + (size_t)excl, st, logits, ksplit, T, E, topk, score_func, bias,
                       tid2eid, token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok,
-                      pair_w, inv, items_gu, items_dn);
+                      pair_w, inv, items_gu, items_dn, grp);
 }
 
 /* moe_trace_set's half for this module (moe_expert.cu calls it) */

@@ -226,6 +226,104 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
     if (MOE_TRACE_TL && trace_ld) moe_trace_span(MOE_TR_TOPK_LD, t_ld);
 }
 
+/* ---- v22: one token's top-k over RT_GROUP warps (E <= 32 * RT_GROUP: one expert per lane), for the smallest
+ * batches, where the one-warp top-k above leaves the block's other warps idle and its chain of 8 scores per lane
+ * and 6 selection rounds over 8-slot trees is the router's critical path (NOTES v21 (9)). Phase 1 (every warp of
+ * the group): the scores of its 32 experts and its own top-k by the same rule (higher sel, equal -> lower index),
+ * written to shared memory as (key, expert, score); phase 2, after a block barrier (the caller's), by the group's
+ * first warp: the top-k of the group's RT_GROUP x topk candidates. The global top-k is inside the union of the
+ * warps' top-k, and keys order like rt_better, so the experts, the order and the weights are those of
+ * router_topk_token (same score formula, same gathered score, same sum). Not for softmax scores (they need the
+ * whole row's max and sum) or hash routing; topk <= RT_GROUP_MAXK. */
+#define RT_GROUP 8
+#define RT_GROUP_MAXK 8
+
+/* Whether the top-k + lists launch (nwarps warps) takes the grouped top-k: T <= grp tokens, RT_GROUP warps each */
+__host__ __device__ __forceinline__ bool moe_topk_grouped(int T, int E, int topk, int func, const int32_t *tid2eid, int grp,
+                                                          int nwarps)
+{
+    return T <= grp && T * RT_GROUP <= nwarps && E <= 32 * RT_GROUP && topk <= RT_GROUP_MAXK &&
+           func != MOE_SCORE_SOFTMAX && !tid2eid;
+}
+
+/* phase 1 by warp gw of token t's group; cand: the token's RT_GROUP x RT_GROUP_MAXK x 3 words */
+__device__ __forceinline__ void router_topk_group_local(const float *part, int ksplit, int T, int t, int gw, int lane,
+                                                        int E, int topk, int func, const float *bias, unsigned *cand)
+{
+    const int e = lane + 32 * gw;
+    const bool ok = e < E;
+    float pp[4];
+#pragma unroll
+    for (int s = 0; s < 4; s++) pp[s] = ok && s < ksplit ? __ldcg(part + ((size_t)s * T + t) * E + e) : 0.f;
+    const float bb = bias && ok ? __ldg(bias + e) : 0.f;
+    float l = ok ? pp[0] : -INFINITY;
+#pragma unroll
+    for (int s = 1; s < 4; s++)
+        if (s < ksplit) l += pp[s];   /* ((p0 + p1) + p2) + p3, as router_topk_token */
+    for (int s = 4; s < ksplit; s++)
+        if (ok) l += __ldcg(part + ((size_t)s * T + t) * E + e);
+    float sc;
+    if (func == MOE_SCORE_SIGMOID) sc = 1.f / (1.f + expf(-l));
+    else sc = sqrtf(l > 20.f ? l : log1pf(expf(l)));   /* torch softplus, threshold 20 */
+    sc = ok ? sc : 0.f;
+    const float sel = ok ? sc + bb : -INFINITY;
+    bool taken = false;
+    for (int k = 0; k < topk; k++) {
+        const unsigned key = rt_key(taken ? -INFINITY : sel), bk = __reduce_max_sync(0xffffffffu, key);
+        const unsigned be = __reduce_min_sync(0xffffffffu, key == bk ? (unsigned)e : 0xffffffffu);
+        const float bs = __shfl_sync(0xffffffffu, sc, be & 31);
+        if ((unsigned)e == be) taken = true;
+        if (lane == 0) {
+            unsigned *c = cand + (gw * RT_GROUP_MAXK + k) * 3;
+            c[0] = bk;
+            c[1] = be;
+            c[2] = __float_as_uint(bs);
+        }
+    }
+}
+
+/* phase 2 by the group's first warp: the token's top-k of the candidates, its weights, idx / wout */
+__device__ __forceinline__ void router_topk_group_merge(const unsigned *cand, int t, int lane, int topk, int func,
+                                                        float route_scale, int32_t *idx, float *wout)
+{
+    unsigned key[2], id[2];
+    float sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {   /* candidate c = lane + 32 h: warp c / topk's (c % topk)-th */
+        const int c = lane + 32 * h, w = c / topk, k = c - w * topk;
+        const bool ok = w < RT_GROUP;
+        const unsigned *p = cand + (w * RT_GROUP_MAXK + k) * 3;
+        key[h] = ok ? p[0] : 0u;
+        id[h] = ok ? p[1] : 0xffffffffu;
+        sc[h] = ok ? __uint_as_float(p[2]) : 0.f;
+    }
+    int my_e = -1;
+    float my_w = 0.f;
+    for (int k = 0; k < topk; k++) {
+        /* the lane's better candidate (higher key, equal keys -> lower expert) */
+        const bool b1 = key[1] > key[0] || (key[1] == key[0] && id[1] < id[0]);
+        const unsigned lk = b1 ? key[1] : key[0], li = b1 ? id[1] : id[0];
+        const float ls = b1 ? sc[1] : sc[0];
+        const unsigned bk = __reduce_max_sync(0xffffffffu, lk);
+        const unsigned be = __reduce_min_sync(0xffffffffu, lk == bk ? li : 0xffffffffu);
+        const int src = __ffs(__ballot_sync(0xffffffffu, lk == bk && li == be)) - 1;
+        const float bs = __shfl_sync(0xffffffffu, ls, src);
+        if (lane == src) {   /* taken: below every real key (rt_key of any finite value is > 0) */
+            if (b1) key[1] = 0u, id[1] = 0xffffffffu;
+            else key[0] = 0u, id[0] = 0xffffffffu;
+        }
+        if (lane == k) { my_e = (int)be; my_w = bs; }
+    }
+    float ws = lane < topk ? my_w : 0.f;
+    for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
+    if (lane < topk) {
+        float w = my_w;
+        if (func != MOE_SCORE_SOFTMAX) w = w / ws;
+        idx[(size_t)t * topk + lane] = my_e;
+        wout[(size_t)t * topk + lane] = w * route_scale;
+    }
+}
+
 /* Exclusive scan of n ints in smem by one warp; returns the total. */
 __device__ static int warp_scan(int *v, int n, int lane)
 {

@@ -447,6 +447,13 @@ int main(int argc, char **argv)
         W.topk_excl_max_t = tx;
         W.topk_excl_min_t = tn;
     }
+    {   /* v22: the top-k over 8 warps per token (default up to 2 tokens) off: one warp per token */
+        const int tg = W.topk_group_max_t;
+        W.topk_group_max_t = 0;
+        run_case("nvfp4, one-warp top-k", &M, &L, &W, 1, 0);
+        run_case("nvfp4, one-warp top-k", &M, &L, &W, 2, 0);
+        W.topk_group_max_t = tg;
+    }
     {   /* tensor-core router logits and the shared expert's own launches at every batch (default: from 32, 64) */
         const int tc = W.logits_tc_min_t, sh = W.shared_min_t;
         W.logits_tc_min_t = 1;
@@ -658,6 +665,7 @@ int main(int argc, char **argv)
     make_model(&M, &L, &c, 0, 0);
     if (moe_cuda_ws_init(&W, &L, 64)) return 1;
     run_case("nvfp4 hash routing", &M, &L, &W, 33, 0);
+    run_case("nvfp4 hash routing", &M, &L, &W, 1, 0);   /* one warp per token where the others are grouped */
     run_fused("nvfp4 hash routing (one launch)", &M, &L, &W, 5, 0);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
