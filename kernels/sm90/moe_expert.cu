@@ -81,6 +81,15 @@
 #ifndef MOE_MINB2
 #define MOE_MINB2 4
 #endif
+/* v22: the ring depth of the 2-tile kernels (chunks in flight per warp; the 64-row down twice as deep).
+ * ptxas: at depth 2 with XH the 2-tile bodies fit 96 registers (5 blocks per SM) with <= 8 B of spill; at 4
+ * they spill ~300 B. */
+#ifndef MOE_NT2_NOSH
+#define MOE_NT2_NOSH 0
+#endif
+#ifndef MOE_GU_D2
+#define MOE_GU_D2 MOE_GU_D
+#endif
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
 
@@ -161,7 +170,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         wnn = walk.after(wn);
         const int wd = wn < wtotal ? wn : wi;   /* the next warp-item, or (none) any valid one */
         nxt = decode_item<NT>(s_items, s_off, nE, wd >> 2, wd & 3, a.has_shared);
-        const bool has_next = wn < wtotal && nxt.e < a.E && e < a.E && nc % MOE_GU_D == 0;
+        const bool has_next = wn < wtotal && nxt.e < a.E && e < a.E && nc % (NT == 2 ? MOE_GU_D2 : MOE_GU_D) == 0;
         uint8_t *ring = smem + warp * EX_RING;
         const int g_ = lane >> 2;
         int prow[NT];
@@ -172,9 +181,12 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, MOE_GU_D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
+            fp4_rowtile<FMT, 2, NT == 2 ? MOE_GU_D2 : MOE_GU_D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.H, ring, x, pair_tok,
+                                                                                                 prow, acc, primed, nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
+        } else if constexpr (NT == 2 && MOE_NT2_NOSH) {
+            __trap();
         } else {
 #if EX_FP8_OK
             const uint8_t *rt = a.sh_w13 + (size_t)r * (a.H / 128) * 2 * MOE_FP8_CHUNK_BYTES;
@@ -211,7 +223,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
                                               float *y)
 {
     const MoeTrace trace_(NT == 1 ? MOE_TR_DN1 : MOE_TR_DN2);
-    constexpr int D = RM == 1 ? 2 * MOE_GU_D : MOE_GU_D;
+    constexpr int GD = NT == 2 ? MOE_GU_D2 : MOE_GU_D, D = RM == 1 ? 2 * GD : GD;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_items + (nE + 1);
@@ -260,6 +272,8 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
             fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
+        } else if constexpr (NT == 2 && MOE_NT2_NOSH) {
+            __trap();
         } else {
 #if EX_FP8_OK
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;

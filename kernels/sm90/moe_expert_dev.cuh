@@ -237,10 +237,10 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 #pragma unroll
         for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
     if (XH) {   /* one activation buffer, each half reloaded for chunk c + 1 once chunk c's half is used */
-        for (int c0 = 0; c0 < nc; c0 += D) {
+        for (int c0 = 0; c0 < nc; c0 += ROLL ? 2 : D) {
 #pragma unroll
-            for (int s = 0; s < D; s++) {
-                const int c = c0 + s;
+            for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
+                const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0;
                 if (c < nc) {
                     cp_wait<D - 1>();
                     Fp4Stage<NM> st;
