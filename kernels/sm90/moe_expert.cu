@@ -84,6 +84,17 @@
 /* v22: the ring depth of the 2-tile kernels (chunks in flight per warp; the 64-row down twice as deep).
  * ptxas: at depth 2 with XH the 2-tile bodies fit 96 registers (5 blocks per SM) with <= 8 B of spill; at 4
  * they spill ~300 B. */
+/* v22: 16-row gate/up tiles per warp of the 2-tile gate/up (2: 128-row items, two tiles per warp streamed
+ * together at ring depth 2 with one activation buffer (XH: 126 registers), so each activation fragment serves 4
+ * weight fragments; NOTES v22 (8)). Its launches must carry no shared-expert items (it traps on one). */
+#ifndef MOE_GU2_RM
+#define MOE_GU2_RM 1
+#endif
+/* v22: 16-row tiles per warp of the 2-tile down where the layer asks for 2 (moe_expert_args.down_rm): 4 =
+ * 256-row items at ring depth 2 with one activation buffer (NOTES v22 (8)) */
+#ifndef MOE_DN2_RM
+#define MOE_DN2_RM 2
+#endif
 #ifndef MOE_NT2_NOSH
 #define MOE_NT2_NOSH 0
 #endif
@@ -151,7 +162,8 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
     /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
      * stream their first weights while this kernel finishes (they wait before reading h) */
     if (a.early) moe_pdl_release();
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max));
+    constexpr int GRM = NT == 2 ? MOE_GU2_RM : 1, GD = GRM == 2 ? 2 : NT == 2 ? MOE_GU_D2 : MOE_GU_D;
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM * GRM, moe_tok1(a.tok1_max));
     if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
@@ -170,22 +182,22 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         wnn = walk.after(wn);
         const int wd = wn < wtotal ? wn : wi;   /* the next warp-item, or (none) any valid one */
         nxt = decode_item<NT>(s_items, s_off, nE, wd >> 2, wd & 3, a.has_shared);
-        const bool has_next = wn < wtotal && nxt.e < a.E && e < a.E && nc % (NT == 2 ? MOE_GU_D2 : MOE_GU_D) == 0;
+        const bool has_next = wn < wtotal && nxt.e < a.E && e < a.E && nc % GD == 0;
         uint8_t *ring = smem + warp * EX_RING;
         const int g_ = lane >> 2;
         int prow[NT];
 #pragma unroll
         for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
-        float acc[2][NT][4];
+        float acc[2 * GRM][NT][4];   /* gate, up of each of the warp's GRM 16-row tiles */
         float pg = 1.f, pu = 1.f;
         if (e < a.E) {
-            const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
-            const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, NT == 2 ? MOE_GU_D2 : MOE_GU_D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.H, ring, x, pair_tok,
-                                                                                                 prow, acc, primed, nrt, 1);
+            const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * GRM * rt_bytes;
+            const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * GRM * rt_bytes : NULL;
+            fp4_rowtile<FMT, 2 * GRM, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || GRM == 2)>(rt, a.H, ring, x, pair_tok, prow, acc,
+                                                                                primed, nrt, GRM == 2 ? -2 * nc : 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
-        } else if constexpr (NT == 2 && MOE_NT2_NOSH) {
+        } else if constexpr (NT == 2 && (MOE_NT2_NOSH || GRM == 2)) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -202,13 +214,15 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         primed = has_next;
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
+        for (int t = 0; t < GRM; t++)
+#pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
+            const int row = (r * GRM + t) * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
             if (n < ntok)
-                h[(size_t)(p0 + n) * a.I + row] =
-                    moe_f32_to_bf16(moe_swiglu(acc[0][j][i] * pg, acc[1][j][i] * pu, a.limit) * pair_w[p0 + n]);
+                h[(size_t)(p0 + n) * a.I + row] = moe_f32_to_bf16(
+                    moe_swiglu(acc[2 * t][j][i] * pg, acc[2 * t + 1][j][i] * pu, a.limit) * pair_w[p0 + n]);
         }
     }
     if (second) moe_pdl_wait();
@@ -223,7 +237,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
                                               float *y)
 {
     const MoeTrace trace_(NT == 1 ? MOE_TR_DN1 : MOE_TR_DN2);
-    constexpr int GD = NT == 2 ? MOE_GU_D2 : MOE_GU_D, D = RM == 1 ? 2 * GD : GD;
+    constexpr int GD = NT == 2 ? MOE_GU_D2 : MOE_GU_D, D = RM == 4 ? 2 : RM == 1 ? 2 * GD : GD;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_items + (nE + 1);
@@ -235,7 +249,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
     item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM, moe_tok1(a.tok1_max));
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
-    const int mmul = RM == 2 ? nc : 1;
+    const int mmul = RM >= 2 ? nc : 1;
     bool primed = false;
     if (total == 0) {   /* no expert of this tile count; the exit releases the next launch, which may not
                            wait for us (overlap), so not before h is complete */
@@ -270,9 +284,10 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && MOE_XH2>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
+            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || RM == 4)>(rt, a.I, ring, h, NULL, prow, acc,
+                                                                                       primed, nrt, mmul);
             post = a.post2[e];
-        } else if constexpr (NT == 2 && MOE_NT2_NOSH) {
+        } else if constexpr (NT == 2 && (MOE_NT2_NOSH || RM == 4)) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -649,11 +664,13 @@ static cudaError_t raise_smem(const void *f, size_t bytes)
 
 typedef void (*dn_fn)(moe_expert_args, const uint16_t *, const int32_t *, float *);
 
+/* the down kernel of rm 16-row tiles per warp (rm 2 is MOE_DN2_RM for the 2-tile one) */
 template <int NT>
 static dn_fn dn_pick(int fmt, int rm)
 {
-    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, 2> : k_down<MOE_FP4_NVFP4, NT, 1>;
-    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, 2> : k_down<MOE_FP4_MXFP4, NT, 1>;
+    constexpr int R2 = NT == 2 ? MOE_DN2_RM : 2;
+    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, R2> : k_down<MOE_FP4_NVFP4, NT, 1>;
+    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, R2> : k_down<MOE_FP4_MXFP4, NT, 1>;
 }
 
 /* occupancy of the 64-row down kernel (the 128-row one has the same launch bounds and no spills) */
@@ -705,7 +722,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
     };
     auto two = [&] {
         return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
-                          dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)), dim3(128), sm, st, *a, x, off,
+                          dim3(routed_grid(grid[1], 2, T, topk, rg / MOE_GU2_RM, a->has_shared)), dim3(128), sm, st, *a, x, off,
                           pair_tok, pair_w, h);
     };
     if (T <= MOE_TOK_CHUNK) return one();   /* T <= 8: no expert has more than 8 tokens */
@@ -724,7 +741,8 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     auto one = [&] { return moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y); };
     auto two = [&] {
-        return moe_launch(dn_pick<2>(a->fmt, rm), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)),
+        return moe_launch(dn_pick<2>(a->fmt, rm), dim3(routed_grid(grid[1], 2, T, topk, rm == 2 ? rg * 2 / MOE_DN2_RM : rg,
+                                                                      a->has_shared)),
                           dim3(128), sm, st, *a, h, off, y);
     };
     if (T <= MOE_TOK_CHUNK) return one();
@@ -798,12 +816,12 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch */
     cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
-                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
+                               dim3(routed_grid(grid[1], 2, T, topk, rg / MOE_GU2_RM, 0)), dim3(128), sm, st, b, x, off, pair_tok,
                                pair_w, h);
     if (e != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
-    return moe_launch(dn_pick<2>(a->fmt, 2), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
+    return moe_launch(dn_pick<2>(a->fmt, 2), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * MOE_DN2_RM), 0)),
                       dim3(128), sm, st, b, (const uint16_t *)h, off, y);
 }
 

@@ -126,7 +126,10 @@ __device__ __forceinline__ void fp4_issue(uint8_t *ring, int slot, const uint8_t
     const int cmul = mmul == 1 ? NM : 1;
 #pragma unroll
     for (int m = 0; m < NM; m++) {
-        const uint8_t *ch = rowtile + ((size_t)c * cmul + (size_t)m * mmul) * cb;
+        /* mmul < 0 (v22, NM 4: gate/up with two 16-row tiles per warp): matrices 0, 1 = gate, up of the first
+         * tile, 2, 3 of the next one, -mmul chunks further on */
+        const uint8_t *ch = NM == 4 && mmul < 0 ? rowtile + ((size_t)c * 2 + (m & 1) + (size_t)(m >> 1) * -mmul) * cb
+                                                : rowtile + ((size_t)c * cmul + (size_t)m * mmul) * cb;
         uint8_t *d = ring + (slot * NM + m) * 1280;
         cp16(d + lane * 16, ch + lane * 16);
         cp16(d + 512 + lane * 16, ch + 512 + lane * 16);
