@@ -12,6 +12,11 @@
 /* 1: the FP4 ring loop keeps 2 steps of code instead of D (ring slot computed at run time). v13,
  * measured A/B in one process (bench/NOTES.md): 5-7 % faster for the one-launch layer at batches 1-8
  * (its many loops thrash the instruction cache), 0-7 % slower for the separate kernels at batches 4-64. */
+/* v22: the one-LOP3 scale factors (MOE_SCALE_OR) in the 2-tile kernels too (A/B; v18 kept them to 1 tile, where
+ * the 128-row 2-tile down spilled 44 B for the mask's register) */
+#ifndef MOE_SCALE_OR2
+#define MOE_SCALE_OR2 0
+#endif
 #ifndef MOE_ROLLED
 #define MOE_ROLLED 0
 #endif
@@ -161,7 +166,7 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
 #pragma unroll
             for (int m = 0; m < NM; m++) {
 #if MOE_DQ
-                const uint32_t f = moe_scale_factors2<MOE_SCALE_OR && NT == 1>(st.s[m].x, st.s[m].y, 2 * u + grp);
+                const uint32_t f = moe_scale_factors2<MOE_SCALE_OR && (NT == 1 || MOE_SCALE_OR2)>(st.s[m].x, st.s[m].y, 2 * u + grp);
 #else
                 const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
                 const uint32_t c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;
