@@ -146,7 +146,10 @@ __device__ __forceinline__ void prefetch_down(const moe_expert_args &a, const in
     if (p) moe_l2_prefetch_piece(p, n, part * 32 + lane, 256, moe_l2_policy(a.pf_last));
 }
 
-template <int FMT, int NT>
+/* SH 0 (v22, 2-tile only): without the shared expert's FP8 branch (it traps on a shared item), the form the host
+ * launches where the 2-tile launch carries no shared items (every default launch): the branch held the body's
+ * registers and scheduling (NOTES v22 (10): 512 -1.6 %, with the one-LOP3 scale factors it then allows -2.8 %). */
+template <int FMT, int NT, int SH = 1>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
@@ -193,11 +196,11 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * GRM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * GRM * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2 * GRM, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || GRM == 2)>(rt, a.H, ring, x, pair_tok, prow, acc,
-                                                                                primed, nrt, GRM == 2 ? -2 * nc : 1);
+            fp4_rowtile<FMT, 2 * GRM, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || GRM == 2), NT == 2 && !SH>(
+                rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, GRM == 2 ? -2 * nc : 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
-        } else if constexpr (NT == 2 && (MOE_NT2_NOSH || GRM == 2)) {
+        } else if constexpr (NT == 2 && (MOE_NT2_NOSH || GRM == 2 || !SH)) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -232,7 +235,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
 /* RM: 16-row tiles per warp of a routed item (1: 64-row items, ring depth 8; 2: 128-row items, each
  * warp streaming two adjacent row tiles like gate/up's two matrices, ring depth 4, one activation
  * fragment per two tiles; v11). The shared expert's items are unchanged (one 16-row tile, K split). */
-template <int FMT, int NT, int RM>
+template <int FMT, int NT, int RM, int SH = 1>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
@@ -284,10 +287,10 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || RM == 4)>(rt, a.I, ring, h, NULL, prow, acc,
-                                                                                       primed, nrt, mmul);
+            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || RM == 4), NT == 2 && !SH>(
+                rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
-        } else if constexpr (NT == 2 && (MOE_NT2_NOSH || RM == 4)) {
+        } else if constexpr (NT == 2 && (MOE_NT2_NOSH || RM == 4 || !SH)) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -665,13 +668,23 @@ static cudaError_t raise_smem(const void *f, size_t bytes)
 typedef void (*dn_fn)(moe_expert_args, const uint16_t *, const int32_t *, float *);
 
 /* the down kernel of rm 16-row tiles per warp (rm 2 is MOE_DN2_RM for the 2-tile one) */
-template <int NT>
+template <int NT, int SH = 1>
 static dn_fn dn_pick(int fmt, int rm)
 {
     constexpr int R2 = NT == 2 ? MOE_DN2_RM : 2;
-    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, R2> : k_down<MOE_FP4_NVFP4, NT, 1>;
-    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, R2> : k_down<MOE_FP4_MXFP4, NT, 1>;
+    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, R2, SH> : k_down<MOE_FP4_NVFP4, NT, 1, SH>;
+    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, R2, SH> : k_down<MOE_FP4_MXFP4, NT, 1, SH>;
 }
+
+/* Whether a 2-tile launch of these arguments carries the shared expert's items (then the SH 1 forms) */
+static int nt2_shared(const moe_expert_args *a, int T) { return a->has_shared && moe_tok_tiles(T) == 2; }
+typedef void (*gu_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *);
+static gu_fn gu2_pick(int fmt, int sh)
+{
+    if (fmt == MOE_FP4_NVFP4) return sh ? k_gate_up<MOE_FP4_NVFP4, 2, 1> : k_gate_up<MOE_FP4_NVFP4, 2, 0>;
+    return sh ? k_gate_up<MOE_FP4_MXFP4, 2, 1> : k_gate_up<MOE_FP4_MXFP4, 2, 0>;
+}
+static dn_fn dn2_pick(int fmt, int rm, int sh) { return sh ? dn_pick<2, 1>(fmt, rm) : dn_pick<2, 0>(fmt, rm); }
 
 /* occupancy of the 64-row down kernel (the 128-row one has the same launch bounds and no spills) */
 template <int NT>
@@ -683,6 +696,11 @@ static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
     if ((e = raise_smem(fg, smem_for(512))) != cudaSuccess) return e;
     for (int rm = 1; rm <= 2; rm++)
         if ((e = raise_smem((const void *)dn_pick<NT>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
+    if (NT == 2) {   /* the forms without the FP8 branch (same launch bounds) */
+        if ((e = raise_smem((const void *)gu2_pick(fmt, 0), smem_for(512))) != cudaSuccess) return e;
+        for (int rm = 1; rm <= 2; rm++)
+            if ((e = raise_smem((const void *)dn2_pick(fmt, rm, 0), smem_for(512))) != cudaSuccess) return e;
+    }
     if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1), 128, sm);
 }
@@ -721,7 +739,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                           *a, x, off, pair_tok, pair_w, h);
     };
     auto two = [&] {
-        return moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
+        return moe_launch(gu2_pick(a->fmt, nt2_shared(a, T)),
                           dim3(routed_grid(grid[1], 2, T, topk, rg / MOE_GU2_RM, a->has_shared)), dim3(128), sm, st, *a, x, off,
                           pair_tok, pair_w, h);
     };
@@ -741,7 +759,7 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     auto one = [&] { return moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y); };
     auto two = [&] {
-        return moe_launch(dn_pick<2>(a->fmt, rm), dim3(routed_grid(grid[1], 2, T, topk, rm == 2 ? rg * 2 / MOE_DN2_RM : rg,
+        return moe_launch(dn2_pick(a->fmt, rm, nt2_shared(a, T)), dim3(routed_grid(grid[1], 2, T, topk, rm == 2 ? rg * 2 / MOE_DN2_RM : rg,
                                                                       a->has_shared)),
                           dim3(128), sm, st, *a, h, off, y);
     };
@@ -812,16 +830,15 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     }
     b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
-    const bool nv = a->fmt == MOE_FP4_NVFP4;
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch */
-    cudaError_t e = moe_launch(nv ? k_gate_up<MOE_FP4_NVFP4, 2> : k_gate_up<MOE_FP4_MXFP4, 2>,
+    cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
                                dim3(routed_grid(grid[1], 2, T, topk, rg / MOE_GU2_RM, 0)), dim3(128), sm, st, b, x, off, pair_tok,
                                pair_w, h);
     if (e != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
-    return moe_launch(dn_pick<2>(a->fmt, 2), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * MOE_DN2_RM), 0)),
+    return moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * MOE_DN2_RM), 0)),
                       dim3(128), sm, st, b, (const uint16_t *)h, off, y);
 }
 
@@ -1047,6 +1064,9 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)dn_pick<2>(MOE_FP4_NVFP4, 1), (const void *)dn_pick<2>(MOE_FP4_NVFP4, 2),
         (const void *)dn_pick<1>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<1>(MOE_FP4_MXFP4, 2),
         (const void *)dn_pick<2>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<2>(MOE_FP4_MXFP4, 2),
+        (const void *)gu2_pick(MOE_FP4_NVFP4, 0), (const void *)gu2_pick(MOE_FP4_MXFP4, 0),
+        (const void *)dn2_pick(MOE_FP4_NVFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_NVFP4, 2, 0),
+        (const void *)dn2_pick(MOE_FP4_MXFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_MXFP4, 2, 0),
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 0), (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 1),
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 0),
         (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),
@@ -1063,6 +1083,9 @@ extern "C" cudaError_t moe_kernels_carveout(void)
             (const void *)k_gate_up<MOE_FP4_NVFP4, 2>, (const void *)k_gate_up<MOE_FP4_MXFP4, 2>,
             (const void *)dn_pick<2>(MOE_FP4_NVFP4, 1), (const void *)dn_pick<2>(MOE_FP4_NVFP4, 2),
             (const void *)dn_pick<2>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<2>(MOE_FP4_MXFP4, 2),
+            (const void *)gu2_pick(MOE_FP4_NVFP4, 0), (const void *)gu2_pick(MOE_FP4_MXFP4, 0),
+            (const void *)dn2_pick(MOE_FP4_NVFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_NVFP4, 2, 0),
+            (const void *)dn2_pick(MOE_FP4_MXFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_MXFP4, 2, 0),
         };
         for (const void *f : f2) {
             const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, MOE_CARVEOUT_NT2);

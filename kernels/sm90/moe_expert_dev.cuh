@@ -12,8 +12,9 @@
 /* 1: the FP4 ring loop keeps 2 steps of code instead of D (ring slot computed at run time). v13,
  * measured A/B in one process (bench/NOTES.md): 5-7 % faster for the one-launch layer at batches 1-8
  * (its many loops thrash the instruction cache), 0-7 % slower for the separate kernels at batches 4-64. */
-/* v22: the one-LOP3 scale factors (MOE_SCALE_OR) in the 2-tile kernels too (A/B; v18 kept them to 1 tile, where
- * the 128-row 2-tile down spilled 44 B for the mask's register) */
+/* v22: the one-LOP3 scale factors (MOE_SCALE_OR) in every 2-tile kernel, those with the FP8 branch too (A/B; v18
+ * kept them to 1 tile, where the 128-row 2-tile down with that branch spilled 44 B for the mask's register); the
+ * 2-tile kernels without it (SH 0, the default launches) have them anyway (fp4_rowtile OR2) */
 #ifndef MOE_SCALE_OR2
 #define MOE_SCALE_OR2 0
 #endif
@@ -156,7 +157,7 @@ __device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, 
 }
 
 /* Half U of a chunk (16-byte piece U of each lane's weights; activation fragments v[2U], v[2U+1]). */
-template <int NM, int NT, int U>
+template <int NM, int NT, int U, int OR2 = 0>
 __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
 {
     {
@@ -166,7 +167,7 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
 #pragma unroll
             for (int m = 0; m < NM; m++) {
 #if MOE_DQ
-                const uint32_t f = moe_scale_factors2<MOE_SCALE_OR && (NT == 1 || MOE_SCALE_OR2)>(st.s[m].x, st.s[m].y, 2 * u + grp);
+                const uint32_t f = moe_scale_factors2<MOE_SCALE_OR && (NT == 1 || OR2 || MOE_SCALE_OR2)>(st.s[m].x, st.s[m].y, 2 * u + grp);
 #else
                 const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
                 const uint32_t c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;
@@ -193,11 +194,11 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
     }
 }
 
-template <int NM, int NT>
+template <int NM, int NT, int OR2 = 0>
 __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
 {
-    fp4_compute_u<NM, NT, 0>(st, x, acc);
-    fp4_compute_u<NM, NT, 1>(st, x, acc);
+    fp4_compute_u<NM, NT, 0, OR2>(st, x, acc);
+    fp4_compute_u<NM, NT, 1, OR2>(st, x, acc);
 }
 
 /* Issues the first D chunks of a row tile (what fp4_rowtile does when not primed). */
@@ -218,7 +219,8 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
 /* XL, wait/need: see load_x and moe_wait_count (wait: the producer count of xbase, checked after the
  * first weight chunks are on their way; WW 1: by this warp alone, moe_wait_count_warp); kx: the
  * activation row stride when it is not K (a K part). */
-template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int XH = 0>
+/* OR2 (v22): the one-LOP3 scale factors with NT 2 (the 2-tile kernels without the FP8 branch) */
+template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int XH = 0, int OR2 = 0>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul,
@@ -253,9 +255,9 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
                     cp_wait<D - 1>();
                     Fp4Stage<NM> st;
                     fp4_read<NM>(st, ring, s, lane);
-                    fp4_compute_u<NM, NT, 0>(st, xb[0], acc);
+                    fp4_compute_u<NM, NT, 0, OR2>(st, xb[0], acc);
                     if (c + 1 < nc) load_x_half<NT, XL, 0>(xb[0], xrow, c + 1, q, xnc);
-                    fp4_compute_u<NM, NT, 1>(st, xb[0], acc);
+                    fp4_compute_u<NM, NT, 1, OR2>(st, xb[0], acc);
                     if (c + 1 < nc) load_x_half<NT, XL, 1>(xb[0], xrow, c + 1, q, xnc);
                 }
                 if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
@@ -276,7 +278,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
-                fp4_compute<NM, NT>(st, xb[u], acc);
+                fp4_compute<NM, NT, OR2>(st, xb[u], acc);
             }
             if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
             else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
