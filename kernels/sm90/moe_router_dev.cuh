@@ -102,6 +102,21 @@ __device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL], float s[P
     }
 }
 
+/* The token's selection (lane k < topk holds the k-th expert and its gathered score) as indices and weights:
+ * normalised to sum 1 (not for softmax), times route_scale; the sum by a fixed shuffle tree. */
+__device__ __forceinline__ void router_topk_write(int my_e, float my_w, int t, int lane, int topk, int func,
+                                                  float route_scale, int32_t *idx, float *wout)
+{
+    float ws = lane < topk ? my_w : 0.f;
+    for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
+    if (lane < topk) {
+        float w = my_w;
+        if (func != MOE_SCORE_SOFTMAX) w = w / ws;
+        idx[(size_t)t * topk + lane] = my_e;
+        wout[(size_t)t * topk + lane] = w * route_scale;
+    }
+}
+
 /* Scores, selection and weights of token t by one whole warp. PL: experts per lane (E <= 32 * PL).
  * trace_ld (MOE_TRACE_TL builds only): record the span from the loads landing to the end in "topk-ld". */
 template <int PL = RT_MAXPL>
@@ -215,14 +230,7 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
             if (lane == k) { my_e = be; my_w = bs; }
         }
     }
-    float ws = lane < topk ? my_w : 0.f;
-    for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
-    if (lane < topk) {
-        float w = my_w;
-        if (func != MOE_SCORE_SOFTMAX) w = w / ws;
-        idx[(size_t)t * topk + lane] = my_e;
-        wout[(size_t)t * topk + lane] = w * route_scale;
-    }
+    router_topk_write(my_e, my_w, t, lane, topk, func, route_scale, idx, wout);
     if (MOE_TRACE_TL && trace_ld) moe_trace_span(MOE_TR_TOPK_LD, t_ld);
 }
 
@@ -314,14 +322,7 @@ __device__ __forceinline__ void router_topk_group_merge(const unsigned *cand, in
         }
         if (lane == k) { my_e = (int)be; my_w = bs; }
     }
-    float ws = lane < topk ? my_w : 0.f;
-    for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
-    if (lane < topk) {
-        float w = my_w;
-        if (func != MOE_SCORE_SOFTMAX) w = w / ws;
-        idx[(size_t)t * topk + lane] = my_e;
-        wout[(size_t)t * topk + lane] = w * route_scale;
-    }
+    router_topk_write(my_e, my_w, t, lane, topk, func, route_scale, idx, wout);
 }
 
 /* Exclusive scan of n ints in smem by one warp; returns the total. */
