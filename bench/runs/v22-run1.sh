@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on the tree of 393009a. MOE_TOPK_CARRY no longer exists (removed after session 13's runs: the kept form is the default,
+# the others were measured and closed), so rerun it from that commit: git worktree add /tmp/v22-run1 393009a
 # v22 run 1 (bench/NOTES.md v22 (1)-(3)), session 13. One device call (~6 min).
 # (1) The 2-tile kernels with one activation buffer (fp4_rowtile XH, MOE_XH2) at 4 blocks per SM (xh4) and
 # at 5 (xh5: ptxas spills ~300 B per thread to fit 96 registers) against base (two buffers, 4 blocks per SM).

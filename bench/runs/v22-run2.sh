@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on the tree of 306d35b. MOE_CARVEOUT_NT2 no longer exists (removed after session 13's runs: the kept form is the default,
+# the others were measured and closed), so rerun it from that commit: git worktree add /tmp/v22-run2 306d35b
 # v22 run 2 (bench/NOTES.md v22 (4)), session 13. One device call (~2 min).
 # The 2-tile kernels at the 196 KB shared-memory configuration (MOE_CARVEOUT_NT2=80: 60 KB of L1 instead of 28)
 # against base (every kernel at 100 %), batches 128-512, two rounds; then ncu of c80's 2-tile gate/up and down

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on the tree of cadd020. MOE_NT2_NOSH no longer exists (removed after session 13's runs: the kept form is the default,
+# the others were measured and closed), so rerun it from that commit: git worktree add /tmp/v22-run5 cadd020
 # v22 run 5 (bench/NOTES.md v22 (7)), session 13. One device call (~3 min).
 # The 2-tile kernels at 5 blocks per SM: without the shared expert's FP8 branch (MOE_NT2_NOSH=1: these A/B
 # builds trap on a shared item in a 2-tile launch, which the bench's default launches never make) and with one

@@ -71,36 +71,29 @@
 #ifndef MOE_GU_D
 #define MOE_GU_D 4
 #endif
-/* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
- * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
-/* v22: the 2-tile kernels with one activation buffer (fp4_rowtile XH) and the blocks per SM they are
- * compiled for (4 before v22, when they held two buffers in 128 registers) */
+/* v22 A/B knobs of the 2-tile kernels (defaults: as before v22; bench/runs/v22-run5.sh, v22-run6.sh, v23-run1.sh):
+ * MOE_XH2 one activation buffer (fp4_rowtile XH); MOE_MINB2 the blocks per SM they are compiled for (their SH 0
+ * forms with XH fit 96 registers, 5 blocks); MOE_GU_D2 their ring depth (chunks in flight per warp; the 64-row
+ * down twice as deep); MOE_GU2_RM 2: two 16-row gate/up tiles per warp (128-row items, depth 2, XH), so each
+ * activation fragment serves 4 weight fragments; MOE_DN2_RM 4: four 16-row down tiles per warp where the layer
+ * asks for 2 (256-row items, depth 2, XH). The last two trap on a shared-expert item (NOTES v22 (7)-(8)). */
 #ifndef MOE_XH2
 #define MOE_XH2 0
 #endif
 #ifndef MOE_MINB2
 #define MOE_MINB2 4
 #endif
-/* v22: the ring depth of the 2-tile kernels (chunks in flight per warp; the 64-row down twice as deep).
- * ptxas: at depth 2 with XH the 2-tile bodies fit 96 registers (5 blocks per SM) with <= 8 B of spill; at 4
- * they spill ~300 B. */
-/* v22: 16-row gate/up tiles per warp of the 2-tile gate/up (2: 128-row items, two tiles per warp streamed
- * together at ring depth 2 with one activation buffer (XH: 126 registers), so each activation fragment serves 4
- * weight fragments; NOTES v22 (8)). Its launches must carry no shared-expert items (it traps on one). */
-#ifndef MOE_GU2_RM
-#define MOE_GU2_RM 1
-#endif
-/* v22: 16-row tiles per warp of the 2-tile down where the layer asks for 2 (moe_expert_args.down_rm): 4 =
- * 256-row items at ring depth 2 with one activation buffer (NOTES v22 (8)) */
-#ifndef MOE_DN2_RM
-#define MOE_DN2_RM 2
-#endif
-#ifndef MOE_NT2_NOSH
-#define MOE_NT2_NOSH 0
-#endif
 #ifndef MOE_GU_D2
 #define MOE_GU_D2 MOE_GU_D
 #endif
+#ifndef MOE_GU2_RM
+#define MOE_GU2_RM 1
+#endif
+#ifndef MOE_DN2_RM
+#define MOE_DN2_RM 2
+#endif
+/* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
+ * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
 
@@ -200,7 +193,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
                 rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, GRM == 2 ? -2 * nc : 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
-        } else if constexpr (NT == 2 && (MOE_NT2_NOSH || GRM == 2 || !SH)) {
+        } else if constexpr (NT == 2 && (GRM == 2 || !SH)) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -290,7 +283,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
             fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || RM == 4), NT == 2 && !SH>(
                 rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
-        } else if constexpr (NT == 2 && (MOE_NT2_NOSH || RM == 4 || !SH)) {
+        } else if constexpr (NT == 2 && (RM == 4 || !SH)) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -729,7 +722,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                                    int topk, const int grid[2], uint16_t *h, cudaStream_t st)
 {
     (void)items;
-    if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
+    if (a->H % 128 || a->I % (MOE_ROWS_PER_ITEM * MOE_GU2_RM) || a->H > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
@@ -753,14 +746,14 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
                                 int T, int topk, const int grid[2], float *y, cudaStream_t st)
 {
     (void)items;
-    if (a->I % 128 || a->H % (MOE_ROWS_PER_ITEM * (a->down_rm == 2 ? 2 : 1)) || a->I > 8192) return cudaErrorInvalidValue;
+    if (a->I % 128 || a->H % (MOE_ROWS_PER_ITEM * (a->down_rm == 2 ? MOE_DN2_RM : 1)) || a->I > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const int rm = a->down_rm == 2 ? 2 : 1, rg = a->H / (MOE_ROWS_PER_ITEM * rm);
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     auto one = [&] { return moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y); };
     auto two = [&] {
-        return moe_launch(dn2_pick(a->fmt, rm, nt2_shared(a, T)), dim3(routed_grid(grid[1], 2, T, topk, rm == 2 ? rg * 2 / MOE_DN2_RM : rg,
-                                                                      a->has_shared)),
+        const int rg2 = a->H / (MOE_ROWS_PER_ITEM * (rm == 2 ? MOE_DN2_RM : 1));   /* the 2-tile down's row groups */
+        return moe_launch(dn2_pick(a->fmt, rm, nt2_shared(a, T)), dim3(routed_grid(grid[1], 2, T, topk, rg2, a->has_shared)),
                           dim3(128), sm, st, *a, h, off, y);
     };
     if (T <= MOE_TOK_CHUNK) return one();
@@ -1045,12 +1038,6 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const flo
 #ifndef MOE_CARVEOUT_SMALL
 #define MOE_CARVEOUT_SMALL MOE_CARVEOUT
 #endif
-/* v22: the carveout of the 2-tile kernels alone (A/B). ncu at 512 (NOTES v22 (3)): their activation reads hit L1
- * 43 % (gate/up) and 33 % (down) of the time, with L2 throughput at 81 % beside DRAM at 68 %; at 100 % L1 keeps
- * 28 KB beside their 4 x 44 KB of shared memory, 80 asks for the 196 KB configuration (60 KB of L1). */
-#ifndef MOE_CARVEOUT_NT2
-#define MOE_CARVEOUT_NT2 MOE_CARVEOUT
-#endif
 extern "C" cudaError_t moe_router_carveout(int pct);
 
 extern "C" cudaError_t moe_kernels_carveout(void)
@@ -1077,20 +1064,6 @@ extern "C" cudaError_t moe_kernels_carveout(void)
     for (const void *f : fs) {
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);
         if (e != cudaSuccess) return e;
-    }
-    if (MOE_CARVEOUT_NT2 != p && MOE_CARVEOUT_NT2 >= 0) {
-        const void *f2[] = {
-            (const void *)k_gate_up<MOE_FP4_NVFP4, 2>, (const void *)k_gate_up<MOE_FP4_MXFP4, 2>,
-            (const void *)dn_pick<2>(MOE_FP4_NVFP4, 1), (const void *)dn_pick<2>(MOE_FP4_NVFP4, 2),
-            (const void *)dn_pick<2>(MOE_FP4_MXFP4, 1), (const void *)dn_pick<2>(MOE_FP4_MXFP4, 2),
-            (const void *)gu2_pick(MOE_FP4_NVFP4, 0), (const void *)gu2_pick(MOE_FP4_MXFP4, 0),
-            (const void *)dn2_pick(MOE_FP4_NVFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_NVFP4, 2, 0),
-            (const void *)dn2_pick(MOE_FP4_MXFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_MXFP4, 2, 0),
-        };
-        for (const void *f : f2) {
-            const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, MOE_CARVEOUT_NT2);
-            if (e != cudaSuccess) return e;
-        }
     }
     if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)
         for (int fmt = 0; fmt < 2; fmt++)

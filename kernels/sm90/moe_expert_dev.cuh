@@ -12,12 +12,6 @@
 /* 1: the FP4 ring loop keeps 2 steps of code instead of D (ring slot computed at run time). v13,
  * measured A/B in one process (bench/NOTES.md): 5-7 % faster for the one-launch layer at batches 1-8
  * (its many loops thrash the instruction cache), 0-7 % slower for the separate kernels at batches 4-64. */
-/* v22: the one-LOP3 scale factors (MOE_SCALE_OR) in every 2-tile kernel, those with the FP8 branch too (A/B; v18
- * kept them to 1 tile, where the 128-row 2-tile down with that branch spilled 44 B for the mask's register); the
- * 2-tile kernels without it (SH 0, the default launches) have them anyway (fp4_rowtile OR2) */
-#ifndef MOE_SCALE_OR2
-#define MOE_SCALE_OR2 0
-#endif
 #ifndef MOE_ROLLED
 #define MOE_ROLLED 0
 #endif
@@ -52,31 +46,22 @@ struct XFrag {
 /* XL bit 0: activations through L2 only (__ldcg) instead of the read-only path, bit 1: the same for
  * the pair -> token table; for data other blocks of the same kernel wrote (moe_fused.cu); bit 2 (with bit
  * 0): the read-only path where xnc says the activations are read-only in this launch (x, not h) */
-template <int NT, int XL = 0>
-__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc = false)
+/* Fragments v[j][I0..I1) of chunk c; load_x is all four, XH (fp4_rowtile) loads the halves apart. */
+template <int NT, int XL, int I0, int I1>
+__device__ __forceinline__ void load_x_part(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc)
 {
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = I0; i < I1; i++) {
             const uint4 *p = (const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q);
             x.v[j][i] = (XL & 4) && xnc ? __ldg(p) : (XL & 1) ? __ldcg(p) : __ldg(p);
         }
 }
-
-/* Half U of load_x (the fragments v[j][2U], v[j][2U + 1] that fp4_compute_u<U> reads): fp4_rowtile's XH mode
- * reloads each half for the next chunk as soon as this chunk's half U is multiplied, so one XFrag is live
- * instead of two (v22: 32 fewer registers for the 2-tile kernels, 5 blocks per SM instead of 4). */
-template <int NT, int XL, int U>
-__device__ __forceinline__ void load_x_half(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc = false)
+template <int NT, int XL = 0>
+__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc = false)
 {
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int i = 2 * U; i < 2 * U + 2; i++) {
-            const uint4 *p = (const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q);
-            x.v[j][i] = (XL & 4) && xnc ? __ldg(p) : (XL & 1) ? __ldcg(p) : __ldg(p);
-        }
+    load_x_part<NT, XL, 0, 4>(x, xrow, c, q, xnc);
 }
 
 /* One thread polls *ctr (relaxed, device scope, backing off up to MOE_POLL_MAX ns) until it reaches need,
@@ -167,7 +152,7 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
 #pragma unroll
             for (int m = 0; m < NM; m++) {
 #if MOE_DQ
-                const uint32_t f = moe_scale_factors2<MOE_SCALE_OR && (NT == 1 || OR2 || MOE_SCALE_OR2)>(st.s[m].x, st.s[m].y, 2 * u + grp);
+                const uint32_t f = moe_scale_factors2<MOE_SCALE_OR && (NT == 1 || OR2)>(st.s[m].x, st.s[m].y, 2 * u + grp);
 #else
                 const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
                 const uint32_t c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;
@@ -240,45 +225,32 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     for (int j = 0; j < NT; j++)
         xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
                               (kx ? kx : K);
-    XFrag<NT> xb[XH ? 1 : 2];
+    XFrag<NT> xb[2];
     load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
         for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
-    if (XH) {   /* one activation buffer, each half reloaded for chunk c + 1 once chunk c's half is used */
-        for (int c0 = 0; c0 < nc; c0 += ROLL ? 2 : D) {
-#pragma unroll
-            for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
-                const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0;
-                if (c < nc) {
-                    cp_wait<D - 1>();
-                    Fp4Stage<NM> st;
-                    fp4_read<NM>(st, ring, s, lane);
-                    fp4_compute_u<NM, NT, 0, OR2>(st, xb[0], acc);
-                    if (c + 1 < nc) load_x_half<NT, XL, 0>(xb[0], xrow, c + 1, q, xnc);
-                    fp4_compute_u<NM, NT, 1, OR2>(st, xb[0], acc);
-                    if (c + 1 < nc) load_x_half<NT, XL, 1>(xb[0], xrow, c + 1, q, xnc);
-                }
-                if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
-                else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
-                cp_commit();
-            }
-        }
-        return;
-    }
     /* ROLL: two steps per iteration (the activation double buffer's parity stays static), the ring slot
-     * computed at run time: the loop body is 2 steps of code instead of D */
+     * computed at run time: the loop body is 2 steps of code instead of D. XH (v22): one activation buffer
+     * (xb[0]), whose half U is reloaded for chunk c + 1 as soon as chunk c's half U is multiplied. */
     for (int c0 = 0; c0 < nc; c0 += ROLL ? 2 : D) {
 #pragma unroll
         for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
-            const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = s0 & 1;
+            const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = XH ? 0 : s0 & 1;
             if (c < nc) {
-                if (c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
+                if (!XH && c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
-                fp4_compute<NM, NT, OR2>(st, xb[u], acc);
+                if (XH) {
+                    fp4_compute_u<NM, NT, 0, OR2>(st, xb[0], acc);
+                    if (c + 1 < nc) load_x_part<NT, XL, 0, 2>(xb[0], xrow, c + 1, q, xnc);
+                    fp4_compute_u<NM, NT, 1, OR2>(st, xb[0], acc);
+                    if (c + 1 < nc) load_x_part<NT, XL, 2, 4>(xb[0], xrow, c + 1, q, xnc);
+                } else {
+                    fp4_compute<NM, NT, OR2>(st, xb[u], acc);
+                }
             }
             if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
             else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);

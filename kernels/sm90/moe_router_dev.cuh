@@ -82,14 +82,9 @@ __device__ __forceinline__ unsigned rt_key(float v)
     return (b & 0x80000000u) ? ~b : b | 0x80000000u;
 }
 
-/* MOE_TOPK_CARRY 1 (v22): the per-lane tree carries each slot's score beside its value and index, so the
- * winner's score is the winning lane's slot 0 (one shuffle); 0: as before v22, the score picked out of sc[]
- * after the warp's reductions by PL sequential multiply-adds (v21 (9): 8 dependent FFMAs per round). */
-#ifndef MOE_TOPK_CARRY
-#define MOE_TOPK_CARRY 1
-#endif
-
-/* One level of the per-lane argmax tree: slot i keeps the better of i and i + W (and its score). */
+/* One level of the per-lane argmax tree: slot i keeps the better of i and i + W, and its score (v22: so the
+ * winner's score is the winning lane's slot 0, not picked out of sc[] after the warp's reductions by PL
+ * sequential multiply-adds, v21 (9)). */
 template <int W, int PL>
 __device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL], float s[PL])
 {
@@ -98,7 +93,7 @@ __device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL], float s[P
         const bool b = rt_better(v[i + W], id[i + W], v[i], id[i]);
         v[i] = b ? v[i + W] : v[i];
         id[i] = b ? id[i + W] : id[i];
-        if (MOE_TOPK_CARRY) s[i] = b ? s[i + W] : s[i];
+        s[i] = b ? s[i + W] : s[i];
     }
 }
 
@@ -218,14 +213,7 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
              * shuffle tree (v16 A/B: equal within 1 us) */
             const unsigned key = rt_key(v[0]), bk = __reduce_max_sync(0xffffffffu, key);
             const int be = (int)__reduce_min_sync(0xffffffffu, key == bk ? (unsigned)id[0] : 0xffffffffu);
-            float ms = s[0];   /* the winner's score: the winning lane's slot 0 (MOE_TOPK_CARRY) */
-            if (!MOE_TOPK_CARRY) {   /* or picked out of sc[] by an exact multiply-add select (a plain select
-                                        became an indexed load that put sc[] in local memory) */
-                ms = 0.f;
-#pragma unroll
-                for (int i = 0; i < PL; i++) ms = fmaf(sc[i], (be >> 5) == i ? 1.f : 0.f, ms);
-            }
-            const float bs = __shfl_sync(0xffffffffu, ms, be & 31);
+            const float bs = __shfl_sync(0xffffffffu, s[0], be & 31);   /* the winner's score */
             if ((be & 31) == lane) taken |= 1u << (be >> 5);
             if (lane == k) { my_e = be; my_w = bs; }
         }
@@ -270,7 +258,7 @@ __device__ __forceinline__ void router_topk_group_local(const float *part, int k
         if (s < ksplit) l += pp[s];   /* ((p0 + p1) + p2) + p3, as router_topk_token */
     for (int s = 4; s < ksplit; s++)
         if (ok) l += __ldcg(part + ((size_t)s * T + t) * E + e);
-    float sc;
+    float sc;   /* router_topk_token's formulas (not softmax: moe_topk_grouped) */
     if (func == MOE_SCORE_SIGMOID) sc = 1.f / (1.f + expf(-l));
     else sc = sqrtf(l > 20.f ? l : log1pf(expf(l)));   /* torch softplus, threshold 20 */
     sc = ok ? sc : 0.f;
