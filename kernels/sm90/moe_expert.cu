@@ -92,6 +92,11 @@
 #ifndef MOE_DN2_RM
 #define MOE_DN2_RM 2
 #endif
+/* v23 A/B knobs of the 2-tile kernels: MOE_XPF2 chunks ahead of the activation L1 prefetch (fp4_rowtile PF, 0:
+ * none), MOE_CARVEOUT_NT2 their shared-memory carveout (the prefetched rows need L1: at 100 % it is 28 KB) */
+#ifndef MOE_XPF2
+#define MOE_XPF2 0
+#endif
 /* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
@@ -189,7 +194,8 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * GRM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * GRM * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2 * GRM, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || GRM == 2), NT == 2 && !SH>(
+            fp4_rowtile<FMT, 2 * GRM, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || GRM == 2), NT == 2 && !SH,
+                        NT == 2 ? MOE_XPF2 : 0>(
                 rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, GRM == 2 ? -2 * nc : 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
@@ -280,7 +286,8 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || RM == 4), NT == 2 && !SH>(
+            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || RM == 4), NT == 2 && !SH,
+                        NT == 2 ? MOE_XPF2 : 0>(
                 rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
         } else if constexpr (NT == 2 && (RM == 4 || !SH)) {
@@ -1038,6 +1045,9 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const flo
 #ifndef MOE_CARVEOUT_SMALL
 #define MOE_CARVEOUT_SMALL MOE_CARVEOUT
 #endif
+#ifndef MOE_CARVEOUT_NT2
+#define MOE_CARVEOUT_NT2 MOE_CARVEOUT
+#endif
 extern "C" cudaError_t moe_router_carveout(int pct);
 
 extern "C" cudaError_t moe_kernels_carveout(void)
@@ -1064,6 +1074,24 @@ extern "C" cudaError_t moe_kernels_carveout(void)
     for (const void *f : fs) {
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);
         if (e != cudaSuccess) return e;
+    }
+    if (MOE_CARVEOUT_NT2 != p && MOE_CARVEOUT_NT2 >= 0) {   /* v23 A/B: the 2-tile forms at their own carveout */
+        const void *f2[] = {
+            (const void *)k_gate_up<MOE_FP4_NVFP4, 2>, (const void *)k_gate_up<MOE_FP4_MXFP4, 2>,
+            (const void *)gu2_pick(MOE_FP4_NVFP4, 0), (const void *)gu2_pick(MOE_FP4_MXFP4, 0),
+        };
+        for (const void *f : f2) {
+            const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, MOE_CARVEOUT_NT2);
+            if (e != cudaSuccess) return e;
+        }
+        for (int fmt = 0; fmt < 2; fmt++)
+            for (int rm = 1; rm <= 2; rm++)
+                for (int sh = 0; sh < 2; sh++) {
+                    const void *f = (const void *)dn2_pick(fmt ? MOE_FP4_MXFP4 : MOE_FP4_NVFP4, rm, sh);
+                    const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                               MOE_CARVEOUT_NT2);
+                    if (e != cudaSuccess) return e;
+                }
     }
     if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)
         for (int fmt = 0; fmt < 2; fmt++)

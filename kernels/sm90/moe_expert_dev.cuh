@@ -204,8 +204,13 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
 /* XL, wait/need: see load_x and moe_wait_count (wait: the producer count of xbase, checked after the
  * first weight chunks are on their way; WW 1: by this warp alone, moe_wait_count_warp); kx: the
  * activation row stride when it is not K (a K part). */
-/* OR2 (v22): the one-LOP3 scale factors with NT 2 (the 2-tile kernels without the FP8 branch) */
-template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int XH = 0, int OR2 = 0>
+/* OR2 (v22): the one-LOP3 scale factors with NT 2 (the 2-tile kernels without the FP8 branch).
+ * PF (v23, A/B): at chunk c, ask L1 for the activation rows of chunk c + PF (prefetch.global.L1, no registers: lanes
+ * q 0-1 each one 128-byte line of their token's 256 bytes), so the register loads one chunk ahead hit L1 instead
+ * of waiting on L2 (run 1: long scoreboard 12.5 % of the 2-tile gate/up's stall samples). */
+__device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int XH = 0, int OR2 = 0,
+          int PF = 0>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul,
@@ -238,6 +243,9 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 #pragma unroll
         for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
             const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = XH ? 0 : s0 & 1;
+            if (PF && c + PF < nc && q < 2)
+#pragma unroll
+                for (int j = 0; j < NT; j++) prefetch_l1(xrow[j] + (c + PF) * 128 + q * 64);
             if (c < nc) {
                 if (!XH && c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
                 cp_wait<D - 1>();
