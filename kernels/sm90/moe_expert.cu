@@ -97,6 +97,12 @@
 #ifndef MOE_XPF2
 #define MOE_XPF2 0
 #endif
+#ifndef MOE_GU2_BPS
+#define MOE_GU2_BPS 0
+#endif
+#ifndef MOE_GU2_BPS_MAX_T
+#define MOE_GU2_BPS_MAX_T 256
+#endif
 /* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
@@ -831,10 +837,15 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
     const int rg = a->I / MOE_ROWS_PER_ITEM;
-    /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch */
+    /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch. MOE_GU2_BPS (v23 A/B,
+     * 0: off): at T <= MOE_GU2_BPS_MAX_T its grid is held to that many blocks per SM (grid[1] is MOE_MINB2 per SM),
+     * so the fused launch's blocks share every SM with it from the start instead of waiting for its blocks to
+     * exit (256 random: it ran alone 50-193 us at ~55 % of the read ceiling, v23 (5)) */
+    int g2 = routed_grid(grid[1], 2, T, topk, rg / MOE_GU2_RM, 0);
+    if (MOE_GU2_BPS > 0 && T <= MOE_GU2_BPS_MAX_T && g2 > grid[1] / MOE_MINB2 * MOE_GU2_BPS)
+        g2 = grid[1] / MOE_MINB2 * MOE_GU2_BPS;
     cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
-                               dim3(routed_grid(grid[1], 2, T, topk, rg / MOE_GU2_RM, 0)), dim3(128), sm, st, b, x, off, pair_tok,
-                               pair_w, h);
+                               dim3(g2), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h);
     if (e != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
