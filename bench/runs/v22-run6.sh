@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran in session 13. MOE_GU2_RM and MOE_DN2_RM no longer exist (removed after session 14's runs, bench/NOTES.md v23 (6)),
+# so rerun it from the last commit that has them: git worktree add /tmp/v22-run6 0caa025
 # v22 run 6 (bench/NOTES.md v22 (8)), session 13. One device call (~2 min).
 # More weight rows per activation fragment in the 2-tile kernels: gate/up with two 16-row tiles per warp
 # (MOE_GU2_RM=2: 128-row items, ring depth 2, XH) and down with four (MOE_DN2_RM=4: 256-row items, ring depth 2,

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on the tree of 0a45014. MOE_XH2, MOE_GU2_RM and MOE_DN2_RM no longer exist (removed after session 14's runs,
+# bench/NOTES.md v23 (6)), so rerun it from the last commit that has them: git worktree add /tmp/v23-run1 0caa025
 # v23 run 1 (bench/NOTES.md v23 (1)-(2)), session 14. One device call (~5 min).
 # (1) Since c99b3d6 every default 2-tile launch takes the form without the FP8 branch (SH 0) and with the one-LOP3
 # scale factors; the 2-tile variants runs 5-6 measured before that (5 blocks per SM with XH; two / four row tiles per

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on the tree of 7e00455. MOE_XH2 no longer exists (removed after session 14's runs, bench/NOTES.md v23 (6)),
+# so rerun it from the last commit that has it: git worktree add /tmp/v23-run2 0caa025
 # v23 run 2 (bench/NOTES.md v23 (3)), session 14. One device call (~4 min).
 # Run 1's SASS of the 2-tile gate/up is one FP4 word at a time: decode, 4 HMUL2, 2 HMMA, with the same 4-8
 # registers reused for every word (127 of 128 registers used), and "wait" (fixed-latency dependency) is its top

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on the tree of 48a1fb0. MOE_XPF2 and MOE_CARVEOUT_NT2 no longer exist (removed after session 14's runs,
+# bench/NOTES.md v23 (6)), so rerun it from the last commit that has them: git worktree add /tmp/v23-run3 0caa025
 # v23 run 3 (bench/NOTES.md v23 (4)), session 14. One device call (~5 min).
 # Runs 1-2: the 2-tile body's long-scoreboard stalls (12.5 % of its samples: the activation fragments, loaded into
 # registers one chunk ahead from L2, L1 hit 43 %) grow as soon as its warps compute faster (m3: 0.66 -> 1.56 per

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on the tree of 0caa025. MOE_GU2_BPS no longer exists (removed after session 14's runs, bench/NOTES.md v23 (6)),
+# so rerun it from that commit: git worktree add /tmp/v23-run4 0caa025
 # v23 run 4 (bench/NOTES.md v23 (5)), session 14. One device call (~4 min).
 # At 256 random the 2-tile gate/up runs alone 50-193 us (its 4 blocks per SM fill every SM's registers, so the fused
 # 1-tile launch's blocks wait for its blocks to exit) at ~55 % of the read ceiling. A probe of co-running: its grid

@@ -71,37 +71,13 @@
 #ifndef MOE_GU_D
 #define MOE_GU_D 4
 #endif
-/* v22 A/B knobs of the 2-tile kernels (defaults: as before v22; bench/runs/v22-run5.sh, v22-run6.sh, v23-run1.sh):
- * MOE_XH2 one activation buffer (fp4_rowtile XH); MOE_MINB2 the blocks per SM they are compiled for (their SH 0
- * forms with XH fit 96 registers, 5 blocks); MOE_GU_D2 their ring depth (chunks in flight per warp; the 64-row
- * down twice as deep); MOE_GU2_RM 2: two 16-row gate/up tiles per warp (128-row items, depth 2, XH), so each
- * activation fragment serves 4 weight fragments; MOE_DN2_RM 4: four 16-row down tiles per warp where the layer
- * asks for 2 (256-row items, depth 2, XH). The last two trap on a shared-expert item (NOTES v22 (7)-(8)). */
-#ifndef MOE_XH2
-#define MOE_XH2 0
-#endif
+/* The blocks per SM the 2-tile kernels are compiled for (128 registers). 5 (96 registers, one activation buffer),
+ * 3 and 2 (ptxas then overlaps two FP4 words per warp), two and four row tiles per warp, ring depth 2, an L1
+ * prefetch of the activation rows, a carveout of their own and a grid held to 1-2 blocks per SM beside the fused
+ * launch were each measured slower or equal (bench/NOTES.md v22 (1)-(8), v23 (1)-(5); runs 5-6 of v22 and 1-4 of
+ * v23 name the commit that has their knobs). */
 #ifndef MOE_MINB2
 #define MOE_MINB2 4
-#endif
-#ifndef MOE_GU_D2
-#define MOE_GU_D2 MOE_GU_D
-#endif
-#ifndef MOE_GU2_RM
-#define MOE_GU2_RM 1
-#endif
-#ifndef MOE_DN2_RM
-#define MOE_DN2_RM 2
-#endif
-/* v23 A/B knobs of the 2-tile kernels: MOE_XPF2 chunks ahead of the activation L1 prefetch (fp4_rowtile PF, 0:
- * none), MOE_CARVEOUT_NT2 their shared-memory carveout (the prefetched rows need L1: at 100 % it is 28 KB) */
-#ifndef MOE_XPF2
-#define MOE_XPF2 0
-#endif
-#ifndef MOE_GU2_BPS
-#define MOE_GU2_BPS 0
-#endif
-#ifndef MOE_GU2_BPS_MAX_T
-#define MOE_GU2_BPS_MAX_T 256
 #endif
 /* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
@@ -169,8 +145,8 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
     /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
      * stream their first weights while this kernel finishes (they wait before reading h) */
     if (a.early) moe_pdl_release();
-    constexpr int GRM = NT == 2 ? MOE_GU2_RM : 1, GD = GRM == 2 ? 2 : NT == 2 ? MOE_GU_D2 : MOE_GU_D;
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM * GRM, moe_tok1(a.tok1_max));
+    constexpr int GD = MOE_GU_D;
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max));
     if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
@@ -195,17 +171,16 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         int prow[NT];
 #pragma unroll
         for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
-        float acc[2 * GRM][NT][4];   /* gate, up of each of the warp's GRM 16-row tiles */
+        float acc[2][NT][4];   /* gate, up of the warp's 16-row tile */
         float pg = 1.f, pu = 1.f;
         if (e < a.E) {
-            const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * GRM * rt_bytes;
-            const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * GRM * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2 * GRM, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || GRM == 2), NT == 2 && !SH,
-                        NT == 2 ? MOE_XPF2 : 0>(
-                rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, GRM == 2 ? -2 * nc : 1);
+            const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
+            const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
+            fp4_rowtile<FMT, 2, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.H, ring, x, pair_tok, prow, acc, primed,
+                                                                          nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
-        } else if constexpr (NT == 2 && (GRM == 2 || !SH)) {
+        } else if constexpr (NT == 2 && !SH) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -222,15 +197,13 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         primed = has_next;
         const int g = lane >> 2, q = lane & 3;
 #pragma unroll
-        for (int t = 0; t < GRM; t++)
-#pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int row = (r * GRM + t) * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
+            const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = j * 8 + 2 * q + (i & 1);
             if (n < ntok)
                 h[(size_t)(p0 + n) * a.I + row] = moe_f32_to_bf16(
-                    moe_swiglu(acc[2 * t][j][i] * pg, acc[2 * t + 1][j][i] * pu, a.limit) * pair_w[p0 + n]);
+                    moe_swiglu(acc[0][j][i] * pg, acc[1][j][i] * pu, a.limit) * pair_w[p0 + n]);
         }
     }
     if (second) moe_pdl_wait();
@@ -245,7 +218,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
                                               float *y)
 {
     const MoeTrace trace_(NT == 1 ? MOE_TR_DN1 : MOE_TR_DN2);
-    constexpr int GD = NT == 2 ? MOE_GU_D2 : MOE_GU_D, D = RM == 4 ? 2 : RM == 1 ? 2 * GD : GD;
+    constexpr int GD = MOE_GU_D, D = RM == 1 ? 2 * GD : GD;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_items + (nE + 1);
@@ -292,11 +265,10 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && (MOE_XH2 || RM == 4), NT == 2 && !SH,
-                        NT == 2 ? MOE_XPF2 : 0>(
-                rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
+            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt,
+                                                                          mmul);
             post = a.post2[e];
-        } else if constexpr (NT == 2 && (RM == 4 || !SH)) {
+        } else if constexpr (NT == 2 && !SH) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -673,13 +645,12 @@ static cudaError_t raise_smem(const void *f, size_t bytes)
 
 typedef void (*dn_fn)(moe_expert_args, const uint16_t *, const int32_t *, float *);
 
-/* the down kernel of rm 16-row tiles per warp (rm 2 is MOE_DN2_RM for the 2-tile one) */
+/* the down kernel of rm 16-row tiles per warp */
 template <int NT, int SH = 1>
 static dn_fn dn_pick(int fmt, int rm)
 {
-    constexpr int R2 = NT == 2 ? MOE_DN2_RM : 2;
-    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, R2, SH> : k_down<MOE_FP4_NVFP4, NT, 1, SH>;
-    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, R2, SH> : k_down<MOE_FP4_MXFP4, NT, 1, SH>;
+    if (fmt == MOE_FP4_NVFP4) return rm == 2 ? k_down<MOE_FP4_NVFP4, NT, 2, SH> : k_down<MOE_FP4_NVFP4, NT, 1, SH>;
+    return rm == 2 ? k_down<MOE_FP4_MXFP4, NT, 2, SH> : k_down<MOE_FP4_MXFP4, NT, 1, SH>;
 }
 
 /* Whether a 2-tile launch of these arguments carries the shared expert's items (then the SH 1 forms) */
@@ -735,7 +706,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                                    int topk, const int grid[2], uint16_t *h, cudaStream_t st)
 {
     (void)items;
-    if (a->H % 128 || a->I % (MOE_ROWS_PER_ITEM * MOE_GU2_RM) || a->H > 8192) return cudaErrorInvalidValue;
+    if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
@@ -746,7 +717,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
     };
     auto two = [&] {
         return moe_launch(gu2_pick(a->fmt, nt2_shared(a, T)),
-                          dim3(routed_grid(grid[1], 2, T, topk, rg / MOE_GU2_RM, a->has_shared)), dim3(128), sm, st, *a, x, off,
+                          dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)), dim3(128), sm, st, *a, x, off,
                           pair_tok, pair_w, h);
     };
     if (T <= MOE_TOK_CHUNK) return one();   /* T <= 8: no expert has more than 8 tokens */
@@ -759,14 +730,13 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
                                 int T, int topk, const int grid[2], float *y, cudaStream_t st)
 {
     (void)items;
-    if (a->I % 128 || a->H % (MOE_ROWS_PER_ITEM * (a->down_rm == 2 ? MOE_DN2_RM : 1)) || a->I > 8192) return cudaErrorInvalidValue;
+    if (a->I % 128 || a->H % (MOE_ROWS_PER_ITEM * (a->down_rm == 2 ? 2 : 1)) || a->I > 8192) return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     const int rm = a->down_rm == 2 ? 2 : 1, rg = a->H / (MOE_ROWS_PER_ITEM * rm);
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     auto one = [&] { return moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y); };
     auto two = [&] {
-        const int rg2 = a->H / (MOE_ROWS_PER_ITEM * (rm == 2 ? MOE_DN2_RM : 1));   /* the 2-tile down's row groups */
-        return moe_launch(dn2_pick(a->fmt, rm, nt2_shared(a, T)), dim3(routed_grid(grid[1], 2, T, topk, rg2, a->has_shared)),
+        return moe_launch(dn2_pick(a->fmt, rm, nt2_shared(a, T)), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)),
                           dim3(128), sm, st, *a, h, off, y);
     };
     if (T <= MOE_TOK_CHUNK) return one();
@@ -837,19 +807,15 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
     const int rg = a->I / MOE_ROWS_PER_ITEM;
-    /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch. MOE_GU2_BPS (v23 A/B,
-     * 0: off): at T <= MOE_GU2_BPS_MAX_T its grid is held to that many blocks per SM (grid[1] is MOE_MINB2 per SM),
-     * so the fused launch's blocks share every SM with it from the start instead of waiting for its blocks to
-     * exit (256 random: it ran alone 50-193 us at ~55 % of the read ceiling, v23 (5)) */
-    int g2 = routed_grid(grid[1], 2, T, topk, rg / MOE_GU2_RM, 0);
-    if (MOE_GU2_BPS > 0 && T <= MOE_GU2_BPS_MAX_T && g2 > grid[1] / MOE_MINB2 * MOE_GU2_BPS)
-        g2 = grid[1] / MOE_MINB2 * MOE_GU2_BPS;
+    /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch (v23 (5): its grid held to
+     * 1-2 blocks per SM so the fused launch's blocks join from the start gained 0.5 % at 256) */
     cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
-                               dim3(g2), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h);
+                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
+                               pair_w, h);
     if (e != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
-    return moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * MOE_DN2_RM), 0)),
+    return moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
                       dim3(128), sm, st, b, (const uint16_t *)h, off, y);
 }
 
@@ -1056,9 +1022,6 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const flo
 #ifndef MOE_CARVEOUT_SMALL
 #define MOE_CARVEOUT_SMALL MOE_CARVEOUT
 #endif
-#ifndef MOE_CARVEOUT_NT2
-#define MOE_CARVEOUT_NT2 MOE_CARVEOUT
-#endif
 extern "C" cudaError_t moe_router_carveout(int pct);
 
 extern "C" cudaError_t moe_kernels_carveout(void)
@@ -1085,24 +1048,6 @@ extern "C" cudaError_t moe_kernels_carveout(void)
     for (const void *f : fs) {
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);
         if (e != cudaSuccess) return e;
-    }
-    if (MOE_CARVEOUT_NT2 != p && MOE_CARVEOUT_NT2 >= 0) {   /* v23 A/B: the 2-tile forms at their own carveout */
-        const void *f2[] = {
-            (const void *)k_gate_up<MOE_FP4_NVFP4, 2>, (const void *)k_gate_up<MOE_FP4_MXFP4, 2>,
-            (const void *)gu2_pick(MOE_FP4_NVFP4, 0), (const void *)gu2_pick(MOE_FP4_MXFP4, 0),
-        };
-        for (const void *f : f2) {
-            const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, MOE_CARVEOUT_NT2);
-            if (e != cudaSuccess) return e;
-        }
-        for (int fmt = 0; fmt < 2; fmt++)
-            for (int rm = 1; rm <= 2; rm++)
-                for (int sh = 0; sh < 2; sh++) {
-                    const void *f = (const void *)dn2_pick(fmt ? MOE_FP4_MXFP4 : MOE_FP4_NVFP4, rm, sh);
-                    const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                               MOE_CARVEOUT_NT2);
-                    if (e != cudaSuccess) return e;
-                }
     }
     if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)
         for (int fmt = 0; fmt < 2; fmt++)

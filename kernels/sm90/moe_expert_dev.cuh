@@ -46,22 +46,16 @@ struct XFrag {
 /* XL bit 0: activations through L2 only (__ldcg) instead of the read-only path, bit 1: the same for
  * the pair -> token table; for data other blocks of the same kernel wrote (moe_fused.cu); bit 2 (with bit
  * 0): the read-only path where xnc says the activations are read-only in this launch (x, not h) */
-/* Fragments v[j][I0..I1) of chunk c; load_x is all four, XH (fp4_rowtile) loads the halves apart. */
-template <int NT, int XL, int I0, int I1>
-__device__ __forceinline__ void load_x_part(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc)
+template <int NT, int XL = 0>
+__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc = false)
 {
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
-        for (int i = I0; i < I1; i++) {
+        for (int i = 0; i < 4; i++) {
             const uint4 *p = (const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q);
             x.v[j][i] = (XL & 4) && xnc ? __ldg(p) : (XL & 1) ? __ldcg(p) : __ldg(p);
         }
-}
-template <int NT, int XL = 0>
-__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc = false)
-{
-    load_x_part<NT, XL, 0, 4>(x, xrow, c, q, xnc);
 }
 
 /* One thread polls *ctr (relaxed, device scope, backing off up to MOE_POLL_MAX ns) until it reaches need,
@@ -117,10 +111,7 @@ __device__ __forceinline__ void fp4_issue(uint8_t *ring, int slot, const uint8_t
     const int cmul = mmul == 1 ? NM : 1;
 #pragma unroll
     for (int m = 0; m < NM; m++) {
-        /* mmul < 0 (v22, NM 4: gate/up with two 16-row tiles per warp): matrices 0, 1 = gate, up of the first
-         * tile, 2, 3 of the next one, -mmul chunks further on */
-        const uint8_t *ch = NM == 4 && mmul < 0 ? rowtile + ((size_t)c * 2 + (m & 1) + (size_t)(m >> 1) * -mmul) * cb
-                                                : rowtile + ((size_t)c * cmul + (size_t)m * mmul) * cb;
+        const uint8_t *ch = rowtile + ((size_t)c * cmul + (size_t)m * mmul) * cb;
         uint8_t *d = ring + (slot * NM + m) * 1280;
         cp16(d + lane * 16, ch + lane * 16);
         cp16(d + 512 + lane * 16, ch + 512 + lane * 16);
@@ -204,13 +195,8 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
 /* XL, wait/need: see load_x and moe_wait_count (wait: the producer count of xbase, checked after the
  * first weight chunks are on their way; WW 1: by this warp alone, moe_wait_count_warp); kx: the
  * activation row stride when it is not K (a K part). */
-/* OR2 (v22): the one-LOP3 scale factors with NT 2 (the 2-tile kernels without the FP8 branch).
- * PF (v23, A/B): at chunk c, ask L1 for the activation rows of chunk c + PF (prefetch.global.L1, no registers: lanes
- * q 0-1 each one 128-byte line of their token's 256 bytes), so the register loads one chunk ahead hit L1 instead
- * of waiting on L2 (run 1: long scoreboard 12.5 % of the 2-tile gate/up's stall samples). */
-__device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int XH = 0, int OR2 = 0,
-          int PF = 0>
+/* OR2 (v22): the one-LOP3 scale factors with NT 2 (the 2-tile kernels without the FP8 branch). */
+template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int OR2 = 0>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul,
@@ -237,28 +223,17 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 #pragma unroll
         for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
     /* ROLL: two steps per iteration (the activation double buffer's parity stays static), the ring slot
-     * computed at run time: the loop body is 2 steps of code instead of D. XH (v22): one activation buffer
-     * (xb[0]), whose half U is reloaded for chunk c + 1 as soon as chunk c's half U is multiplied. */
+     * computed at run time: the loop body is 2 steps of code instead of D. */
     for (int c0 = 0; c0 < nc; c0 += ROLL ? 2 : D) {
 #pragma unroll
         for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
-            const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = XH ? 0 : s0 & 1;
-            if (PF && c + PF < nc && q < 2)
-#pragma unroll
-                for (int j = 0; j < NT; j++) prefetch_l1(xrow[j] + (c + PF) * 128 + q * 64);
+            const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = s0 & 1;
             if (c < nc) {
-                if (!XH && c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
+                if (c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
-                if (XH) {
-                    fp4_compute_u<NM, NT, 0, OR2>(st, xb[0], acc);
-                    if (c + 1 < nc) load_x_part<NT, XL, 0, 2>(xb[0], xrow, c + 1, q, xnc);
-                    fp4_compute_u<NM, NT, 1, OR2>(st, xb[0], acc);
-                    if (c + 1 < nc) load_x_part<NT, XL, 2, 4>(xb[0], xrow, c + 1, q, xnc);
-                } else {
-                    fp4_compute<NM, NT, OR2>(st, xb[u], acc);
-                }
+                fp4_compute<NM, NT, OR2>(st, xb[u], acc);
             }
             if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
             else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
