@@ -132,6 +132,13 @@ __device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, 
     }
 }
 
+/* MOE_PROBE (v23, timing probes of the 2-tile body, NT 2 only; the results are wrong, so never with a test): bit 0
+ * one HMMA per FP4 word instead of NT (the n-tile alternating by step, so every activation fragment is still
+ * loaded and used), bit 1 no scale multiply (the raw pairs), bit 2 no FP4 decode (the word under two masks as the
+ * four pairs: 2 LOP3 instead of 7 + 1 IMAD, the 4 multiplies kept). Each leaves one stage out, so its time against the full body prices that stage. */
+#ifndef MOE_PROBE
+#define MOE_PROBE 0
+#endif
 /* Half U of a chunk (16-byte piece U of each lane's weights; activation fragments v[2U], v[2U+1]). */
 template <int NM, int NT, int U, int OR2 = 0>
 __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
@@ -152,18 +159,26 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
 #pragma unroll
                 for (int step = 0; step < 2; step++) {
                     uint32_t p[4];
-                    moe_fp4_word(u4get(st.w[m][u], grp * 2 + step), p);
+                    constexpr int PR = NT == 2 ? MOE_PROBE : 0;
+                    if (PR & 4) {
+                        const uint32_t w = u4get(st.w[m][u], grp * 2 + step);
+                        p[0] = p[1] = w & MOE_FP4_MASK;
+                        p[2] = p[3] = w & 0x81408140u;
+                    } else {
+                        moe_fp4_word(u4get(st.w[m][u], grp * 2 + step), p);
+                    }
 #if MOE_DQ
-                    const uint32_t a0 = moe_bf16x2_mul_lo(p[0], f), a1 = moe_bf16x2_mul_hi(p[1], f);
-                    const uint32_t a2 = moe_bf16x2_mul_lo(p[2], f), a3 = moe_bf16x2_mul_hi(p[3], f);
+                    const uint32_t a0 = PR & 2 ? p[0] : moe_bf16x2_mul_lo(p[0], f), a1 = PR & 2 ? p[1] : moe_bf16x2_mul_hi(p[1], f);
+                    const uint32_t a2 = PR & 2 ? p[2] : moe_bf16x2_mul_lo(p[2], f), a3 = PR & 2 ? p[3] : moe_bf16x2_mul_hi(p[3], f);
 #else
                     const uint32_t a0 = moe_bf16x2_mul(p[0], fg), a1 = moe_bf16x2_mul(p[1], f8);
                     const uint32_t a2 = moe_bf16x2_mul(p[2], fg), a3 = moe_bf16x2_mul(p[3], f8);
 #endif
 #pragma unroll
                     for (int j = 0; j < NT; j++)   /* the dequantised fragment serves every n-tile */
-                        moe_mma_bf16(acc[m][j], a0, a1, a2, a3, u4get(x.v[j][u * 2 + grp], step * 2),
-                                     u4get(x.v[j][u * 2 + grp], step * 2 + 1));
+                        if (!(PR & 1) || j == step % NT)
+                            moe_mma_bf16(acc[m][j], a0, a1, a2, a3, u4get(x.v[j][u * 2 + grp], step * 2),
+                                         u4get(x.v[j][u * 2 + grp], step * 2 + 1));
                 }
             }
         }
