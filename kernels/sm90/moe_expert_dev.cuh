@@ -135,7 +135,9 @@ __device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, 
 /* MOE_PROBE (v23, timing probes of the 2-tile body, NT 2 only; the results are wrong, so never with a test): bit 0
  * one HMMA per FP4 word instead of NT (the n-tile alternating by step, so every activation fragment is still
  * loaded and used), bit 1 no scale multiply (the raw pairs), bit 2 no FP4 decode (the word under two masks as the
- * four pairs: 2 LOP3 instead of 7 + 1 IMAD, the 4 multiplies kept). Each leaves one stage out, so its time against the full body prices that stage. */
+ * four pairs: 2 LOP3 instead of 7 + 1 IMAD, the 4 multiplies kept), bit 3 (fp4_rowtile) no activation loads after
+ * the item's first two chunks (every chunk multiplies theirs: the L2 -> SM activation traffic gone). Each
+ * leaves one stage out, so its time against the full body prices that stage. */
 #ifndef MOE_PROBE
 #define MOE_PROBE 0
 #endif
@@ -233,6 +235,8 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
                               (kx ? kx : K);
     XFrag<NT> xb[2];
     load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
+    constexpr int PX = NT == 2 ? MOE_PROBE : 0;
+    if (PX & 8) load_x<NT, XL>(xb[1], xrow, nc > 1 ? 1 : 0, q, xnc);   /* the probe's only other loads */
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
@@ -244,7 +248,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
         for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
             const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = s0 & 1;
             if (c < nc) {
-                if (c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
+                if (!(PX & 8) && c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);

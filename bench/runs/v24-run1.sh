@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# v24 run 1 (bench/NOTES.md v23 (9)), prepared in session 14, not yet run. One device call (~4 min).
+# Run 5's probes: taking the decode, the scale multiply or an HMMA out of the 2-tile body did not make its gate/up
+# faster (653 us base; 596-713 us without them; p7, with almost no arithmetic, 692 us at 70 % of DRAM), while the
+# compute-free stream probe reads at 98.8 % (v13). What the probes kept is the activation traffic: 8 LDG.128 per
+# lane per chunk, ~4 KB per warp per 2.3 KB weight chunk, 57 % from L2. This run: (1) the probe without the
+# activation reloads (p8: every chunk multiplies the item's first two chunks' fragments) and with nothing but the
+# weight stream and one HMMA (p15), against base; (2) for base's 2-tile gate/up at 512 and the fused 1-tile kernel
+# at 64 (96 % of the ceiling alone), the bytes L2 sends to the SMs (l1tex__m_xbar2l1tex_read_bytes) and L2's
+# own throughput, to see whether both sit at one L2 -> SM rate; (3) test_moe_gpu on base with the time it needs.
+# Run from the repo root on the GPU machine (nothing to carry); files in $OUT (run1.tgz).
+export PATH=$PATH:/usr/local/cuda/bin
+OUT=${OUT:-/tmp/moe-ab-out}
+VARIANTS="base: p8:-DMOE_PROBE=8 p15:-DMOE_PROBE=15 p7:-DMOE_PROBE=7" \
+  TESTS="base" TEST_TIMEOUT=300 ROUNDS=0 bash bench/moe_ab.sh 2>&1 | grep -E "^test|did not build"
+M="dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum,sm__inst_issued.avg.pct_of_peak_sustained_active,l1tex__m_xbar2l1tex_read_bytes.sum.per_second,l1tex__t_sector_hit_rate.pct,lts__t_sectors_op_read.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum.per_second"
+for spec in base:512:_Z9k_gate_upILi0ELi2ELi0E p8:512:_Z9k_gate_upILi0ELi2ELi0E p15:512:_Z9k_gate_upILi0ELi2ELi0E \
+            p7:512:_Z9k_gate_upILi0ELi2ELi0E base:64:_Z10k_experts1ILi0ELi2ELi0E; do
+  n=${spec%%:*} r=${spec#*:} b=${r%%:*} k=${r#*:}
+  timeout 60 ncu --clock-control none --kernel-name-base mangled -k regex:"$k" -c 1 --metrics "$M" \
+    /tmp/moe-ab/$n/sluice-bench moe --batches $b --reps 1 --routing random > $OUT/ncu-$n-$b.txt 2>&1
+  echo "== $n $b $k"; grep -E "dram__|gpu__time|inst_issued|xbar2l1tex|hit_rate|lts__" $OUT/ncu-$n-$b.txt | awk '{print "  ", $1, $(NF-1), $NF}'
+done
+cd $OUT && tar czf run1.tgz --remove-files ncu-*.txt test-*.log
