@@ -261,6 +261,156 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     }
 }
 
+/* ---- XB (v24, prepared in session 14, not yet run: bench/NOTES.md v23 (9)-(10)): the 2-tile kernels' activation
+ * rows staged once per block in shared memory instead of every warp loading its own fragments (4 KB per warp per
+ * 2.3 KB weight chunk, 57 % of it from L2). The block's 4 warps walk the same block items (the static walk), so
+ * they need the same 16 token rows x 128 inputs (4 KB) per chunk. XB_S slots of 4 KB; at its step g (the g-th
+ * chunk the block consumes) warp w loads rows 4w..4w+3 of chunk g + 2 (two 16-byte global loads per lane, into
+ * registers), at step g + 1 it stores them and arrives on the slot's full barrier (128 arrivals per use); at step g
+ * every warp waits on slot g % XB_S's full barrier, reads its fragments (LDS.128) and arrives on the slot's empty
+ * barrier, which the next writer of that slot waits for. A warp may run about one chunk ahead of the slowest before
+ * it waits (XS, v22 (5), had 2 slots and one copier and lost 7-24 %). Rows are 256 B; 16-byte unit k of row n
+ * sits at unit k ^ 4 (n & 1), so the two rows of an 8-lane read phase fall in different bank halves. */
+#define XB_S 3
+#define XB_SLOT 4096
+#define XB_BYTES (XB_S * XB_SLOT + 2 * XB_S * 8)
+
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b)
+{
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(uint64_t *b, unsigned parity)
+{
+    unsigned ok;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(smem_u32(b)), "r"(parity) : "memory");
+    return ok != 0;
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity)
+{
+    while (!mbar_try(b, parity)) {}
+}
+
+/* The block's activation stage and this warp's place in it (the same g in every warp of the block). */
+struct XbStage {
+    uint8_t *slots;
+    uint64_t *full, *empty;   /* XB_S each, 128 arrivals per phase */
+    unsigned g;               /* chunks this block has consumed */
+    bool have;                /* r holds this lane's 32 bytes of chunk g + 1, to be stored */
+    uint4 r[2];
+};
+
+/* Thread 0 sets up the barriers; the caller's next __syncthreads publishes them. */
+__device__ __forceinline__ XbStage xb_setup(uint8_t *base)
+{
+    XbStage x;
+    x.slots = base;
+    x.full = (uint64_t *)(base + XB_S * XB_SLOT);
+    x.empty = x.full + XB_S;
+    x.g = 0;
+    x.have = false;
+    if (threadIdx.x == 0)
+        for (int i = 0; i < 2 * XB_S; i++) mbar_init(x.full + i, MOE_WARPS * 32);
+    return x;
+}
+
+/* This lane's share of the block's rows: row 4 * warp + lane / 8 of the item, 16-byte units lane % 8 and + 8.
+ * src: that row's first input (the item's token row of x, or its pair's row of h). */
+__device__ __forceinline__ void xb_load(XbStage &x, const uint16_t *src, int c)
+{
+    const int u = threadIdx.x & 7;
+    x.r[0] = __ldg((const uint4 *)(src + c * 128 + u * 8));
+    x.r[1] = __ldg((const uint4 *)(src + c * 128 + (u + 8) * 8));
+}
+__device__ __forceinline__ void xb_store(XbStage &x)   /* chunk g + 1 into its slot, once that slot is free */
+{
+    const unsigned gs = x.g + 1, slot = gs % XB_S, use = gs / XB_S;
+    if (use > 0) mbar_wait(x.empty + slot, (use - 1) & 1);
+    const int lane = threadIdx.x & 31, n = (threadIdx.x >> 5) * 4 + (lane >> 3), u = lane & 7, sw = (n & 1) * 4;
+    uint8_t *row = x.slots + slot * XB_SLOT + n * 256;
+    *(uint4 *)(row + ((u ^ sw) * 16)) = x.r[0];
+    *(uint4 *)(row + (((u + 8) ^ sw) * 16)) = x.r[1];
+    mbar_arrive(x.full + slot);
+    x.have = false;
+}
+/* Fragments v[j][2U], v[j][2U + 1] of the chunk in slot `slot` (row 8j + g, 16-byte unit 4i + q). */
+template <int U>
+__device__ __forceinline__ void xb_read(XFrag<2> &f, const XbStage &x, unsigned slot)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const uint8_t *base = x.slots + slot * XB_SLOT;
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int i = 2 * U; i < 2 * U + 2; i++) {
+            const int n = 8 * j + g;
+            f.v[j][i] = *(const uint4 *)(base + n * 256 + (((4 * i + q) ^ ((n & 1) * 4)) * 16));
+        }
+}
+/* Before a warp's first item: chunks 0 (stored) and 1 (in registers) of it. */
+__device__ __forceinline__ void xb_prime(XbStage &x, const uint16_t *src)
+{
+    xb_load(x, src, 0);
+    x.g = (unsigned)-1;   /* xb_store stores chunk g + 1 = 0 */
+    xb_store(x);
+    x.g = 0;
+    xb_load(x, src, 1);
+    x.have = true;
+}
+
+/* fp4_rowtile for the 2-tile kernels with the activations from the block's stage (XB): the same weight stream
+ * (ring depth D, priming, next), the fragments read from shared memory just before each half chunk. src / nsrc:
+ * this lane's staging row of this item and of the warp's next item (nullptr: none); K / 128 >= 2. */
+template <int FMT, int NM, int D, int OR2>
+__device__ __forceinline__ void fp4_rowtile_xb(const uint8_t *rowtile, int K, uint8_t *ring, XbStage &x,
+                                               const uint16_t *src, const uint16_t *nsrc, float acc[NM][2][4],
+                                               bool primed, const uint8_t *next, int mmul)
+{
+    static_assert(D * NM * 1280 <= RING_WARP_BYTES, "ring");
+    const int lane = threadIdx.x & 31, nc = K / 128;
+    if (!primed) fp4_prime<FMT, NM, D>(ring, rowtile, nc, lane, mmul);
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+    for (int c0 = 0; c0 < nc; c0 += D) {
+#pragma unroll
+        for (int s = 0; s < D; s++) {
+            const int c = c0 + s;
+            if (c < nc) {
+                if (x.have) xb_store(x);   /* chunk g + 1, loaded one step ago */
+                if (c + 2 < nc) {
+                    xb_load(x, src, c + 2);
+                    x.have = true;
+                } else if (nsrc) {
+                    xb_load(x, nsrc, c + 2 - nc);
+                    x.have = true;
+                }
+                const unsigned slot = x.g % XB_S;
+                cp_wait<D - 1>();
+                Fp4Stage<NM> st;
+                fp4_read<NM>(st, ring, s, lane);
+                mbar_wait(x.full + slot, (x.g / XB_S) & 1);
+                XFrag<2> f;
+                xb_read<0>(f, x, slot);
+                fp4_compute_u<NM, 2, 0, OR2>(st, f, acc);
+                xb_read<1>(f, x, slot);
+                mbar_arrive(x.empty + slot);
+                fp4_compute_u<NM, 2, 1, OR2>(st, f, acc);
+                x.g++;
+            }
+            if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
+            else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
+            cp_commit();
+        }
+    }
+}
+
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
 /* Chunk c of an FP8 row tile (NM interleaved matrices) into ring slot `slot`: each lane copies (and
  * later reads back) only its own 16-byte pieces. */
