@@ -4,7 +4,7 @@
 # (A B A B ...: the GPU drifts by up to ~9 % over a minute of load, bench/NOTES.md v12), and prints
 # one table row per batch with every reading. Optional NCU="batch:kernel-regex ..." profiles the first
 # variant (stall reasons per issued instruction, DRAM and issue throughput); TESTS="a b" runs the test only
-# for those variants (default all). STREAM=1 runs
+# for those variants (default all; TEST_TIMEOUT seconds each, default 300: the full test takes ~160 s). STREAM=1 runs
 # `sluice-bench stream` (compute-free streaming probe) for each variant instead of the tests and bench.
 # NCU_ARGS: more sluice-bench arguments for the profiled run (e.g. --variants ...).
 # A variant NAME builds from .ab/NAME (AB_SRC) where that folder exists, e.g. a commit's sources:
@@ -46,7 +46,7 @@ for n in "${names[@]}"; do
     echo "   hmul2 forms: $(grep -oE 'HMUL2[^;]*' $OUT/sass-$n.txt | sed -E 's/R[0-9]+/R/g' | sort | uniq -c | sort -rn | head -4 | tr -s ' ' | tr '\n' ';')"
   fi
   case " ${TESTS:-$n} " in *" $n "*) ;; *) continue ;; esac   # TESTS="a b": test only these variants
-  timeout ${TEST_TIMEOUT:-150} $B/test_moe_gpu > $OUT/test-$n.log 2>&1; echo "test $n: rc $? $(tail -1 $OUT/test-$n.log)"
+  timeout ${TEST_TIMEOUT:-300} $B/test_moe_gpu > $OUT/test-$n.log 2>&1; echo "test $n: rc $? $(tail -1 $OUT/test-$n.log)"
 done
 for r in $(seq 1 ${ROUNDS:-2}); do
   for n in "${names[@]}"; do
