@@ -183,9 +183,8 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         uint8_t *ring = smem + warp * EX_RING;
         const int g_ = lane >> 2;
         /* XB: this lane's staging row (row 4 * warp + lane / 8 of the block item's tokens) of this item and the next */
-        const int xn = warp * 4 + (lane >> 3);
-        const uint16_t *xsrc = XB ? x + (size_t)pair_tok[p0 + min(xn, ntok - 1)] * a.H : nullptr;
-        const uint16_t *xnsrc = XB && wn < wtotal ? x + (size_t)pair_tok[nxt.p0 + min(xn, nxt.ntok - 1)] * a.H : nullptr;
+        auto xb_row = [&](const Item &t) { return x + (size_t)pair_tok[t.p0 + min(warp * 4 + (lane >> 3), t.ntok - 1)] * a.H; };
+        const uint16_t *xsrc = XB ? xb_row(cur) : nullptr, *xnsrc = XB && wn < wtotal ? xb_row(nxt) : nullptr;
         int prow[NT];
 #pragma unroll
         for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
@@ -286,9 +285,9 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
         int prow[NT];
 #pragma unroll
         for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
-        const int xn = warp * 4 + (lane >> 3);   /* XB: this lane's staging row (h rows are per pair) */
-        const uint16_t *xsrc = XB ? h + (size_t)(p0 + min(xn, ntok - 1)) * a.I : nullptr;
-        const uint16_t *xnsrc = XB && wn < wtotal ? h + (size_t)(nxt.p0 + min(xn, nxt.ntok - 1)) * a.I : nullptr;
+        /* XB: this lane's staging row of this item and the next (h rows are per pair) */
+        auto xb_row = [&](const Item &t) { return h + (size_t)(t.p0 + min(warp * 4 + (lane >> 3), t.ntok - 1)) * a.I; };
+        const uint16_t *xsrc = XB ? xb_row(cur) : nullptr, *xnsrc = XB && wn < wtotal ? xb_row(nxt) : nullptr;
         float acc[RM][NT][4];
         float post = 1.f;
         int rm = RM;   /* 16-row tiles this warp writes */
@@ -700,16 +699,23 @@ static int xb_ok(const moe_expert_args *a, int rm)
     return MOE_XB2 && !dyn && a->H >= 256 && a->I >= 256 && rm == 2;
 }
 typedef void (*gu_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *);
+/* xb: the XB forms, which exist only in MOE_XB2 builds (xb_ok is 0 otherwise) */
 static gu_fn gu2_pick(int fmt, int sh, int xb = 0)
 {
-    if (fmt == MOE_FP4_NVFP4)
-        return sh ? k_gate_up<MOE_FP4_NVFP4, 2, 1> : xb ? k_gate_up<MOE_FP4_NVFP4, 2, 0, 1> : k_gate_up<MOE_FP4_NVFP4, 2, 0>;
-    return sh ? k_gate_up<MOE_FP4_MXFP4, 2, 1> : xb ? k_gate_up<MOE_FP4_MXFP4, 2, 0, 1> : k_gate_up<MOE_FP4_MXFP4, 2, 0>;
+#if MOE_XB2
+    if (xb && !sh) return fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4, 2, 0, 1> : k_gate_up<MOE_FP4_MXFP4, 2, 0, 1>;
+#endif
+    (void)xb;
+    if (fmt == MOE_FP4_NVFP4) return sh ? k_gate_up<MOE_FP4_NVFP4, 2, 1> : k_gate_up<MOE_FP4_NVFP4, 2, 0>;
+    return sh ? k_gate_up<MOE_FP4_MXFP4, 2, 1> : k_gate_up<MOE_FP4_MXFP4, 2, 0>;
 }
 static dn_fn dn2_pick(int fmt, int rm, int sh, int xb = 0)
 {
+#if MOE_XB2
     if (xb && !sh && rm == 2)
         return fmt == MOE_FP4_NVFP4 ? k_down<MOE_FP4_NVFP4, 2, 2, 0, 1> : k_down<MOE_FP4_MXFP4, 2, 2, 0, 1>;
+#endif
+    (void)xb;
     return sh ? dn_pick<2, 1>(fmt, rm) : dn_pick<2, 0>(fmt, rm);
 }
 
@@ -941,10 +947,7 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
         cp_commit();
     }
     float acc[NM][NTT][4];
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int j = 0; j < NTT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+    acc_zero<NM, NTT>(acc);
     for (int c = 0; c < nc; c++) {
         const int s = c % D;
         cp_wait<D - 1>();
@@ -1093,8 +1096,10 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)gu2_pick(MOE_FP4_NVFP4, 0), (const void *)gu2_pick(MOE_FP4_MXFP4, 0),
         (const void *)dn2_pick(MOE_FP4_NVFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_NVFP4, 2, 0),
         (const void *)dn2_pick(MOE_FP4_MXFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_MXFP4, 2, 0),
-        (const void *)gu2_pick(MOE_FP4_NVFP4, 0, MOE_XB2), (const void *)gu2_pick(MOE_FP4_MXFP4, 0, MOE_XB2),
-        (const void *)dn2_pick(MOE_FP4_NVFP4, 2, 0, MOE_XB2), (const void *)dn2_pick(MOE_FP4_MXFP4, 2, 0, MOE_XB2),
+#if MOE_XB2
+        (const void *)gu2_pick(MOE_FP4_NVFP4, 0, 1), (const void *)gu2_pick(MOE_FP4_MXFP4, 0, 1),
+        (const void *)dn2_pick(MOE_FP4_NVFP4, 2, 0, 1), (const void *)dn2_pick(MOE_FP4_MXFP4, 2, 0, 1),
+#endif
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 0), (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 1),
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 0),
         (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),

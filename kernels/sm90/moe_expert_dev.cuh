@@ -43,6 +43,16 @@ template <int NT>
 struct XFrag {
     uint4 v[NT][4];   /* n-tile j: token row j*8 + g */
 };
+/* acc[][][] = 0: NM matrices x NT n-tiles of mma accumulators */
+template <int NM, int NT>
+__device__ __forceinline__ void acc_zero(float acc[NM][NT][4])
+{
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+}
+
 /* XL bit 0: activations through L2 only (__ldcg) instead of the read-only path, bit 1: the same for
  * the pair -> token table; for data other blocks of the same kernel wrote (moe_fused.cu); bit 2 (with bit
  * 0): the read-only path where xnc says the activations are read-only in this launch (x, not h) */
@@ -194,6 +204,17 @@ __device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<
     fp4_compute_u<NM, NT, 1, OR2>(st, x, acc);
 }
 
+/* After chunk c's step: ring slot s takes chunk c + D of this row tile, or the first chunks of the next one (next,
+ * when not NULL), then the step's commit group closes (empty when nothing was issued, so the wait counts hold). */
+template <int FMT, int NM, int D>
+__device__ __forceinline__ void fp4_refill(uint8_t *ring, int s, const uint8_t *rowtile, const uint8_t *next, int c,
+                                           int nc, int lane, int mmul)
+{
+    if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
+    else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
+    cp_commit();
+}
+
 /* Issues the first D chunks of a row tile (what fp4_rowtile does when not primed). */
 template <int FMT, int NM, int D>
 __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile, int nc, int lane, int mmul)
@@ -237,10 +258,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
     constexpr int PX = NT == 2 ? MOE_PROBE : 0;
     if (PX & 8) load_x<NT, XL>(xb[1], xrow, nc > 1 ? 1 : 0, q, xnc);   /* the probe's only other loads */
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+    acc_zero<NM, NT>(acc);
     /* ROLL: two steps per iteration (the activation double buffer's parity stays static), the ring slot
      * computed at run time: the loop body is 2 steps of code instead of D. */
     for (int c0 = 0; c0 < nc; c0 += ROLL ? 2 : D) {
@@ -254,9 +272,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
                 fp4_read<NM>(st, ring, s, lane);
                 fp4_compute<NM, NT, OR2>(st, xb[u], acc);
             }
-            if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
-            else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
-            cp_commit();
+            fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
         }
     }
 }
@@ -327,9 +343,9 @@ __device__ __forceinline__ void xb_load(XbStage &x, const uint16_t *src, int c)
     x.r[0] = __ldg((const uint4 *)(src + c * 128 + u * 8));
     x.r[1] = __ldg((const uint4 *)(src + c * 128 + (u + 8) * 8));
 }
-__device__ __forceinline__ void xb_store(XbStage &x)   /* chunk g + 1 into its slot, once that slot is free */
+__device__ __forceinline__ void xb_store(XbStage &x, unsigned gs)   /* chunk gs into its slot, once that slot is free */
 {
-    const unsigned gs = x.g + 1, slot = gs % XB_S, use = gs / XB_S;
+    const unsigned slot = gs % XB_S, use = gs / XB_S;
     if (use > 0) mbar_wait(x.empty + slot, (use - 1) & 1);
     const int lane = threadIdx.x & 31, n = (threadIdx.x >> 5) * 4 + (lane >> 3), u = lane & 7, sw = (n & 1) * 4;
     uint8_t *row = x.slots + slot * XB_SLOT + n * 256;
@@ -356,9 +372,7 @@ __device__ __forceinline__ void xb_read(XFrag<2> &f, const XbStage &x, unsigned 
 __device__ __forceinline__ void xb_prime(XbStage &x, const uint16_t *src)
 {
     xb_load(x, src, 0);
-    x.g = (unsigned)-1;   /* xb_store stores chunk g + 1 = 0 */
-    xb_store(x);
-    x.g = 0;
+    xb_store(x, 0);
     xb_load(x, src, 1);
     x.have = true;
 }
@@ -374,16 +388,13 @@ __device__ __forceinline__ void fp4_rowtile_xb(const uint8_t *rowtile, int K, ui
     static_assert(D * NM * 1280 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, nc = K / 128;
     if (!primed) fp4_prime<FMT, NM, D>(ring, rowtile, nc, lane, mmul);
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+    acc_zero<NM, 2>(acc);
     for (int c0 = 0; c0 < nc; c0 += D) {
 #pragma unroll
         for (int s = 0; s < D; s++) {
             const int c = c0 + s;
             if (c < nc) {
-                if (x.have) xb_store(x);   /* chunk g + 1, loaded one step ago */
+                if (x.have) xb_store(x, x.g + 1);   /* loaded one step ago */
                 if (c + 2 < nc) {
                     xb_load(x, src, c + 2);
                     x.have = true;
@@ -404,9 +415,7 @@ __device__ __forceinline__ void fp4_rowtile_xb(const uint8_t *rowtile, int K, ui
                 fp4_compute_u<NM, 2, 1, OR2>(st, f, acc);
                 x.g++;
             }
-            if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
-            else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
-            cp_commit();
+            fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
         }
     }
 }
@@ -434,10 +443,7 @@ __device__ __forceinline__ void fp8_chunk(const uint8_t *ring, int slot, int lan
 {
     const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
     float tmp[NM][NT][4];
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int j = 0; j < NT; j++) tmp[m][j][0] = tmp[m][j][1] = tmp[m][j][2] = tmp[m][j][3] = 0.f;
+    acc_zero<NM, NT>(tmp);
 #pragma unroll
     for (int grp = 0; grp < 4; grp++) {
         uint4 xv[NT];
@@ -493,10 +499,7 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
         xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) * K;
     XFrag<NT> xb[2];
     load_x<NT, XL>(xb[0], xrow, cb, q);
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int j = 0; j < NT; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.f;
+    acc_zero<NM, NT>(acc);
     for (int c0 = cb; c0 < ce; c0 += D) {
 #pragma unroll
         for (int s = 0; s < D; s++) {
