@@ -182,7 +182,9 @@ typedef struct {
                                                  chunks that each stream and dequantise the expert's weights
                                                  (the chunks of one row group are adjacent items, so the
                                                  second read comes from L2); those with more take the 2-tile
-                                                 launches. moe_tok1() reads it. */
+                                                 launches. moe_tok1() reads it. Negative (v24, T > 8
+                                                 only): every routed expert with tokens takes the 2-tile
+                                                 launches, and moe_gate_up / moe_down launch only those. */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4

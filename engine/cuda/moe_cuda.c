@@ -308,6 +308,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->tok1_max_t = 128;       /* needed made a tail (128: -1 %, bench/NOTES.md v19); where they carry much of the
                                   work (random 256-512: 15-85 % of experts; skewed 16: all 6) dequantising their
                                   weights twice cost 6-40 % */
+    W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
+                                  the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
+                                  gate/up's; random 256 with it (fused stages off) +10 %) */
     W->topk_lists_max_t = 32;  /* v9 */
     W->topk_group_max_t = 2;   /* v22: up to 2 tokens, each token's top-k over 8 warps of the top-k + lists block */
     W->topk_excl_min_t = 9;    /* v21: the top-k + lists block alone on its SM at 9-32 tokens (bench/NOTES.md v21 */
@@ -502,6 +505,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
            "experts (fused 1-tile stages)");
         MARK(4);
     } else {
+        if (W->nt2_all_min_t > 0 && T >= W->nt2_all_min_t && T > MOE_TOK_CHUNK && !ar.overlap) ar.tok1_max = -1;
         CK(moe_gate_up(&ar, x, W->off, W->pair_tok, W->pair_w, W->items_gu, T, K, W->grid_gu, W->h, st), "gate/up");
         MARK(4);
         CK(moe_down(&ar, W->h, W->off, W->items_dn, T, K, W->grid_dn, W->y, st), "down");

@@ -750,11 +750,12 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
 
 /* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
  * whose idle blocks only wait and leave: the 1-tile kernel has at most one item chunk per pair, the
- * 2-tile kernel one per 9 pairs (its experts have > 8 tokens, > tok1_max with v19's chunks). */
-static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared)
+ * 2-tile kernel one per 9 pairs (its experts have > 8 tokens, > tok1_max with v19's chunks), or one per pair
+ * where it takes every expert (all2: tok1_max < 0). */
+static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false)
 {
     const long P = (long)T * topk;
-    long cap = (nt == 1 ? P : P / 9) * row_groups;
+    long cap = (nt == 1 || all2 ? P : P / 9) * row_groups;
     if (has_shared && moe_tok_tiles(T) == nt)   /* + the shared expert's items: 16-row tiles x token chunks */
         cap += (long)((T + MOE_TOK_CHUNK * nt - 1) / (MOE_TOK_CHUNK * nt)) * row_groups * MOE_WARPS;
     return cap < grid ? (int)(cap > 0 ? cap : 1) : grid;
@@ -776,9 +777,16 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
     };
     auto two = [&] {
         const int sh = nt2_shared(a, T), xb = !sh && xb_ok(a, 2);
-        return moe_launch(gu2_pick(a->fmt, sh, xb), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)), dim3(128),
-                          xb ? smem_xb(a->E) : sm, st, *a, x, off, pair_tok, pair_w, h);
+        return moe_launch(gu2_pick(a->fmt, sh, xb), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)),
+                          dim3(128), xb ? smem_xb(a->E) : sm, st, *a, x, off, pair_tok, pair_w, h);
     };
+    /* v24: every routed expert with tokens 2-tile (T > 8; no overlap: that launch would not wait for the lists); the
+     * 1-tile launch only where it has the shared expert's items (below 256 tokens, moe_tok_tiles) */
+    if (a->tok1_max < 0) {
+        if (T <= MOE_TOK_CHUNK || (a->overlap & 1)) return cudaErrorInvalidValue;
+        const cudaError_t e = a->has_shared && moe_tok_tiles(T) == 1 ? one() : cudaSuccess;
+        return e != cudaSuccess ? e : two();
+    }
     if (T <= MOE_TOK_CHUNK) return one();   /* T <= 8: no expert has more than 8 tokens */
     const bool first2 = a->nt2_first && !(a->overlap & 1);
     const cudaError_t e = first2 ? two() : one();
@@ -796,9 +804,15 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     auto one = [&] { return moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y); };
     auto two = [&] {
         const int sh = nt2_shared(a, T), xb = !sh && xb_ok(a, rm);
-        return moe_launch(dn2_pick(a->fmt, rm, sh, xb), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared)),
-                          dim3(128), xb ? smem_xb(a->E) : sm, st, *a, h, off, y);
+        return moe_launch(dn2_pick(a->fmt, rm, sh, xb),
+                          dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)), dim3(128),
+                          xb ? smem_xb(a->E) : sm, st, *a, h, off, y);
     };
+    if (a->tok1_max < 0) {   /* as in moe_gate_up */
+        if (T <= MOE_TOK_CHUNK || (a->overlap & 2)) return cudaErrorInvalidValue;
+        const cudaError_t e = a->has_shared && moe_tok_tiles(T) == 1 ? one() : cudaSuccess;
+        return e != cudaSuccess ? e : two();
+    }
     if (T <= MOE_TOK_CHUNK) return one();
     const bool first2 = a->nt2_first && !(a->overlap & 2);
     const cudaError_t e = first2 ? two() : one();
@@ -839,7 +853,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
                                           const int grid[2], int grid_fused, uint16_t *h, float *y, cudaStream_t st)
 {
     const bool small = T <= MOE_TOK_CHUNK;
-    if (!a->tickets || (a->has_shared && (!small || !EX_FP8_OK)) || a->H % 128 || a->I % MOE_ROWS_PER_ITEM ||
+    if (!a->tickets || a->tok1_max < 0 || (a->has_shared && (!small || !EX_FP8_OK)) || a->H % 128 || a->I % MOE_ROWS_PER_ITEM ||
         a->H % (2 * MOE_ROWS_PER_ITEM) || a->H > 8192 || a->I > 8192 || grid_fused < 1)
         return cudaErrorInvalidValue;
     const int ksg = small ? a->ks_gu : 1, kss = small && a->has_shared ? a->ks_sh : 1;

@@ -576,7 +576,7 @@ __device__ __forceinline__ void warp_exclusive_scan(int32_t *t, int n, int lane)
 /* The most tokens a routed expert may have to be served by the 1-tile kernels (moe_expert_args.tok1_max). */
 __device__ __forceinline__ int moe_tok1(int tok1_max)
 {
-    return tok1_max <= MOE_TOK_CHUNK ? MOE_TOK_CHUNK : tok1_max > MOE_TOK1_MAX ? MOE_TOK1_MAX : tok1_max;
+    return tok1_max < 0 ? 0 : tok1_max <= MOE_TOK_CHUNK ? MOE_TOK_CHUNK : tok1_max > MOE_TOK1_MAX ? MOE_TOK1_MAX : tok1_max;
 }
 
 /* The item table of the NT-tile kernel, from the per-expert pair counts (off[]): expert e's items are

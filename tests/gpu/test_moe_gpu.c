@@ -534,6 +534,21 @@ int main(int argc, char **argv)
         }
         W.tok1_max = t1, W.tok1_min_t = t1n, W.tok1_max_t = t1x;
     }
+    {   /* v24: every routed expert with tokens in the 2-tile launches (nt2_all_min_t; the separate launches only, so
+           tiles not handed out): experts with 1-8 tokens then fill only part of the first n-tile */
+        const int na = W.nt2_all_min_t, dy = W.dyn_items;
+        W.nt2_all_min_t = 9;
+        W.dyn_items = 0;
+        run_case("nvfp4, every expert 2-tile", &M, &L, &W, 12, 0);    /* 1-2 tokens each, the shared expert inline */
+        run_case("nvfp4 skewed, every expert 2-tile", &M, &L, &W, 12, 1);
+        run_case("nvfp4, every expert 2-tile", &M, &L, &W, 64, 0);
+        run_case("nvfp4, every expert 2-tile", &M, &L, &W, 257, 0);
+        run_case("nvfp4, every expert 2-tile", &M, &L, &W, 257, 0);   /* back to back */
+        run_case("nvfp4 skewed, every expert 2-tile", &M, &L, &W, 257, 1);
+        W.dyn_items = dy;
+        run_case("nvfp4, every expert 2-tile from 9, 257 (static walk)", &M, &L, &W, 257, 0);
+        W.nt2_all_min_t = na;
+    }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
            up to 8: every part count, 64-row down items, the shared expert's own launches beside it, and the
