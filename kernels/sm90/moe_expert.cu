@@ -79,20 +79,10 @@
 #ifndef MOE_MINB2
 #define MOE_MINB2 4
 #endif
-/* v24 (prepared, not yet run): the 2-tile forms without the FP8 branch read their activations from the block's
- * shared-memory stage (XB, moe_expert_dev.cuh) where the launch allows it (xb_ok) */
-#ifndef MOE_XB2
-#define MOE_XB2 0
-#endif
 /* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
-/* XB: where the block's activation stage starts in shared memory (after the rings and the item tables) */
-__host__ __device__ __forceinline__ size_t xb_offset(int E)
-{
-    return ((size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4 + 127) & ~(size_t)127;
-}
 
 
 /* The walk of an NT-tile launch of stage 0 (gate/up) or 1 (down): its counters are tickets[4 * stage +
@@ -139,7 +129,7 @@ __device__ __forceinline__ void prefetch_down(const moe_expert_args &a, const in
 /* SH 0 (v22, 2-tile only): without the shared expert's FP8 branch (it traps on a shared item), the form the host
  * launches where the 2-tile launch carries no shared items (every default launch): the branch held the body's
  * registers and scheduling (NOTES v22 (10): 512 -1.6 %, with the one-LOP3 scale factors it then allows -2.8 %). */
-template <int FMT, int NT, int SH = 1, int XB = 0>
+template <int FMT, int NT, int SH = 1>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
@@ -156,9 +146,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
      * stream their first weights while this kernel finishes (they wait before reading h) */
     if (a.early) moe_pdl_release();
     constexpr int GD = MOE_GU_D;
-    static_assert(!XB || (NT == 2 && !SH), "XB: the 2-tile forms without the FP8 branch");
-    XbStage xs;
-    if (XB) xs = xb_setup(smem + xb_offset(a.E));   /* published by item_table's barrier */
     item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max));
     if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
     const int total = s_items[nE], nc = a.H / 128;
@@ -170,7 +157,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
     }
     /* warp-items wi = 4 * block item + tile: a static stride of the grid, or handed out (v15 tickets) */
     const ItemWalk walk = item_walk<NT>(a, total, 0);
-    if (XB && (walk.dyn || nc < 2)) __trap();   /* the host launches XB forms only for a static walk, K >= 256 */
     const int wtotal = walk.q.wtotal;
     int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = walk.after(wi), wnn;
     Item cur = decode_item<NT>(s_items, s_off, nE, wi < wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
@@ -182,9 +168,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         const bool has_next = wn < wtotal && nxt.e < a.E && e < a.E && nc % GD == 0;
         uint8_t *ring = smem + warp * EX_RING;
         const int g_ = lane >> 2;
-        /* XB: this lane's staging row (row 4 * warp + lane / 8 of the block item's tokens) of this item and the next */
-        auto xb_row = [&](const Item &t) { return x + (size_t)pair_tok[t.p0 + min(warp * 4 + (lane >> 3), t.ntok - 1)] * a.H; };
-        const uint16_t *xsrc = XB ? xb_row(cur) : nullptr, *xnsrc = XB && wn < wtotal ? xb_row(nxt) : nullptr;
         int prow[NT];
 #pragma unroll
         for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
@@ -193,13 +176,8 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            if constexpr (XB) {
-                if (xs.g == 0 && !xs.have) xb_prime(xs, xsrc);   /* the warp's first item */
-                fp4_rowtile_xb<FMT, 2, GD, 1>(rt, a.H, ring, xs, xsrc, xnsrc, acc, primed, nrt, 1);
-            } else {
-                fp4_rowtile<FMT, 2, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.H, ring, x, pair_tok, prow, acc,
-                                                                              primed, nrt, 1);
-            }
+            fp4_rowtile<FMT, 2, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.H, ring, x, pair_tok, prow, acc, primed,
+                                                                          nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else if constexpr (NT == 2 && !SH) {
@@ -235,7 +213,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
 /* RM: 16-row tiles per warp of a routed item (1: 64-row items, ring depth 8; 2: 128-row items, each
  * warp streaming two adjacent row tiles like gate/up's two matrices, ring depth 4, one activation
  * fragment per two tiles; v11). The shared expert's items are unchanged (one 16-row tile, K split). */
-template <int FMT, int NT, int RM, int SH = 1, int XB = 0>
+template <int FMT, int NT, int RM, int SH = 1>
 __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
@@ -249,9 +227,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
      * item (weights do not depend on the previous kernel); h is read only after the wait. */
     const bool second = NT == 2 && a.early && (a.overlap & 2);   /* as in k_gate_up */
     if (!a.early) moe_pdl_wait();
-    static_assert(!XB || (NT == 2 && !SH && RM == 2), "XB: the 2-tile 128-row forms without the FP8 branch");
-    XbStage xs;
-    if (XB) xs = xb_setup(smem + xb_offset(a.E));   /* published by item_table's barrier */
     item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM, moe_tok1(a.tok1_max));
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
@@ -263,7 +238,6 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
         return;
     }
     const ItemWalk walk = item_walk<NT>(a, total, 1);
-    if (XB && (walk.dyn || nc < 2)) __trap();   /* as in k_gate_up */
     const int wtotal = walk.q.wtotal;
     int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = walk.after(wi), wnn;
     Item cur = decode_item<NT>(s_items, s_off, nE, wi < wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
@@ -285,22 +259,14 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
         int prow[NT];
 #pragma unroll
         for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
-        /* XB: this lane's staging row of this item and the next (h rows are per pair) */
-        auto xb_row = [&](const Item &t) { return h + (size_t)(t.p0 + min(warp * 4 + (lane >> 3), t.ntok - 1)) * a.I; };
-        const uint16_t *xsrc = XB ? xb_row(cur) : nullptr, *xnsrc = XB && wn < wtotal ? xb_row(nxt) : nullptr;
         float acc[RM][NT][4];
         float post = 1.f;
         int rm = RM;   /* 16-row tiles this warp writes */
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            if constexpr (XB) {
-                if (xs.g == 0 && !xs.have) xb_prime(xs, xsrc);   /* the warp's first item */
-                fp4_rowtile_xb<FMT, RM, D, 1>(rt, a.I, ring, xs, xsrc, xnsrc, acc, primed, nrt, mmul);
-            } else {
-                fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.I, ring, h, NULL, prow, acc, primed,
-                                                                              nrt, mmul);
-            }
+            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.I, ring, h, NULL, prow, acc, primed,
+                                                                          nrt, mmul);
             post = a.post2[e];
         } else if constexpr (NT == 2 && !SH) {
             __trap();
@@ -671,8 +637,6 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
 
 /* per-warp rings + the block's copies of off[] and one or two item tables (E <= 512) */
 static size_t smem_for(int E) { return (size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4; }
-/* XB: the block's activation stage after the tables (128-byte aligned), and the XB forms' shared memory */
-static size_t smem_xb(int E) { return xb_offset(E) + XB_BYTES; }
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {
@@ -691,31 +655,14 @@ static dn_fn dn_pick(int fmt, int rm)
 
 /* Whether a 2-tile launch of these arguments carries the shared expert's items (then the SH 1 forms) */
 static int nt2_shared(const moe_expert_args *a, int T) { return a->has_shared && moe_tok_tiles(T) == 2; }
-/* Whether a 2-tile launch without shared items may take the XB forms: built with MOE_XB2, a static walk (the
- * block's 4 warps on the same items), at least 2 chunks of K in both stages, 128-row down items */
-static int xb_ok(const moe_expert_args *a, int rm)
-{
-    const int dyn = a->tickets && !a->has_shared && ((a->dyn >> 1) & 1);
-    return MOE_XB2 && !dyn && a->H >= 256 && a->I >= 256 && rm == 2;
-}
 typedef void (*gu_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *);
-/* xb: the XB forms, which exist only in MOE_XB2 builds (xb_ok is 0 otherwise) */
-static gu_fn gu2_pick(int fmt, int sh, int xb = 0)
+static gu_fn gu2_pick(int fmt, int sh)
 {
-#if MOE_XB2
-    if (xb && !sh) return fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4, 2, 0, 1> : k_gate_up<MOE_FP4_MXFP4, 2, 0, 1>;
-#endif
-    (void)xb;
     if (fmt == MOE_FP4_NVFP4) return sh ? k_gate_up<MOE_FP4_NVFP4, 2, 1> : k_gate_up<MOE_FP4_NVFP4, 2, 0>;
     return sh ? k_gate_up<MOE_FP4_MXFP4, 2, 1> : k_gate_up<MOE_FP4_MXFP4, 2, 0>;
 }
-static dn_fn dn2_pick(int fmt, int rm, int sh, int xb = 0)
+static dn_fn dn2_pick(int fmt, int rm, int sh)
 {
-#if MOE_XB2
-    if (xb && !sh && rm == 2)
-        return fmt == MOE_FP4_NVFP4 ? k_down<MOE_FP4_NVFP4, 2, 2, 0, 1> : k_down<MOE_FP4_MXFP4, 2, 2, 0, 1>;
-#endif
-    (void)xb;
     return sh ? dn_pick<2, 1>(fmt, rm) : dn_pick<2, 0>(fmt, rm);
 }
 
@@ -733,9 +680,6 @@ static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
         if ((e = raise_smem((const void *)gu2_pick(fmt, 0), smem_for(512))) != cudaSuccess) return e;
         for (int rm = 1; rm <= 2; rm++)
             if ((e = raise_smem((const void *)dn2_pick(fmt, rm, 0), smem_for(512))) != cudaSuccess) return e;
-        if (MOE_XB2 && ((e = raise_smem((const void *)gu2_pick(fmt, 0, 1), smem_xb(512))) != cudaSuccess ||
-                        (e = raise_smem((const void *)dn2_pick(fmt, 2, 0, 1), smem_xb(512))) != cudaSuccess))
-            return e;
     }
     if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1), 128, sm);
@@ -776,9 +720,9 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                           *a, x, off, pair_tok, pair_w, h);
     };
     auto two = [&] {
-        const int sh = nt2_shared(a, T), xb = !sh && xb_ok(a, 2);
-        return moe_launch(gu2_pick(a->fmt, sh, xb), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)),
-                          dim3(128), xb ? smem_xb(a->E) : sm, st, *a, x, off, pair_tok, pair_w, h);
+        return moe_launch(gu2_pick(a->fmt, nt2_shared(a, T)),
+                          dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)), dim3(128), sm, st,
+                          *a, x, off, pair_tok, pair_w, h);
     };
     /* v24: every routed expert with tokens 2-tile (T > 8; no overlap: that launch would not wait for the lists); the
      * 1-tile launch only where it has the shared expert's items (below 256 tokens, moe_tok_tiles) */
@@ -803,10 +747,9 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
     const int g0 = routed_grid(grid[0], 1, T, topk, rg, a->has_shared);
     auto one = [&] { return moe_launch(dn_pick<1>(a->fmt, rm), dim3(g0), dim3(128), sm, st, *a, h, off, y); };
     auto two = [&] {
-        const int sh = nt2_shared(a, T), xb = !sh && xb_ok(a, rm);
-        return moe_launch(dn2_pick(a->fmt, rm, sh, xb),
-                          dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)), dim3(128),
-                          xb ? smem_xb(a->E) : sm, st, *a, h, off, y);
+        return moe_launch(dn2_pick(a->fmt, rm, nt2_shared(a, T)),
+                          dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)), dim3(128), sm, st,
+                          *a, h, off, y);
     };
     if (a->tok1_max < 0) {   /* as in moe_gate_up */
         if (T <= MOE_TOK_CHUNK || (a->overlap & 2)) return cudaErrorInvalidValue;
@@ -883,15 +826,14 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     const int rg = a->I / MOE_ROWS_PER_ITEM;
     /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch (v23 (5): its grid held to
      * 1-2 blocks per SM so the fused launch's blocks join from the start gained 0.5 % at 256) */
-    const int xb = xb_ok(&b, 2);
-    cudaError_t e = moe_launch(gu2_pick(a->fmt, 0, xb),   /* no shared items in this path */
-                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), xb ? smem_xb(a->E) : sm, st, b,
-                               x, off, pair_tok, pair_w, h);
+    cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
+                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
+                               pair_w, h);
     if (e != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
-    return moe_launch(dn2_pick(a->fmt, 2, 0, xb), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
-                      dim3(128), xb ? smem_xb(a->E) : sm, st, b, (const uint16_t *)h, off, y);
+    return moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
+                      dim3(128), sm, st, b, (const uint16_t *)h, off, y);
 }
 
 /* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);
@@ -1110,10 +1052,6 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)gu2_pick(MOE_FP4_NVFP4, 0), (const void *)gu2_pick(MOE_FP4_MXFP4, 0),
         (const void *)dn2_pick(MOE_FP4_NVFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_NVFP4, 2, 0),
         (const void *)dn2_pick(MOE_FP4_MXFP4, 1, 0), (const void *)dn2_pick(MOE_FP4_MXFP4, 2, 0),
-#if MOE_XB2
-        (const void *)gu2_pick(MOE_FP4_NVFP4, 0, 1), (const void *)gu2_pick(MOE_FP4_MXFP4, 0, 1),
-        (const void *)dn2_pick(MOE_FP4_NVFP4, 2, 0, 1), (const void *)dn2_pick(MOE_FP4_MXFP4, 2, 0, 1),
-#endif
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 0), (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 1),
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 0),
         (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),
