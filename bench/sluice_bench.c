@@ -602,10 +602,45 @@ static int bench_stream(int argc, char **argv)
                                "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f}",
                                rl ? "," : "", w, n, d, bytes, ms * 1e3, tbs, 100 * tbs / ceiling);
     }
+    /* v24: the same one-shot streams after a touch (moe_touch, one word per 64 KB) of another region of the same
+     * size (0: the translations cold, as above, behind the same kind of launch), of the region itself (1), or of
+     * the 4 GiB around it (2): whether a one-shot stream's fixed cost is its address translations */
+    static const int tcfg[][3] = {{768, 64, 8}, {2640, 16, 8}, {2640, 64, 8}, {2640, 512, 8}};
+    char trows[4096];
+    size_t tl = 0;
+    printf("one-shot streams after a touch (us; 0: another region, 1: the region, 2: the 4 GiB around it)\n");
+    printf("%6s %7s %6s %10s %9s %9s %9s\n", "warps", "chunks", "depth", "MB", "touch0", "touch1", "touch2");
+    for (int c = 0; c < (int)(sizeof tcfg / sizeof tcfg[0]); c++) {
+        const int w = tcfg[c][0], n = tcfg[c][1], d = tcfg[c][2];
+        const size_t stride = (size_t)n * 1152, bytes = stride * w, span = (size_t)4 << 30;
+        double us[3];
+        for (int mode = 0; mode < 3; mode++) {
+            for (int r = 0; r < 8; r++) {
+                const size_t off = ((size_t)r * 997 * 1000 * 1000 + ((size_t)3 << 30)) % (nbuf - bytes) & ~(size_t)4095;
+                const size_t other = (off + nbuf / 2) % (nbuf - bytes) & ~(size_t)4095;
+                size_t t0 = off, tn = bytes;
+                if (mode == 0) t0 = other;
+                if (mode == 2) { t0 = off > span / 2 ? off - span / 2 : 0; tn = t0 + span <= nbuf ? span : nbuf - t0; }
+                CU(moe_touch((const uint8_t *)big + t0, tn, 65536, sink, 0));
+                CU(cudaEventRecord(e0, 0));
+                CU(moe_stream_read((const uint8_t *)big + off, w, stride, n, d, sink, 0));
+                CU(cudaEventRecord(e1, 0));
+                CU(cudaEventSynchronize(e1));
+                if (r) CU(cudaEventElapsedTime(&tv[r - 1], e0, e1));
+            }
+            us[mode] = median(tv, 7) * 1e3;
+        }
+        printf("%6d %7d %6d %10.1f %9.1f %9.1f %9.1f\n", w, n, d, bytes / 1e6, us[0], us[1], us[2]);
+        tl += (size_t)snprintf(trows + tl, sizeof trows - tl,
+                               "%s\n  {\"warps\": %d, \"chunks\": %d, \"depth\": %d, \"bytes\": %zu, \"us_other_touched\": %.2f, "
+                               "\"us_region_touched\": %.2f, \"us_4gib_touched\": %.2f}",
+                               tl ? "," : "", w, n, d, bytes, us[0], us[1], us[2]);
+    }
     if (out_path) {
         FILE *f = fopen(out_path, "w");
         if (!f) { fprintf(stderr, "sluice-bench: cannot write %s\n", out_path); return 1; }
-        fprintf(f, "{\"read_ceiling_tb_per_s\": %.4f, \"chunk_bytes\": 1152, \"rows\": [%s\n]}\n", ceiling, rows);
+        fprintf(f, "{\"read_ceiling_tb_per_s\": %.4f, \"chunk_bytes\": 1152, \"rows\": [%s\n], \"touch_rows\": [%s\n]}\n",
+                ceiling, rows, trows);
         if (fclose(f) != 0) { fprintf(stderr, "sluice-bench: writing %s failed\n", out_path); return 1; }
     }
     cudaFree(big);

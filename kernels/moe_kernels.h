@@ -293,6 +293,9 @@ cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t s
  * through a cp.async ring of depth (4, 8 or 16) chunks; no arithmetic. */
 cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth, unsigned *sink,
                             cudaStream_t st);
+/* v24: reads one 4-byte word every stride bytes of [p, p + n) (the address translations of a region, ~nothing of
+ * its bytes: 32 B of L2 per stride); one word per block to sink. */
+cudaError_t moe_touch(const void *p, size_t n, size_t stride, unsigned *sink, cudaStream_t st);
 /* Fills n bytes with a hash of (seed, offset); kind 0: any byte, 1: E4M3 scale in [lo, hi] codes. */
 cudaError_t moe_fill_bytes(uint8_t *p, size_t n, uint32_t seed, int kind, int lo, int hi, cudaStream_t st);
 /* Fills n bf16 values with uniform(-a, a). */

@@ -65,6 +65,24 @@ extern "C" cudaError_t moe_fill_bf16(uint16_t *p, size_t n, uint32_t seed, float
     return cudaGetLastError();
 }
 
+/* v24 (sluice-bench stream, touch table): one word every stride bytes, so a later stream of the region finds its
+ * address translations warm while L2 holds almost none of its bytes. */
+__global__ void k_touch(const uint8_t *p, size_t n, size_t stride, unsigned *sink)
+{
+    unsigned acc = 0;
+    const size_t step = (size_t)gridDim.x * blockDim.x * stride;
+    for (size_t o = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * stride; o < n; o += step)
+        acc ^= *(const volatile unsigned *)(p + o);
+    if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
+}
+
+extern "C" cudaError_t moe_touch(const void *p, size_t n, size_t stride, unsigned *sink, cudaStream_t st)
+{
+    if (stride < 4 || stride % 4) return cudaErrorInvalidValue;
+    k_touch<<<256, 256, 0, st>>>((const uint8_t *)p, n, stride, sink);
+    return cudaGetLastError();
+}
+
 /* Compute-free streaming probe (sluice-bench stream): warp w of the grid reads the region
  * base + w * stride (nchunks chunks of 1152 bytes, the expert kernels' FP4 chunk) through a per-warp
  * cp.async ring of D chunks, touching one word per lane per chunk: what the memory system delivers for
