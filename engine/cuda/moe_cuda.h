@@ -89,6 +89,8 @@ typedef struct {
     int tok1_max, tok1_min_t, tok1_max_t;   /* v19: at batches tok1_min_t..tok1_max_t, routed experts with up to
                                          tok1_max tokens take the 1-tile launches in token chunks of 8
                                          (moe_expert_args.tok1_max); 8: only those with <= 8 (v10-v18) */
+    int shared_xl_min_t;              /* v24: from this batch (0: never) the shared gate/up's blocks take 64 tokens
+                                         (moe_expert_args.sh_xl_min_t) */
     int nt2_all_min_t;                /* v24: from this batch (0: never) every routed expert with tokens takes the
                                          2-tile launches (moe_expert_args.tok1_max -1), where the separate gate/up
                                          and down launches run (no handed-out tiles, above dyn_max_t) */

@@ -866,6 +866,9 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
 #ifndef SH_DN_NTT_L
 #define SH_DN_NTT_L 8
 #endif
+#ifndef SH_GU_NTT_XL   /* v24: gate/up from moe_expert_args.sh_xl_min_t tokens (one block per SM: 134 KB of shared memory) */
+#define SH_GU_NTT_XL 8
+#endif
 template <int NM, int NTT>
 __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     k_shared_fp8(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
@@ -958,8 +961,9 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
         return cudaErrorInvalidValue;
     /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
      * dequantised fragment at large T */
-    cudaError_t e = T <= 64 ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
-                            : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
+    cudaError_t e = T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
+                    : a->sh_xl_min_t > 0 && T >= a->sh_xl_min_t ? shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, st)
+                                                                : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
     if (e != cudaSuccess) return e;
     const uint16_t *hs = h;
     return T <= 64 ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, st)

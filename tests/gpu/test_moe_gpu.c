@@ -549,6 +549,14 @@ int main(int argc, char **argv)
         run_case("nvfp4, every expert 2-tile from 9, 257 (static walk)", &M, &L, &W, 257, 0);
         W.nt2_all_min_t = na;
     }
+    {   /* v24: the shared gate/up in 64-token blocks (shared_xl_min_t; default from 512, past this workspace) */
+        const int sx = W.shared_xl_min_t;
+        W.shared_xl_min_t = 65;
+        run_case("nvfp4, shared gate/up in 64-token blocks", &M, &L, &W, 130, 0);   /* 2 blocks of 64, 2 tokens over */
+        run_case("nvfp4, shared gate/up in 64-token blocks", &M, &L, &W, 257, 0);
+        run_case("nvfp4 skewed, shared gate/up in 64-token blocks", &M, &L, &W, 257, 1);
+        W.shared_xl_min_t = sx;
+    }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
            up to 8: every part count, 64-row down items, the shared expert's own launches beside it, and the
