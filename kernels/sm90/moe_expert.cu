@@ -83,6 +83,15 @@
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
+/* WG (v24 probe, bench/NOTES.md v24 (7)): the 2-tile gate/up without the FP8 branch with wgmma (fp4_rowtile_wg);
+ * static walk only; its 2 activation slots after the rings and the item tables, 128-byte aligned */
+#ifndef MOE_WG2
+#define MOE_WG2 0
+#endif
+__host__ __device__ __forceinline__ size_t wg_offset(int E)
+{
+    return ((size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4 + 127) & ~(size_t)127;
+}
 
 
 /* The walk of an NT-tile launch of stage 0 (gate/up) or 1 (down): its counters are tickets[4 * stage +
@@ -157,6 +166,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
     }
     /* warp-items wi = 4 * block item + tile: a static stride of the grid, or handed out (v15 tickets) */
     const ItemWalk walk = item_walk<NT>(a, total, 0);
+    if (NT == 2 && !SH && MOE_WG2 && walk.dyn) __trap();   /* WG: the block's warps on the same items */
     const int wtotal = walk.q.wtotal;
     int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = walk.after(wi), wnn;
     Item cur = decode_item<NT>(s_items, s_off, nE, wi < wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
@@ -176,8 +186,11 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            fp4_rowtile<FMT, 2, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.H, ring, x, pair_tok, prow, acc, primed,
-                                                                          nrt, 1);
+            if constexpr (NT == 2 && !SH && MOE_WG2)
+                fp4_rowtile_wg<FMT, GD>(rt, a.H, ring, smem + wg_offset(a.E), x, pair_tok, p0, ntok, acc, primed, nrt);
+            else
+                fp4_rowtile<FMT, 2, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.H, ring, x, pair_tok, prow, acc,
+                                                                              primed, nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else if constexpr (NT == 2 && !SH) {
@@ -637,6 +650,8 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
 
 /* per-warp rings + the block's copies of off[] and one or two item tables (E <= 512) */
 static size_t smem_for(int E) { return (size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4; }
+/* the 2-tile gate/up's: WG's activation slots where its form without the FP8 branch (sh 0) has them */
+static size_t smem_gu2(int E, int sh) { return MOE_WG2 && !sh ? wg_offset(E) + 2 * WG_SLOT : smem_for(E); }
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {
@@ -677,7 +692,7 @@ static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
     for (int rm = 1; rm <= 2; rm++)
         if ((e = raise_smem((const void *)dn_pick<NT>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
     if (NT == 2) {   /* the forms without the FP8 branch (same launch bounds) */
-        if ((e = raise_smem((const void *)gu2_pick(fmt, 0), smem_for(512))) != cudaSuccess) return e;
+        if ((e = raise_smem((const void *)gu2_pick(fmt, 0), smem_gu2(512, 0))) != cudaSuccess) return e;
         for (int rm = 1; rm <= 2; rm++)
             if ((e = raise_smem((const void *)dn2_pick(fmt, rm, 0), smem_for(512))) != cudaSuccess) return e;
     }
@@ -720,9 +735,9 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                           *a, x, off, pair_tok, pair_w, h);
     };
     auto two = [&] {
-        return moe_launch(gu2_pick(a->fmt, nt2_shared(a, T)),
-                          dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)), dim3(128), sm, st,
-                          *a, x, off, pair_tok, pair_w, h);
+        const int sh = nt2_shared(a, T);
+        return moe_launch(gu2_pick(a->fmt, sh), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)),
+                          dim3(128), smem_gu2(a->E, sh), st, *a, x, off, pair_tok, pair_w, h);
     };
     /* v24: every routed expert with tokens 2-tile (T > 8; no overlap: that launch would not wait for the lists); the
      * 1-tile launch only where it has the shared expert's items (below 256 tokens, moe_tok_tiles) */
@@ -827,8 +842,8 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch (v23 (5): its grid held to
      * 1-2 blocks per SM so the fused launch's blocks join from the start gained 0.5 % at 256) */
     cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
-                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off, pair_tok,
-                               pair_w, h);
+                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), smem_gu2(a->E, 0), st, b, x, off,
+                               pair_tok, pair_w, h);
     if (e != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;

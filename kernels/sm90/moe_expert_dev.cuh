@@ -279,6 +279,124 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 /* XB (v23-v24: the 2-tile kernels' activation rows staged once per block in shared memory, mbarrier slots;
  * measured slower, bench/NOTES.md v24 (1)) was removed; a3bb9fc has it. */
 
+/* ---- WG (v24 probe, MOE_WG2 builds only; bench/NOTES.md v24 (7)): the 2-tile gate/up's tensor work as wgmma, the
+ * asynchronous warpgroup MMA of Hopper. The block's 4 warps are one warpgroup and walk the same block items (the
+ * static walk), so their four 16-row weight tiles are the M = 64 of one m64n16k16 per matrix and k16 step: A is each
+ * warp's dequantised fragment in registers (the mma.sync m16n8k16 A layout, which wgmma's register A shares), B the
+ * item's 16 token rows x 16 inputs from shared memory, D the same accumulator layout as mma.sync's two n-tiles. The
+ * activations are staged once per block per 128-input chunk (2 slots of 4 KB, all 128 threads, one chunk ahead),
+ * in wgmma's no-swizzle K-major layout with the weights' input order (the repacked FP4 word order, see
+ * fp4_compute_u): k16 block kb = 2 i + step of chunk c holds inputs 32 i + 8 q + 4 step + 2 kc + e of row n as
+ * element 8 kc + 2 q + e of its core-matrix row (kc: the block's two 8-input core matrices, 256 B apart; 8-row groups
+ * of n 128 B apart). The warps issue each step's two wgmmas and decode the next step while they run (one group in
+ * flight). */
+#define WG_SLOT 4096
+__device__ __forceinline__ uint64_t wg_desc(const uint8_t *p)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)(256 >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wg_mma(float d[2][4], const uint32_t a[4], uint64_t desc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, "
+                 "%12, p, 1, 1, 0;\n}"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+                   "+f"(d[1][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
+                 : "memory");
+}
+/* This thread's two 16-byte pieces of the block's chunk (pieces t and t + 128: row n = piece >> 4, inputs
+ * 8 (piece & 15) + 0..7) into a slot, as the four words the layout above scatters them to. */
+__device__ __forceinline__ void wg_store(uint8_t *slot, const uint4 r[2])
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int pc = threadIdx.x + 128 * h, n = pc >> 4, uq = pc & 15, i = uq >> 2, q = uq & 3;
+        uint8_t *row = slot + (n >> 3) * 128 + (n & 7) * 16 + q * 4;
+#pragma unroll
+        for (int w = 0; w < 4; w++)   /* word w: step w >> 1, core matrix kc = w & 1 */
+            *(uint32_t *)(row + (i * 2 + (w >> 1)) * 512 + (w & 1) * 256) = u4get(r[h], w);
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* the stores, before the async proxy reads them */
+}
+/* fp4_rowtile for the 2-tile gate/up (NM 2) with wgmma: every thread of the block calls it for the block item
+ * (e, p0, ntok; its own 16-row tile rowtile); xs: the block's 2 staging slots. */
+template <int FMT, int D>
+__device__ __forceinline__ void fp4_rowtile_wg(const uint8_t *rowtile, int K, uint8_t *ring, uint8_t *xs,
+                                               const uint16_t *x, const int32_t *pair_tok, int p0, int ntok,
+                                               float acc[2][2][4], bool primed, const uint8_t *next)
+{
+    const int lane = threadIdx.x & 31, nc = K / 128;
+    if (!primed) fp4_prime<FMT, 2, D>(ring, rowtile, nc, lane, 1);
+    const uint16_t *src[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int pc = threadIdx.x + 128 * h;
+        src[h] = x + (size_t)pair_tok[p0 + min(pc >> 4, ntok - 1)] * K + (pc & 15) * 8;
+    }
+    acc_zero<2, 2>(acc);
+    uint4 r[2];
+    r[0] = __ldg((const uint4 *)src[0]);
+    r[1] = __ldg((const uint4 *)src[1]);
+    __syncthreads();   /* every warp's wgmmas of the previous item are complete (wg_wait<0> there) */
+    wg_store(xs, r);
+    __syncthreads();
+    for (int c0 = 0; c0 < nc; c0 += D) {
+#pragma unroll
+        for (int s = 0; s < D; s++) {
+            const int c = c0 + s;
+            if (c < nc) {
+                if (c + 1 < nc) {
+                    r[0] = __ldg((const uint4 *)(src[0] + (c + 1) * 128));
+                    r[1] = __ldg((const uint4 *)(src[1] + (c + 1) * 128));
+                }
+                cp_wait<D - 1>();
+                Fp4Stage<2> st;
+                fp4_read<2>(st, ring, s, lane);
+                const uint8_t *slot = xs + (c & 1) * WG_SLOT;
+#pragma unroll
+                for (int u = 0; u < 2; u++)
+#pragma unroll
+                    for (int grp = 0; grp < 2; grp++) {
+                        uint32_t f[2];
+#pragma unroll
+                        for (int m = 0; m < 2; m++) f[m] = moe_scale_factors2<MOE_SCALE_OR>(st.s[m].x, st.s[m].y, 2 * u + grp);
+#pragma unroll
+                        for (int step = 0; step < 2; step++) {
+                            uint32_t a[2][4];
+#pragma unroll
+                            for (int m = 0; m < 2; m++) {
+                                uint32_t p[4];
+                                moe_fp4_word(u4get(st.w[m][u], grp * 2 + step), p);
+                                a[m][0] = moe_bf16x2_mul_lo(p[0], f[m]);
+                                a[m][1] = moe_bf16x2_mul_hi(p[1], f[m]);
+                                a[m][2] = moe_bf16x2_mul_lo(p[2], f[m]);
+                                a[m][3] = moe_bf16x2_mul_hi(p[3], f[m]);
+                            }
+                            const uint64_t desc = wg_desc(slot + ((2 * u + grp) * 2 + step) * 512);
+                            wg_fence();
+                            wg_mma(acc[0], a[0], desc);
+                            wg_mma(acc[1], a[1], desc);
+                            wg_commit();
+                            wg_wait<1>();
+                        }
+                    }
+                if (c + 1 < nc) {   /* slot (c + 1) & 1 was chunk c - 1's, whose wgmmas are complete */
+                    wg_store(xs + ((c + 1) & 1) * WG_SLOT, r);
+                    __syncthreads();
+                }
+            }
+            fp4_refill<FMT, 2, D>(ring, s, rowtile, next, c, nc, lane, 1);
+        }
+    }
+    wg_wait<0>();
+}
+
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
 /* Chunk c of an FP8 row tile (NM interleaved matrices) into ring slot `slot`: each lane copies (and
  * later reads back) only its own 16-byte pieces. */
