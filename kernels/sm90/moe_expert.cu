@@ -83,8 +83,10 @@
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
-/* WG (v24 probe, bench/NOTES.md v24 (7)): the 2-tile gate/up without the FP8 branch with wgmma (fp4_rowtile_wg);
- * static walk only; its 2 activation slots after the rings and the item tables, 128-byte aligned */
+/* WG (v24, bench/NOTES.md v24 (7)): the 2-tile gate/up without the FP8 branch with wgmma (fp4_rowtile_wg); static
+ * walk only (it traps on a handed-out one); its 2 activation slots after the rings and the item tables, 128-byte
+ * aligned. Correct on the 2-tile cases of test_moe_gpu and 7 % slower than mma.sync alone at 512 (v24 run 6), so
+ * opt-in; WG_INFL 2 is prepared in bench/runs/v25-run1.sh. */
 #ifndef MOE_WG2
 #define MOE_WG2 0
 #endif

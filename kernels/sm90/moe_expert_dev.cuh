@@ -279,7 +279,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
 /* XB (v23-v24: the 2-tile kernels' activation rows staged once per block in shared memory, mbarrier slots;
  * measured slower, bench/NOTES.md v24 (1)) was removed; a3bb9fc has it. */
 
-/* ---- WG (v24 probe, MOE_WG2 builds only; bench/NOTES.md v24 (7)): the 2-tile gate/up's tensor work as wgmma, the
+/* ---- WG (v24, MOE_WG2 builds only; bench/NOTES.md v24 (7): correct, 7 % slower than the mma.sync body at 512): the 2-tile gate/up's tensor work as wgmma, the
  * asynchronous warpgroup MMA of Hopper. The block's 4 warps are one warpgroup and walk the same block items (the
  * static walk), so their four 16-row weight tiles are the M = 64 of one m64n16k16 per matrix and k16 step: A is each
  * warp's dequantised fragment in registers (the mma.sync m16n8k16 A layout, which wgmma's register A shares), B the
@@ -291,6 +291,9 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
  * of n 128 B apart). The warps issue each step's two wgmmas and decode the next step while they run (one group in
  * flight). */
 #define WG_SLOT 4096
+#ifndef WG_INFL   /* wgmma groups (k16 steps) a warp leaves in flight while it decodes the next step (v24 run 6: 1) */
+#define WG_INFL 1
+#endif
 __device__ __forceinline__ uint64_t wg_desc(const uint8_t *p)
 {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
@@ -383,10 +386,10 @@ __device__ __forceinline__ void fp4_rowtile_wg(const uint8_t *rowtile, int K, ui
                             wg_mma(acc[0], a[0], desc);
                             wg_mma(acc[1], a[1], desc);
                             wg_commit();
-                            wg_wait<1>();
+                            wg_wait<WG_INFL>();
                         }
                     }
-                if (c + 1 < nc) {   /* slot (c + 1) & 1 was chunk c - 1's, whose wgmmas are complete */
+                if (c + 1 < nc) {   /* slot (c + 1) & 1 was chunk c - 1's, whose wgmmas are complete (WG_INFL < 8) */
                     wg_store(xs + ((c + 1) & 1) * WG_SLOT, r);
                     __syncthreads();
                 }
