@@ -722,6 +722,25 @@ static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int ha
     return cap < grid ? (int)(cap > 0 ? cap : 1) : grid;
 }
 
+/* One stage's launches (moe_gate_up: overlap bit 1, moe_down: bit 2), one: its 1-tile launch, two: its 2-tile one.
+ * T <= 8: the 1-tile launch alone (no expert has more than 8 tokens). tok1_max < 0 (v24, T > 8): every routed expert
+ * with tokens 2-tile, without overlap (that launch would not wait for the lists); the 1-tile launch only where it
+ * has the shared expert's items (below 256 tokens, moe_tok_tiles). Otherwise both, the 2-tile one first with
+ * nt2_first unless it overlaps. */
+template <class One, class Two>
+static cudaError_t stage_launches(const moe_expert_args *a, int T, int ov_bit, One one, Two two)
+{
+    if (a->tok1_max < 0) {
+        if (T <= MOE_TOK_CHUNK || (a->overlap & ov_bit)) return cudaErrorInvalidValue;
+        const cudaError_t e = a->has_shared && moe_tok_tiles(T) == 1 ? one() : cudaSuccess;
+        return e != cudaSuccess ? e : two();
+    }
+    if (T <= MOE_TOK_CHUNK) return one();
+    const bool first2 = a->nt2_first && !(a->overlap & ov_bit);
+    const cudaError_t e = first2 ? two() : one();
+    return e != cudaSuccess ? e : first2 ? one() : two();
+}
+
 extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                                    const int32_t *pair_tok, const float *pair_w, const int32_t *items, int T,
                                    int topk, const int grid[2], uint16_t *h, cudaStream_t st)
@@ -741,17 +760,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
         return moe_launch(gu2_pick(a->fmt, sh), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)),
                           dim3(128), smem_gu2(a->E, sh), st, *a, x, off, pair_tok, pair_w, h);
     };
-    /* v24: every routed expert with tokens 2-tile (T > 8; no overlap: that launch would not wait for the lists); the
-     * 1-tile launch only where it has the shared expert's items (below 256 tokens, moe_tok_tiles) */
-    if (a->tok1_max < 0) {
-        if (T <= MOE_TOK_CHUNK || (a->overlap & 1)) return cudaErrorInvalidValue;
-        const cudaError_t e = a->has_shared && moe_tok_tiles(T) == 1 ? one() : cudaSuccess;
-        return e != cudaSuccess ? e : two();
-    }
-    if (T <= MOE_TOK_CHUNK) return one();   /* T <= 8: no expert has more than 8 tokens */
-    const bool first2 = a->nt2_first && !(a->overlap & 1);
-    const cudaError_t e = first2 ? two() : one();
-    return e != cudaSuccess ? e : first2 ? one() : two();
+    return stage_launches(a, T, 1, one, two);
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
@@ -768,15 +777,7 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
                           dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)), dim3(128), sm, st,
                           *a, h, off, y);
     };
-    if (a->tok1_max < 0) {   /* as in moe_gate_up */
-        if (T <= MOE_TOK_CHUNK || (a->overlap & 2)) return cudaErrorInvalidValue;
-        const cudaError_t e = a->has_shared && moe_tok_tiles(T) == 1 ? one() : cudaSuccess;
-        return e != cudaSuccess ? e : two();
-    }
-    if (T <= MOE_TOK_CHUNK) return one();
-    const bool first2 = a->nt2_first && !(a->overlap & 2);
-    const cudaError_t e = first2 ? two() : one();
-    return e != cudaSuccess ? e : first2 ? one() : two();
+    return stage_launches(a, T, 2, one, two);
 }
 
 typedef void (*e1_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *,
