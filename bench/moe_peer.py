@@ -5,7 +5,8 @@ Same shape and routing as the bench (256 experts, hidden 4096, inter 2048, top-6
 expert, sqrtsoftplus router in fp32, swiglu clamp 10; "skewed" = every token on experts 0..5).
 Router, sort by expert, grouped gate/up GEMM, SwiGLU, grouped down GEMM, weighted scatter-add and
 the dense shared expert, captured in a CUDA graph when possible; median of replays rotating among
-8 input sets. Prints and writes lines "batch routing ms" (the format sluice-bench --peer reads).
+8 input sets, each replay queued behind a spin (v25). Prints and writes lines "batch routing ms ms_unqueued"
+(sluice-bench --peer reads the first three fields).
 Usage: python3 bench/moe_peer.py [--out FILE] [--batches 1,4,...]
 """
 import argparse
@@ -16,6 +17,10 @@ import torch
 import torch.nn.functional as F
 
 E, H, I, K, LIMIT, SCALE = 256, 4096, 2048, 6, 10.0, 1.5
+# v25: each timed replay is queued behind torch.cuda._sleep (~100 us at ~2 GHz), so the event pair times the
+# GPU work and not the host's launch of it (the same method as sluice-bench's hold kernel); the second column
+# is the same replays launched onto an idle stream (every peer run before v25).
+HOLD_CYCLES = 200_000
 
 
 def main():
@@ -88,21 +93,26 @@ def main():
                 print(f"# graph capture failed ({type(e).__name__}: {e}); timing eager", file=sys.stderr)
                 runs = [(lambda x=x: layer(x, bias)) for x in xs]
                 mode = "eager"
-            times = []
-            for r in range(args.reps * len(runs)):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                runs[r % len(runs)]()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b))
-            ms = statistics.median(times)
-            line = f"{T} {routing} {ms:.5f}"
+            def timed(hold):
+                times = []
+                for r in range(args.reps * len(runs)):
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    if hold:  # the replay queued behind a spin, as sluice-bench times its own (v25)
+                        torch.cuda._sleep(HOLD_CYCLES)
+                    a.record()
+                    runs[r % len(runs)]()
+                    b.record()
+                    b.synchronize()
+                    times.append(a.elapsed_time(b))
+                return statistics.median(times)
+
+            ms, msu = timed(True), timed(False)
+            line = f"{T} {routing} {ms:.5f} {msu:.5f}"
             print(line, f"# {mode}", flush=True)
             lines.append(line)
     if args.out:
         with open(args.out, "w") as f:
-            f.write("# batch routing ms  (torch %s, torch._grouped_mm bf16)\n" % torch.__version__)
+            f.write("# batch routing ms ms_unqueued  (torch %s, torch._grouped_mm bf16)\n" % torch.__version__)
             f.write("\n".join(lines) + "\n")
 
 

@@ -29,20 +29,29 @@ enum { NSETS = 8, NLAYERS = 4, MAXB = 512 };
 static int cmp_f(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
 static float median(float *v, int n) { qsort(v, n, sizeof *v, cmp_f); return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]); }
 
+/* v25: each timed replay (and each ceiling read) is queued behind a 50 us hold kernel, so its start event
+ * fires when the GPU is ready to run it and the pair times the work on the GPU. Without the hold (--no-hold;
+ * every run before v25) the GPU idles between the start event and the graph's first kernel for as long as
+ * the host's cudaGraphLaunch takes to submit it, a few us of every replay that a model step (43 layers
+ * queued back to back) does not pay per layer. Both readings go into the JSON (ms, ms_unqueued). */
+#define HOLD_NS 50000ull
+static int g_hold = 1;
+
 /* HBM read ceiling in 10^12 bytes/s: n bytes at p read by moe_hbm_read, one warm-up, median of 7. */
 static double read_ceiling(const void *p, size_t n, unsigned *sink, cudaEvent_t e0, cudaEvent_t e1)
 {
     float tv[7];
     CU(moe_hbm_read(p, n, sink, 0));
     for (int i = 0; i < 7; i++) {
+        if (g_hold) CU(moe_hold(HOLD_NS, 0));
         CU(cudaEventRecord(e0, 0)); CU(moe_hbm_read(p, n, sink, 0)); CU(cudaEventRecord(e1, 0));
         CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tv[i], e0, e1));
     }
     return n / (median(tv, 7) * 1e-3) / 1e12;
 }
 
-/* The peer file (bench/moe_peer.py) holds lines "batch routing ms". */
-typedef struct { int batch; char routing[16]; double ms; } peer_row;
+/* The peer file (bench/moe_peer.py) holds lines "batch routing ms [ms_unqueued]" (the fourth from v25). */
+typedef struct { int batch; char routing[16]; double ms, ms_unq; } peer_row;
 static peer_row g_peer[64];
 static int g_npeer;
 
@@ -53,15 +62,16 @@ static void load_peer(const char *path)
     char line[256];
     while (g_npeer < 64 && fgets(line, sizeof line, f)) {
         peer_row *r = &g_peer[g_npeer];
-        if (line[0] != '#' && sscanf(line, "%d %15s %lf", &r->batch, r->routing, &r->ms) == 3) g_npeer++;
+        r->ms_unq = -1;
+        if (line[0] != '#' && sscanf(line, "%d %15s %lf %lf", &r->batch, r->routing, &r->ms, &r->ms_unq) >= 3) g_npeer++;
     }
     fclose(f);
 }
 
-static double peer_ms(int batch, const char *routing)
+static double peer_ms(int batch, const char *routing, int unqueued)
 {
     for (int i = 0; i < g_npeer; i++)
-        if (g_peer[i].batch == batch && !strcmp(g_peer[i].routing, routing)) return g_peer[i].ms;
+        if (g_peer[i].batch == batch && !strcmp(g_peer[i].routing, routing)) return unqueued ? g_peer[i].ms_unq : g_peer[i].ms;
     return -1;
 }
 
@@ -179,8 +189,8 @@ static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x
     free(hbuf);
 }
 
-#define NTUNE 34   /* fields of one --variants entry */
-#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX][/...]"
+#define NTUNE 35   /* fields of one --variants entry */
+#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX,SW][/...]"
 /* --stages: one replay of each input set's graph with the stage trace on (moe_trace_set); per stage the
  * median over the sets of its first block start and last warp end, in us from the replay's first start */
 static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok,
@@ -242,10 +252,14 @@ static void capture_graph(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_
     CU(cudaGraphLaunch(*g, st)); CU(cudaStreamSynchronize(st));
 }
 
-/* Median ms of reps x NSETS replays rotating over the sets' graphs; tm: reps * NSETS floats of scratch. */
-static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int reps, float *tm)
+
+/* Median ms of reps x NSETS replays rotating over the sets' graphs, each queued behind the hold if hold;
+ * tm: reps * NSETS floats of scratch. */
+static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int reps, float *tm,
+                        int hold)
 {
     for (int rr = 0; rr < reps * NSETS; rr++) {
+        if (hold) CU(moe_hold(HOLD_NS, st));
         CU(cudaEventRecord(e0, st)); CU(cudaGraphLaunch(g[rr % NSETS], st)); CU(cudaEventRecord(e1, st));
         CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tm[rr], e0, e1));
     }
@@ -287,7 +301,7 @@ static int bench_placements(moe_cuda_layer *L, const moe_cuda_shape *s, float *g
             printf("round %d placement %d:", r, p);
             for (int bi = 0; bi < nb; bi++) {
                 for (int i = 0; i < NSETS; i++) capture_graph(&g[i], Lp[p], W, x, tok, batches[bi], out, st, i);
-                ms[p][bi][r] = replay_ms(g, st, e0, e1, reps, tm);
+                ms[p][bi][r] = replay_ms(g, st, e0, e1, reps, tm, g_hold);
                 for (int i = 0; i < NSETS; i++) CU(cudaGraphExecDestroy(g[i]));
                 printf(" %d %.4f", batches[bi], ms[p][bi][r]);
             }
@@ -349,9 +363,10 @@ static int bench_moe(int argc, char **argv)
              * (moe_cuda_ws.topk_excl_max_t, default 32) from batch TM (default 9), each token's top-k over 8 warps
              * up to batch TG (moe_cuda_ws.topk_group_max_t, default 2), every routed expert in the 2-tile launches
              * from batch TA (moe_cuda_ws.nt2_all_min_t, default 512; 0 = never), the shared gate/up in 64-token blocks from
-             * batch SX (moe_cuda_ws.shared_xl_min_t, default 512; 0 = never); each measured in turn,
+             * batch SX (moe_cuda_ws.shared_xl_min_t, default 512; 0 = never), the shared expert on wgmma from batch
+             * SW (moe_cuda_ws.shared_wg_min_t, default 0 = never); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 32, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 32, 9, 2, 512, 512};
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 32, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 32, 9, 2, 512, 512, 0};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {
@@ -369,6 +384,8 @@ static int bench_moe(int argc, char **argv)
         } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places (v21) */
             placements = atoi(argv[++i]);
             if (placements < 2 || placements > 8) { fprintf(stderr, "sluice-bench: --placements 2..8\n"); return 2; }
+        } else if (!strcmp(argv[i], "--no-hold")) {   /* time replays unqueued, as before v25 (ms = ms_unqueued) */
+            g_hold = 0;
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
         } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
@@ -381,7 +398,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared] [--no-hold]\n");
             return 2;
         }
     }
@@ -448,14 +465,15 @@ static int bench_moe(int argc, char **argv)
         W.fuse_small = tune[v][20], W.fs_ks_gu = tune[v][21], W.fs_ks_max_t = tune[v][22], W.fs_ks_sh = tune[v][23], W.fs_rm = tune[v][24], W.fs_early_sh_max_t = tune[v][25],
         W.tok1_max = tune[v][26], W.tok1_max_t = tune[v][27], W.tok1_min_t = tune[v][28],
         W.topk_excl_max_t = tune[v][29], W.topk_excl_min_t = tune[v][30], W.topk_group_max_t = tune[v][31],
-        W.nt2_all_min_t = tune[v][32], W.shared_xl_min_t = tune[v][33];
+        W.nt2_all_min_t = tune[v][32], W.shared_xl_min_t = tune[v][33], W.shared_wg_min_t = tune[v][34];
     printf("variant: early PDL %d, 128-row down items from batch %d, 16-token logits tiles from batch %d, logits K parts %d "
            "up to batch %d, one-launch layer up to batch %d (opt %d), tensor-core logits from batch %d, 2-tile overlap %d, "
-           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d\n",
+           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d\n",
            W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
-           W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t);
+           W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t);
     rl = 0;
-    printf("%6s %8s %10s %10s %8s %7s %9s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer");
+    printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
+           "unqueued");
     for (int sk = 0; sk < 2; sk++) {
         if (skew_only >= 0 && sk != skew_only) continue;
         const char *routing = sk ? "skewed" : "random";
@@ -476,16 +494,19 @@ static int bench_moe(int argc, char **argv)
             }
             bytes /= NSETS;
             float *tm = malloc((size_t)reps * NSETS * sizeof(float));
-            const double ms = replay_ms(g, st, e0, e1, reps, tm), tbs = bytes / (ms * 1e-3) / 1e12;
-            const double pm = peer_ms(T, routing);
-            printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f\n", T, routing, ms, bytes / 1e6, tbs, 100 * tbs / ceiling,
-                   pm, pm > 0 ? pm / ms : 0.0);
-            char pms[32] = "null";
+            /* the reading (queued behind the hold unless --no-hold), then the same graphs unqueued */
+            const double ms = replay_ms(g, st, e0, e1, reps, tm, g_hold), tbs = bytes / (ms * 1e-3) / 1e12;
+            const double msu = g_hold ? replay_ms(g, st, e0, e1, reps, tm, 0) : ms;
+            const double pm = peer_ms(T, routing, 0), pmu = peer_ms(T, routing, 1);
+            printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f %10.4f\n", T, routing, ms, bytes / 1e6, tbs,
+                   100 * tbs / ceiling, pm, pm > 0 ? pm / ms : 0.0, msu);
+            char pms[32] = "null", pmus[64] = "";
             if (pm > 0) snprintf(pms, sizeof pms, "%.5f", pm);
+            if (pmu > 0) snprintf(pmus, sizeof pmus, ", \"peer_ms_unqueued\": %.5f", pmu);
             rl += (size_t)snprintf(rows + rl, (1 << 16) - rl,
                                    "%s\n  {\"batch\": %d, \"routing\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, "
-                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s}",
-                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms);
+                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_unqueued\": %.5f%s}",
+                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msu, pmus);
             if (stages) stage_timeline(g, st, T, routing);
             if (stream_mode) {   /* the same forward issued on the stream, no graph: median of reps x sets */
                 for (int rr = 0; rr < reps * NSETS; rr++) {
@@ -548,7 +569,11 @@ static int bench_moe(int argc, char **argv)
         FILE *f = fopen(out_path, "w");
         if (!f) { fprintf(stderr, "sluice-bench: cannot write %s\n", out_path); return 1; }
         fprintf(f, "{\"gpu\": \"%s\", \"commit\": \"%s\", \"command\": \"%s\",\n \"read_ceiling_tb_per_s\": %.4f,\n"
-                   " \"rows\": [%s\n ]}\n", prop.name, commit, cmd, ceiling, rows);
+                   " \"timing\": \"%s\",\n \"rows\": [%s\n ]}\n", prop.name, commit, cmd, ceiling,
+                g_hold ? "ms: each replay queued behind a 50 us hold kernel (GPU time); ms_unqueued: the same replays "
+                         "launched onto an idle stream (includes the host's graph submission)"
+                       : "ms = ms_unqueued: replays launched onto an idle stream (--no-hold)",
+                rows);
         if (fclose(f) != 0) { fprintf(stderr, "sluice-bench: writing %s failed\n", out_path); return 1; }
     }
     free(rows);

@@ -164,6 +164,8 @@ typedef struct {
     int sh_prio_on, sh_prio;                  /* moe_shared_experts: its launches at priority sh_prio (v16) */
     int sh_xl_min_t;                          /* v24, moe_shared_experts: from this many tokens (0: never) the gate/up
                                                  blocks take 8 * SH_GU_NTT_XL (64) tokens instead of 32 */
+    int sh_wg_min_t;                          /* v25, moe_shared_experts: from this many tokens (0: never) both GEMMs
+                                                 run on wgmma (k_shared_wg; sh_xl_min_t then unused) */
     int fuse_early;                           /* moe_experts_fused1: its fused launch releases the 2-tile down
                                                  at its start (the down's blocks then launch once every fused
                                                  block has started, and wait) instead of its end */
@@ -291,6 +293,8 @@ cudaError_t moe_trace_set(unsigned long long *buf);
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */
 cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t st);
+/* a 1-thread kernel that keeps the stream busy for ns nanoseconds (sluice-bench: replays queued before timing) */
+cudaError_t moe_hold(unsigned long long ns, cudaStream_t st);
 /* Streaming probe: warps (multiple of 4) each read nchunks chunks of 1152 bytes from base + w * stride
  * through a cp.async ring of depth (4, 8 or 16) chunks; no arithmetic. */
 cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth, unsigned *sink,

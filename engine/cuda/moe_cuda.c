@@ -309,6 +309,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
                                   work (random 256-512: 15-85 % of experts; skewed 16: all 6) dequantising their
                                   weights twice cost 6-40 % */
     W->shared_xl_min_t = 512;  /* v24: NOTES v24 (5): 512 -2.4 %, 256 +4 %, 128 +2 % */
+    W->shared_wg_min_t = 0;    /* v25: off until measured */
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
                                   gate/up's; random 256 with it (fused stages off) +10 %) */
@@ -411,7 +412,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .down_rm = T >= W->down_rm_min_t && H % 128 == 0 ? 2 : 1,
         .overlap = W->nt2_overlap, .nt2_first = W->nt2_first,
         .tok1_max = T >= W->tok1_min_t && T <= W->tok1_max_t ? W->tok1_max : MOE_TOK_CHUNK,
-        .sh_xl_min_t = W->shared_xl_min_t,
+        .sh_xl_min_t = W->shared_xl_min_t, .sh_wg_min_t = W->shared_wg_min_t,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

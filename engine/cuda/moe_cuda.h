@@ -91,6 +91,8 @@ typedef struct {
                                          (moe_expert_args.tok1_max); 8: only those with <= 8 (v10-v18) */
     int shared_xl_min_t;              /* v24: from this batch (0: never) the shared gate/up's blocks take 64 tokens
                                          (moe_expert_args.sh_xl_min_t) */
+    int shared_wg_min_t;              /* v25: from this batch (0: never) the shared expert's GEMMs run on wgmma
+                                         (moe_expert_args.sh_wg_min_t; where its own launches run, from shared_min_t) */
     int nt2_all_min_t;                /* v24: from this batch (0: never) every routed expert with tokens takes the
                                          2-tile launches (moe_expert_args.tok1_max -1), where the separate gate/up
                                          and down launches run (no handed-out tiles, above dyn_max_t) */

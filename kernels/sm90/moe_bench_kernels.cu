@@ -30,6 +30,25 @@ extern "C" cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cud
     return cudaGetLastError();
 }
 
+/* One thread that spins for ns nanoseconds of the GPU's global timer. sluice-bench launches it before each
+ * timed replay so the replay is already queued when its start event fires: the event pair then times the
+ * layer on the GPU, not the host's cudaGraphLaunch submission (v25, bench/NOTES.md). */
+__global__ void k_hold(unsigned long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+extern "C" cudaError_t moe_hold(unsigned long long ns, cudaStream_t st)
+{
+    k_hold<<<1, 1, 0, st>>>(ns);
+    return cudaGetLastError();
+}
+
 __device__ static uint32_t hash32(uint32_t x)
 {
     x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;

@@ -972,6 +972,145 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
                            dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
+/* SW (v25; moe_expert_args.sh_wg_min_t, bench/NOTES.md v25): the same two GEMMs as k_shared_fp8 on wgmma. One
+ * warpgroup per block: its 4 warps' 16-row tiles (r = 4 blockIdx.y + warp, as above: 64 rows inside one 128-row
+ * scale block) are the M = 64 of m64nNk16, N = 8 NT token rows per block (blockIdx.x, fastest, so the blocks of
+ * one row group read its weights from HBM once). Per 128-input chunk each warp dequantises its FP8 fragments from
+ * its own cp.async ring as fp8_chunk does (exact e4m3 in bf16) and issues 8 k16 steps per matrix into fresh fp32
+ * partials, waits for them, and adds partials * the chunk's block scale (fp32) to its accumulators: the numerics
+ * of fp8_chunk. What changes is the tensor work: one wgmma per 64 rows x N tokens x 16 inputs instead of N / 8
+ * mma.sync per warp, and each dequantised fragment feeds N tokens (k_shared_fp8: 16-64). */
+#ifndef SW_D
+#define SW_D 2   /* chunks in flight (weights and activations) */
+#endif
+#ifndef SW_MINB
+#define SW_MINB 3   /* blocks per SM the registers must allow (gate/up of 64 tokens: 2, its fp32 partials and
+                       accumulators alone take 128 registers and spill at 3) */
+#endif
+template <int NM, int NT>
+__global__ void __launch_bounds__(128, NM == 2 && NT == 8 ? 2 : SW_MINB)
+    k_shared_wg(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
+{
+    const MoeTrace trace_(NM == 2 ? MOE_TR_SH_GU : MOE_TR_SH_DN);
+    constexpr int D = SW_D, N = 8 * NT, XB = N * 256;   /* staged activation bytes per chunk */
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int K = NM == 2 ? a.H : a.I, nc = K / 128, r = blockIdx.y * MOE_WARPS + warp, t0 = blockIdx.x * N;
+    const uint8_t *rt = (NM == 2 ? a.sh_w13 : a.sh_w2) + (size_t)r * nc * NM * MOE_FP8_CHUNK_BYTES;
+    const float *bscale = (NM == 2 ? a.sh_s13 : a.sh_s2) + (size_t)(r * 16 / 128) * nc;
+    const int bstride = (a.I / 128) * (a.H / 128);
+    uint8_t *xs = smem;                                                       /* [D][XB] */
+    uint8_t *ring = smem + D * XB + warp * (D * NM * MOE_FP8_CHUNK_BYTES);   /* this warp's weights */
+    const size_t base = NM == 2 ? 0 : (size_t)T * topk;   /* down reads the shared pairs' h rows */
+#pragma unroll
+    for (int s = 0; s < D; s++)
+        if (s < nc) fp8_issue<NM>(ring, s, rt, s, lane);
+    moe_pdl_wait();
+    if (NM == 1) moe_pdl_release();
+    /* chunk c's N activation rows into slot s: this thread's piece i is row n = 8 i + nlo, inputs 32 pi + 8 pq +
+       0..7, as 4 words; a warp's 32 pieces are 8 rows x 4 pq of one pi, so its copies of a word hit 32 banks */
+    const int pq = threadIdx.x & 3, pi = warp, nlo = (threadIdx.x >> 2) & 7;   /* piece i: row n = 8 i + nlo */
+    const uint16_t *xrow = xin + base * K + pi * 32 + pq * 8;
+    uint32_t xoff[N / 8];   /* 32-bit element offsets of the rows (rows past T repeat row T - 1) */
+#pragma unroll
+    for (int i = 0; i < N / 8; i++) xoff[i] = (uint32_t)min(t0 + 8 * i + nlo, T - 1) * (uint32_t)K;
+    auto stage_x = [&](int s, int c) {
+#pragma unroll
+        for (int i = 0; i < N / 8; i++) {
+            const uint16_t *src = xrow + xoff[i] + c * 128;
+            uint8_t *dst = xs + s * XB + i * 128 + nlo * 16 + pq * 4;
+#pragma unroll
+            for (int w = 0; w < 4; w++) cp4(dst + (pi * 2 + (w >> 1)) * (N * 32) + (w & 1) * (N * 16), src + 2 * w);
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < D; s++) {
+        if (s < nc) stage_x(s, s);
+        cp_commit();
+    }
+    const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
+    float acc[NM][NT][4], tmp[NM][NT][4];
+    acc_zero<NM, NT>(acc);
+    acc_zero<NM, NT>(tmp);   /* (each chunk's first wgmma overwrites it) */
+    for (int c = 0; c < nc; c++) {
+        const int s = c % D;
+        float bs[NM];
+#pragma unroll
+        for (int m = 0; m < NM; m++) bs[m] = __ldg(bscale + (size_t)m * bstride + c);
+        cp_wait<D - 1>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* the copies, before wgmma reads them */
+        __syncthreads();   /* every thread's activation copies of chunk c have landed */
+        const uint8_t *xsl = xs + s * XB;
+#pragma unroll
+        for (int grp = 0; grp < 4; grp++) {
+            uint4 wv[NM];
+#pragma unroll
+            for (int m = 0; m < NM; m++) wv[m] = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
+#pragma unroll
+            for (int step = 0; step < 2; step++) {
+                uint32_t af[NM][4];
+#pragma unroll
+                for (int m = 0; m < NM; m++) {
+                    const uint32_t w0 = u4get(wv[m], step * 2), w1 = u4get(wv[m], step * 2 + 1);
+                    af[m][0] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
+                    af[m][1] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
+                    af[m][2] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
+                    af[m][3] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
+                }
+                const uint64_t desc = sw_desc<N>(xsl + (grp * 2 + step) * (N * 32));
+                wg_fence();
+#pragma unroll
+                for (int m = 0; m < NM; m++) sw_mma<NT>(tmp[m], af[m], desc, grp | step);
+            }
+        }
+        wg_commit();
+        wg_wait<0>();
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs[m], acc[m][j][i]);
+        __syncthreads();   /* every warp's wgmmas are done with slot s before it is refilled */
+        if (c + D < nc) {
+            fp8_issue<NM>(ring, s, rt, c + D, lane);
+            stage_x(s, c + D);
+        }
+        cp_commit();
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = r * 16 + g + (i >= 2 ? 8 : 0), t = t0 + j * 8 + 2 * q + (i & 1);
+            if (t >= T) continue;
+            if (NM == 2)
+                h[((size_t)T * topk + t) * a.I + row] = moe_f32_to_bf16(moe_swiglu(acc[0][j][i], acc[NM - 1][j][i], a.limit));
+            else
+                y[((size_t)T * topk + t) * a.H + row] = acc[0][j][i];
+        }
+    if (NM == 2) moe_pdl_release();
+}
+
+template <int NM, int NT>
+static size_t smem_wg() { return (size_t)SW_D * NT * 8 * 256 + (size_t)MOE_WARPS * SW_D * NM * MOE_FP8_CHUNK_BYTES; }
+
+template <int NM, int NT>
+static cudaError_t shared_launch_wg(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
+                                    cudaStream_t st)
+{
+    static int raised;
+    const size_t sm = smem_wg<NM, NT>();
+    if (!raised) {
+        const cudaError_t e = raise_smem((const void *)k_shared_wg<NM, NT>, sm);
+        if (e != cudaSuccess) return e;
+        raised = 1;
+    }
+    const int rows = NM == 2 ? a->I : a->H;
+    return moe_launch_prio(k_shared_wg<NM, NT>, dim3((T + 8 * NT - 1) / (8 * NT), rows / MOE_ROWS_PER_ITEM), dim3(128),
+                           sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
+}
+
 extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h,
                                           float *y, cudaStream_t st)
 {
@@ -979,6 +1118,12 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
         return cudaErrorInvalidValue;
     /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
      * dequantised fragment at large T */
+    if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t) {   /* v25: on wgmma, 64-token blocks from 256 tokens (32 below) */
+        const cudaError_t e = T >= 256 ? shared_launch_wg<2, 8>(a, x, T, topk, h, y, st)
+                                       : shared_launch_wg<2, 4>(a, x, T, topk, h, y, st);
+        if (e != cudaSuccess) return e;
+        return T >= 256 ? shared_launch_wg<1, 8>(a, h, T, topk, h, y, st) : shared_launch_wg<1, 4>(a, h, T, topk, h, y, st);
+    }
     cudaError_t e = T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
                     : a->sh_xl_min_t > 0 && T >= a->sh_xl_min_t ? shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, st)
                                                                 : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
@@ -1079,7 +1224,8 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
-        (const void *)k_combine,
+        (const void *)k_shared_wg<2, 4>, (const void *)k_shared_wg<2, 8>, (const void *)k_shared_wg<1, 4>,
+        (const void *)k_shared_wg<1, 8>, (const void *)k_combine,
     };
     for (const void *f : fs) {
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);

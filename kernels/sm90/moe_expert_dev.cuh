@@ -400,6 +400,51 @@ __device__ __forceinline__ void fp4_rowtile_wg(const uint8_t *rowtile, int K, ui
     wg_wait<0>();
 }
 
+/* ---- SW (v25): the shared expert's GEMMs as wgmma m64nNk16 (k_shared_wg, moe_expert.cu). A: each warp's
+ * dequantised FP8 fragment in registers, as in fp8_chunk; B: the block's N token rows of one 128-input chunk,
+ * staged with 4-byte cp.async copies into wgmma's no-swizzle K-major layout in the FP8 repack's input order (the
+ * layout wg_store writes for N = 16): k16 block kb = 2 grp + step at kb * 32 N bytes holds inputs 32 grp + 8 q +
+ * 4 step + 2 kc + e of row n at kc * 16 N + (n / 8) * 128 + (n % 8) * 16 + 4 q + 2 e (kc: the block's two 8-input
+ * core matrices, 16 N bytes apart; 8-row groups 128 bytes apart). */
+__device__ __forceinline__ void cp4(uint8_t *smem, const void *g)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(sa), "l"(g) : "memory");
+}
+template <int N>
+__device__ __forceinline__ uint64_t sw_desc(const uint8_t *p)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)((16 * N) >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
+}
+/* d (+)= A (this warp's 16 rows, registers) x B (desc): acc 0 overwrites d (a chunk's first k16 step) */
+template <int NT>
+__device__ __forceinline__ void sw_mma(float d[NT][4], const uint32_t a[4], uint64_t desc, int acc);
+template <>
+__device__ __forceinline__ void sw_mma<4>(float d[4][4], const uint32_t a[4], uint64_t desc, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
+                 : "memory");
+}
+template <>
+__device__ __forceinline__ void sw_mma<8>(float d[8][4], const uint32_t a[4], uint64_t desc, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
+                 : "memory");
+}
+
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
 /* Chunk c of an FP8 row tile (NM interleaved matrices) into ring slot `slot`: each lane copies (and
  * later reads back) only its own 16-byte pieces. */

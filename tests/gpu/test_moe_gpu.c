@@ -557,6 +557,20 @@ int main(int argc, char **argv)
         run_case("nvfp4 skewed, shared gate/up in 64-token blocks", &M, &L, &W, 257, 1);
         W.shared_xl_min_t = sx;
     }
+    {   /* v25: the shared expert's GEMMs on wgmma (shared_wg_min_t; its own launches from shared_min_t 16):
+           32-token blocks below 256 tokens, 64 from 256; partial last blocks, skewed routing */
+        const int sw = W.shared_wg_min_t;
+        W.shared_wg_min_t = 16;
+        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 16, 0);    /* one 32-token block, half of it past T */
+        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 33, 0);    /* 2 blocks, 1 token in the second */
+        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, shared expert on wgmma", &M, &L, &W, 64, 1);
+        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 130, 0);
+        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 256, 0);   /* 64-token blocks */
+        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 257, 0);   /* ... one token in the last */
+        run_case("nvfp4 skewed, shared expert on wgmma", &M, &L, &W, 257, 1);
+        W.shared_wg_min_t = sw;
+    }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
            up to 8: every part count, 64-row down items, the shared expert's own launches beside it, and the

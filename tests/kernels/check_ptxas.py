@@ -33,7 +33,7 @@ ALLOWED = [
 ]
 # kernels of the default launch sequence that the report must contain
 REQUIRED = ["k_router_logits", "k_router_logits_tc", "k_router_topk", "k_topk_lists", "k_build_lists",
-            "k_gate_up", "k_down", "k_experts1", "k_shared_fp8", "k_combine"]
+            "k_gate_up", "k_down", "k_experts1", "k_shared_fp8", "k_shared_wg", "k_combine"]
 
 SELF_TEST = r"""
 __global__ void k_self_test(const int *in, float *out)
