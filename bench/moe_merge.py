@@ -32,10 +32,10 @@ def merge(paths):
         out_row = {"batch": row["batch"], "routing": row["routing"], "ms": round(ms, 5), "bytes": row["bytes"],
                    "tb_per_s": round(tb, 4), "pct_of_ceiling": round(100.0 * tb / ceiling, 2),
                    "peer_ms": row["peer_ms"], "ms_runs": ms_runs}
-        if all("ms_unqueued" in o for o in others):   # v25: the same replays without the hold kernel
-            out_row["ms_unqueued"] = round(statistics.median([o["ms_unqueued"] for o in others]), 5)
-        if row.get("peer_ms_unqueued") is not None:
-            out_row["peer_ms_unqueued"] = row["peer_ms_unqueued"]
+        if all("ms_queued" in o for o in others):   # v25: the same replays queued behind the hold kernel
+            out_row["ms_queued"] = round(statistics.median([o["ms_queued"] for o in others]), 5)
+        if row.get("peer_ms_queued") is not None:
+            out_row["peer_ms_queued"] = row["peer_ms_queued"]
         rows.append(out_row)
     out = {k: base[k] for k in ("gpu", "commit", "command")}
     out["read_ceiling_tb_per_s"] = round(ceiling, 4)
@@ -49,10 +49,10 @@ def merge(paths):
 def table(path):
     d = json.load(open(path))
     print("read ceiling %.3f TB/s (runs %s)" % (d["read_ceiling_tb_per_s"], d.get("read_ceiling_runs")))
-    print("batch routing     ms   %ceil  x peer  unqueued  readings (ms)")
+    print("batch routing     ms   %ceil  x peer    queued  readings (ms)")
     for r in d["rows"]:
         x = r["peer_ms"] / r["ms"] if r["peer_ms"] and r["peer_ms"] > 0 else 0.0
-        u = "%.4f" % r["ms_unqueued"] if "ms_unqueued" in r else "-"
+        u = "%.4f" % r["ms_queued"] if "ms_queued" in r else "-"
         print("%5d %-7s %.4f %5.1f%% %6.2f  %8s  %s" % (r["batch"], r["routing"], r["ms"], r["pct_of_ceiling"], x, u,
                                                       " ".join("%.4f" % v for v in r.get("ms_runs", []))))
 

@@ -5,8 +5,8 @@ Same shape and routing as the bench (256 experts, hidden 4096, inter 2048, top-6
 expert, sqrtsoftplus router in fp32, swiglu clamp 10; "skewed" = every token on experts 0..5).
 Router, sort by expert, grouped gate/up GEMM, SwiGLU, grouped down GEMM, weighted scatter-add and
 the dense shared expert, captured in a CUDA graph when possible; median of replays rotating among
-8 input sets, each replay queued behind a spin (v25). Prints and writes lines "batch routing ms ms_unqueued"
-(sluice-bench --peer reads the first three fields).
+8 input sets. Prints and writes lines "batch routing ms ms_queued" (v25: the second time with each replay
+queued behind a spin; sluice-bench --peer reads both).
 Usage: python3 bench/moe_peer.py [--out FILE] [--batches 1,4,...]
 """
 import argparse
@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 E, H, I, K, LIMIT, SCALE = 256, 4096, 2048, 6, 10.0, 1.5
-# v25: each timed replay is queued behind torch.cuda._sleep (~100 us at ~2 GHz), so the event pair times the
-# GPU work and not the host's launch of it (the same method as sluice-bench's hold kernel); the second column
-# is the same replays launched onto an idle stream (every peer run before v25).
+# v25: the second column times the same replays each queued behind torch.cuda._sleep (~100 us at ~2 GHz), so
+# the event pair holds no host launch gap (sluice-bench's ms_queued); the first is the replays launched onto an
+# idle stream, as every peer run before v25.
 HOLD_CYCLES = 200_000
 
 
@@ -106,13 +106,13 @@ def main():
                     times.append(a.elapsed_time(b))
                 return statistics.median(times)
 
-            ms, msu = timed(True), timed(False)
-            line = f"{T} {routing} {ms:.5f} {msu:.5f}"
+            ms, msq = timed(False), timed(True)
+            line = f"{T} {routing} {ms:.5f} {msq:.5f}"
             print(line, f"# {mode}", flush=True)
             lines.append(line)
     if args.out:
         with open(args.out, "w") as f:
-            f.write("# batch routing ms ms_unqueued  (torch %s, torch._grouped_mm bf16)\n" % torch.__version__)
+            f.write("# batch routing ms ms_queued  (torch %s, torch._grouped_mm bf16)\n" % torch.__version__)
             f.write("\n".join(lines) + "\n")
 
 

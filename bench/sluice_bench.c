@@ -29,29 +29,25 @@ enum { NSETS = 8, NLAYERS = 4, MAXB = 512 };
 static int cmp_f(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
 static float median(float *v, int n) { qsort(v, n, sizeof *v, cmp_f); return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]); }
 
-/* v25: each timed replay (and each ceiling read) is queued behind a 50 us hold kernel, so its start event
- * fires when the GPU is ready to run it and the pair times the work on the GPU. Without the hold (--no-hold;
- * every run before v25) the GPU idles between the start event and the graph's first kernel for as long as
- * the host's cudaGraphLaunch takes to submit it, a few us of every replay that a model step (43 layers
- * queued back to back) does not pay per layer. Both readings go into the JSON (ms, ms_unqueued). */
+/* v25: every row is also timed with each replay queued behind a 50 us hold kernel (ms_queued), so its start
+ * event fires only when the GPU is ready to run it: the pair then holds no host submission gap. The first
+ * run (bench/NOTES.md v25 (1)) read the two within -2.2..+1.2 % (no gap at batches 1-8, where a host gap would
+ * weigh most), so ms stays the unqueued reading every run before v25 made and ms_queued goes beside it. */
 #define HOLD_NS 50000ull
-static int g_hold = 1;
-
 /* HBM read ceiling in 10^12 bytes/s: n bytes at p read by moe_hbm_read, one warm-up, median of 7. */
 static double read_ceiling(const void *p, size_t n, unsigned *sink, cudaEvent_t e0, cudaEvent_t e1)
 {
     float tv[7];
     CU(moe_hbm_read(p, n, sink, 0));
     for (int i = 0; i < 7; i++) {
-        if (g_hold) CU(moe_hold(HOLD_NS, 0));
         CU(cudaEventRecord(e0, 0)); CU(moe_hbm_read(p, n, sink, 0)); CU(cudaEventRecord(e1, 0));
         CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tv[i], e0, e1));
     }
     return n / (median(tv, 7) * 1e-3) / 1e12;
 }
 
-/* The peer file (bench/moe_peer.py) holds lines "batch routing ms [ms_unqueued]" (the fourth from v25). */
-typedef struct { int batch; char routing[16]; double ms, ms_unq; } peer_row;
+/* The peer file (bench/moe_peer.py) holds lines "batch routing ms [ms_queued]" (the fourth from v25). */
+typedef struct { int batch; char routing[16]; double ms, ms_q; } peer_row;
 static peer_row g_peer[64];
 static int g_npeer;
 
@@ -62,16 +58,16 @@ static void load_peer(const char *path)
     char line[256];
     while (g_npeer < 64 && fgets(line, sizeof line, f)) {
         peer_row *r = &g_peer[g_npeer];
-        r->ms_unq = -1;
-        if (line[0] != '#' && sscanf(line, "%d %15s %lf %lf", &r->batch, r->routing, &r->ms, &r->ms_unq) >= 3) g_npeer++;
+        r->ms_q = -1;
+        if (line[0] != '#' && sscanf(line, "%d %15s %lf %lf", &r->batch, r->routing, &r->ms, &r->ms_q) >= 3) g_npeer++;
     }
     fclose(f);
 }
 
-static double peer_ms(int batch, const char *routing, int unqueued)
+static double peer_ms(int batch, const char *routing, int queued)
 {
     for (int i = 0; i < g_npeer; i++)
-        if (g_peer[i].batch == batch && !strcmp(g_peer[i].routing, routing)) return unqueued ? g_peer[i].ms_unq : g_peer[i].ms;
+        if (g_peer[i].batch == batch && !strcmp(g_peer[i].routing, routing)) return queued ? g_peer[i].ms_q : g_peer[i].ms;
     return -1;
 }
 
@@ -301,7 +297,7 @@ static int bench_placements(moe_cuda_layer *L, const moe_cuda_shape *s, float *g
             printf("round %d placement %d:", r, p);
             for (int bi = 0; bi < nb; bi++) {
                 for (int i = 0; i < NSETS; i++) capture_graph(&g[i], Lp[p], W, x, tok, batches[bi], out, st, i);
-                ms[p][bi][r] = replay_ms(g, st, e0, e1, reps, tm, g_hold);
+                ms[p][bi][r] = replay_ms(g, st, e0, e1, reps, tm, 0);
                 for (int i = 0; i < NSETS; i++) CU(cudaGraphExecDestroy(g[i]));
                 printf(" %d %.4f", batches[bi], ms[p][bi][r]);
             }
@@ -384,8 +380,6 @@ static int bench_moe(int argc, char **argv)
         } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places (v21) */
             placements = atoi(argv[++i]);
             if (placements < 2 || placements > 8) { fprintf(stderr, "sluice-bench: --placements 2..8\n"); return 2; }
-        } else if (!strcmp(argv[i], "--no-hold")) {   /* time replays unqueued, as before v25 (ms = ms_unqueued) */
-            g_hold = 0;
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
         } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
@@ -398,7 +392,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared] [--no-hold]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared]\n");
             return 2;
         }
     }
@@ -473,7 +467,7 @@ static int bench_moe(int argc, char **argv)
            W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
-           "unqueued");
+           "queued");
     for (int sk = 0; sk < 2; sk++) {
         if (skew_only >= 0 && sk != skew_only) continue;
         const char *routing = sk ? "skewed" : "random";
@@ -494,19 +488,19 @@ static int bench_moe(int argc, char **argv)
             }
             bytes /= NSETS;
             float *tm = malloc((size_t)reps * NSETS * sizeof(float));
-            /* the reading (queued behind the hold unless --no-hold), then the same graphs unqueued */
-            const double ms = replay_ms(g, st, e0, e1, reps, tm, g_hold), tbs = bytes / (ms * 1e-3) / 1e12;
-            const double msu = g_hold ? replay_ms(g, st, e0, e1, reps, tm, 0) : ms;
-            const double pm = peer_ms(T, routing, 0), pmu = peer_ms(T, routing, 1);
+            /* the reading, then the same graphs with each replay queued behind the hold */
+            const double ms = replay_ms(g, st, e0, e1, reps, tm, 0), tbs = bytes / (ms * 1e-3) / 1e12;
+            const double msq = replay_ms(g, st, e0, e1, reps, tm, 1);
+            const double pm = peer_ms(T, routing, 0), pmq = peer_ms(T, routing, 1);
             printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f %10.4f\n", T, routing, ms, bytes / 1e6, tbs,
-                   100 * tbs / ceiling, pm, pm > 0 ? pm / ms : 0.0, msu);
-            char pms[32] = "null", pmus[64] = "";
+                   100 * tbs / ceiling, pm, pm > 0 ? pm / ms : 0.0, msq);
+            char pms[32] = "null", pmqs[64] = "";
             if (pm > 0) snprintf(pms, sizeof pms, "%.5f", pm);
-            if (pmu > 0) snprintf(pmus, sizeof pmus, ", \"peer_ms_unqueued\": %.5f", pmu);
+            if (pmq > 0) snprintf(pmqs, sizeof pmqs, ", \"peer_ms_queued\": %.5f", pmq);
             rl += (size_t)snprintf(rows + rl, (1 << 16) - rl,
                                    "%s\n  {\"batch\": %d, \"routing\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, "
-                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_unqueued\": %.5f%s}",
-                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msu, pmus);
+                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_queued\": %.5f%s}",
+                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, pmqs);
             if (stages) stage_timeline(g, st, T, routing);
             if (stream_mode) {   /* the same forward issued on the stream, no graph: median of reps x sets */
                 for (int rr = 0; rr < reps * NSETS; rr++) {
@@ -570,9 +564,8 @@ static int bench_moe(int argc, char **argv)
         if (!f) { fprintf(stderr, "sluice-bench: cannot write %s\n", out_path); return 1; }
         fprintf(f, "{\"gpu\": \"%s\", \"commit\": \"%s\", \"command\": \"%s\",\n \"read_ceiling_tb_per_s\": %.4f,\n"
                    " \"timing\": \"%s\",\n \"rows\": [%s\n ]}\n", prop.name, commit, cmd, ceiling,
-                g_hold ? "ms: each replay queued behind a 50 us hold kernel (GPU time); ms_unqueued: the same replays "
-                         "launched onto an idle stream (includes the host's graph submission)"
-                       : "ms = ms_unqueued: replays launched onto an idle stream (--no-hold)",
+                "ms: each replay launched onto an idle stream between its events; ms_queued: the same replays each "
+                "queued behind a 50 us hold kernel (no host submission gap)",
                 rows);
         if (fclose(f) != 0) { fprintf(stderr, "sluice-bench: writing %s failed\n", out_path); return 1; }
     }

@@ -30,9 +30,9 @@ extern "C" cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cud
     return cudaGetLastError();
 }
 
-/* One thread that spins for ns nanoseconds of the GPU's global timer. sluice-bench launches it before each
- * timed replay so the replay is already queued when its start event fires: the event pair then times the
- * layer on the GPU, not the host's cudaGraphLaunch submission (v25, bench/NOTES.md). */
+/* One thread that spins for ns nanoseconds of the GPU's global timer. sluice-bench's ms_queued (v25) launches it
+ * before each timed replay, so the replay is already queued when its start event fires and the event pair holds
+ * no host cudaGraphLaunch submission gap. */
 __global__ void k_hold(unsigned long long ns)
 {
     unsigned long long t0, t;

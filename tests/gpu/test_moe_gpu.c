@@ -206,6 +206,9 @@ static void ref_expert(const moe_cuda_shape *s, float *const w[3], const float *
 /* Run one forward at batch T and compare. skew: bias pushes every token to experts 0..topk-1. */
 static void run_case(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws *W, int T, int skew)
 {
+    /* MOE_TEST_ONLY=substring: only the cases whose name holds it (a device run of one variant's new cases) */
+    const char *only = getenv("MOE_TEST_ONLY");
+    if (only && *only && !strstr(name, only)) return;
     const moe_cuda_shape *s = &M->s;
     const int E = s->n_experts, H = s->hidden, K = s->topk;
     float *x = malloc((size_t)T * H * sizeof(float));
