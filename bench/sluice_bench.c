@@ -332,7 +332,7 @@ static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
     int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0, stages = 0,
-        no_shared = 0, stream_mode = 0, placements = 0;
+        no_shared = 0, stream_mode = 0, placements = 0, sustain = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
@@ -380,6 +380,8 @@ static int bench_moe(int argc, char **argv)
         } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places (v21) */
             placements = atoi(argv[++i]);
             if (placements < 2 || placements > 8) { fprintf(stderr, "sluice-bench: --placements 2..8\n"); return 2; }
+        } else if (!strcmp(argv[i], "--sustain") && i + 1 < argc) {   /* per row R rounds of 8 replays (v25) */
+            sustain = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
         } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
@@ -392,7 +394,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared] [--sustain R]\n");
             return 2;
         }
     }
@@ -502,6 +504,22 @@ static int bench_moe(int argc, char **argv)
                                    "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_queued\": %.5f%s}",
                                    rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, pmqs);
             if (stages) stage_timeline(g, st, T, routing);
+            if (sustain > 0) {   /* v25: does sustained load slow the replays (the power cap)? each round's median
+                                    of 8 back-to-back replays, then the SM clock it leaves */
+                float *mhz_d, mhz, *rt = malloc((size_t)sustain * 2 * sizeof(float));
+                CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
+                for (int rr = 0; rr < sustain; rr++) {
+                    rt[2 * rr] = (float)replay_ms(g, st, e0, e1, 1, tm, 0);
+                    CU(moe_sm_mhz(50000ull, mhz_d, st));
+                    CU(cudaMemcpy(&mhz, mhz_d, sizeof mhz, cudaMemcpyDeviceToHost));
+                    rt[2 * rr + 1] = mhz;
+                }
+                printf("  sustain %d %s (ms/MHz per round of 8 replays):", T, routing);
+                for (int rr = 0; rr < sustain; rr++) printf(" %.4f/%.0f", rt[2 * rr], rt[2 * rr + 1]);
+                printf("\n");
+                CU(cudaFree(mhz_d));
+                free(rt);
+            }
             if (stream_mode) {   /* the same forward issued on the stream, no graph: median of reps x sets */
                 for (int rr = 0; rr < reps * NSETS; rr++) {
                     CU(cudaEventRecord(e0, st));

@@ -295,6 +295,8 @@ cudaError_t moe_trace_set(unsigned long long *buf);
 cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t st);
 /* a 1-thread kernel that keeps the stream busy for ns nanoseconds (sluice-bench: replays queued before timing) */
 cudaError_t moe_hold(unsigned long long ns, cudaStream_t st);
+/* the SM clock (MHz) over ns nanoseconds of the global timer into *mhz_dev (sluice-bench --sustain) */
+cudaError_t moe_sm_mhz(unsigned long long ns, float *mhz_dev, cudaStream_t st);
 /* Streaming probe: warps (multiple of 4) each read nchunks chunks of 1152 bytes from base + w * stride
  * through a cp.async ring of depth (4, 8 or 16) chunks; no arithmetic. */
 cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth, unsigned *sink,

@@ -49,6 +49,25 @@ extern "C" cudaError_t moe_hold(unsigned long long ns, cudaStream_t st)
     return cudaGetLastError();
 }
 
+/* v25 (sluice-bench --sustain): the SM clock in MHz over ns nanoseconds of the global timer, one thread. */
+__global__ void k_sm_mhz(unsigned long long ns, float *mhz)
+{
+    unsigned long long t0, t, c0, c;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+    *mhz = (float)(c - c0) * 1e3f / (float)(t - t0);
+}
+
+extern "C" cudaError_t moe_sm_mhz(unsigned long long ns, float *mhz_dev, cudaStream_t st)
+{
+    k_sm_mhz<<<1, 1, 0, st>>>(ns, mhz_dev);
+    return cudaGetLastError();
+}
+
 __device__ static uint32_t hash32(uint32_t x)
 {
     x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
