@@ -413,6 +413,8 @@ static int bench_moe(int argc, char **argv)
     CU(cudaMemset(big, 0x5a, nread));
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
+    float *mhz_d;   /* moe_sm_mhz's result */
+    CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
     const double ceiling = read_ceiling(big, nread, sink, e0, e1);
     CU(cudaFree(big));
     printf("gpu %s, HBM read ceiling %.3f TB/s (8 GiB read)\n", prop.name, ceiling);
@@ -468,8 +470,8 @@ static int bench_moe(int argc, char **argv)
            W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
            W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t);
     rl = 0;
-    printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
-           "queued");
+    printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
+           "queued", "SM MHz");
     for (int sk = 0; sk < 2; sk++) {
         if (skew_only >= 0 && sk != skew_only) continue;
         const char *routing = sk ? "skewed" : "random";
@@ -492,32 +494,35 @@ static int bench_moe(int argc, char **argv)
             float *tm = malloc((size_t)reps * NSETS * sizeof(float));
             /* the reading, then the same graphs with each replay queued behind the hold */
             const double ms = replay_ms(g, st, e0, e1, reps, tm, 0), tbs = bytes / (ms * 1e-3) / 1e12;
+            /* v25: the SM clock the replays leave (run 4: under sustained load the 700 W cap takes it from ~1.98
+               GHz to 1.1-1.6, and batches 64-512 slow with it) */
+            float mhz = 0.f;
+            CU(moe_sm_mhz(50000ull, mhz_d, st));
+            CU(cudaMemcpy(&mhz, mhz_d, sizeof mhz, cudaMemcpyDeviceToHost));
             const double msq = replay_ms(g, st, e0, e1, reps, tm, 1);
             const double pm = peer_ms(T, routing, 0), pmq = peer_ms(T, routing, 1);
-            printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f %10.4f\n", T, routing, ms, bytes / 1e6, tbs,
-                   100 * tbs / ceiling, pm, pm > 0 ? pm / ms : 0.0, msq);
+            printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f %10.4f %7.0f\n", T, routing, ms, bytes / 1e6, tbs,
+                   100 * tbs / ceiling, pm, pm > 0 ? pm / ms : 0.0, msq, mhz);
             char pms[32] = "null", pmqs[64] = "";
             if (pm > 0) snprintf(pms, sizeof pms, "%.5f", pm);
             if (pmq > 0) snprintf(pmqs, sizeof pmqs, ", \"peer_ms_queued\": %.5f", pmq);
             rl += (size_t)snprintf(rows + rl, (1 << 16) - rl,
                                    "%s\n  {\"batch\": %d, \"routing\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, "
-                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_queued\": %.5f%s}",
-                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, pmqs);
+                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_queued\": %.5f, \"sm_mhz\": %.0f%s}",
+                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, mhz, pmqs);
             if (stages) stage_timeline(g, st, T, routing);
             if (sustain > 0) {   /* v25: does sustained load slow the replays (the power cap)? each round's median
                                     of 8 back-to-back replays, then the SM clock it leaves */
-                float *mhz_d, mhz, *rt = malloc((size_t)sustain * 2 * sizeof(float));
-                CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
+                float smhz, *rt = malloc((size_t)sustain * 2 * sizeof(float));
                 for (int rr = 0; rr < sustain; rr++) {
                     rt[2 * rr] = (float)replay_ms(g, st, e0, e1, 1, tm, 0);
                     CU(moe_sm_mhz(50000ull, mhz_d, st));
-                    CU(cudaMemcpy(&mhz, mhz_d, sizeof mhz, cudaMemcpyDeviceToHost));
-                    rt[2 * rr + 1] = mhz;
+                    CU(cudaMemcpy(&smhz, mhz_d, sizeof smhz, cudaMemcpyDeviceToHost));
+                    rt[2 * rr + 1] = smhz;
                 }
                 printf("  sustain %d %s (ms/MHz per round of 8 replays):", T, routing);
                 for (int rr = 0; rr < sustain; rr++) printf(" %.4f/%.0f", rt[2 * rr], rt[2 * rr + 1]);
                 printf("\n");
-                CU(cudaFree(mhz_d));
                 free(rt);
             }
             if (stream_mode) {   /* the same forward issued on the stream, no graph: median of reps x sets */
@@ -588,6 +593,7 @@ static int bench_moe(int argc, char **argv)
         if (fclose(f) != 0) { fprintf(stderr, "sluice-bench: writing %s failed\n", out_path); return 1; }
     }
     free(rows);
+    CU(cudaFree(mhz_d));
     for (int l = 0; l < NLAYERS; l++) moe_cuda_layer_free(&L[l]);
     moe_cuda_ws_free(&W);
     free(gate); free(bias); free(bias_sk); free(idx);
