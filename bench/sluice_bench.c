@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef SLUICE_HAVE_CUDA
 int main(int argc, char **argv)
@@ -251,15 +252,29 @@ static void capture_graph(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_
 
 /* Median ms of reps x NSETS replays rotating over the sets' graphs, each queued behind the hold if hold;
  * tm: reps * NSETS floats of scratch. */
+static double g_launch_us;   /* the last replay_ms's median host time in cudaGraphLaunch (us, v25) */
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
 static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int reps, float *tm,
                         int hold)
 {
-    for (int rr = 0; rr < reps * NSETS; rr++) {
+    float lu[8 * NSETS * 64];
+    const int n = reps * NSETS, nl = n < (int)(sizeof lu / sizeof *lu) ? n : (int)(sizeof lu / sizeof *lu);
+    for (int rr = 0; rr < n; rr++) {
         if (hold) CU(moe_hold(HOLD_NS, st));
-        CU(cudaEventRecord(e0, st)); CU(cudaGraphLaunch(g[rr % NSETS], st)); CU(cudaEventRecord(e1, st));
+        CU(cudaEventRecord(e0, st));
+        const double t0 = now_us();
+        CU(cudaGraphLaunch(g[rr % NSETS], st));
+        if (rr < nl) lu[rr] = (float)(now_us() - t0);
+        CU(cudaEventRecord(e1, st));
         CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tm[rr], e0, e1));
     }
-    return median(tm, reps * NSETS);
+    g_launch_us = median(lu, nl);
+    return median(tm, n);
 }
 
 /* --placements P (v21): does where the weights land decide the 5 % spread between bench processes (batch 64
@@ -413,8 +428,10 @@ static int bench_moe(int argc, char **argv)
     CU(cudaMemset(big, 0x5a, nread));
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
-    float *mhz_d;   /* moe_sm_mhz's result */
+    float *mhz_d;   /* moe_sm_mhz's result (its first reading in a process came out 0 in v25 run 5: one warm-up) */
     CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
+    CU(moe_sm_mhz(50000ull, mhz_d, 0));
+    CU(cudaDeviceSynchronize());
     const double ceiling = read_ceiling(big, nread, sink, e0, e1);
     CU(cudaFree(big));
     printf("gpu %s, HBM read ceiling %.3f TB/s (8 GiB read)\n", prop.name, ceiling);
@@ -470,8 +487,8 @@ static int bench_moe(int argc, char **argv)
            W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
            W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t);
     rl = 0;
-    printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s %7s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
-           "queued", "SM MHz");
+    printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s %7s %9s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
+           "queued", "SM MHz", "launch us");
     for (int sk = 0; sk < 2; sk++) {
         if (skew_only >= 0 && sk != skew_only) continue;
         const char *routing = sk ? "skewed" : "random";
@@ -493,7 +510,8 @@ static int bench_moe(int argc, char **argv)
             bytes /= NSETS;
             float *tm = malloc((size_t)reps * NSETS * sizeof(float));
             /* the reading, then the same graphs with each replay queued behind the hold */
-            const double ms = replay_ms(g, st, e0, e1, reps, tm, 0), tbs = bytes / (ms * 1e-3) / 1e12;
+            const double ms = replay_ms(g, st, e0, e1, reps, tm, 0), tbs = bytes / (ms * 1e-3) / 1e12,
+                         launch_us = g_launch_us;
             /* v25: the SM clock the replays leave (run 4: under sustained load the 700 W cap takes it from ~1.98
                GHz to 1.1-1.6, and batches 64-512 slow with it) */
             float mhz = 0.f;
@@ -501,15 +519,15 @@ static int bench_moe(int argc, char **argv)
             CU(cudaMemcpy(&mhz, mhz_d, sizeof mhz, cudaMemcpyDeviceToHost));
             const double msq = replay_ms(g, st, e0, e1, reps, tm, 1);
             const double pm = peer_ms(T, routing, 0), pmq = peer_ms(T, routing, 1);
-            printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f %10.4f %7.0f\n", T, routing, ms, bytes / 1e6, tbs,
-                   100 * tbs / ceiling, pm, pm > 0 ? pm / ms : 0.0, msq, mhz);
+            printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f %10.4f %7.0f %9.1f\n", T, routing, ms, bytes / 1e6, tbs,
+                   100 * tbs / ceiling, pm, pm > 0 ? pm / ms : 0.0, msq, mhz, launch_us);
             char pms[32] = "null", pmqs[64] = "";
             if (pm > 0) snprintf(pms, sizeof pms, "%.5f", pm);
             if (pmq > 0) snprintf(pmqs, sizeof pmqs, ", \"peer_ms_queued\": %.5f", pmq);
             rl += (size_t)snprintf(rows + rl, (1 << 16) - rl,
                                    "%s\n  {\"batch\": %d, \"routing\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, "
-                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_queued\": %.5f, \"sm_mhz\": %.0f%s}",
-                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, mhz, pmqs);
+                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_queued\": %.5f, \"sm_mhz\": %.0f, \"host_launch_us\": %.1f%s}",
+                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, mhz, launch_us, pmqs);
             if (stages) stage_timeline(g, st, T, routing);
             if (sustain > 0) {   /* v25: does sustained load slow the replays (the power cap)? each round's median
                                     of 8 back-to-back replays, then the SM clock it leaves */
