@@ -347,7 +347,7 @@ static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
     int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0, stages = 0,
-        no_shared = 0, stream_mode = 0, placements = 0, sustain = 0;
+        no_shared = 0, stream_mode = 0, placements = 0, sustain = 0, row_cool_ms = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
@@ -397,6 +397,8 @@ static int bench_moe(int argc, char **argv)
             if (placements < 2 || placements > 8) { fprintf(stderr, "sluice-bench: --placements 2..8\n"); return 2; }
         } else if (!strcmp(argv[i], "--sustain") && i + 1 < argc) {   /* per row R rounds of 8 replays (v25) */
             sustain = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--row-cool") && i + 1 < argc) {   /* ms of idle GPU before each row (v25) */
+            row_cool_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
         } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
@@ -409,7 +411,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared] [--sustain R]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared] [--sustain R] [--row-cool MS]\n");
             return 2;
         }
     }
@@ -509,6 +511,10 @@ static int bench_moe(int argc, char **argv)
             }
             bytes /= NSETS;
             float *tm = malloc((size_t)reps * NSETS * sizeof(float));
+            if (row_cool_ms > 0) {   /* v25: the GPU idle before the row, so it starts at the clock a cool GPU has */
+                const struct timespec ts = {row_cool_ms / 1000, (long)(row_cool_ms % 1000) * 1000000L};
+                nanosleep(&ts, NULL);
+            }
             /* the reading, then the same graphs with each replay queued behind the hold */
             const double ms = replay_ms(g, st, e0, e1, reps, tm, 0), tbs = bytes / (ms * 1e-3) / 1e12,
                          launch_us = g_launch_us;
