@@ -991,6 +991,10 @@ template <int NM, int NT>
 __global__ void __launch_bounds__(128, NM == 2 && NT == 8 ? 2 : SW_MINB)
     k_shared_wg(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
 {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __trap();   /* wgmma is sm_90a's alone; the default build also compiles this file for sm_120a, where the host
+                   never launches it (sw_ok) */
+#else
     const MoeTrace trace_(NM == 2 ? MOE_TR_SH_GU : MOE_TR_SH_DN);
     constexpr int D = SW_D, N = 8 * NT, XB = N * 256;   /* staged activation bytes per chunk */
     extern __shared__ __align__(16) uint8_t smem[];
@@ -1090,6 +1094,19 @@ __global__ void __launch_bounds__(128, NM == 2 && NT == 8 ? 2 : SW_MINB)
                 y[((size_t)T * topk + t) * a.H + row] = acc[0][j][i];
         }
     if (NM == 2) moe_pdl_release();
+#endif
+}
+
+/* k_shared_wg runs on compute capability 9.0 only (wgmma) */
+static bool sw_ok()
+{
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9;
+    }
+    return ok == 1;
 }
 
 template <int NM, int NT>
@@ -1118,7 +1135,7 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
         return cudaErrorInvalidValue;
     /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
      * dequantised fragment at large T */
-    if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t) {   /* v25: on wgmma, 64-token blocks from 256 tokens (32 below) */
+    if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok()) {   /* v25: on wgmma, 64-token blocks from 256 (32 below) */
         const cudaError_t e = T >= 256 ? shared_launch_wg<2, 8>(a, x, T, topk, h, y, st)
                                        : shared_launch_wg<2, 4>(a, x, T, topk, h, y, st);
         if (e != cudaSuccess) return e;
