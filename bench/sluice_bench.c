@@ -249,20 +249,20 @@ static void capture_graph(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_
     CU(cudaGraphLaunch(*g, st)); CU(cudaStreamSynchronize(st));
 }
 
-
-/* Median ms of reps x NSETS replays rotating over the sets' graphs, each queued behind the hold if hold;
- * tm: reps * NSETS floats of scratch. */
-static double g_launch_us;   /* the last replay_ms's median host time in cudaGraphLaunch (us, v25) */
+static double g_launch_us;   /* the last replay_ms's median host time inside cudaGraphLaunch (us, v25) */
 static double now_us(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
+
+/* Median ms of reps x NSETS replays rotating over the sets' graphs, each queued behind the hold if hold;
+ * tm: reps * NSETS floats of scratch. g_launch_us: the median over its first 4096 launches. */
 static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int reps, float *tm,
                         int hold)
 {
-    float lu[8 * NSETS * 64];
+    float lu[4096];
     const int n = reps * NSETS, nl = n < (int)(sizeof lu / sizeof *lu) ? n : (int)(sizeof lu / sizeof *lu);
     for (int rr = 0; rr < n; rr++) {
         if (hold) CU(moe_hold(HOLD_NS, st));

@@ -309,7 +309,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
                                   work (random 256-512: 15-85 % of experts; skewed 16: all 6) dequantising their
                                   weights twice cost 6-40 % */
     W->shared_xl_min_t = 512;  /* v24: NOTES v24 (5): 512 -2.4 %, 256 +4 %, 128 +2 % */
-    W->shared_wg_min_t = 0;    /* v25: off until measured */
+    W->shared_wg_min_t = 0;    /* v25: off (NOTES v25 (2), (5): correct, no faster at 256-512; +6 % at 256) */
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
                                   gate/up's; random 256 with it (fused stages off) +10 %) */

@@ -979,7 +979,10 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
  * its own cp.async ring as fp8_chunk does (exact e4m3 in bf16) and issues 8 k16 steps per matrix into fresh fp32
  * partials, waits for them, and adds partials * the chunk's block scale (fp32) to its accumulators: the numerics
  * of fp8_chunk. What changes is the tensor work: one wgmma per 64 rows x N tokens x 16 inputs instead of N / 8
- * mma.sync per warp, and each dequantised fragment feeds N tokens (k_shared_fp8: 16-64). */
+ * mma.sync per warp, and each dequantised fragment feeds N tokens (k_shared_fp8: 16-64). Measured (NOTES v25 (2),
+ * (5)): correct, its gate/up at 512 84 us against 109, the layer no faster at 256-512 with 2-4 chunks in flight or
+ * any fork point, so it is off by default (its per-chunk partials cap the tile at 64 tokens; one L2 round trip per
+ * chunk bounds it). */
 #ifndef SW_D
 #define SW_D 2   /* chunks in flight (weights and activations) */
 #endif
