@@ -887,6 +887,26 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
 #ifndef SH_GU_NTT_XL   /* v24: gate/up from moe_expert_args.sh_xl_min_t tokens (one block per SM: 134 KB of shared memory) */
 #define SH_GU_NTT_XL 8
 #endif
+/* The shared expert's results of a warp's 16-row tile r for tokens t0 + 0..8 NT - 1 (< T): NM 2 h = swiglu(gate, up)
+ * as bf16, NM 1 y in fp32, both at the shared pairs' rows (T * topk + t). */
+template <int NM, int NT>
+__device__ __forceinline__ void shared_store(const moe_expert_args &a, const float acc[NM][NT][4], int r, int t0, int T,
+                                             int topk, uint16_t *h, float *y)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = r * 16 + g + (i >= 2 ? 8 : 0), t = t0 + j * 8 + 2 * q + (i & 1);
+            if (t >= T) continue;
+            if (NM == 2)
+                h[((size_t)T * topk + t) * a.I + row] = moe_f32_to_bf16(moe_swiglu(acc[0][j][i], acc[NM - 1][j][i], a.limit));
+            else
+                y[((size_t)T * topk + t) * a.H + row] = acc[0][j][i];
+        }
+}
+
 template <int NM, int NTT>
 __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     k_shared_fp8(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
@@ -941,17 +961,7 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
         }
         cp_commit();
     }
-#pragma unroll
-    for (int j = 0; j < NTT; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int row = r * 16 + g + (i >= 2 ? 8 : 0), t = t0 + j * 8 + 2 * q + (i & 1);
-            if (t >= T) continue;
-            if (NM == 2)
-                h[((size_t)T * topk + t) * a.I + row] = moe_f32_to_bf16(moe_swiglu(acc[0][j][i], acc[NM - 1][j][i], a.limit));
-            else
-                y[((size_t)T * topk + t) * a.H + row] = acc[0][j][i];
-        }
+    shared_store<NM, NTT>(a, acc, r, t0, T, topk, h, y);
     if (NM == 2 && !SH_EARLY) moe_pdl_release();
 }
 
@@ -1001,7 +1011,7 @@ __global__ void __launch_bounds__(128, NM == 2 && NT == 8 ? 2 : SW_MINB)
     const MoeTrace trace_(NM == 2 ? MOE_TR_SH_GU : MOE_TR_SH_DN);
     constexpr int D = SW_D, N = 8 * NT, XB = N * 256;   /* staged activation bytes per chunk */
     extern __shared__ __align__(16) uint8_t smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int K = NM == 2 ? a.H : a.I, nc = K / 128, r = blockIdx.y * MOE_WARPS + warp, t0 = blockIdx.x * N;
     const uint8_t *rt = (NM == 2 ? a.sh_w13 : a.sh_w2) + (size_t)r * nc * NM * MOE_FP8_CHUNK_BYTES;
     const float *bscale = (NM == 2 ? a.sh_s13 : a.sh_s2) + (size_t)(r * 16 / 128) * nc;
@@ -1085,17 +1095,7 @@ __global__ void __launch_bounds__(128, NM == 2 && NT == 8 ? 2 : SW_MINB)
         }
         cp_commit();
     }
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int row = r * 16 + g + (i >= 2 ? 8 : 0), t = t0 + j * 8 + 2 * q + (i & 1);
-            if (t >= T) continue;
-            if (NM == 2)
-                h[((size_t)T * topk + t) * a.I + row] = moe_f32_to_bf16(moe_swiglu(acc[0][j][i], acc[NM - 1][j][i], a.limit));
-            else
-                y[((size_t)T * topk + t) * a.H + row] = acc[0][j][i];
-        }
+    shared_store<NM, NT>(a, acc, r, t0, T, topk, h, y);
     if (NM == 2) moe_pdl_release();
 #endif
 }
