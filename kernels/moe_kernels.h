@@ -166,6 +166,9 @@ typedef struct {
                                                  blocks take 8 * SH_GU_NTT_XL (64) tokens instead of 32 */
     int sh_wg_min_t;                          /* v25, moe_shared_experts: from this many tokens (0: never) both GEMMs
                                                  run on wgmma (k_shared_wg; sh_xl_min_t then unused) */
+    int sh_wg_fold;                           /* v25, with sh_wg_min_t: the block scales are powers of two (checked at
+                                                 load) and fold into the dequantisation (k_shared_wg FOLD 1) */
+    int sh_wg_n128_min_t;                     /* ... and from this many tokens its blocks take 128 (0: never) */
     int fuse_early;                           /* moe_experts_fused1: its fused launch releases the 2-tile down
                                                  at its start (the down's blocks then launch once every fused
                                                  block has started, and wait) instead of its end */

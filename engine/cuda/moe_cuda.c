@@ -209,6 +209,13 @@ int moe_cuda_set_shared_dev(moe_cuda_layer *L, const uint8_t *const w[3], const 
     CK(cudaMemcpy(L->sh_s13, s[0], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s1");
     CK(cudaMemcpy(L->sh_s13 + nb, s[1], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s3");
     CK(cudaMemcpy(L->sh_s2, s[2], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s2");
+    L->sh_pow2 = 1;   /* v25: may the scales fold into the dequantised bf16 weights exactly (k_shared_wg FOLD)? */
+    for (int m = 0; m < 3 && L->sh_pow2; m++)
+        for (size_t i = 0; i < nb && L->sh_pow2; i++) {
+            int ex;
+            const float fr = frexpf(s[m][i], &ex);   /* s = fr * 2^ex, fr in [0.5, 1) */
+            L->sh_pow2 = isfinite(s[m][i]) && fr == 0.5f && ex - 1 >= -117 && ex - 1 <= 7;
+        }
     CK(cudaDeviceSynchronize(), "shared expert repack");
     return 0;
 }
@@ -310,6 +317,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
                                   weights twice cost 6-40 % */
     W->shared_xl_min_t = 512;  /* v24: NOTES v24 (5): 512 -2.4 %, 256 +4 %, 128 +2 % */
     W->shared_wg_min_t = 0;    /* v25: off (NOTES v25 (2), (5): correct, no faster at 256-512; +6 % at 256) */
+    W->shared_wg_fold = 1;     /* v25: SWF where the scales allow it (prepared, not yet measured: NOTES v25 (10)) */
+    W->shared_wg_n128_min_t = 512;
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
                                   gate/up's; random 256 with it (fused stages off) +10 %) */
@@ -413,6 +422,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .overlap = W->nt2_overlap, .nt2_first = W->nt2_first,
         .tok1_max = T >= W->tok1_min_t && T <= W->tok1_max_t ? W->tok1_max : MOE_TOK_CHUNK,
         .sh_xl_min_t = W->shared_xl_min_t, .sh_wg_min_t = W->shared_wg_min_t,
+        .sh_wg_fold = W->shared_wg_fold && L->sh_pow2, .sh_wg_n128_min_t = W->shared_wg_n128_min_t,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

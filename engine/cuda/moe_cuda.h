@@ -43,6 +43,8 @@ typedef struct {
     int32_t *tid2eid;                 /* [vocab][topk] or NULL */
     uint8_t *sh_w13, *sh_w2;          /* repacked FP8 shared expert */
     float *sh_s13, *sh_s2;            /* its block scales, fp32 */
+    int sh_pow2;                      /* v25: every block scale a power of two in [2^-117, 2^7] (DeepSeek's ue8m0), so
+                                         they fold into the dequantisation exactly (moe_expert_args.sh_wg_fold) */
     int clamped_scales;               /* scale codes clamped at repack (MXFP4 spanning > 32 binades) */
     size_t expert_bytes, shared_bytes;/* bytes one routed expert / the shared expert occupy */
 } moe_cuda_layer;
@@ -93,6 +95,8 @@ typedef struct {
                                          (moe_expert_args.sh_xl_min_t) */
     int shared_wg_min_t;              /* v25: from this batch (0: never) the shared expert's GEMMs run on wgmma
                                          (moe_expert_args.sh_wg_min_t; where its own launches run, from shared_min_t) */
+    int shared_wg_fold;               /* v25: ... with the block scales folded where the layer's allow it (sh_pow2) */
+    int shared_wg_n128_min_t;         /* v25: ... folded, 128-token blocks from this batch (0: never) */
     int nt2_all_min_t;                /* v24: from this batch (0: never) every routed expert with tokens takes the
                                          2-tile launches (moe_expert_args.tok1_max -1), where the separate gate/up
                                          and down launches run (no handed-out tiles, above dyn_max_t) */

@@ -1000,8 +1000,24 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
 #define SW_MINB 3   /* blocks per SM the registers must allow (gate/up of 64 tokens: 2, its fp32 partials and
                        accumulators alone take 128 registers and spill at 3) */
 #endif
-template <int NM, int NT>
-__global__ void __launch_bounds__(128, NM == 2 && NT == 8 ? 2 : SW_MINB)
+/* FOLD 1 (SWF, v25, prepared and not yet run on the GPU; moe_expert_args.sh_wg_fold): block scales that are powers of
+ * two (DeepSeek's ue8m0 checkpoints; moe_cuda_layer.sh_pow2 checks every one at load time) fold into the
+ * dequantisation's multiplier exactly (e4m3 x 2^e is a bf16), so there are no per-chunk partials: the wgmmas
+ * accumulate straight into acc, a warp waits only for the previous chunk's group before its slot is refilled
+ * (SWF_D chunks in flight), and the registers the partials took make room for 128-token tiles. */
+#ifndef SWF_D_GU
+#define SWF_D_GU 3   /* chunks in flight, gate/up (128 tokens: 48 KB a chunk, one block per SM) */
+#endif
+#ifndef SWF_D_DN
+#define SWF_D_DN 4   /* ... down (40 KB a chunk at 128 tokens) */
+#endif
+template <int NM, int FOLD>
+__host__ __device__ constexpr int sw_depth() { return FOLD ? (NM == 2 ? SWF_D_GU : SWF_D_DN) : SW_D; }
+template <int NM, int NT, int FOLD>
+__host__ __device__ constexpr int sw_minb() { return FOLD ? (NT == 16 ? 1 : 2) : (NM == 2 && NT == 8 ? 2 : SW_MINB); }
+
+template <int NM, int NT, int FOLD>
+__global__ void __launch_bounds__(128, sw_minb<NM, NT, FOLD>())
     k_shared_wg(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
 {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1009,7 +1025,8 @@ __global__ void __launch_bounds__(128, NM == 2 && NT == 8 ? 2 : SW_MINB)
                    never launches it (sw_ok) */
 #else
     const MoeTrace trace_(NM == 2 ? MOE_TR_SH_GU : MOE_TR_SH_DN);
-    constexpr int D = SW_D, N = 8 * NT, XB = N * 256;   /* staged activation bytes per chunk */
+    constexpr int D = sw_depth<NM, FOLD>(), N = 8 * NT, XB = N * 256;   /* staged activation bytes per chunk */
+    static_assert(D >= 2, "the refill protocol needs two slots");
     extern __shared__ __align__(16) uint8_t smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int K = NM == 2 ? a.H : a.I, nc = K / 128, r = blockIdx.y * MOE_WARPS + warp, t0 = blockIdx.x * N;
@@ -1045,55 +1062,104 @@ __global__ void __launch_bounds__(128, NM == 2 && NT == 8 ? 2 : SW_MINB)
         if (s < nc) stage_x(s, s);
         cp_commit();
     }
-    const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
-    float acc[NM][NT][4], tmp[NM][NT][4];
+    float acc[NM][NT][4];
     acc_zero<NM, NT>(acc);
-    acc_zero<NM, NT>(tmp);   /* (each chunk's first wgmma overwrites it) */
-    for (int c = 0; c < nc; c++) {
-        const int s = c % D;
-        float bs[NM];
+    if constexpr (FOLD) {
+        for (int c = 0; c < nc; c++) {
+            const int s = c % D;
+            uint32_t f[NM];   /* bf16x2 of the block scale x 2^120 (exact: a power of two in range, sh_pow2) */
 #pragma unroll
-        for (int m = 0; m < NM; m++) bs[m] = __ldg(bscale + (size_t)m * bstride + c);
-        cp_wait<D - 1>();
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* the copies, before wgmma reads them */
-        __syncthreads();   /* every thread's activation copies of chunk c have landed */
-        const uint8_t *xsl = xs + s * XB;
-#pragma unroll
-        for (int grp = 0; grp < 4; grp++) {
-            uint4 wv[NM];
-#pragma unroll
-            for (int m = 0; m < NM; m++) wv[m] = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
-#pragma unroll
-            for (int step = 0; step < 2; step++) {
-                uint32_t af[NM][4];
-#pragma unroll
-                for (int m = 0; m < NM; m++) {
-                    const uint32_t w0 = u4get(wv[m], step * 2), w1 = u4get(wv[m], step * 2 + 1);
-                    af[m][0] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
-                    af[m][1] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
-                    af[m][2] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
-                    af[m][3] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
-                }
-                const uint64_t desc = sw_desc<N>(xsl + (grp * 2 + step) * (N * 32));
-                wg_fence();
-#pragma unroll
-                for (int m = 0; m < NM; m++) sw_mma<NT>(tmp[m], af[m], desc, grp | step);
+            for (int m = 0; m < NM; m++) {
+                const uint32_t b = __float_as_uint(__ldg(bscale + (size_t)m * bstride + c) * 0x1p120f) >> 16;
+                f[m] = b | (b << 16);
             }
+            cp_wait<D - 2>();   /* chunk c has landed (group c, or c + 1 from chunk D on: one group per iteration) */
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            __syncthreads();
+            const uint8_t *xsl = xs + s * XB;
+#pragma unroll
+            for (int grp = 0; grp < 4; grp++) {
+                uint4 wv[NM];
+#pragma unroll
+                for (int m = 0; m < NM; m++) wv[m] = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
+#pragma unroll
+                for (int step = 0; step < 2; step++) {
+                    uint32_t af[NM][4];
+#pragma unroll
+                    for (int m = 0; m < NM; m++) {
+                        const uint32_t w0 = u4get(wv[m], step * 2), w1 = u4get(wv[m], step * 2 + 1);
+                        af[m][0] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), f[m]);
+                        af[m][1] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), f[m]);
+                        af[m][2] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), f[m]);
+                        af[m][3] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), f[m]);
+                    }
+                    const uint64_t desc = sw_desc<N>(xsl + (grp * 2 + step) * (N * 32));
+                    wg_fence();
+#pragma unroll
+                    for (int m = 0; m < NM; m++) sw_mma<NT>(acc[m], af[m], desc, 1);
+                }
+            }
+            wg_commit();
+            wg_wait<1>();      /* this warp's wgmmas of chunk c - 1 are complete */
+            __syncthreads();   /* ... every warp's: slot (c - 1) % D is free */
+            if (c >= 1 && c - 1 + D < nc) {
+                const int sp = (c - 1) % D;
+                fp8_issue<NM>(ring, sp, rt, c - 1 + D, lane);
+                stage_x(sp, c - 1 + D);
+            }
+            cp_commit();
         }
-        wg_commit();
         wg_wait<0>();
+    } else {
+        const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
+        float tmp[NM][NT][4];
+        acc_zero<NM, NT>(tmp);   /* (each chunk's first wgmma overwrites it) */
+        for (int c = 0; c < nc; c++) {
+            const int s = c % D;
+            float bs[NM];
 #pragma unroll
-        for (int m = 0; m < NM; m++)
+            for (int m = 0; m < NM; m++) bs[m] = __ldg(bscale + (size_t)m * bstride + c);
+            cp_wait<D - 1>();
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* the copies, before wgmma reads them */
+            __syncthreads();   /* every thread's activation copies of chunk c have landed */
+            const uint8_t *xsl = xs + s * XB;
 #pragma unroll
-            for (int j = 0; j < NT; j++)
+            for (int grp = 0; grp < 4; grp++) {
+                uint4 wv[NM];
 #pragma unroll
-                for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs[m], acc[m][j][i]);
-        __syncthreads();   /* every warp's wgmmas are done with slot s before it is refilled */
-        if (c + D < nc) {
-            fp8_issue<NM>(ring, s, rt, c + D, lane);
-            stage_x(s, c + D);
+                for (int m = 0; m < NM; m++) wv[m] = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
+#pragma unroll
+                for (int step = 0; step < 2; step++) {
+                    uint32_t af[NM][4];
+#pragma unroll
+                    for (int m = 0; m < NM; m++) {
+                        const uint32_t w0 = u4get(wv[m], step * 2), w1 = u4get(wv[m], step * 2 + 1);
+                        af[m][0] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
+                        af[m][1] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
+                        af[m][2] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
+                        af[m][3] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
+                    }
+                    const uint64_t desc = sw_desc<N>(xsl + (grp * 2 + step) * (N * 32));
+                    wg_fence();
+#pragma unroll
+                    for (int m = 0; m < NM; m++) sw_mma<NT>(tmp[m], af[m], desc, grp | step);
+                }
+            }
+            wg_commit();
+            wg_wait<0>();
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs[m], acc[m][j][i]);
+            __syncthreads();   /* every warp's wgmmas are done with slot s before it is refilled */
+            if (c + D < nc) {
+                fp8_issue<NM>(ring, s, rt, c + D, lane);
+                stage_x(s, c + D);
+            }
+            cp_commit();
         }
-        cp_commit();
     }
     shared_store<NM, NT>(a, acc, r, t0, T, topk, h, y);
     if (NM == 2) moe_pdl_release();
@@ -1112,23 +1178,45 @@ static bool sw_ok()
     return ok == 1;
 }
 
-template <int NM, int NT>
-static size_t smem_wg() { return (size_t)SW_D * NT * 8 * 256 + (size_t)MOE_WARPS * SW_D * NM * MOE_FP8_CHUNK_BYTES; }
+template <int NM, int NT, int FOLD>
+static size_t smem_wg()
+{
+    return (size_t)sw_depth<NM, FOLD>() * (NT * 8 * 256 + MOE_WARPS * NM * MOE_FP8_CHUNK_BYTES);
+}
 
-template <int NM, int NT>
+template <int NM, int NT, int FOLD>
 static cudaError_t shared_launch_wg(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
                                     cudaStream_t st)
 {
     static int raised;
-    const size_t sm = smem_wg<NM, NT>();
+    const size_t sm = smem_wg<NM, NT, FOLD>();
     if (!raised) {
-        const cudaError_t e = raise_smem((const void *)k_shared_wg<NM, NT>, sm);
+        const cudaError_t e = raise_smem((const void *)k_shared_wg<NM, NT, FOLD>, sm);
         if (e != cudaSuccess) return e;
         raised = 1;
     }
     const int rows = NM == 2 ? a->I : a->H;
-    return moe_launch_prio(k_shared_wg<NM, NT>, dim3((T + 8 * NT - 1) / (8 * NT), rows / MOE_ROWS_PER_ITEM), dim3(128),
-                           sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
+    return moe_launch_prio(k_shared_wg<NM, NT, FOLD>, dim3((T + 8 * NT - 1) / (8 * NT), rows / MOE_ROWS_PER_ITEM),
+                           dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
+}
+
+/* SW's two launches: the partials form (32-token blocks below 256 tokens, 64 from 256), or with folded scales
+ * (sh_wg_fold) 32 / 64 / 128 tokens below 256 / from 256 / from sh_wg_n128_min_t */
+static cudaError_t shared_wg_launches(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
+                                      cudaStream_t st)
+{
+    cudaError_t e;
+    if (a->sh_wg_fold) {
+        const int n128 = a->sh_wg_n128_min_t > 0 && T >= a->sh_wg_n128_min_t;
+        e = n128 ? shared_launch_wg<2, 16, 1>(a, x, T, topk, h, y, st)
+                 : T >= 256 ? shared_launch_wg<2, 8, 1>(a, x, T, topk, h, y, st) : shared_launch_wg<2, 4, 1>(a, x, T, topk, h, y, st);
+        if (e != cudaSuccess) return e;
+        return n128 ? shared_launch_wg<1, 16, 1>(a, h, T, topk, h, y, st)
+                    : T >= 256 ? shared_launch_wg<1, 8, 1>(a, h, T, topk, h, y, st) : shared_launch_wg<1, 4, 1>(a, h, T, topk, h, y, st);
+    }
+    e = T >= 256 ? shared_launch_wg<2, 8, 0>(a, x, T, topk, h, y, st) : shared_launch_wg<2, 4, 0>(a, x, T, topk, h, y, st);
+    if (e != cudaSuccess) return e;
+    return T >= 256 ? shared_launch_wg<1, 8, 0>(a, h, T, topk, h, y, st) : shared_launch_wg<1, 4, 0>(a, h, T, topk, h, y, st);
 }
 
 extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h,
@@ -1138,12 +1226,8 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
         return cudaErrorInvalidValue;
     /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
      * dequantised fragment at large T */
-    if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok()) {   /* v25: on wgmma, 64-token blocks from 256 (32 below) */
-        const cudaError_t e = T >= 256 ? shared_launch_wg<2, 8>(a, x, T, topk, h, y, st)
-                                       : shared_launch_wg<2, 4>(a, x, T, topk, h, y, st);
-        if (e != cudaSuccess) return e;
-        return T >= 256 ? shared_launch_wg<1, 8>(a, h, T, topk, h, y, st) : shared_launch_wg<1, 4>(a, h, T, topk, h, y, st);
-    }
+    if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok())   /* v25: on wgmma */
+        return shared_wg_launches(a, x, T, topk, h, y, st);
     cudaError_t e = T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
                     : a->sh_xl_min_t > 0 && T >= a->sh_xl_min_t ? shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, st)
                                                                 : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
@@ -1244,8 +1328,10 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
-        (const void *)k_shared_wg<2, 4>, (const void *)k_shared_wg<2, 8>, (const void *)k_shared_wg<1, 4>,
-        (const void *)k_shared_wg<1, 8>, (const void *)k_combine,
+        (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
+        (const void *)k_shared_wg<1, 8, 0>, (const void *)k_shared_wg<2, 4, 1>, (const void *)k_shared_wg<2, 8, 1>,
+        (const void *)k_shared_wg<2, 16, 1>, (const void *)k_shared_wg<1, 4, 1>, (const void *)k_shared_wg<1, 8, 1>,
+        (const void *)k_shared_wg<1, 16, 1>, (const void *)k_combine,
     };
     for (const void *f : fs) {
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);

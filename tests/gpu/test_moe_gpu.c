@@ -95,6 +95,32 @@ static float *dq_fp4(const uint8_t *q, const uint8_t *sc, float s2, int n, int k
 }
 
 /* Build random experts; `gpu_quant`: quantise NVFP4 on the GPU (moe_cuda_set_expert_dev path). */
+/* The FP8 shared expert (fresh random data and block scales) into M->sh (dequantised) and L. pow2: every block
+ * scale a power of two (2^-9..2^-7, DeepSeek's ue8m0 kind: moe_cuda_layer.sh_pow2, SW's folded form), else
+ * fp32 scales of any mantissa. */
+static void make_shared(model *M, moe_cuda_layer *L, int pow2)
+{
+    const int H = M->s.hidden, I = M->s.inter;
+    qtensor t[3];
+    for (int m = 0; m < 3; m++) {
+        const int n = m < 2 ? I : H, k = m < 2 ? H : I;
+        const size_t nb = (size_t)(n / 128) * (k / 128);
+        uint8_t *d = malloc((size_t)n * k);
+        float *sc = malloc(nb * sizeof(float));
+        for (size_t i = 0; i < (size_t)n * k; i++) { uint8_t b = (uint8_t)rnd(); if ((b & 0x7F) == 0x7F) b = 0x10; d[i] = b; }
+        for (size_t i = 0; i < nb; i++)
+            sc[i] = pow2 ? ldexpf(1.f, -9 - (int)(rnd() % 3)) : (0.5f + urand()) * (m == 2 ? 2e-3f : 4e-3f);
+        t[m] = (qtensor){.fmt = QT_FP8_B128, .rows = n, .cols = k, .data = d, .scale = sc, .scale_is_f32 = 1};
+        free(M->sh[m]);
+        M->sh[m] = malloc((size_t)n * k * sizeof(float));
+        for (size_t r = 0; r < (size_t)n; r++)
+            for (int c = 0; c < k; c++) M->sh[m][r * k + c] = e4m3(d[r * k + c]) * sc[(r / 128) * (k / 128) + c / 128];
+    }
+    if (moe_cuda_set_shared(L, &t[0], &t[1], &t[2])) exit(1);
+    CHECK(L->sh_pow2 == pow2, "shared expert: sh_pow2 %d, scales %s", L->sh_pow2, pow2 ? "powers of two" : "any");
+    for (int m = 0; m < 3; m++) { free((void *)t[m].data); free((void *)t[m].scale); }
+}
+
 static void make_model(model *M, moe_cuda_layer *L, const moe_cuda_shape *s, int gpu_quant, int dup_gate_rows)
 {
     memset(M, 0, sizeof *M);
@@ -155,23 +181,7 @@ static void make_model(model *M, moe_cuda_layer *L, const moe_cuda_shape *s, int
         if (moe_cuda_set_expert(L, e, &t[0], &t[1], &t[2])) exit(1);
         for (int m = 0; m < 3; m++) { free((void *)t[m].data); free((void *)t[m].scale); }
     }
-    if (s->has_shared) {
-        qtensor t[3];
-        for (int m = 0; m < 3; m++) {
-            const int n = m < 2 ? I : H, k = m < 2 ? H : I;
-            const size_t nb = (size_t)(n / 128) * (k / 128);
-            uint8_t *d = malloc((size_t)n * k);
-            float *sc = malloc(nb * sizeof(float));
-            for (size_t i = 0; i < (size_t)n * k; i++) { uint8_t b = (uint8_t)rnd(); if ((b & 0x7F) == 0x7F) b = 0x10; d[i] = b; }
-            for (size_t i = 0; i < nb; i++) sc[i] = (0.5f + urand()) * (m == 2 ? 2e-3f : 4e-3f);
-            t[m] = (qtensor){.fmt = QT_FP8_B128, .rows = n, .cols = k, .data = d, .scale = sc, .scale_is_f32 = 1};
-            M->sh[m] = malloc((size_t)n * k * sizeof(float));
-            for (size_t r = 0; r < (size_t)n; r++)
-                for (int c = 0; c < k; c++) M->sh[m][r * k + c] = e4m3(d[r * k + c]) * sc[(r / 128) * (k / 128) + c / 128];
-        }
-        if (moe_cuda_set_shared(L, &t[0], &t[1], &t[2])) exit(1);
-        for (int m = 0; m < 3; m++) { free((void *)t[m].data); free((void *)t[m].scale); }
-    }
+    if (s->has_shared) make_shared(M, L, 0);
 }
 
 static void free_model(model *M, moe_cuda_layer *L)
@@ -572,7 +582,28 @@ int main(int argc, char **argv)
         run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 256, 0);   /* 64-token blocks */
         run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 257, 0);   /* ... one token in the last */
         run_case("nvfp4 skewed, shared expert on wgmma", &M, &L, &W, 257, 1);
-        W.shared_wg_min_t = sw;
+        /* SWF: a shared expert with power-of-two block scales folds them (no partials); 128-token blocks from 129
+           here (default 512, past this workspace), so 130 and 257 take 2 and 3 blocks with partial last ones */
+        const int n128 = W.shared_wg_n128_min_t;
+        make_shared(&M, &L, 1);
+        W.shared_wg_n128_min_t = 129;
+        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 16, 0);
+        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, shared expert on wgmma, folded scales", &M, &L, &W, 64, 1);
+        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 128, 0);   /* 32-token blocks */
+        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 130, 0);   /* 128-token blocks */
+        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 257, 0);
+        run_case("nvfp4 skewed, shared expert on wgmma, folded scales", &M, &L, &W, 257, 1);
+        W.shared_wg_n128_min_t = 0;
+        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 256, 0);   /* 64-token blocks */
+        W.shared_wg_fold = 0;   /* the partials form on the same scales */
+        run_case("nvfp4, shared expert on wgmma, power-of-two scales unfolded", &M, &L, &W, 130, 0);
+        W.shared_wg_fold = 1;
+        W.shared_wg_n128_min_t = n128;
+        W.shared_wg_min_t = sw;   /* k_shared_fp8 on the same scales */
+        run_case("nvfp4, shared expert k_shared_fp8, power-of-two scales", &M, &L, &W, 130, 0);
+        run_case("nvfp4, shared expert k_shared_fp8, power-of-two scales", &M, &L, &W, 257, 0);
+        make_shared(&M, &L, 0);   /* the rest as before: scales of any mantissa */
     }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
