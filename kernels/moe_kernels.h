@@ -164,11 +164,6 @@ typedef struct {
     int sh_prio_on, sh_prio;                  /* moe_shared_experts: its launches at priority sh_prio (v16) */
     int sh_xl_min_t;                          /* v24, moe_shared_experts: from this many tokens (0: never) the gate/up
                                                  blocks take 8 * SH_GU_NTT_XL (64) tokens instead of 32 */
-    int sh_wg_min_t;                          /* v25, moe_shared_experts: from this many tokens (0: never) both GEMMs
-                                                 run on wgmma (k_shared_wg; sh_xl_min_t then unused) */
-    int sh_wg_fold;                           /* v25, with sh_wg_min_t: the block scales are powers of two (checked at
-                                                 load) and fold into the dequantisation (k_shared_wg FOLD 1) */
-    int sh_wg_n128_min_t;                     /* ... and from this many tokens its blocks take 128 (0: never) */
     int fuse_early;                           /* moe_experts_fused1: its fused launch releases the 2-tile down
                                                  at its start (the down's blocks then launch once every fused
                                                  block has started, and wait) instead of its end */
@@ -192,6 +187,11 @@ typedef struct {
                                                  launches. moe_tok1() reads it. Negative (v24, T > 8
                                                  only): every routed expert with tokens takes the 2-tile
                                                  launches, and moe_gate_up / moe_down launch only those. */
+    int sh_wg_min_t;                          /* v25, moe_shared_experts: from this many tokens (0: never) both GEMMs
+                                                 run on wgmma (k_shared_wg; sh_xl_min_t then unused) */
+    int sh_wg_fold;                           /* v25, with sh_wg_min_t: the block scales are powers of two (checked at
+                                                 load) and fold into the dequantisation (k_shared_wg FOLD 1) */
+    int sh_wg_n128_min_t;                     /* ... and from this many tokens its blocks take 128 (0: never) */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4

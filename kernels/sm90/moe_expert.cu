@@ -1076,29 +1076,7 @@ __global__ void __launch_bounds__(128, sw_minb<NM, NT, FOLD>())
             cp_wait<D - 2>();   /* chunk c has landed (group c, or c + 1 from chunk D on: one group per iteration) */
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             __syncthreads();
-            const uint8_t *xsl = xs + s * XB;
-#pragma unroll
-            for (int grp = 0; grp < 4; grp++) {
-                uint4 wv[NM];
-#pragma unroll
-                for (int m = 0; m < NM; m++) wv[m] = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
-#pragma unroll
-                for (int step = 0; step < 2; step++) {
-                    uint32_t af[NM][4];
-#pragma unroll
-                    for (int m = 0; m < NM; m++) {
-                        const uint32_t w0 = u4get(wv[m], step * 2), w1 = u4get(wv[m], step * 2 + 1);
-                        af[m][0] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), f[m]);
-                        af[m][1] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), f[m]);
-                        af[m][2] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), f[m]);
-                        af[m][3] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), f[m]);
-                    }
-                    const uint64_t desc = sw_desc<N>(xsl + (grp * 2 + step) * (N * 32));
-                    wg_fence();
-#pragma unroll
-                    for (int m = 0; m < NM; m++) sw_mma<NT>(acc[m], af[m], desc, 1);
-                }
-            }
+            sw_chunk<NM, NT>(ring, s, lane, xs + s * XB, f, acc, false);
             wg_commit();
             wg_wait<1>();      /* this warp's wgmmas of chunk c - 1 are complete */
             __syncthreads();   /* ... every warp's: slot (c - 1) % D is free */
@@ -1111,7 +1089,9 @@ __global__ void __launch_bounds__(128, sw_minb<NM, NT, FOLD>())
         }
         wg_wait<0>();
     } else {
-        const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
+        uint32_t f120[NM];   /* bf16x2 of 2^120: the e4m3 values themselves */
+#pragma unroll
+        for (int m = 0; m < NM; m++) f120[m] = 0x7B807B80u;
         float tmp[NM][NT][4];
         acc_zero<NM, NT>(tmp);   /* (each chunk's first wgmma overwrites it) */
         for (int c = 0; c < nc; c++) {
@@ -1122,29 +1102,7 @@ __global__ void __launch_bounds__(128, sw_minb<NM, NT, FOLD>())
             cp_wait<D - 1>();
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* the copies, before wgmma reads them */
             __syncthreads();   /* every thread's activation copies of chunk c have landed */
-            const uint8_t *xsl = xs + s * XB;
-#pragma unroll
-            for (int grp = 0; grp < 4; grp++) {
-                uint4 wv[NM];
-#pragma unroll
-                for (int m = 0; m < NM; m++) wv[m] = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
-#pragma unroll
-                for (int step = 0; step < 2; step++) {
-                    uint32_t af[NM][4];
-#pragma unroll
-                    for (int m = 0; m < NM; m++) {
-                        const uint32_t w0 = u4get(wv[m], step * 2), w1 = u4get(wv[m], step * 2 + 1);
-                        af[m][0] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
-                        af[m][1] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
-                        af[m][2] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
-                        af[m][3] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
-                    }
-                    const uint64_t desc = sw_desc<N>(xsl + (grp * 2 + step) * (N * 32));
-                    wg_fence();
-#pragma unroll
-                    for (int m = 0; m < NM; m++) sw_mma<NT>(tmp[m], af[m], desc, grp | step);
-                }
-            }
+            sw_chunk<NM, NT>(ring, s, lane, xs + s * XB, f120, tmp, true);
             wg_commit();
             wg_wait<0>();
 #pragma unroll

@@ -462,6 +462,37 @@ __device__ __forceinline__ void sw_mma<16>(float d[16][4], const uint32_t a[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
                  : "memory");
 }
+/* One 128-input FP8 chunk of k_shared_wg: per k16 step each warp's fragments of NM matrices from ring slot s,
+ * dequantised with the multipliers f (bf16x2: 2^120, or 2^120 x a power-of-two block scale), times the block's
+ * staged token rows xsl (sw_desc), into d; fresh: the chunk's first step overwrites d (the partials form). The
+ * wgmmas are committed by the caller. */
+template <int NM, int NT>
+__device__ __forceinline__ void sw_chunk(const uint8_t *ring, int s, int lane, const uint8_t *xsl, const uint32_t f[NM],
+                                         float d[NM][NT][4], bool fresh)
+{
+#pragma unroll
+    for (int grp = 0; grp < 4; grp++) {
+        uint4 wv[NM];
+#pragma unroll
+        for (int m = 0; m < NM; m++) wv[m] = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
+#pragma unroll
+        for (int step = 0; step < 2; step++) {
+            uint32_t af[NM][4];
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                const uint32_t w0 = u4get(wv[m], step * 2), w1 = u4get(wv[m], step * 2 + 1);
+                af[m][0] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), f[m]);
+                af[m][1] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), f[m]);
+                af[m][2] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), f[m]);
+                af[m][3] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), f[m]);
+            }
+            const uint64_t desc = sw_desc<8 * NT>(xsl + (grp * 2 + step) * (8 * NT * 32));
+            wg_fence();
+#pragma unroll
+            for (int m = 0; m < NM; m++) sw_mma<NT>(d[m], af[m], desc, fresh ? (grp | step) : 1);
+        }
+    }
+}
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
 /* Chunk c of an FP8 row tile (NM interleaved matrices) into ring slot `slot`: each lane copies (and
  * later reads back) only its own 16-byte pieces. */
