@@ -35,6 +35,15 @@ static float median(float *v, int n) { qsort(v, n, sizeof *v, cmp_f); return n %
  * run (bench/NOTES.md v25 (1)) read the two within -2.2..+1.2 % (no gap at batches 1-8, where a host gap would
  * weigh most), so ms stays the unqueued reading every run before v25 made and ms_queued goes beside it. */
 #define HOLD_NS 50000ull
+
+/* v25: the SM clock (MHz) the work queued on st before it left: moe_sm_mhz over 50 us, into d (one float) */
+static float sm_mhz_now(float *d, cudaStream_t st)
+{
+    float mhz;
+    CU(moe_sm_mhz(50000ull, d, st));
+    CU(cudaMemcpy(&mhz, d, sizeof mhz, cudaMemcpyDeviceToHost));
+    return mhz;
+}
 /* HBM read ceiling in 10^12 bytes/s: n bytes at p read by moe_hbm_read, one warm-up, median of 7. */
 static double read_ceiling(const void *p, size_t n, unsigned *sink, cudaEvent_t e0, cudaEvent_t e1)
 {
@@ -435,8 +444,7 @@ static int bench_moe(int argc, char **argv)
     CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
     float *mhz_d;   /* moe_sm_mhz's result (its first reading in a process came out 0 in v25 run 5: one warm-up) */
     CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
-    CU(moe_sm_mhz(50000ull, mhz_d, 0));
-    CU(cudaDeviceSynchronize());
+    (void)sm_mhz_now(mhz_d, 0);
     const double ceiling = read_ceiling(big, nread, sink, e0, e1);
     CU(cudaFree(big));
     printf("gpu %s, HBM read ceiling %.3f TB/s (8 GiB read)\n", prop.name, ceiling);
@@ -524,9 +532,7 @@ static int bench_moe(int argc, char **argv)
                          launch_us = g_launch_us;
             /* v25: the SM clock the replays leave (run 4: under sustained load the 700 W cap takes it from ~1.98
                GHz to 1.1-1.6, and batches 64-512 slow with it) */
-            float mhz = 0.f;
-            CU(moe_sm_mhz(50000ull, mhz_d, st));
-            CU(cudaMemcpy(&mhz, mhz_d, sizeof mhz, cudaMemcpyDeviceToHost));
+            const float mhz = sm_mhz_now(mhz_d, st);
             const double msq = replay_ms(g, st, e0, e1, reps, tm, 1);
             const double pm = peer_ms(T, routing, 0), pmq = peer_ms(T, routing, 1);
             printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f %10.4f %7.0f %9.1f\n", T, routing, ms, bytes / 1e6, tbs,
@@ -541,12 +547,10 @@ static int bench_moe(int argc, char **argv)
             if (stages) stage_timeline(g, st, T, routing);
             if (sustain > 0) {   /* v25: does sustained load slow the replays (the power cap)? each round's median
                                     of 8 back-to-back replays, then the SM clock it leaves */
-                float smhz, *rt = malloc((size_t)sustain * 2 * sizeof(float));
+                float *rt = malloc((size_t)sustain * 2 * sizeof(float));
                 for (int rr = 0; rr < sustain; rr++) {
                     rt[2 * rr] = (float)replay_ms(g, st, e0, e1, 1, tm, 0);
-                    CU(moe_sm_mhz(50000ull, mhz_d, st));
-                    CU(cudaMemcpy(&smhz, mhz_d, sizeof smhz, cudaMemcpyDeviceToHost));
-                    rt[2 * rr + 1] = smhz;
+                    rt[2 * rr + 1] = sm_mhz_now(mhz_d, st);
                 }
                 printf("  sustain %d %s (ms/MHz per round of 8 replays):", T, routing);
                 for (int rr = 0; rr < sustain; rr++) printf(" %.4f/%.0f", rt[2 * rr], rt[2 * rr + 1]);

@@ -1074,7 +1074,7 @@ __global__ void __launch_bounds__(128, sw_minb<NM, NT, FOLD>())
                 f[m] = b | (b << 16);
             }
             cp_wait<D - 2>();   /* chunk c has landed (group c, or c + 1 from chunk D on: one group per iteration) */
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            wg_proxy_fence();
             __syncthreads();
             sw_chunk<NM, NT>(ring, s, lane, xs + s * XB, f, acc, false);
             wg_commit();
@@ -1100,7 +1100,7 @@ __global__ void __launch_bounds__(128, sw_minb<NM, NT, FOLD>())
 #pragma unroll
             for (int m = 0; m < NM; m++) bs[m] = __ldg(bscale + (size_t)m * bstride + c);
             cp_wait<D - 1>();
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* the copies, before wgmma reads them */
+            wg_proxy_fence();   /* the copies, before wgmma reads them */
             __syncthreads();   /* every thread's activation copies of chunk c have landed */
             sw_chunk<NM, NT>(ring, s, lane, xs + s * XB, f120, tmp, true);
             wg_commit();

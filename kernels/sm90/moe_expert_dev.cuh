@@ -300,6 +300,9 @@ __device__ __forceinline__ uint64_t wg_desc(const uint8_t *p)
     return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)(256 >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
 }
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+/* this thread's generic-proxy writes to shared memory (st.shared, cp.async once waited for), before the async
+ * proxy (wgmma) reads them */
+__device__ __forceinline__ void wg_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
@@ -325,7 +328,7 @@ __device__ __forceinline__ void wg_store(uint8_t *slot, const uint4 r[2])
         for (int w = 0; w < 4; w++)   /* word w: step w >> 1, core matrix kc = w & 1 */
             *(uint32_t *)(row + (i * 2 + (w >> 1)) * 512 + (w & 1) * 256) = u4get(r[h], w);
     }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* the stores, before the async proxy reads them */
+    wg_proxy_fence();   /* the stores, before the async proxy reads them */
 }
 /* fp4_rowtile for the 2-tile gate/up (NM 2) with wgmma: every thread of the block calls it for the block item
  * (e, p0, ntok; its own 16-row tile rowtile); xs: the block's 2 staging slots. */
