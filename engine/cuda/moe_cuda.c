@@ -319,6 +319,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->shared_wg_min_t = 0;    /* v25: off (NOTES v25 (2), (5): correct, no faster at 256-512; +6 % at 256) */
     W->shared_wg_fold = 1;     /* v25: SWF where the scales allow it (prepared, not yet measured: NOTES v25 (10)) */
     W->shared_wg_n128_min_t = 512;
+    W->x4_min_t = 0;           /* v26: X4 prepared, measured in bench/NOTES.md v26 */
+    W->x4_tok = 32;
+    W->zero_pad = 0;           /* v26: measured slower (bench/NOTES.md v26 (3)) */
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
                                   gate/up's; random 256 with it (fused stages off) +10 %) */
@@ -354,12 +357,12 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(moe_experts1_occupancy(L->kfmt, E, 1, &fb), "occupancy (one expert launch)");
     if (fb < 1) return fail("the fused expert kernel cannot be resident on this device");
     W->grid_f1s = sms * fb;
-    for (int nt = 1; nt <= 2; nt++) {
+    for (int i = 0; i < 3; i++) {   /* 1, 2, 4 tiles */
         int gu, dn;
-        CK(moe_expert_occupancy(L->kfmt, E, nt, &gu, &dn), "occupancy");
+        CK(moe_expert_occupancy(L->kfmt, E, 1 << i, &gu, &dn), "occupancy");
         if (gu < 1 || dn < 1) return fail("expert kernels cannot be resident on this device");
-        W->grid_gu[nt - 1] = sms * gu;
-        W->grid_dn[nt - 1] = sms * dn;
+        W->grid_gu[i] = sms * gu;
+        W->grid_dn[i] = sms * dn;
     }
     return 0;
 }
@@ -412,6 +415,12 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     if (L->s.hash && !token_ids) return fail("hash routing needs token ids");
     const moe_cuda_shape *s = &L->s;
     const int E = s->n_experts, H = s->hidden, I = s->inter, K = s->topk;
+    const int tok1 = T >= W->tok1_min_t && T <= W->tok1_max_t ? W->tok1_max : MOE_TOK_CHUNK;
+    int tok4 = 0;   /* X4: above 16 tokens and above the 1-tile chunks' tok1 (moe_expert_args.tok4_min) */
+    if (W->x4_min_t > 0 && T >= W->x4_min_t) {
+        tok4 = W->x4_tok > tok1 ? W->x4_tok : tok1;
+        if (tok4 < 2 * MOE_TOK_CHUNK) tok4 = 2 * MOE_TOK_CHUNK;
+    }
     const moe_expert_args a = {
         .E = E, .H = H, .I = I, .fmt = L->kfmt, .has_shared = s->has_shared,
         .w13 = L->w13, .w13_stride = L->w13_stride, .w2 = L->w2, .w2_stride = L->w2_stride,
@@ -420,9 +429,10 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .limit = s->swiglu_limit, .early = W->early_pdl,
         .down_rm = T >= W->down_rm_min_t && H % 128 == 0 ? 2 : 1,
         .overlap = W->nt2_overlap, .nt2_first = W->nt2_first,
-        .tok1_max = T >= W->tok1_min_t && T <= W->tok1_max_t ? W->tok1_max : MOE_TOK_CHUNK,
+        .tok1_max = tok1,
         .sh_xl_min_t = W->shared_xl_min_t, .sh_wg_min_t = W->shared_wg_min_t,
         .sh_wg_fold = W->shared_wg_fold && L->sh_pow2, .sh_wg_n128_min_t = W->shared_wg_n128_min_t,
+        .tok4_min = tok4, .zpad = W->zero_pad,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

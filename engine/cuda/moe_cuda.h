@@ -50,7 +50,7 @@ typedef struct {
 } moe_cuda_layer;
 
 typedef struct {
-    int max_tokens, grid_gu[2], grid_dn[2];   /* persistent grids for 1 and 2 token tiles per item */
+    int max_tokens, grid_gu[3], grid_dn[3];   /* persistent grids for 1, 2 and 4 token tiles per item */
     float *logits;                    /* [max][E] fp32 */
     int32_t *idx; float *w;           /* [max][topk] */
     int32_t *off, *items_gu, *items_dn;   /* [E+2] */
@@ -97,6 +97,11 @@ typedef struct {
                                          (moe_expert_args.sh_wg_min_t; where its own launches run, from shared_min_t) */
     int shared_wg_fold;               /* v25: ... with the block scales folded where the layer's allow it (sh_pow2) */
     int shared_wg_n128_min_t;         /* v25: ... folded, 128-token blocks from this batch (0: never) */
+    int x4_min_t, x4_tok;             /* v26 (X4): from batch x4_min_t (0: never) routed experts with more than
+                                         x4_tok tokens (>= 16, >= the batch's tok1_max) take the 4-tile launches
+                                         (moe_expert_args.tok4_min) */
+    int zero_pad;                     /* v26 (ZP): token slots past an item's tokens read a zero row
+                                         (moe_expert_args.zpad) */
     int nt2_all_min_t;                /* v24: from this batch (0: never) every routed expert with tokens takes the
                                          2-tile launches (moe_expert_args.tok1_max -1), where the separate gate/up
                                          and down launches run (no handed-out tiles, above dyn_max_t) */

@@ -79,6 +79,12 @@
 #ifndef MOE_MINB2
 #define MOE_MINB2 4
 #endif
+/* ... and the 4-tile kernels (v26, X4: moe_expert_args.tok4_min): two activation double buffers of 4 n-tiles
+ * (128 registers) and 32 accumulators do not fit 128 registers */
+#ifndef MOE_MINB4
+#define MOE_MINB4 2
+#endif
+__host__ __device__ constexpr int moe_minb_nt(int nt) { return nt == 1 ? MOE_MINB1 : nt == 2 ? MOE_MINB2 : MOE_MINB4; }
 /* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
@@ -102,7 +108,7 @@ template <int NT>
 __device__ __forceinline__ ItemWalk item_walk(const moe_expert_args &a, int total, int stage)
 {
     return {{a.tickets + 4 * stage + (NT - 1) * 2, total * MOE_WARPS, (int)gridDim.x * MOE_WARPS},
-            a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1)};
+            NT <= 2 && a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1)};   /* 4 tiles: static */
 }
 
 /* v16 (moe_expert_args.pf_dn, .pf_sh_dn): the down weights the next launch reads, asked of L2 by the
@@ -141,10 +147,10 @@ __device__ __forceinline__ void prefetch_down(const moe_expert_args &a, const in
  * launches where the 2-tile launch carries no shared items (every default launch): the branch held the body's
  * registers and scheduling (NOTES v22 (10): 512 -1.6 %, with the one-LOP3 scale factors it then allows -2.8 %). */
 template <int FMT, int NT, int SH = 1>
-__global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
+__global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
-    const MoeTrace trace_(NT == 1 ? MOE_TR_GU1 : MOE_TR_GU2);
+    const MoeTrace trace_(NT == 1 ? MOE_TR_GU1 : NT == 2 ? MOE_TR_GU2 : MOE_TR_GU4);
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_items + (nE + 1);
@@ -152,12 +158,16 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
      * lists are complete; the two write disjoint pairs; its wait at the end makes the next kernel's wait
      * cover both launches. Its blocks take the slots the 1-tile launch's tail frees and start at once. */
     const bool second = NT == 2 && a.early && (a.overlap & 1);
-    if (!second) moe_pdl_wait();
     /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
-     * stream their first weights while this kernel finishes (they wait before reading h) */
-    if (a.early) moe_pdl_release();
+     * stream their first weights while this kernel finishes (they wait before reading h). The 4-tile launch
+     * (v26) follows the 2-tile one, which released it at its start: it releases before its own wait, so the down
+     * launch after it still primes during the 2-tile launch's tail (its wait covers both: ours completes after
+     * the 2-tile launch does). */
+    if (NT == 4 && a.early) moe_pdl_release();
+    if (!second) moe_pdl_wait();
+    if (NT != 4 && a.early) moe_pdl_release();
     constexpr int GD = MOE_GU_D;
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max));
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max), a.tok4_min);
     if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
@@ -182,7 +192,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
         const int g_ = lane >> 2;
         int prow[NT];
 #pragma unroll
-        for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
+        for (int j = 0; j < NT; j++) prow[j] = moe_pad_row(p0, j * 8 + g_, ntok, a.zpad);
         float acc[2][NT][4];   /* gate, up of the warp's 16-row tile */
         float pg = 1.f, pu = 1.f;
         if (e < a.E) {
@@ -191,11 +201,11 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
             if constexpr (NT == 2 && !SH && MOE_WG2)
                 fp4_rowtile_wg<FMT, GD>(rt, a.H, ring, smem + wg_offset(a.E), x, pair_tok, p0, ntok, acc, primed, nrt);
             else
-                fp4_rowtile<FMT, 2, GD, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.H, ring, x, pair_tok, prow, acc,
+                fp4_rowtile<FMT, 2, GD, NT, 0, 0, MOE_ROLLED, NT >= 2 && !SH>(rt, a.H, ring, x, pair_tok, prow, acc,
                                                                               primed, nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
-        } else if constexpr (NT == 2 && !SH) {
+        } else if constexpr (NT >= 2 && !SH) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -229,10 +239,10 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_gate_u
  * warp streaming two adjacent row tiles like gate/up's two matrices, ring depth 4, one activation
  * fragment per two tiles; v11). The shared expert's items are unchanged (one 16-row tile, K split). */
 template <int FMT, int NT, int RM, int SH = 1>
-__global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
+__global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
-    const MoeTrace trace_(NT == 1 ? MOE_TR_DN1 : MOE_TR_DN2);
+    const MoeTrace trace_(NT == 1 ? MOE_TR_DN1 : NT == 2 ? MOE_TR_DN2 : MOE_TR_DN4);
     constexpr int GD = MOE_GU_D, D = RM == 1 ? 2 * GD : GD;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -242,7 +252,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
      * item (weights do not depend on the previous kernel); h is read only after the wait. */
     const bool second = NT == 2 && a.early && (a.overlap & 2);   /* as in k_gate_up */
     if (!a.early) moe_pdl_wait();
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM, moe_tok1(a.tok1_max));
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM, moe_tok1(a.tok1_max), a.tok4_min);
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
     const int mmul = RM >= 2 ? nc : 1;
@@ -273,17 +283,17 @@ __global__ void __launch_bounds__(128, NT == 1 ? MOE_MINB1 : MOE_MINB2) k_down(m
         const int g_ = lane >> 2;
         int prow[NT];
 #pragma unroll
-        for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
+        for (int j = 0; j < NT; j++) prow[j] = moe_pad_row(p0, j * 8 + g_, ntok, a.zpad);
         float acc[RM][NT][4];
         float post = 1.f;
         int rm = RM;   /* 16-row tiles this warp writes */
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT == 2 && !SH>(rt, a.I, ring, h, NULL, prow, acc, primed,
+            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT >= 2 && !SH>(rt, a.I, ring, h, NULL, prow, acc, primed,
                                                                           nrt, mmul);
             post = a.post2[e];
-        } else if constexpr (NT == 2 && !SH) {
+        } else if constexpr (NT >= 2 && !SH) {
             __trap();
         } else {
 #if EX_FP8_OK
@@ -448,7 +458,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
         const unsigned long long t_item = tr ? moe_now() : 0;
         const int r = w / kss, part = w % kss, ntok = a.T, p0 = a.sh_row0;
         float acc[2][1][4];
-        int prow[1] = {g < ntok ? g : 0};   /* x row = token */
+        int prow[1] = {moe_pad_row(0, g, ntok, a.zpad)};   /* x row = token */
         fp8_rowtile<2, 2, 1>(a.sh_w13 + (size_t)r * ncg * 2 * MOE_FP8_CHUNK_BYTES, a.H, part * ncg / kss,
                              (part + 1) * ncg / kss, a.sh_s13 + (size_t)(r * MOE_TILE_ROWS / 128) * ncg,
                              (a.I / 128) * (a.H / 128), ring, x, NULL, prow, acc);
@@ -517,7 +527,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             primed = false;
         } else if (SMALL && wi >= wg && wi < wsd) {   /* shared down: FP8 16-row tile r, once the shared h is complete */
 #if EX_FP8_OK
-            int prow[1] = {p0 + (g < ntok ? g : 0)};
+            int prow[1] = {moe_pad_row(p0, g, ntok, a.zpad)};
             fp8_rowtile<1, 4, 1, 1, 1>(a.sh_w2 + (size_t)r * ncd * MOE_FP8_CHUNK_BYTES, a.I, 0, ncd,
                                        a.sh_s2 + (size_t)(r * MOE_TILE_ROWS / 128) * ncd, 0, ring, h, NULL, prow, acc,
                                        MOE_DONE(a.tickets, DONE_KEY(e, p0)), need);
@@ -534,7 +544,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
         } else if (SMALL && RM == 2) {   /* routed gate/up (a K part) or down (2 tiles): one copy of the FP4 loop,
                                             so the instruction cache holds one routed loop instead of two */
             const bool gu = wi < wg;
-            int prow[1] = {p0 + (g < ntok ? g : 0)};
+            int prow[1] = {moe_pad_row(p0, g, ntok, a.zpad)};
             const int part = gu ? (wi - nsg) % ksg : 0, npart = (wn - nsg) % ksg;
             const size_t pb = (size_t)ncp * 2 * moe_fp4_chunk_bytes(FMT);   /* bytes of a gate/up K part */
             const bool has_next = gu ? wn < wg && ncp % D == 0 : wn < wtot && ncd % D == 0;
@@ -579,7 +589,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             }
         } else if (wi < wg) {   /* gate/up: 16 rows of gate and of up for one <= 8-token chunk of the expert */
             const int part = SMALL ? (wi - nsg) % ksg : 0;
-            int prow[1] = {p0 + (g < ntok ? g : 0)};
+            int prow[1] = {moe_pad_row(p0, g, ntok, a.zpad)};
             const bool has_next = wn < wg && (!SMALL || wn >= nsg) && ncp % D == 0;
             const int npart = SMALL ? (wn - nsg) % ksg : 0;
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg +
@@ -611,7 +621,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             if (tr && SMALL) moe_trace_span(MOE_TR_GU1, t_item);
         } else {   /* down: RM adjacent 16-row tiles of the expert's w2, once the h rows of its token chunk are
                       complete */
-            int prow[1] = {p0 + (g < ntok ? g : 0)};
+            int prow[1] = {moe_pad_row(p0, g, ntok, a.zpad)};
             const bool has_next = wn < wtot && ncd % DD == 0;
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rtd;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rtd : NULL;
@@ -682,6 +692,8 @@ static dn_fn dn2_pick(int fmt, int rm, int sh)
 {
     return sh ? dn_pick<2, 1>(fmt, rm) : dn_pick<2, 0>(fmt, rm);
 }
+/* the 4-tile kernels (v26, X4): routed experts only, so never the FP8 branch */
+static gu_fn gu4_pick(int fmt) { return fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4, 4, 0> : k_gate_up<MOE_FP4_MXFP4, 4, 0>; }
 
 /* occupancy of the 64-row down kernel (the 128-row one has the same launch bounds and no spills) */
 template <int NT>
@@ -702,21 +714,34 @@ static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1), 128, sm);
 }
 
+/* ... of the 4-tile kernels (no FP8 branch; the 64-row down has the 128-row one's launch bounds) */
+static cudaError_t occupancy_nt4(int fmt, int E, int *gu, int *dn)
+{
+    const size_t sm = smem_for(E);
+    cudaError_t e;
+    if ((e = raise_smem((const void *)gu4_pick(fmt), smem_for(512))) != cudaSuccess) return e;
+    for (int rm = 1; rm <= 2; rm++)
+        if ((e = raise_smem((const void *)dn_pick<4, 0>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, (const void *)gu4_pick(fmt), 128, sm)) != cudaSuccess)
+        return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<4, 0>(fmt, 1), 128, sm);
+}
+
 extern "C" int moe_expert_inline_shared_ok(void) { return EX_FP8_OK; }
 
 extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int *dn)
 {
-    return nt == 2 ? occupancy_nt<2>(fmt, E, gu, dn) : occupancy_nt<1>(fmt, E, gu, dn);
+    return nt == 4 ? occupancy_nt4(fmt, E, gu, dn) : nt == 2 ? occupancy_nt<2>(fmt, E, gu, dn) : occupancy_nt<1>(fmt, E, gu, dn);
 }
 
 /* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
  * whose idle blocks only wait and leave: the 1-tile kernel has at most one item chunk per pair, the
  * 2-tile kernel one per 9 pairs (its experts have > 8 tokens, > tok1_max with v19's chunks), or one per pair
- * where it takes every expert (all2: tok1_max < 0). */
-static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false)
+ * where it takes every expert (all2: tok1_max < 0), the 4-tile kernel one per tok4_min + 1 pairs. */
+static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false, int tok4 = 0)
 {
     const long P = (long)T * topk;
-    long cap = (nt == 1 || all2 ? P : P / 9) * row_groups;
+    long cap = (nt == 4 ? P / (tok4 + 1) : nt == 1 || all2 ? P : P / 9) * row_groups;
     if (has_shared && moe_tok_tiles(T) == nt)   /* + the shared expert's items: 16-row tiles x token chunks */
         cap += (long)((T + MOE_TOK_CHUNK * nt - 1) / (MOE_TOK_CHUNK * nt)) * row_groups * MOE_WARPS;
     return cap < grid ? (int)(cap > 0 ? cap : 1) : grid;
@@ -727,9 +752,18 @@ static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int ha
  * with tokens 2-tile, without overlap (that launch would not wait for the lists); the 1-tile launch only where it
  * has the shared expert's items (below 256 tokens, moe_tok_tiles). Otherwise both, the 2-tile one first with
  * nt2_first unless it overlaps. */
+/* v26 (X4): whether these arguments have 4-tile launches (a batch in which an expert can have more than tok4_min
+ * tokens); they follow each stage's 2-tile launch (moe_gate_up / moe_down) or the 2-tile down (moe_experts_fused1). */
+static bool has_nt4(const moe_expert_args *a, int T) { return a->tok4_min > 0 && T > a->tok4_min; }
+static bool tok4_ok(const moe_expert_args *a)
+{
+    return a->tok4_min <= 0 || (a->tok4_min >= 2 * MOE_TOK_CHUNK && a->tok4_min >= a->tok1_max);
+}
+
 template <class One, class Two>
 static cudaError_t stage_launches(const moe_expert_args *a, int T, int ov_bit, One one, Two two)
 {
+    if (!tok4_ok(a)) return cudaErrorInvalidValue;
     if (a->tok1_max < 0) {
         if (T <= MOE_TOK_CHUNK || (a->overlap & ov_bit)) return cudaErrorInvalidValue;
         const cudaError_t e = a->has_shared && moe_tok_tiles(T) == 1 ? one() : cudaSuccess;
@@ -741,9 +775,24 @@ static cudaError_t stage_launches(const moe_expert_args *a, int T, int ov_bit, O
     return e != cudaSuccess ? e : first2 ? one() : two();
 }
 
+/* the 4-tile launches of a stage (v26, X4) */
+static cudaError_t gate_up4(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
+                            const float *pair_w, int T, int topk, const int grid[3], uint16_t *h, cudaStream_t st)
+{
+    return moe_launch(gu4_pick(a->fmt), dim3(routed_grid(grid[2], 4, T, topk, a->I / MOE_ROWS_PER_ITEM, 0, false, a->tok4_min)),
+                      dim3(128), smem_for(a->E), st, *a, x, off, pair_tok, pair_w, h);
+}
+static cudaError_t down4(const moe_expert_args *a, const uint16_t *h, const int32_t *off, int T, int topk, const int grid[3],
+                         int rm, float *y, cudaStream_t st)
+{
+    return moe_launch(dn_pick<4, 0>(a->fmt, rm),
+                      dim3(routed_grid(grid[2], 4, T, topk, a->H / (MOE_ROWS_PER_ITEM * rm), 0, false, a->tok4_min)),
+                      dim3(128), smem_for(a->E), st, *a, h, off, y);
+}
+
 extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                                    const int32_t *pair_tok, const float *pair_w, const int32_t *items, int T,
-                                   int topk, const int grid[2], uint16_t *h, cudaStream_t st)
+                                   int topk, const int grid[3], uint16_t *h, cudaStream_t st)
 {
     (void)items;
     if (a->H % 128 || a->I % MOE_ROWS_PER_ITEM || a->H > 8192) return cudaErrorInvalidValue;
@@ -760,11 +809,12 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
         return moe_launch(gu2_pick(a->fmt, sh), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)),
                           dim3(128), smem_gu2(a->E, sh), st, *a, x, off, pair_tok, pair_w, h);
     };
-    return stage_launches(a, T, 1, one, two);
+    const cudaError_t e = stage_launches(a, T, 1, one, two);
+    return e != cudaSuccess || !has_nt4(a, T) ? e : gate_up4(a, x, off, pair_tok, pair_w, T, topk, grid, h, st);
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
-                                int T, int topk, const int grid[2], float *y, cudaStream_t st)
+                                int T, int topk, const int grid[3], float *y, cudaStream_t st)
 {
     (void)items;
     if (a->I % 128 || a->H % (MOE_ROWS_PER_ITEM * (a->down_rm == 2 ? 2 : 1)) || a->I > 8192) return cudaErrorInvalidValue;
@@ -777,7 +827,8 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
                           dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)), dim3(128), sm, st,
                           *a, h, off, y);
     };
-    return stage_launches(a, T, 2, one, two);
+    const cudaError_t e = stage_launches(a, T, 2, one, two);
+    return e != cudaSuccess || !has_nt4(a, T) ? e : down4(a, h, off, T, topk, grid, rm, y, st);
 }
 
 typedef void (*e1_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *,
@@ -811,7 +862,7 @@ extern "C" cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *bl
 
 extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                                           const int32_t *pair_tok, const float *pair_w, int T, int topk,
-                                          const int grid[2], int grid_fused, uint16_t *h, float *y, cudaStream_t st)
+                                          const int grid[3], int grid_fused, uint16_t *h, float *y, cudaStream_t st)
 {
     const bool small = T <= MOE_TOK_CHUNK;
     if (!a->tickets || a->tok1_max < 0 || (a->has_shared && (!small || !EX_FP8_OK)) || a->H % 128 || a->I % MOE_ROWS_PER_ITEM ||
@@ -819,7 +870,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         return cudaErrorInvalidValue;
     const int ksg = small ? a->ks_gu : 1, kss = small && a->has_shared ? a->ks_sh : 1;
     if (ksg < 1 || ksg > MOE_PARTS_MAX || (a->H / 128) % ksg || kss < 1 || kss > MOE_PARTS_MAX || (a->H / 128) % kss ||
-        ((ksg > 1 || kss > 1) && (!a->part || !a->pcnt)))
+        ((ksg > 1 || kss > 1) && (!a->part || !a->pcnt)) || !tok4_ok(a) || (small && has_nt4(a, T)))
         return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     moe_expert_args b = *a;
@@ -850,8 +901,13 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     if (e != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
-    return moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
-                      dim3(128), sm, st, b, (const uint16_t *)h, off, y);
+    e = moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
+                   dim3(128), sm, st, b, (const uint16_t *)h, off, y);
+    if (e != cudaSuccess || !has_nt4(&b, T)) return e;
+    /* v26 (X4): the 4-tile stages after the 2-tile down (before it, the 4-tile gate/up's wait would hold the fused
+       launch until the 2-tile gate/up ends) */
+    return (e = gate_up4(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st)) != cudaSuccess
+               ? e : down4(&b, (const uint16_t *)h, off, T, topk, grid, 2, y, st);
 }
 
 /* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);

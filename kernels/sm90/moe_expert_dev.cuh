@@ -37,6 +37,15 @@ template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 
+/* ZP (v26, moe_expert_args.zpad): a token slot past an item's tokens reads this zero row instead of the item's first
+ * token again (its products are never stored either way), so the tensor cores multiply zeros there: fewer bits
+ * toggling where a batch leaves n-tiles part empty, which the power cap turns into clock at large batches. Rows of
+ * up to 8192 inputs (the kernels' limit on H and I). */
+static __device__ __align__(16) uint16_t moe_zero_row[8192];
+/* The activation row slot n (< 8 NT) of an item whose tokens are pairs p0 .. p0 + ntok - 1 reads: p0 + n, or past
+ * ntok p0 (zp 0) or -1, the zero row (zp 1; fp4_rowtile, fp8_rowtile) */
+__device__ __forceinline__ int moe_pad_row(int p0, int n, int ntok, int zp) { return n < ntok ? p0 + n : zp ? -1 : p0; }
+
 /* A lane's activation fragments for one 128-input chunk: 4 x 16 bytes of its token's row (L1-cached;
  * the 4 warps of a block read the same rows). */
 template <int NT>
@@ -252,8 +261,9 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     const uint16_t *xrow[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++)
-        xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
-                              (kx ? kx : K);
+        xrow[j] = prow[j] < 0 ? moe_zero_row
+                              : xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
+                                            (kx ? kx : K);
     XFrag<NT> xb[2];
     load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
     constexpr int PX = NT == 2 ? MOE_PROBE : 0;
@@ -572,7 +582,8 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
     const uint16_t *xrow[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++)
-        xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) * K;
+        xrow[j] = prow[j] < 0 ? moe_zero_row
+                              : xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) * K;
     XFrag<NT> xb[2];
     load_x<NT, XL>(xb[0], xrow, cb, q);
     acc_zero<NM, NT>(acc);
@@ -655,14 +666,21 @@ __device__ __forceinline__ int moe_tok1(int tok1_max)
     return tok1_max < 0 ? 0 : tok1_max <= MOE_TOK_CHUNK ? MOE_TOK_CHUNK : tok1_max > MOE_TOK1_MAX ? MOE_TOK1_MAX : tok1_max;
 }
 
+/* The tile class of a routed expert with n tokens: 1 up to tok1 (moe_tok1), 4 above tok4 (> 0: moe_expert_args.tok4_min,
+ * v26), else 2. */
+__device__ __forceinline__ int moe_tile_class(int n, int tok1, int tok4)
+{
+    return n <= tok1 ? 1 : tok4 > 0 && n > tok4 ? 4 : 2;
+}
+
 /* The item table of the NT-tile kernel, from the per-expert pair counts (off[]): expert e's items are
- * its token chunks of 8*NT x row groups if e belongs to this kernel (routed: more than tok1 tokens <=>
- * NT 2; shared: moe_tok_tiles(T) == NT), else none. s_items[0..nE] = exclusive prefix sums; s_off
- * filled. rows: output rows of the stage (I for gate/up, H for down); tok1: moe_tok1(a.tok1_max).
+ * its token chunks of 8*NT x row groups if e belongs to this kernel (routed: moe_tile_class == NT; shared:
+ * moe_tok_tiles(T) == NT), else none. s_items[0..nE] = exclusive prefix sums; s_off
+ * filled. rows: output rows of the stage (I for gate/up, H for down); tok1: moe_tok1(a.tok1_max), tok4: a.tok4_min.
  * Every thread of the block calls it. */
 template <int NT>
 __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, const int32_t *off, int nE, int E,
-                                           int rows, int rpi, int tok1)
+                                           int rows, int rpi, int tok1, int tok4)
 {
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_off[i] = __ldcg(off + i);
     __syncthreads();
@@ -670,7 +688,7 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
         int c = 0;
         if (i < nE) {
             const int n = s_off[i + 1] - s_off[i];
-            const int nt = i < E ? (n > tok1 ? 2 : 1) : moe_tok_tiles(n);
+            const int nt = i < E ? moe_tile_class(n, tok1, tok4) : moe_tok_tiles(n);
             /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
             if (nt == NT) c = (n + MOE_TOK_CHUNK * NT - 1) / (MOE_TOK_CHUNK * NT) * (i < E ? rows / rpi : rows / MOE_TILE_ROWS);
         }
