@@ -196,8 +196,6 @@ typedef struct {
                                                  else >= 2 * MOE_TOK_CHUNK and >= tok1_max) take the 4-tile
                                                  launches (items of 32 tokens: each dequantised fragment feeds 4
                                                  n-tiles), launched after the 2-tile ones of each stage */
-    int zpad;                                 /* v26 (ZP): token slots past an item's tokens read a zero row (1) or
-                                                 the item's first token (0); results are the same */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4

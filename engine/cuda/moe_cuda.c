@@ -319,9 +319,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->shared_wg_min_t = 0;    /* v25: off (NOTES v25 (2), (5): correct, no faster at 256-512; +6 % at 256) */
     W->shared_wg_fold = 1;     /* v25: SWF where the scales allow it (prepared, not yet measured: NOTES v25 (10)) */
     W->shared_wg_n128_min_t = 512;
-    W->x4_min_t = 0;           /* v26: X4 prepared, measured in bench/NOTES.md v26 */
+    W->x4_min_t = 256;         /* v26: NOTES v26 (2)-(3): skewed 256-512 -6.5..7.6 %, random equal; from 128 +0.8 %
+                                  at skewed 128, from 64 +11 % at skewed 64 */
     W->x4_tok = 32;
-    W->zero_pad = 0;           /* v26: measured slower (bench/NOTES.md v26 (3)) */
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
                                   gate/up's; random 256 with it (fused stages off) +10 %) */
@@ -432,7 +432,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .tok1_max = tok1,
         .sh_xl_min_t = W->shared_xl_min_t, .sh_wg_min_t = W->shared_wg_min_t,
         .sh_wg_fold = W->shared_wg_fold && L->sh_pow2, .sh_wg_n128_min_t = W->shared_wg_n128_min_t,
-        .tok4_min = tok4, .zpad = W->zero_pad,
+        .tok4_min = tok4,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

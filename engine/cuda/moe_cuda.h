@@ -100,8 +100,6 @@ typedef struct {
     int x4_min_t, x4_tok;             /* v26 (X4): from batch x4_min_t (0: never) routed experts with more than
                                          x4_tok tokens (>= 16, >= the batch's tok1_max) take the 4-tile launches
                                          (moe_expert_args.tok4_min) */
-    int zero_pad;                     /* v26 (ZP): token slots past an item's tokens read a zero row
-                                         (moe_expert_args.zpad) */
     int nt2_all_min_t;                /* v24: from this batch (0: never) every routed expert with tokens takes the
                                          2-tile launches (moe_expert_args.tok1_max -1), where the separate gate/up
                                          and down launches run (no handed-out tiles, above dyn_max_t) */

@@ -38,6 +38,9 @@
  * expert's weights, the chunks of a row group adjacent in the item order so the second read mostly hits
  * L2: the rare 9-16-token expert of a batch of 64-128 no longer leaves a 2-tile tail); the shared expert
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
+ * v26 (X4, moe_expert_args.tok4_min, default from batch 256): a routed expert with more than 32 tokens is served by
+ * the 4-tile kernels (items of 32 tokens, each dequantised fragment feeding 4 n-tiles; 224 registers, 2 blocks/SM),
+ * launched after each stage's 2-tile one (after the 2-tile down in moe_experts_fused1): skewed 256-512 -6.5..7.6 %.
  * moe_gate_up / moe_down launch both kernels back to back (only the 1-tile one for T <= 8, where no
  * expert can have more than 8 tokens); each block derives its kernel's own item list from the
  * per-expert counts in off[] (a 1-warp scan in shared memory), so the split needs no host sync, no
@@ -108,7 +111,7 @@ template <int NT>
 __device__ __forceinline__ ItemWalk item_walk(const moe_expert_args &a, int total, int stage)
 {
     return {{a.tickets + 4 * stage + (NT - 1) * 2, total * MOE_WARPS, (int)gridDim.x * MOE_WARPS},
-            NT <= 2 && a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1)};   /* 4 tiles: static */
+            NT <= 2 && a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1)};   /* wide (MOE_NTW): static */
 }
 
 /* v16 (moe_expert_args.pf_dn, .pf_sh_dn): the down weights the next launch reads, asked of L2 by the
@@ -163,9 +166,9 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
      * (v26) follows the 2-tile one, which released it at its start: it releases before its own wait, so the down
      * launch after it still primes during the 2-tile launch's tail (its wait covers both: ours completes after
      * the 2-tile launch does). */
-    if (NT == 4 && a.early) moe_pdl_release();
+    if (NT >= 4 && a.early) moe_pdl_release();
     if (!second) moe_pdl_wait();
-    if (NT != 4 && a.early) moe_pdl_release();
+    if (NT < 4 && a.early) moe_pdl_release();
     constexpr int GD = MOE_GU_D;
     item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max), a.tok4_min);
     if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
@@ -192,7 +195,7 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
         const int g_ = lane >> 2;
         int prow[NT];
 #pragma unroll
-        for (int j = 0; j < NT; j++) prow[j] = moe_pad_row(p0, j * 8 + g_, ntok, a.zpad);
+        for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
         float acc[2][NT][4];   /* gate, up of the warp's 16-row tile */
         float pg = 1.f, pu = 1.f;
         if (e < a.E) {
@@ -283,7 +286,7 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
         const int g_ = lane >> 2;
         int prow[NT];
 #pragma unroll
-        for (int j = 0; j < NT; j++) prow[j] = moe_pad_row(p0, j * 8 + g_, ntok, a.zpad);
+        for (int j = 0; j < NT; j++) prow[j] = p0 + (j * 8 + g_ < ntok ? j * 8 + g_ : 0);
         float acc[RM][NT][4];
         float post = 1.f;
         int rm = RM;   /* 16-row tiles this warp writes */
@@ -458,7 +461,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
         const unsigned long long t_item = tr ? moe_now() : 0;
         const int r = w / kss, part = w % kss, ntok = a.T, p0 = a.sh_row0;
         float acc[2][1][4];
-        int prow[1] = {moe_pad_row(0, g, ntok, a.zpad)};   /* x row = token */
+        int prow[1] = {g < ntok ? g : 0};   /* x row = token */
         fp8_rowtile<2, 2, 1>(a.sh_w13 + (size_t)r * ncg * 2 * MOE_FP8_CHUNK_BYTES, a.H, part * ncg / kss,
                              (part + 1) * ncg / kss, a.sh_s13 + (size_t)(r * MOE_TILE_ROWS / 128) * ncg,
                              (a.I / 128) * (a.H / 128), ring, x, NULL, prow, acc);
@@ -527,7 +530,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             primed = false;
         } else if (SMALL && wi >= wg && wi < wsd) {   /* shared down: FP8 16-row tile r, once the shared h is complete */
 #if EX_FP8_OK
-            int prow[1] = {moe_pad_row(p0, g, ntok, a.zpad)};
+            int prow[1] = {p0 + (g < ntok ? g : 0)};
             fp8_rowtile<1, 4, 1, 1, 1>(a.sh_w2 + (size_t)r * ncd * MOE_FP8_CHUNK_BYTES, a.I, 0, ncd,
                                        a.sh_s2 + (size_t)(r * MOE_TILE_ROWS / 128) * ncd, 0, ring, h, NULL, prow, acc,
                                        MOE_DONE(a.tickets, DONE_KEY(e, p0)), need);
@@ -544,7 +547,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
         } else if (SMALL && RM == 2) {   /* routed gate/up (a K part) or down (2 tiles): one copy of the FP4 loop,
                                             so the instruction cache holds one routed loop instead of two */
             const bool gu = wi < wg;
-            int prow[1] = {moe_pad_row(p0, g, ntok, a.zpad)};
+            int prow[1] = {p0 + (g < ntok ? g : 0)};
             const int part = gu ? (wi - nsg) % ksg : 0, npart = (wn - nsg) % ksg;
             const size_t pb = (size_t)ncp * 2 * moe_fp4_chunk_bytes(FMT);   /* bytes of a gate/up K part */
             const bool has_next = gu ? wn < wg && ncp % D == 0 : wn < wtot && ncd % D == 0;
@@ -589,7 +592,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             }
         } else if (wi < wg) {   /* gate/up: 16 rows of gate and of up for one <= 8-token chunk of the expert */
             const int part = SMALL ? (wi - nsg) % ksg : 0;
-            int prow[1] = {moe_pad_row(p0, g, ntok, a.zpad)};
+            int prow[1] = {p0 + (g < ntok ? g : 0)};
             const bool has_next = wn < wg && (!SMALL || wn >= nsg) && ncp % D == 0;
             const int npart = SMALL ? (wn - nsg) % ksg : 0;
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg +
@@ -621,7 +624,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
             if (tr && SMALL) moe_trace_span(MOE_TR_GU1, t_item);
         } else {   /* down: RM adjacent 16-row tiles of the expert's w2, once the h rows of its token chunk are
                       complete */
-            int prow[1] = {moe_pad_row(p0, g, ntok, a.zpad)};
+            int prow[1] = {p0 + (g < ntok ? g : 0)};
             const bool has_next = wn < wtot && ncd % DD == 0;
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rtd;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rtd : NULL;
@@ -693,7 +696,10 @@ static dn_fn dn2_pick(int fmt, int rm, int sh)
     return sh ? dn_pick<2, 1>(fmt, rm) : dn_pick<2, 0>(fmt, rm);
 }
 /* the 4-tile kernels (v26, X4): routed experts only, so never the FP8 branch */
-static gu_fn gu4_pick(int fmt) { return fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4, 4, 0> : k_gate_up<MOE_FP4_MXFP4, 4, 0>; }
+static gu_fn gu4_pick(int fmt)
+{
+    return fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4, MOE_NTW, 0> : k_gate_up<MOE_FP4_MXFP4, MOE_NTW, 0>;
+}
 
 /* occupancy of the 64-row down kernel (the 128-row one has the same launch bounds and no spills) */
 template <int NT>
@@ -721,10 +727,10 @@ static cudaError_t occupancy_nt4(int fmt, int E, int *gu, int *dn)
     cudaError_t e;
     if ((e = raise_smem((const void *)gu4_pick(fmt), smem_for(512))) != cudaSuccess) return e;
     for (int rm = 1; rm <= 2; rm++)
-        if ((e = raise_smem((const void *)dn_pick<4, 0>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
+        if ((e = raise_smem((const void *)dn_pick<MOE_NTW, 0>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
     if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, (const void *)gu4_pick(fmt), 128, sm)) != cudaSuccess)
         return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<4, 0>(fmt, 1), 128, sm);
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<MOE_NTW, 0>(fmt, 1), 128, sm);
 }
 
 extern "C" int moe_expert_inline_shared_ok(void) { return EX_FP8_OK; }
@@ -741,7 +747,7 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
 static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false, int tok4 = 0)
 {
     const long P = (long)T * topk;
-    long cap = (nt == 4 ? P / (tok4 + 1) : nt == 1 || all2 ? P : P / 9) * row_groups;
+    long cap = (nt >= 4 ? P / (tok4 + 1) : nt == 1 || all2 ? P : P / 9) * row_groups;
     if (has_shared && moe_tok_tiles(T) == nt)   /* + the shared expert's items: 16-row tiles x token chunks */
         cap += (long)((T + MOE_TOK_CHUNK * nt - 1) / (MOE_TOK_CHUNK * nt)) * row_groups * MOE_WARPS;
     return cap < grid ? (int)(cap > 0 ? cap : 1) : grid;
@@ -785,7 +791,7 @@ static cudaError_t gate_up4(const moe_expert_args *a, const uint16_t *x, const i
 static cudaError_t down4(const moe_expert_args *a, const uint16_t *h, const int32_t *off, int T, int topk, const int grid[3],
                          int rm, float *y, cudaStream_t st)
 {
-    return moe_launch(dn_pick<4, 0>(a->fmt, rm),
+    return moe_launch(dn_pick<MOE_NTW, 0>(a->fmt, rm),
                       dim3(routed_grid(grid[2], 4, T, topk, a->H / (MOE_ROWS_PER_ITEM * rm), 0, false, a->tok4_min)),
                       dim3(128), smem_for(a->E), st, *a, h, off, y);
 }

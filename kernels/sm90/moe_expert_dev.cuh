@@ -9,6 +9,13 @@
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
 #define RING_WARP_BYTES (10 * 1024)   /* per-warp shared-memory ring of weight chunks */
+/* n-tiles of the wide kernels (v26, X4: moe_expert_args.tok4_min): 4 (32-token items) or 8 (64) */
+#ifndef MOE_NTW
+#define MOE_NTW 4
+#endif
+#ifndef MOE_XSB
+#define MOE_XSB 0   /* 1: the wide kernels' activations single-buffered (fp4_rowtile) */
+#endif
 /* 1: the FP4 ring loop keeps 2 steps of code instead of D (ring slot computed at run time). v13,
  * measured A/B in one process (bench/NOTES.md): 5-7 % faster for the one-launch layer at batches 1-8
  * (its many loops thrash the instruction cache), 0-7 % slower for the separate kernels at batches 4-64. */
@@ -36,15 +43,6 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-
-/* ZP (v26, moe_expert_args.zpad): a token slot past an item's tokens reads this zero row instead of the item's first
- * token again (its products are never stored either way), so the tensor cores multiply zeros there: fewer bits
- * toggling where a batch leaves n-tiles part empty, which the power cap turns into clock at large batches. Rows of
- * up to 8192 inputs (the kernels' limit on H and I). */
-static __device__ __align__(16) uint16_t moe_zero_row[8192];
-/* The activation row slot n (< 8 NT) of an item whose tokens are pairs p0 .. p0 + ntok - 1 reads: p0 + n, or past
- * ntok p0 (zp 0) or -1, the zero row (zp 1; fp4_rowtile, fp8_rowtile) */
-__device__ __forceinline__ int moe_pad_row(int p0, int n, int ntok, int zp) { return n < ntok ? p0 + n : zp ? -1 : p0; }
 
 /* A lane's activation fragments for one 128-input chunk: 4 x 16 bytes of its token's row (L1-cached;
  * the 4 warps of a block read the same rows). */
@@ -261,11 +259,13 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     const uint16_t *xrow[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++)
-        xrow[j] = prow[j] < 0 ? moe_zero_row
-                              : xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
-                                            (kx ? kx : K);
-    XFrag<NT> xb[2];
-    load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
+        xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
+                              (kx ? kx : K);
+    /* XSB (v26, the wide kernels with MOE_XSB): one activation buffer, chunk c's fragments loaded at its own step
+       (the compiler hoists them above the ring wait) instead of one chunk ahead: 16 NT registers fewer */
+    constexpr int XSB = NT >= 4 && MOE_XSB;
+    XFrag<NT> xb[XSB ? 1 : 2];
+    if (!XSB) load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
     constexpr int PX = NT == 2 ? MOE_PROBE : 0;
     if (PX & 8) load_x<NT, XL>(xb[1], xrow, nc > 1 ? 1 : 0, q, xnc);   /* the probe's only other loads */
     acc_zero<NM, NT>(acc);
@@ -276,11 +276,12 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
         for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
             const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = s0 & 1;
             if (c < nc) {
-                if (!(PX & 8) && c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
+                if constexpr (XSB) load_x<NT, XL>(xb[0], xrow, c, q, xnc);
+                else if (!(PX & 8) && c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
-                fp4_compute<NM, NT, OR2>(st, xb[u], acc);
+                fp4_compute<NM, NT, OR2>(st, xb[XSB ? 0 : u], acc);
             }
             fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
         }
@@ -582,8 +583,7 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
     const uint16_t *xrow[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++)
-        xrow[j] = prow[j] < 0 ? moe_zero_row
-                              : xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) * K;
+        xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) * K;
     XFrag<NT> xb[2];
     load_x<NT, XL>(xb[0], xrow, cb, q);
     acc_zero<NM, NT>(acc);
@@ -666,11 +666,11 @@ __device__ __forceinline__ int moe_tok1(int tok1_max)
     return tok1_max < 0 ? 0 : tok1_max <= MOE_TOK_CHUNK ? MOE_TOK_CHUNK : tok1_max > MOE_TOK1_MAX ? MOE_TOK1_MAX : tok1_max;
 }
 
-/* The tile class of a routed expert with n tokens: 1 up to tok1 (moe_tok1), 4 above tok4 (> 0: moe_expert_args.tok4_min,
- * v26), else 2. */
+/* The tile class of a routed expert with n tokens: 1 up to tok1 (moe_tok1), MOE_NTW above tok4 (> 0:
+ * moe_expert_args.tok4_min, v26), else 2. */
 __device__ __forceinline__ int moe_tile_class(int n, int tok1, int tok4)
 {
-    return n <= tok1 ? 1 : tok4 > 0 && n > tok4 ? 4 : 2;
+    return n <= tok1 ? 1 : tok4 > 0 && n > tok4 ? MOE_NTW : 2;
 }
 
 /* The item table of the NT-tile kernel, from the per-expert pair counts (off[]): expert e's items are

@@ -605,12 +605,6 @@ int main(int argc, char **argv)
         run_case("nvfp4, shared expert k_shared_fp8, power-of-two scales", &M, &L, &W, 257, 0);
         make_shared(&M, &L, 0);   /* the rest as before: scales of any mantissa */
     }
-    {   /* v26 (ZP, default on): empty token slots reading the item's first token again instead of the zero row */
-        W.zero_pad = 0;
-        for (int i = 0; i < 7; i++) run_case("nvfp4, padding from the first token", &M, &L, &W, batches[i], 0);
-        run_case("nvfp4 skewed, padding from the first token", &M, &L, &W, 257, 1);
-        W.zero_pad = 1;
-    }
     {   /* v26 (X4): routed experts with more than x4_tok tokens in the 4-tile launches (32-token items; partial last
            ones), after the 2-tile down in the fused path (T <= dyn_max_t), after each stage's 2-tile launch in the
            separate one, and with every other expert 2-tile (nt2_all_min_t) */
