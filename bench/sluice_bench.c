@@ -387,7 +387,7 @@ static int bench_moe(int argc, char **argv)
              * batch SX (moe_cuda_ws.shared_xl_min_t, default 512; 0 = never), the shared expert on wgmma from batch
              * SW (moe_cuda_ws.shared_wg_min_t, default 0 = never), with the block scales folded where they are
              * powers of two SF (shared_wg_fold, default 1) and 128-token blocks from batch SN (shared_wg_n128_min_t,
-             * default 512), routed experts with more than XT tokens (moe_cuda_ws.x4_tok, default 32) in the 4-tile
+             * default 512), routed experts with more than XT tokens (moe_cuda_ws.x4_tok, default 32) in the wide
              * launches from batch X4 (moe_cuda_ws.x4_min_t, default 256; 0 = never); each measured in turn,
              * the JSON holds the last */
             static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 32, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 32, 9, 2, 512, 512, 0, 1, 512, 256, 32};
@@ -498,7 +498,7 @@ static int bench_moe(int argc, char **argv)
         W.shared_wg_fold = tune[v][35], W.shared_wg_n128_min_t = tune[v][36], W.x4_min_t = tune[v][37], W.x4_tok = tune[v][38];
     printf("variant: early PDL %d, 128-row down items from batch %d, 16-token logits tiles from batch %d, logits K parts %d "
            "up to batch %d, one-launch layer up to batch %d (opt %d), tensor-core logits from batch %d, 2-tile overlap %d, "
-           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d (folded scales %d, 128-token blocks from %d), 4-tile launches from batch %d for experts with > %d tokens\n",
+           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d (folded scales %d, 128-token blocks from %d), wide launches from batch %d for experts with > %d tokens\n",
            W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
            W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t, W.shared_wg_fold, W.shared_wg_n128_min_t, W.x4_min_t, W.x4_tok);
     rl = 0;

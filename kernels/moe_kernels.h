@@ -193,9 +193,9 @@ typedef struct {
                                                  load) and fold into the dequantisation (k_shared_wg FOLD 1) */
     int sh_wg_n128_min_t;                     /* ... and from this many tokens its blocks take 128 (0: never) */
     int tok4_min;                             /* v26 (X4): routed experts with more than this many tokens (0: none;
-                                                 else >= 2 * MOE_TOK_CHUNK and >= tok1_max) take the 4-tile
-                                                 launches (items of 32 tokens: each dequantised fragment feeds 4
-                                                 n-tiles), launched after the 2-tile ones of each stage */
+                                                 else >= 2 * MOE_TOK_CHUNK and >= tok1_max) take the wide
+                                                 launches (items of 8 * MOE_NTW tokens, 64: each dequantised fragment
+                                                 feeds 8 n-tiles), launched after the 2-tile ones of each stage */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4
@@ -206,8 +206,8 @@ typedef struct {
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.
  * Two launches (one for T <= 8): the 1-tile kernel on grid[0] blocks takes the experts with <= 8 (tok1_max)
  * tokens, the 2-tile kernel on grid[1] those with more (decided on the GPU from off[]; the shared
- * expert by moe_tok_tiles(T)); with tok4_min (v26) a third, the 4-tile kernel on grid[2], takes the experts
- * with more than tok4_min. grid: persistent grids from moe_expert_occupancy with nt 1, 2 and 4.
+ * expert by moe_tok_tiles(T)); with tok4_min (v26) a third, the wide kernel (64-token items) on grid[2], takes the experts
+ * with more than tok4_min. grid: persistent grids from moe_expert_occupancy with nt 1, 2 and 4 (the wide kernels).
  * items is not read (the kernels derive their item lists from off[]); kept for the callers. */
 cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                         const int32_t *pair_tok, const float *pair_w, const int32_t *items,
@@ -219,7 +219,7 @@ cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t 
                      const int32_t *items, int T, int topk, const int grid[3], float *y, cudaStream_t st);
 /* moe_gate_up + moe_down for T > 8 as three launches (v16): the 2-tile gate/up, then the 1-tile gate/up
  * and down as one launch in which a down item waits only for its own token chunk's gate/up (counts in
- * tickets), then the 2-tile down (128-row items), then (tok4_min, v26) the 4-tile gate/up and down. Needs tickets (MOE_TICKET_WORDS(E, max T * topk) zeroed words; every
+ * tickets), then the 2-tile down (128-row items), then (tok4_min, v26) the wide gate/up and down. Needs tickets (MOE_TICKET_WORDS(E, max T * topk) zeroed words; every
  * completed launch leaves them zero), has_shared 0. For T <= 8 (v17) the one launch alone, with the
  * shared expert's items in it (has_shared; moe_expert_inline_shared_ok), routed / shared gate/up tiles
  * split into ks_gu / ks_sh K parts (part, pcnt) and down_rm (1 or 2) 16-row tiles per down item.
@@ -245,7 +245,7 @@ cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, in
 /* Sets one shared-memory carveout on every kernel of the layer (MOE_CARVEOUT, moe_expert.cu: 100 % shared
  * memory; -1 leaves the driver's choice). */
 cudaError_t moe_kernels_carveout(void);
-/* Blocks per SM the expert kernels of nt (1, 2, 4) tiles reach (for a persistent grid). */
+/* Blocks per SM the expert kernels of nt 1 or 2 tiles, or 4: the wide ones (MOE_NTW tiles), reach (for a persistent grid). */
 cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
 /* 1 if the routed launches can carry the shared expert's FP8 items (has_shared); 0 in builds whose
  * routed rings are too small for them (MOE_GU_D < 4), where the caller must use moe_shared_experts. */

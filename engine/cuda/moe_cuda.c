@@ -319,8 +319,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->shared_wg_min_t = 0;    /* v25: off (NOTES v25 (2), (5): correct, no faster at 256-512; +6 % at 256) */
     W->shared_wg_fold = 1;     /* v25: SWF where the scales allow it (prepared, not yet measured: NOTES v25 (10)) */
     W->shared_wg_n128_min_t = 512;
-    W->x4_min_t = 256;         /* v26: NOTES v26 (2)-(3): skewed 256-512 -6.5..7.6 %, random equal; from 128 +0.8 %
-                                  at skewed 128, from 64 +11 % at skewed 64 */
+    W->x4_min_t = 256;         /* v26: NOTES v26 (2)-(4): skewed 512 -20 %, 256 -17 %, random equal; (32-token items:)
+                                  from 128 +0.8 % at skewed 128, from 64 +11 % at skewed 64 */
     W->x4_tok = 32;
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
@@ -357,7 +357,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(moe_experts1_occupancy(L->kfmt, E, 1, &fb), "occupancy (one expert launch)");
     if (fb < 1) return fail("the fused expert kernel cannot be resident on this device");
     W->grid_f1s = sms * fb;
-    for (int i = 0; i < 3; i++) {   /* 1, 2, 4 tiles */
+    for (int i = 0; i < 3; i++) {   /* 1, 2 tiles, the wide kernels */
         int gu, dn;
         CK(moe_expert_occupancy(L->kfmt, E, 1 << i, &gu, &dn), "occupancy");
         if (gu < 1 || dn < 1) return fail("expert kernels cannot be resident on this device");

@@ -50,7 +50,7 @@ typedef struct {
 } moe_cuda_layer;
 
 typedef struct {
-    int max_tokens, grid_gu[3], grid_dn[3];   /* persistent grids for 1, 2 and 4 token tiles per item */
+    int max_tokens, grid_gu[3], grid_dn[3];   /* persistent grids for 1, 2 and 8 (wide) token tiles per item */
     float *logits;                    /* [max][E] fp32 */
     int32_t *idx; float *w;           /* [max][topk] */
     int32_t *off, *items_gu, *items_dn;   /* [E+2] */
@@ -98,7 +98,7 @@ typedef struct {
     int shared_wg_fold;               /* v25: ... with the block scales folded where the layer's allow it (sh_pow2) */
     int shared_wg_n128_min_t;         /* v25: ... folded, 128-token blocks from this batch (0: never) */
     int x4_min_t, x4_tok;             /* v26 (X4): from batch x4_min_t (0: never) routed experts with more than
-                                         x4_tok tokens (>= 16, >= the batch's tok1_max) take the 4-tile launches
+                                         x4_tok tokens (>= 16, >= the batch's tok1_max) take the wide launches (64-token items)
                                          (moe_expert_args.tok4_min) */
     int nt2_all_min_t;                /* v24: from this batch (0: never) every routed expert with tokens takes the
                                          2-tile launches (moe_expert_args.tok1_max -1), where the separate gate/up

@@ -39,8 +39,9 @@
  * L2: the rare 9-16-token expert of a batch of 64-128 no longer leaves a 2-tile tail); the shared expert
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
  * v26 (X4, moe_expert_args.tok4_min, default from batch 256): a routed expert with more than 32 tokens is served by
- * the 4-tile kernels (items of 32 tokens, each dequantised fragment feeding 4 n-tiles; 224 registers, 2 blocks/SM),
- * launched after each stage's 2-tile one (after the 2-tile down in moe_experts_fused1): skewed 256-512 -6.5..7.6 %.
+ * the wide kernels (MOE_NTW 8 n-tiles: items of 64 tokens, each dequantised fragment feeding 8 n-tiles; activations
+ * single-buffered, 234-255 registers, 2 blocks/SM), launched after each stage's 2-tile one (after the 2-tile down in
+ * moe_experts_fused1): skewed 512 0.88 -> 0.70 ms, 256 0.45 -> 0.38 (bench/NOTES.md v26 (2)-(4)).
  * moe_gate_up / moe_down launch both kernels back to back (only the 1-tile one for T <= 8, where no
  * expert can have more than 8 tokens); each block derives its kernel's own item list from the
  * per-expert counts in off[] (a 1-warp scan in shared memory), so the split needs no host sync, no
@@ -82,8 +83,8 @@
 #ifndef MOE_MINB2
 #define MOE_MINB2 4
 #endif
-/* ... and the 4-tile kernels (v26, X4: moe_expert_args.tok4_min): two activation double buffers of 4 n-tiles
- * (128 registers) and 32 accumulators do not fit 128 registers */
+/* ... and the wide kernels (v26, X4: moe_expert_args.tok4_min, MOE_NTW n-tiles): 8 n-tiles' activations (128
+ * registers single-buffered) and 64 accumulators take ~250 registers */
 #ifndef MOE_MINB4
 #define MOE_MINB4 2
 #endif
@@ -162,7 +163,7 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
      * cover both launches. Its blocks take the slots the 1-tile launch's tail frees and start at once. */
     const bool second = NT == 2 && a.early && (a.overlap & 1);
     /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
-     * stream their first weights while this kernel finishes (they wait before reading h). The 4-tile launch
+     * stream their first weights while this kernel finishes (they wait before reading h). The wide launch
      * (v26) follows the 2-tile one, which released it at its start: it releases before its own wait, so the down
      * launch after it still primes during the 2-tile launch's tail (its wait covers both: ours completes after
      * the 2-tile launch does). */
@@ -695,7 +696,7 @@ static dn_fn dn2_pick(int fmt, int rm, int sh)
 {
     return sh ? dn_pick<2, 1>(fmt, rm) : dn_pick<2, 0>(fmt, rm);
 }
-/* the 4-tile kernels (v26, X4): routed experts only, so never the FP8 branch */
+/* the wide kernels (v26, X4, MOE_NTW n-tiles): routed experts only, so never the FP8 branch */
 static gu_fn gu4_pick(int fmt)
 {
     return fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4, MOE_NTW, 0> : k_gate_up<MOE_FP4_MXFP4, MOE_NTW, 0>;
@@ -720,7 +721,7 @@ static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1), 128, sm);
 }
 
-/* ... of the 4-tile kernels (no FP8 branch; the 64-row down has the 128-row one's launch bounds) */
+/* ... of the wide kernels (no FP8 branch; the 64-row down has the 128-row one's launch bounds) */
 static cudaError_t occupancy_nt4(int fmt, int E, int *gu, int *dn)
 {
     const size_t sm = smem_for(E);
@@ -743,7 +744,7 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
 /* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
  * whose idle blocks only wait and leave: the 1-tile kernel has at most one item chunk per pair, the
  * 2-tile kernel one per 9 pairs (its experts have > 8 tokens, > tok1_max with v19's chunks), or one per pair
- * where it takes every expert (all2: tok1_max < 0), the 4-tile kernel one per tok4_min + 1 pairs. */
+ * where it takes every expert (all2: tok1_max < 0), the wide kernel one per tok4_min + 1 pairs. */
 static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false, int tok4 = 0)
 {
     const long P = (long)T * topk;
@@ -758,7 +759,7 @@ static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int ha
  * with tokens 2-tile, without overlap (that launch would not wait for the lists); the 1-tile launch only where it
  * has the shared expert's items (below 256 tokens, moe_tok_tiles). Otherwise both, the 2-tile one first with
  * nt2_first unless it overlaps. */
-/* v26 (X4): whether these arguments have 4-tile launches (a batch in which an expert can have more than tok4_min
+/* v26 (X4): whether these arguments have wide launches (a batch in which an expert can have more than tok4_min
  * tokens); they follow each stage's 2-tile launch (moe_gate_up / moe_down) or the 2-tile down (moe_experts_fused1). */
 static bool has_nt4(const moe_expert_args *a, int T) { return a->tok4_min > 0 && T > a->tok4_min; }
 static bool tok4_ok(const moe_expert_args *a)
@@ -781,7 +782,7 @@ static cudaError_t stage_launches(const moe_expert_args *a, int T, int ov_bit, O
     return e != cudaSuccess ? e : first2 ? one() : two();
 }
 
-/* the 4-tile launches of a stage (v26, X4) */
+/* the wide launches of a stage (v26, X4) */
 static cudaError_t gate_up4(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
                             const float *pair_w, int T, int topk, const int grid[3], uint16_t *h, cudaStream_t st)
 {
@@ -910,7 +911,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     e = moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
                    dim3(128), sm, st, b, (const uint16_t *)h, off, y);
     if (e != cudaSuccess || !has_nt4(&b, T)) return e;
-    /* v26 (X4): the 4-tile stages after the 2-tile down (before it, the 4-tile gate/up's wait would hold the fused
+    /* v26 (X4): the wide stages after the 2-tile down (before it, the wide gate/up's wait would hold the fused
        launch until the 2-tile gate/up ends) */
     return (e = gate_up4(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st)) != cudaSuccess
                ? e : down4(&b, (const uint16_t *)h, off, T, topk, grid, 2, y, st);

@@ -9,12 +9,13 @@
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
 #define RING_WARP_BYTES (10 * 1024)   /* per-warp shared-memory ring of weight chunks */
-/* n-tiles of the wide kernels (v26, X4: moe_expert_args.tok4_min): 4 (32-token items) or 8 (64) */
+/* n-tiles of the wide kernels (v26, X4: moe_expert_args.tok4_min): 8 (64-token items) or 4 (32); bench/NOTES.md v26
+ * (4): with 8, single-buffered activations (MOE_XSB), skewed 512 -15.5 % against 4 double-buffered */
 #ifndef MOE_NTW
-#define MOE_NTW 4
+#define MOE_NTW 8
 #endif
 #ifndef MOE_XSB
-#define MOE_XSB 0   /* 1: the wide kernels' activations single-buffered (fp4_rowtile) */
+#define MOE_XSB 1   /* 1: the wide kernels' activations single-buffered (fp4_rowtile); 8 n-tiles need it */
 #endif
 /* 1: the FP4 ring loop keeps 2 steps of code instead of D (ring slot computed at run time). v13,
  * measured A/B in one process (bench/NOTES.md): 5-7 % faster for the one-launch layer at batches 1-8

@@ -605,26 +605,26 @@ int main(int argc, char **argv)
         run_case("nvfp4, shared expert k_shared_fp8, power-of-two scales", &M, &L, &W, 257, 0);
         make_shared(&M, &L, 0);   /* the rest as before: scales of any mantissa */
     }
-    {   /* v26 (X4): routed experts with more than x4_tok tokens in the 4-tile launches (32-token items; partial last
+    {   /* v26 (X4): routed experts with more than x4_tok tokens in the wide launches (64-token items; partial last
            ones), after the 2-tile down in the fused path (T <= dyn_max_t), after each stage's 2-tile launch in the
            separate one, and with every other expert 2-tile (nt2_all_min_t) */
         const int x4 = W.x4_min_t, xt = W.x4_tok, na = W.nt2_all_min_t, dy = W.dyn_items;
         W.x4_min_t = 9;
         W.x4_tok = 16;
-        run_case("nvfp4, 4-tile experts above 16", &M, &L, &W, 64, 0);    /* fused path, ~12 tokens per expert */
-        run_case("nvfp4, 4-tile experts above 16", &M, &L, &W, 130, 0);
-        run_case("nvfp4 skewed, 4-tile experts above 16", &M, &L, &W, 33, 1);   /* 32 + 1 */
-        run_case("nvfp4 skewed, 4-tile experts above 16", &M, &L, &W, 64, 1);
-        run_case("nvfp4, 4-tile experts above 16", &M, &L, &W, 257, 0);   /* separate launches, ~48 per expert */
-        run_case("nvfp4, 4-tile experts above 16", &M, &L, &W, 257, 0);   /* back to back */
-        run_case("nvfp4 skewed, 4-tile experts above 16", &M, &L, &W, 257, 1);   /* 8 x 32 + 1 */
+        run_case("nvfp4, wide experts above 16", &M, &L, &W, 64, 0);    /* fused path, ~12 tokens per expert */
+        run_case("nvfp4, wide experts above 16", &M, &L, &W, 130, 0);
+        run_case("nvfp4 skewed, wide experts above 16", &M, &L, &W, 33, 1);   /* one item, 31 slots empty */
+        run_case("nvfp4 skewed, wide experts above 16", &M, &L, &W, 64, 1);
+        run_case("nvfp4, wide experts above 16", &M, &L, &W, 257, 0);   /* separate launches, ~48 per expert */
+        run_case("nvfp4, wide experts above 16", &M, &L, &W, 257, 0);   /* back to back */
+        run_case("nvfp4 skewed, wide experts above 16", &M, &L, &W, 257, 1);   /* 4 x 64 + 1 */
         W.x4_tok = 32;
-        run_case("nvfp4, 4-tile experts above 32", &M, &L, &W, 257, 0);   /* 2-tile and 4-tile experts */
-        run_case("nvfp4 skewed, 4-tile experts above 32", &M, &L, &W, 130, 1);
+        run_case("nvfp4, wide experts above 32", &M, &L, &W, 257, 0);   /* 2-tile and wide experts */
+        run_case("nvfp4 skewed, wide experts above 32", &M, &L, &W, 130, 1);
         W.nt2_all_min_t = 9;
         W.dyn_items = 0;
-        run_case("nvfp4, 4-tile above 32, every other expert 2-tile", &M, &L, &W, 257, 0);
-        run_case("nvfp4, 4-tile above 32, every other expert 2-tile", &M, &L, &W, 64, 0);
+        run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 257, 0);
+        run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 64, 0);
         W.x4_min_t = x4, W.x4_tok = xt, W.nt2_all_min_t = na, W.dyn_items = dy;
     }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
@@ -751,9 +751,9 @@ int main(int argc, char **argv)
     W.fuse1 = 1;
     run_case("mxfp4 sigmoid, fused 1-tile stages", &M, &L, &W, 64, 0);
     W.fuse1 = 0;
-    W.x4_min_t = 9, W.x4_tok = 16;   /* v26: the MXFP4 scales in the 4-tile kernels */
-    run_case("mxfp4 sigmoid, 4-tile experts above 16", &M, &L, &W, 64, 0);
-    run_case("mxfp4 sigmoid skewed, 4-tile experts above 16", &M, &L, &W, 64, 1);
+    W.x4_min_t = 9, W.x4_tok = 16;   /* v26: the MXFP4 scales in the wide kernels */
+    run_case("mxfp4 sigmoid, wide experts above 16", &M, &L, &W, 64, 0);
+    run_case("mxfp4 sigmoid skewed, wide experts above 16", &M, &L, &W, 64, 1);
     W.x4_min_t = 0;
     run_fused("mxfp4 sigmoid (one launch)", &M, &L, &W, 3, 0);
     moe_cuda_ws_free(&W);
