@@ -216,7 +216,7 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
                         float *out, cudaStream_t st, int T, const char *routing)
 {
     static const char *nm[MOE_TR_SLOTS] = {"logits", "topk", "lists", "topk+lists", "gu1", "gu2", "fused1", "dn1",
-                                           "dn2", "sh-gu", "sh-dn", "combine", "ticket", "topk-ld", "gu4", "dn4"};
+                                           "dn2", "sh-gu", "sh-dn", "combine", "ticket", "topk-ld", "guw", "dnw"};
     unsigned long long *d, h[2 * MOE_TR_SLOTS];
     float b[MOE_TR_SLOTS][NSETS], e[MOE_TR_SLOTS][NSETS];
     int seen[MOE_TR_SLOTS] = {0};

@@ -192,7 +192,7 @@ typedef struct {
     int sh_wg_fold;                           /* v25, with sh_wg_min_t: the block scales are powers of two (checked at
                                                  load) and fold into the dequantisation (k_shared_wg FOLD 1) */
     int sh_wg_n128_min_t;                     /* ... and from this many tokens its blocks take 128 (0: never) */
-    int tok4_min;                             /* v26 (X4): routed experts with more than this many tokens (0: none;
+    int wide_min;                             /* v26 (X4): routed experts with more than this many tokens (0: none;
                                                  else >= 2 * MOE_TOK_CHUNK and >= tok1_max) take the wide
                                                  launches (items of 8 * MOE_NTW tokens, 64: each dequantised fragment
                                                  feeds 8 n-tiles), launched after the 2-tile ones of each stage */
@@ -206,8 +206,8 @@ typedef struct {
 /* h[pair][I] bf16 = w_pair * silu(min(gate, L)) * clamp(up, -L, L) for every pair.
  * Two launches (one for T <= 8): the 1-tile kernel on grid[0] blocks takes the experts with <= 8 (tok1_max)
  * tokens, the 2-tile kernel on grid[1] those with more (decided on the GPU from off[]; the shared
- * expert by moe_tok_tiles(T)); with tok4_min (v26) a third, the wide kernel (64-token items) on grid[2], takes the experts
- * with more than tok4_min. grid: persistent grids from moe_expert_occupancy with nt 1, 2 and 4 (the wide kernels).
+ * expert by moe_tok_tiles(T)); with wide_min (v26) a third, the wide kernel (64-token items) on grid[2], takes the experts
+ * with more than wide_min. grid: persistent grids from moe_expert_occupancy with nt 1, 2 and 4 (the wide kernels).
  * items is not read (the kernels derive their item lists from off[]); kept for the callers. */
 cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
                         const int32_t *pair_tok, const float *pair_w, const int32_t *items,
@@ -219,7 +219,7 @@ cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t 
                      const int32_t *items, int T, int topk, const int grid[3], float *y, cudaStream_t st);
 /* moe_gate_up + moe_down for T > 8 as three launches (v16): the 2-tile gate/up, then the 1-tile gate/up
  * and down as one launch in which a down item waits only for its own token chunk's gate/up (counts in
- * tickets), then the 2-tile down (128-row items), then (tok4_min, v26) the wide gate/up and down. Needs tickets (MOE_TICKET_WORDS(E, max T * topk) zeroed words; every
+ * tickets), then the 2-tile down (128-row items), then (wide_min, v26) the wide gate/up and down. Needs tickets (MOE_TICKET_WORDS(E, max T * topk) zeroed words; every
  * completed launch leaves them zero), has_shared 0. For T <= 8 (v17) the one launch alone, with the
  * shared expert's items in it (has_shared; moe_expert_inline_shared_ok), routed / shared gate/up tiles
  * split into ks_gu / ks_sh K parts (part, pcnt) and down_rm (1 or 2) 16-row tiles per down item.
@@ -291,7 +291,7 @@ int moe_fused_ks(int H);
  * per slot the earliest block start, initialise to ~0, and the latest warp end, initialise to 0;
  * %globaltimer ns), every later launch of the layer's kernels records into it; NULL turns it off. */
 enum { MOE_TR_LOGITS, MOE_TR_TOPK, MOE_TR_LISTS, MOE_TR_TOPK_LISTS, MOE_TR_GU1, MOE_TR_GU2, MOE_TR_FUSED1, MOE_TR_DN1,
-       MOE_TR_DN2, MOE_TR_SH_GU, MOE_TR_SH_DN, MOE_TR_COMBINE, MOE_TR_TICKET, MOE_TR_TOPK_LD, MOE_TR_GU4, MOE_TR_DN4, MOE_TR_SLOTS };
+       MOE_TR_DN2, MOE_TR_SH_GU, MOE_TR_SH_DN, MOE_TR_COMBINE, MOE_TR_TICKET, MOE_TR_TOPK_LD, MOE_TR_GUW, MOE_TR_DNW, MOE_TR_SLOTS };
 /* In moe_experts_fused1 with T <= 8 the item kinds record into gu1 (routed gate/up), dn1 (routed down),
  * sh-gu, sh-dn (each from an item's start to its end) and "ticket" (block start to the first ticket).
  * "topk-ld" (v21, only in builds with -DMOE_TRACE_TL=1): from the top-k's loads landing (logits parts and

@@ -416,10 +416,10 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     const moe_cuda_shape *s = &L->s;
     const int E = s->n_experts, H = s->hidden, I = s->inter, K = s->topk;
     const int tok1 = T >= W->tok1_min_t && T <= W->tok1_max_t ? W->tok1_max : MOE_TOK_CHUNK;
-    int tok4 = 0;   /* X4: above 16 tokens and above the 1-tile chunks' tok1 (moe_expert_args.tok4_min) */
+    int wide = 0;   /* X4: above 16 tokens and above the 1-tile chunks' tok1 (moe_expert_args.wide_min) */
     if (W->x4_min_t > 0 && T >= W->x4_min_t) {
-        tok4 = W->x4_tok > tok1 ? W->x4_tok : tok1;
-        if (tok4 < 2 * MOE_TOK_CHUNK) tok4 = 2 * MOE_TOK_CHUNK;
+        wide = W->x4_tok > tok1 ? W->x4_tok : tok1;
+        if (wide < 2 * MOE_TOK_CHUNK) wide = 2 * MOE_TOK_CHUNK;
     }
     const moe_expert_args a = {
         .E = E, .H = H, .I = I, .fmt = L->kfmt, .has_shared = s->has_shared,
@@ -432,7 +432,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .tok1_max = tok1,
         .sh_xl_min_t = W->shared_xl_min_t, .sh_wg_min_t = W->shared_wg_min_t,
         .sh_wg_fold = W->shared_wg_fold && L->sh_pow2, .sh_wg_n128_min_t = W->shared_wg_n128_min_t,
-        .tok4_min = tok4,
+        .wide_min = wide,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

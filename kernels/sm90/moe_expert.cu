@@ -38,7 +38,7 @@
  * expert's weights, the chunks of a row group adjacent in the item order so the second read mostly hits
  * L2: the rare 9-16-token expert of a batch of 64-128 no longer leaves a 2-tile tail); the shared expert
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
- * v26 (X4, moe_expert_args.tok4_min, default from batch 256): a routed expert with more than 32 tokens is served by
+ * v26 (X4, moe_expert_args.wide_min, default from batch 256): a routed expert with more than 32 tokens is served by
  * the wide kernels (MOE_NTW 8 n-tiles: items of 64 tokens, each dequantised fragment feeding 8 n-tiles; activations
  * single-buffered, 234-255 registers, 2 blocks/SM), launched after each stage's 2-tile one (after the 2-tile down in
  * moe_experts_fused1): skewed 512 0.88 -> 0.70 ms, 256 0.45 -> 0.38 (bench/NOTES.md v26 (2)-(4)).
@@ -83,12 +83,12 @@
 #ifndef MOE_MINB2
 #define MOE_MINB2 4
 #endif
-/* ... and the wide kernels (v26, X4: moe_expert_args.tok4_min, MOE_NTW n-tiles): 8 n-tiles' activations (128
+/* ... and the wide kernels (v26, X4: moe_expert_args.wide_min, MOE_NTW n-tiles): 8 n-tiles' activations (128
  * registers single-buffered) and 64 accumulators take ~250 registers */
-#ifndef MOE_MINB4
-#define MOE_MINB4 2
+#ifndef MOE_MINBW
+#define MOE_MINBW 2
 #endif
-__host__ __device__ constexpr int moe_minb_nt(int nt) { return nt == 1 ? MOE_MINB1 : nt == 2 ? MOE_MINB2 : MOE_MINB4; }
+__host__ __device__ constexpr int moe_minb_nt(int nt) { return nt == 1 ? MOE_MINB1 : nt == 2 ? MOE_MINB2 : MOE_MINBW; }
 /* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
  * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
@@ -154,7 +154,7 @@ template <int FMT, int NT, int SH = 1>
 __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
 {
-    const MoeTrace trace_(NT == 1 ? MOE_TR_GU1 : NT == 2 ? MOE_TR_GU2 : MOE_TR_GU4);
+    const MoeTrace trace_(NT == 1 ? MOE_TR_GU1 : NT == 2 ? MOE_TR_GU2 : MOE_TR_GUW);
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_items + (nE + 1);
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
     if (!second) moe_pdl_wait();
     if (NT < 4 && a.early) moe_pdl_release();
     constexpr int GD = MOE_GU_D;
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max), a.tok4_min);
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max), a.wide_min);
     if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
     const int total = s_items[nE], nc = a.H / 128;
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
@@ -246,7 +246,7 @@ template <int FMT, int NT, int RM, int SH = 1>
 __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
 {
-    const MoeTrace trace_(NT == 1 ? MOE_TR_DN1 : NT == 2 ? MOE_TR_DN2 : MOE_TR_DN4);
+    const MoeTrace trace_(NT == 1 ? MOE_TR_DN1 : NT == 2 ? MOE_TR_DN2 : MOE_TR_DNW);
     constexpr int GD = MOE_GU_D, D = RM == 1 ? 2 * GD : GD;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
      * item (weights do not depend on the previous kernel); h is read only after the wait. */
     const bool second = NT == 2 && a.early && (a.overlap & 2);   /* as in k_gate_up */
     if (!a.early) moe_pdl_wait();
-    item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM, moe_tok1(a.tok1_max), a.tok4_min);
+    item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM, moe_tok1(a.tok1_max), a.wide_min);
     const int total = s_items[nE], nc = a.I / 128;
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
     const int mmul = RM >= 2 ? nc : 1;
@@ -697,7 +697,7 @@ static dn_fn dn2_pick(int fmt, int rm, int sh)
     return sh ? dn_pick<2, 1>(fmt, rm) : dn_pick<2, 0>(fmt, rm);
 }
 /* the wide kernels (v26, X4, MOE_NTW n-tiles): routed experts only, so never the FP8 branch */
-static gu_fn gu4_pick(int fmt)
+static gu_fn gu_wide_pick(int fmt)
 {
     return fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4, MOE_NTW, 0> : k_gate_up<MOE_FP4_MXFP4, MOE_NTW, 0>;
 }
@@ -722,14 +722,14 @@ static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
 }
 
 /* ... of the wide kernels (no FP8 branch; the 64-row down has the 128-row one's launch bounds) */
-static cudaError_t occupancy_nt4(int fmt, int E, int *gu, int *dn)
+static cudaError_t occupancy_wide(int fmt, int E, int *gu, int *dn)
 {
     const size_t sm = smem_for(E);
     cudaError_t e;
-    if ((e = raise_smem((const void *)gu4_pick(fmt), smem_for(512))) != cudaSuccess) return e;
+    if ((e = raise_smem((const void *)gu_wide_pick(fmt), smem_for(512))) != cudaSuccess) return e;
     for (int rm = 1; rm <= 2; rm++)
         if ((e = raise_smem((const void *)dn_pick<MOE_NTW, 0>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, (const void *)gu4_pick(fmt), 128, sm)) != cudaSuccess)
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, (const void *)gu_wide_pick(fmt), 128, sm)) != cudaSuccess)
         return e;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<MOE_NTW, 0>(fmt, 1), 128, sm);
 }
@@ -738,20 +738,28 @@ extern "C" int moe_expert_inline_shared_ok(void) { return EX_FP8_OK; }
 
 extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int *dn)
 {
-    return nt == 4 ? occupancy_nt4(fmt, E, gu, dn) : nt == 2 ? occupancy_nt<2>(fmt, E, gu, dn) : occupancy_nt<1>(fmt, E, gu, dn);
+    return nt == 4 ? occupancy_wide(fmt, E, gu, dn) : nt == 2 ? occupancy_nt<2>(fmt, E, gu, dn) : occupancy_nt<1>(fmt, E, gu, dn);
 }
 
 /* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
  * whose idle blocks only wait and leave: the 1-tile kernel has at most one item chunk per pair, the
  * 2-tile kernel one per 9 pairs (its experts have > 8 tokens, > tok1_max with v19's chunks), or one per pair
- * where it takes every expert (all2: tok1_max < 0), the wide kernel one per tok4_min + 1 pairs. */
-static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false, int tok4 = 0)
+ * where it takes every expert (all2: tok1_max < 0), the wide kernel one per wide_min + 1 pairs. */
+static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false, int wide = 0)
 {
     const long P = (long)T * topk;
-    long cap = (nt >= 4 ? P / (tok4 + 1) : nt == 1 || all2 ? P : P / 9) * row_groups;
+    long cap = (nt >= 4 ? P / (wide + 1) : nt == 1 || all2 ? P : P / 9) * row_groups;
     if (has_shared && moe_tok_tiles(T) == nt)   /* + the shared expert's items: 16-row tiles x token chunks */
         cap += (long)((T + MOE_TOK_CHUNK * nt - 1) / (MOE_TOK_CHUNK * nt)) * row_groups * MOE_WARPS;
     return cap < grid ? (int)(cap > 0 ? cap : 1) : grid;
+}
+
+/* v26 (X4): whether these arguments have wide launches (a batch in which an expert can have more than wide_min
+ * tokens); they follow each stage's 2-tile launch (moe_gate_up / moe_down) or the 2-tile down (moe_experts_fused1). */
+static bool has_wide(const moe_expert_args *a, int T) { return a->wide_min > 0 && T > a->wide_min; }
+static bool wide_ok(const moe_expert_args *a)
+{
+    return a->wide_min <= 0 || (a->wide_min >= 2 * MOE_TOK_CHUNK && a->wide_min >= a->tok1_max);
 }
 
 /* One stage's launches (moe_gate_up: overlap bit 1, moe_down: bit 2), one: its 1-tile launch, two: its 2-tile one.
@@ -759,18 +767,10 @@ static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int ha
  * with tokens 2-tile, without overlap (that launch would not wait for the lists); the 1-tile launch only where it
  * has the shared expert's items (below 256 tokens, moe_tok_tiles). Otherwise both, the 2-tile one first with
  * nt2_first unless it overlaps. */
-/* v26 (X4): whether these arguments have wide launches (a batch in which an expert can have more than tok4_min
- * tokens); they follow each stage's 2-tile launch (moe_gate_up / moe_down) or the 2-tile down (moe_experts_fused1). */
-static bool has_nt4(const moe_expert_args *a, int T) { return a->tok4_min > 0 && T > a->tok4_min; }
-static bool tok4_ok(const moe_expert_args *a)
-{
-    return a->tok4_min <= 0 || (a->tok4_min >= 2 * MOE_TOK_CHUNK && a->tok4_min >= a->tok1_max);
-}
-
 template <class One, class Two>
 static cudaError_t stage_launches(const moe_expert_args *a, int T, int ov_bit, One one, Two two)
 {
-    if (!tok4_ok(a)) return cudaErrorInvalidValue;
+    if (!wide_ok(a)) return cudaErrorInvalidValue;
     if (a->tok1_max < 0) {
         if (T <= MOE_TOK_CHUNK || (a->overlap & ov_bit)) return cudaErrorInvalidValue;
         const cudaError_t e = a->has_shared && moe_tok_tiles(T) == 1 ? one() : cudaSuccess;
@@ -783,17 +783,17 @@ static cudaError_t stage_launches(const moe_expert_args *a, int T, int ov_bit, O
 }
 
 /* the wide launches of a stage (v26, X4) */
-static cudaError_t gate_up4(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
+static cudaError_t gate_up_wide(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
                             const float *pair_w, int T, int topk, const int grid[3], uint16_t *h, cudaStream_t st)
 {
-    return moe_launch(gu4_pick(a->fmt), dim3(routed_grid(grid[2], 4, T, topk, a->I / MOE_ROWS_PER_ITEM, 0, false, a->tok4_min)),
+    return moe_launch(gu_wide_pick(a->fmt), dim3(routed_grid(grid[2], 4, T, topk, a->I / MOE_ROWS_PER_ITEM, 0, false, a->wide_min)),
                       dim3(128), smem_for(a->E), st, *a, x, off, pair_tok, pair_w, h);
 }
-static cudaError_t down4(const moe_expert_args *a, const uint16_t *h, const int32_t *off, int T, int topk, const int grid[3],
+static cudaError_t down_wide(const moe_expert_args *a, const uint16_t *h, const int32_t *off, int T, int topk, const int grid[3],
                          int rm, float *y, cudaStream_t st)
 {
     return moe_launch(dn_pick<MOE_NTW, 0>(a->fmt, rm),
-                      dim3(routed_grid(grid[2], 4, T, topk, a->H / (MOE_ROWS_PER_ITEM * rm), 0, false, a->tok4_min)),
+                      dim3(routed_grid(grid[2], 4, T, topk, a->H / (MOE_ROWS_PER_ITEM * rm), 0, false, a->wide_min)),
                       dim3(128), smem_for(a->E), st, *a, h, off, y);
 }
 
@@ -817,7 +817,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
                           dim3(128), smem_gu2(a->E, sh), st, *a, x, off, pair_tok, pair_w, h);
     };
     const cudaError_t e = stage_launches(a, T, 1, one, two);
-    return e != cudaSuccess || !has_nt4(a, T) ? e : gate_up4(a, x, off, pair_tok, pair_w, T, topk, grid, h, st);
+    return e != cudaSuccess || !has_wide(a, T) ? e : gate_up_wide(a, x, off, pair_tok, pair_w, T, topk, grid, h, st);
 }
 
 extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t *off, const int32_t *items,
@@ -835,7 +835,7 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
                           *a, h, off, y);
     };
     const cudaError_t e = stage_launches(a, T, 2, one, two);
-    return e != cudaSuccess || !has_nt4(a, T) ? e : down4(a, h, off, T, topk, grid, rm, y, st);
+    return e != cudaSuccess || !has_wide(a, T) ? e : down_wide(a, h, off, T, topk, grid, rm, y, st);
 }
 
 typedef void (*e1_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *,
@@ -877,7 +877,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         return cudaErrorInvalidValue;
     const int ksg = small ? a->ks_gu : 1, kss = small && a->has_shared ? a->ks_sh : 1;
     if (ksg < 1 || ksg > MOE_PARTS_MAX || (a->H / 128) % ksg || kss < 1 || kss > MOE_PARTS_MAX || (a->H / 128) % kss ||
-        ((ksg > 1 || kss > 1) && (!a->part || !a->pcnt)) || !tok4_ok(a) || (small && has_nt4(a, T)))
+        ((ksg > 1 || kss > 1) && (!a->part || !a->pcnt)) || !wide_ok(a) || (small && has_wide(a, T)))
         return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     moe_expert_args b = *a;
@@ -910,11 +910,11 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     if (e != cudaSuccess) return e;
     e = moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
                    dim3(128), sm, st, b, (const uint16_t *)h, off, y);
-    if (e != cudaSuccess || !has_nt4(&b, T)) return e;
+    if (e != cudaSuccess || !has_wide(&b, T)) return e;
     /* v26 (X4): the wide stages after the 2-tile down (before it, the wide gate/up's wait would hold the fused
        launch until the 2-tile gate/up ends) */
-    return (e = gate_up4(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st)) != cudaSuccess
-               ? e : down4(&b, (const uint16_t *)h, off, T, topk, grid, 2, y, st);
+    return (e = gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st)) != cudaSuccess
+               ? e : down_wide(&b, (const uint16_t *)h, off, T, topk, grid, 2, y, st);
 }
 
 /* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);

@@ -9,7 +9,7 @@
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
 #define RING_WARP_BYTES (10 * 1024)   /* per-warp shared-memory ring of weight chunks */
-/* n-tiles of the wide kernels (v26, X4: moe_expert_args.tok4_min): 8 (64-token items) or 4 (32); bench/NOTES.md v26
+/* n-tiles of the wide kernels (v26, X4: moe_expert_args.wide_min): 8 (64-token items) or 4 (32); bench/NOTES.md v26
  * (4): with 8, single-buffered activations (MOE_XSB), skewed 512 -15.5 % against 4 double-buffered */
 #ifndef MOE_NTW
 #define MOE_NTW 8
@@ -667,21 +667,21 @@ __device__ __forceinline__ int moe_tok1(int tok1_max)
     return tok1_max < 0 ? 0 : tok1_max <= MOE_TOK_CHUNK ? MOE_TOK_CHUNK : tok1_max > MOE_TOK1_MAX ? MOE_TOK1_MAX : tok1_max;
 }
 
-/* The tile class of a routed expert with n tokens: 1 up to tok1 (moe_tok1), MOE_NTW above tok4 (> 0:
- * moe_expert_args.tok4_min, v26), else 2. */
-__device__ __forceinline__ int moe_tile_class(int n, int tok1, int tok4)
+/* The tile class of a routed expert with n tokens: 1 up to tok1 (moe_tok1), MOE_NTW (the wide kernels) above `wide`
+ * tokens (moe_expert_args.wide_min, v26; 0: never), else 2. */
+__device__ __forceinline__ int moe_tile_class(int n, int tok1, int wide)
 {
-    return n <= tok1 ? 1 : tok4 > 0 && n > tok4 ? MOE_NTW : 2;
+    return n <= tok1 ? 1 : wide > 0 && n > wide ? MOE_NTW : 2;
 }
 
 /* The item table of the NT-tile kernel, from the per-expert pair counts (off[]): expert e's items are
  * its token chunks of 8*NT x row groups if e belongs to this kernel (routed: moe_tile_class == NT; shared:
  * moe_tok_tiles(T) == NT), else none. s_items[0..nE] = exclusive prefix sums; s_off
- * filled. rows: output rows of the stage (I for gate/up, H for down); tok1: moe_tok1(a.tok1_max), tok4: a.tok4_min.
+ * filled. rows: output rows of the stage (I for gate/up, H for down); tok1: moe_tok1(a.tok1_max), wide: a.wide_min.
  * Every thread of the block calls it. */
 template <int NT>
 __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, const int32_t *off, int nE, int E,
-                                           int rows, int rpi, int tok1, int tok4)
+                                           int rows, int rpi, int tok1, int wide)
 {
     for (int i = threadIdx.x; i <= nE; i += blockDim.x) s_off[i] = __ldcg(off + i);
     __syncthreads();
@@ -689,7 +689,7 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
         int c = 0;
         if (i < nE) {
             const int n = s_off[i + 1] - s_off[i];
-            const int nt = i < E ? moe_tile_class(n, tok1, tok4) : moe_tok_tiles(n);
+            const int nt = i < E ? moe_tile_class(n, tok1, wide) : moe_tok_tiles(n);
             /* the shared expert's items are single 16-row tiles whose K the block's 4 warps split */
             if (nt == NT) c = (n + MOE_TOK_CHUNK * NT - 1) / (MOE_TOK_CHUNK * NT) * (i < E ? rows / rpi : rows / MOE_TILE_ROWS);
         }
