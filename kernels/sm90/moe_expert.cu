@@ -702,43 +702,31 @@ static gu_fn gu_wide_pick(int fmt)
     return fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4, MOE_NTW, 0> : k_gate_up<MOE_FP4_MXFP4, MOE_NTW, 0>;
 }
 
-/* occupancy of the 64-row down kernel (the 128-row one has the same launch bounds and no spills) */
-template <int NT>
-static cudaError_t occupancy_nt(int fmt, int E, int *gu, int *dn)
+/* Raises the dynamic shared memory of the NT-tile gate/up and both downs (SH: the forms with the FP8 branch) and reads
+ * their blocks per SM (the down's from the 64-row form: the 128-row one has the same launch bounds). */
+template <int NT, int SH>
+static cudaError_t occupancy_forms(int fmt, int E, int *gu, int *dn)
 {
+    const void *fg = fmt == MOE_FP4_NVFP4 ? (const void *)k_gate_up<MOE_FP4_NVFP4, NT, SH>
+                                          : (const void *)k_gate_up<MOE_FP4_MXFP4, NT, SH>;
     const size_t sm = smem_for(E);
-    const void *fg = fmt == MOE_FP4_NVFP4 ? (const void *)k_gate_up<MOE_FP4_NVFP4, NT> : (const void *)k_gate_up<MOE_FP4_MXFP4, NT>;
     cudaError_t e;
-    if ((e = raise_smem(fg, smem_for(512))) != cudaSuccess) return e;
+    if ((e = raise_smem(fg, NT == 2 && !SH ? smem_gu2(512, 0) : smem_for(512))) != cudaSuccess) return e;
     for (int rm = 1; rm <= 2; rm++)
-        if ((e = raise_smem((const void *)dn_pick<NT>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
-    if (NT == 2) {   /* the forms without the FP8 branch (same launch bounds) */
-        if ((e = raise_smem((const void *)gu2_pick(fmt, 0), smem_gu2(512, 0))) != cudaSuccess) return e;
-        for (int rm = 1; rm <= 2; rm++)
-            if ((e = raise_smem((const void *)dn2_pick(fmt, rm, 0), smem_for(512))) != cudaSuccess) return e;
-    }
+        if ((e = raise_smem((const void *)dn_pick<NT, SH>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
     if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT>(fmt, 1), 128, sm);
-}
-
-/* ... of the wide kernels (no FP8 branch; the 64-row down has the 128-row one's launch bounds) */
-static cudaError_t occupancy_wide(int fmt, int E, int *gu, int *dn)
-{
-    const size_t sm = smem_for(E);
-    cudaError_t e;
-    if ((e = raise_smem((const void *)gu_wide_pick(fmt), smem_for(512))) != cudaSuccess) return e;
-    for (int rm = 1; rm <= 2; rm++)
-        if ((e = raise_smem((const void *)dn_pick<MOE_NTW, 0>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, (const void *)gu_wide_pick(fmt), 128, sm)) != cudaSuccess)
-        return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<MOE_NTW, 0>(fmt, 1), 128, sm);
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT, SH>(fmt, 1), 128, sm);
 }
 
 extern "C" int moe_expert_inline_shared_ok(void) { return EX_FP8_OK; }
 
 extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int *dn)
 {
-    return nt == 4 ? occupancy_wide(fmt, E, gu, dn) : nt == 2 ? occupancy_nt<2>(fmt, E, gu, dn) : occupancy_nt<1>(fmt, E, gu, dn);
+    if (nt == 4) return occupancy_forms<MOE_NTW, 0>(fmt, E, gu, dn);   /* the wide kernels: no FP8 branch */
+    if (nt == 1) return occupancy_forms<1, 1>(fmt, E, gu, dn);
+    int g0, d0;   /* 2 tiles: the forms without the FP8 branch too (same launch bounds), read from those with it */
+    const cudaError_t e = occupancy_forms<2, 0>(fmt, E, &g0, &d0);
+    return e != cudaSuccess ? e : occupancy_forms<2, 1>(fmt, E, gu, dn);
 }
 
 /* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
