@@ -196,6 +196,8 @@ typedef struct {
                                                  else >= 2 * MOE_TOK_CHUNK and >= tok1_max) take the wide
                                                  launches (items of 8 * MOE_NTW tokens, 64: each dequantised fragment
                                                  feeds 8 n-tiles), launched after the 2-tile ones of each stage */
+    int wide_early;                           /* v27, moe_experts_fused1: its wide gate/up right after the 2-tile gate/up
+                                                 (before the fused launch) instead of after the 2-tile down */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4

@@ -99,7 +99,9 @@ typedef struct {
     int shared_wg_n128_min_t;         /* v25: ... folded, 128-token blocks from this batch (0: never) */
     int x4_min_t, x4_tok;             /* v26 (X4): from batch x4_min_t (0: never) routed experts with more than
                                          x4_tok tokens (>= 16, >= the batch's tok1_max) take the wide launches (64-token items)
-                                         (moe_expert_args.tok4_min) */
+                                         (moe_expert_args.wide_min) */
+    int x4_early;                     /* v27: in the fused launches (moe_cuda_ws.fuse1) the wide gate/up right after the
+                                         2-tile one instead of after the 2-tile down (moe_expert_args.wide_early) */
     int nt2_all_min_t;                /* v24: from this batch (0: never) every routed expert with tokens takes the
                                          2-tile launches (moe_expert_args.tok1_max -1), where the separate gate/up
                                          and down launches run (no handed-out tiles, above dyn_max_t) */

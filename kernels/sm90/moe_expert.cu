@@ -106,6 +106,22 @@ __host__ __device__ __forceinline__ size_t wg_offset(int E)
 }
 
 
+/* v27 (MOE_IDLE_EXIT): blocks of a routed launch that have no item (blockIdx >= its block items: the static walk's
+ * first warp-item, and a handed-out walk's, is 4 * blockIdx + warp) return true and exit before their PDL wait, all
+ * but block 0, which waits first: the grid then still completes only after the previous kernel has, so every
+ * later wait still covers the whole chain. Its other blocks leave their SM slots at once instead of holding them
+ * until the previous kernel ends (an empty 2-tile or wide launch in a layer's tail, bench/NOTES.md v27 (1)). The
+ * caller makes sure that nothing launched after it reads what the previous kernels write without waiting. */
+#ifndef MOE_IDLE_EXIT
+#define MOE_IDLE_EXIT 1
+#endif
+__device__ __forceinline__ bool idle_exit(int block_items)
+{
+    if ((int)blockIdx.x < block_items) return false;
+    if (blockIdx.x == 0) moe_pdl_wait();
+    return true;
+}
+
 /* The walk of an NT-tile launch of stage 0 (gate/up) or 1 (down): its counters are tickets[4 * stage +
  * 2 * (NT - 1)] and the word after; tiles are handed out only where the launch carries no shared items. */
 template <int NT>
@@ -167,13 +183,21 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
      * (v26) follows the 2-tile one, which released it at its start: it releases before its own wait, so the down
      * launch after it still primes during the 2-tile launch's tail (its wait covers both: ours completes after
      * the 2-tile launch does). */
+    /* v27 (MOE_IDLE_EXIT): the wide launch reads its item table before its wait (off[] is complete: the first routed
+     * launch after the lists released its successor only after its own wait on them, and every routed launch since
+     * started after that), and its blocks without items exit at once */
+    constexpr bool wide_idle = NT >= 4 && MOE_IDLE_EXIT;
     if (NT >= 4 && a.early) moe_pdl_release();
-    if (!second) moe_pdl_wait();
+    if (!second && !(wide_idle && a.early)) moe_pdl_wait();
     if (NT < 4 && a.early) moe_pdl_release();
     constexpr int GD = MOE_GU_D;
     item_table<NT>(s_items, s_off, off, nE, a.E, a.I, MOE_ROWS_PER_ITEM, moe_tok1(a.tok1_max), a.wide_min);
     if (NT == 1 && (a.pf_dn > 0 || a.pf_sh_dn)) prefetch_down(a, s_off, warp, lane);
     const int total = s_items[nE], nc = a.H / 128;
+    if (wide_idle && a.early) {
+        if (idle_exit(total)) return;
+        moe_pdl_wait();
+    }
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
     if (total == 0) {   /* no expert of this tile count */
@@ -261,8 +285,12 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
     const int mmul = RM >= 2 ? nc : 1;
     bool primed = false;
-    if (total == 0) {   /* no expert of this tile count; the exit releases the next launch, which may not
-                           wait for us (overlap), so not before h is complete */
+    /* no item for this block (v27, MOE_IDLE_EXIT: exits at once, one block waits); the exit releases the next launch,
+     * so where that one may not wait for us (overlap: our 2-tile launch, which waits only at its end) every block
+     * waits until h is complete */
+    if (a.early && MOE_IDLE_EXIT && !(NT == 1 && (a.overlap & 2))) {
+        if (idle_exit(total)) return;
+    } else if (total == 0) {
         if (a.early) moe_pdl_wait();
         return;
     }
@@ -894,15 +922,19 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
                                dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), smem_gu2(a->E, 0), st, b, x, off,
                                pair_tok, pair_w, h);
     if (e != cudaSuccess) return e;
+    /* v26 (X4): the wide stages after the 2-tile down: before the fused launch, the wide gate/up's blocks waited on
+       the 2-tile gate/up and held the fused launch until it ended. v27 (wide_early): the wide gate/up right after the
+       2-tile one, where its blocks without items exit at once (MOE_IDLE_EXIT); the fused launch, which does not wait
+       at its start, is then released by it (at its start: it was launched after the lists had completed). */
+    const bool wide = has_wide(&b, T), wide_early = wide && b.wide_early && MOE_IDLE_EXIT && b.early;
+    if (wide_early && (e = gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st)) != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess) return e;
     e = moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
                    dim3(128), sm, st, b, (const uint16_t *)h, off, y);
-    if (e != cudaSuccess || !has_wide(&b, T)) return e;
-    /* v26 (X4): the wide stages after the 2-tile down (before it, the wide gate/up's wait would hold the fused
-       launch until the 2-tile gate/up ends) */
-    return (e = gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st)) != cudaSuccess
-               ? e : down_wide(&b, (const uint16_t *)h, off, T, topk, grid, 2, y, st);
+    if (e != cudaSuccess || !wide) return e;
+    if (!wide_early && (e = gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st)) != cudaSuccess) return e;
+    return down_wide(&b, (const uint16_t *)h, off, T, topk, grid, 2, y, st);
 }
 
 /* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);

@@ -621,6 +621,17 @@ int main(int argc, char **argv)
         W.x4_tok = 32;
         run_case("nvfp4, wide experts above 32", &M, &L, &W, 257, 0);   /* 2-tile and wide experts */
         run_case("nvfp4 skewed, wide experts above 32", &M, &L, &W, 130, 1);
+        /* v27 (x4_early): in the fused path the wide gate/up right after the 2-tile one, before the fused launch */
+        W.x4_early = 1;
+        W.x4_tok = 16;
+        run_case("nvfp4, wide experts above 16, wide gate/up early", &M, &L, &W, 64, 0);
+        run_case("nvfp4, wide experts above 16, wide gate/up early", &M, &L, &W, 130, 0);
+        run_case("nvfp4 skewed, wide experts above 16, wide gate/up early", &M, &L, &W, 64, 1);
+        run_case("nvfp4 skewed, wide experts above 16, wide gate/up early", &M, &L, &W, 64, 1);   /* back to back */
+        W.x4_tok = 32;
+        run_case("nvfp4, wide experts above 32, wide gate/up early", &M, &L, &W, 130, 0);   /* mostly empty wide launches */
+        run_case("nvfp4 skewed, wide experts above 32, wide gate/up early", &M, &L, &W, 130, 1);
+        W.x4_early = 0;
         W.nt2_all_min_t = 9;
         W.dyn_items = 0;
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 257, 0);
