@@ -887,6 +887,14 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
                                           const int32_t *pair_tok, const float *pair_w, int T, int topk,
                                           const int grid[3], int grid_fused, uint16_t *h, float *y, cudaStream_t st)
 {
+    return moe_experts_fused1_hook(a, x, off, pair_tok, pair_w, T, topk, grid, grid_fused, h, y, NULL, st);
+}
+
+extern "C" cudaError_t moe_experts_fused1_hook(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
+                                               const int32_t *pair_tok, const float *pair_w, int T, int topk,
+                                               const int grid[3], int grid_fused, uint16_t *h, float *y,
+                                               const moe_launch_hook *after_gu2, cudaStream_t st)
+{
     const bool small = T <= MOE_TOK_CHUNK;
     if (!a->tickets || a->tok1_max < 0 || (a->has_shared && (!small || !EX_FP8_OK)) || a->H % 128 || a->I % MOE_ROWS_PER_ITEM ||
         a->H % (2 * MOE_ROWS_PER_ITEM) || a->H > 8192 || a->I > 8192 || grid_fused < 1)
@@ -901,6 +909,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     b.early = 1;
     b.T = T;
     b.sh_row0 = T * topk;   /* the shared expert's rows follow the routed pairs, as moe_cuda's ysh */
+    if (after_gu2 && (small || !after_gu2->fn)) return cudaErrorInvalidValue;
     if (small) {   /* v17: the whole expert work in one launch; it waits on the lists itself */
         b.ks_gu = ksg;
         b.ks_sh = kss;
@@ -921,19 +930,21 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
                                dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), smem_gu2(a->E, 0), st, b, x, off,
                                pair_tok, pair_w, h);
-    if (e != cudaSuccess) return e;
+    if (e != cudaSuccess || (after_gu2 && (e = after_gu2->fn(after_gu2->ctx, st)) != cudaSuccess)) return e;
     /* v26 (X4): the wide stages after the 2-tile down: before the fused launch, the wide gate/up's blocks waited on
-       the 2-tile gate/up and held the fused launch until it ended. v27 (wide_early): the wide gate/up right after the
-       2-tile one, where its blocks without items exit at once (MOE_IDLE_EXIT); the fused launch, which does not wait
-       at its start, is then released by it (at its start: it was launched after the lists had completed). */
-    const bool wide = has_wide(&b, T), wide_early = wide && b.wide_early && MOE_IDLE_EXIT && b.early;
-    if (wide_early && (e = gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st)) != cudaSuccess) return e;
+       the 2-tile gate/up and held the fused launch until it ended. v27 (wide_early, with MOE_IDLE_EXIT, where the
+       wide gate/up's blocks without items exit at once): 1, the wide gate/up right after the 2-tile one (the fused
+       launch, which does not wait at its start, is then released by it at its start, which is after the lists
+       completed); 2, right after the fused launch. */
+    const bool wide = has_wide(&b, T);
+    const int at = wide && MOE_IDLE_EXIT && b.early ? b.wide_early : 0;   /* 0: after the 2-tile down */
+    auto gu_wide = [&] { return gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st); };
+    if (at == 1 && (e = gu_wide()) != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
-    if (e != cudaSuccess) return e;
+    if (e != cudaSuccess || (at == 2 && (e = gu_wide()) != cudaSuccess)) return e;
     e = moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
                    dim3(128), sm, st, b, (const uint16_t *)h, off, y);
-    if (e != cudaSuccess || !wide) return e;
-    if (!wide_early && (e = gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st)) != cudaSuccess) return e;
+    if (e != cudaSuccess || !wide || (at == 0 && (e = gu_wide()) != cudaSuccess)) return e;
     return down_wide(&b, (const uint16_t *)h, off, T, topk, grid, 2, y, st);
 }
 
@@ -1268,11 +1279,12 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
     /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
      * dequantised fragment at large T */
     if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok())   /* v25: on wgmma */
-        return shared_wg_launches(a, x, T, topk, h, y, st);
-    cudaError_t e = T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
+        return a->sh_stages ? cudaErrorInvalidValue : shared_wg_launches(a, x, T, topk, h, y, st);
+    cudaError_t e = a->sh_stages == 2 ? cudaSuccess
+                    : T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
                     : a->sh_xl_min_t > 0 && T >= a->sh_xl_min_t ? shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, st)
                                                                 : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
-    if (e != cudaSuccess) return e;
+    if (e != cudaSuccess || a->sh_stages == 1) return e;
     const uint16_t *hs = h;
     return T <= 64 ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, st)
                    : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st);

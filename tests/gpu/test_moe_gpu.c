@@ -631,12 +631,30 @@ int main(int argc, char **argv)
         W.x4_tok = 32;
         run_case("nvfp4, wide experts above 32, wide gate/up early", &M, &L, &W, 130, 0);   /* mostly empty wide launches */
         run_case("nvfp4 skewed, wide experts above 32, wide gate/up early", &M, &L, &W, 130, 1);
+        W.x4_early = 2;   /* ... after the fused launch */
+        W.x4_tok = 16;
+        run_case("nvfp4, wide experts above 16, wide gate/up after the fused launch", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, wide experts above 16, wide gate/up after the fused launch", &M, &L, &W, 64, 1);
+        W.x4_tok = 32;
+        run_case("nvfp4, wide experts above 32, wide gate/up after the fused launch", &M, &L, &W, 130, 0);
+        run_case("nvfp4 skewed, wide experts above 32, wide gate/up after the fused launch", &M, &L, &W, 130, 1);
         W.x4_early = 0;
         W.nt2_all_min_t = 9;
         W.dyn_items = 0;
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 257, 0);
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 64, 0);
         W.x4_min_t = x4, W.x4_tok = xt, W.nt2_all_min_t = na, W.dyn_items = dy;
+    }
+    {   /* v27: the shared expert's down in the layer's stream before the fused launch (sh_dn_main_min_t; default
+           never), its gate/up forked on the second stream */
+        const int hm = W.sh_dn_main_min_t, hx = W.sh_dn_main_max_t;
+        W.sh_dn_main_min_t = 16, W.sh_dn_main_max_t = 256;
+        run_case("nvfp4, shared down in the layer's stream", &M, &L, &W, 16, 0);   /* k_shared_fp8 16-token blocks */
+        run_case("nvfp4, shared down in the layer's stream", &M, &L, &W, 128, 0);
+        run_case("nvfp4, shared down in the layer's stream", &M, &L, &W, 128, 0);   /* back to back */
+        run_case("nvfp4 skewed, shared down in the layer's stream", &M, &L, &W, 128, 1);
+        run_case("nvfp4, shared down in the layer's stream", &M, &L, &W, 200, 0);
+        W.sh_dn_main_min_t = hm, W.sh_dn_main_max_t = hx;
     }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
