@@ -196,8 +196,6 @@ typedef struct {
                                                  else >= 2 * MOE_TOK_CHUNK and >= tok1_max) take the wide
                                                  launches (items of 8 * MOE_NTW tokens, 64: each dequantised fragment
                                                  feeds 8 n-tiles), launched after the 2-tile ones of each stage */
-    int sh_stages;                            /* v27, moe_shared_experts: 0 both launches, 1 the gate/up only, 2 the down
-                                                 only (k_shared_fp8; the wgmma form takes 0 only) */
     int wide_early;                           /* v27, moe_experts_fused1: its wide gate/up right after the 2-tile gate/up
                                                  (1: before the fused launch) or after the fused launch (2) instead of
                                                  after the 2-tile down (0) */
@@ -232,18 +230,6 @@ cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t 
 cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
                                const float *pair_w, int T, int topk, const int grid[3], int grid_fused, uint16_t *h,
                                float *y, cudaStream_t st);
-/* v27: launches of the caller's queued in st between the 2-tile gate/up and the fused launch of moe_experts_fused1
- * (T > 8), e.g. the shared expert's down (bench/NOTES.md v27 (2)). The fused launch does not wait at its start: what
- * fn queues must release it only after a PDL wait (as every launch of this file does), and fn must not return
- * before its launches are queued. */
-typedef struct {
-    cudaError_t (*fn)(void *ctx, cudaStream_t st);
-    void *ctx;
-} moe_launch_hook;
-cudaError_t moe_experts_fused1_hook(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
-                                    const int32_t *pair_tok, const float *pair_w, int T, int topk, const int grid[3],
-                                    int grid_fused, uint16_t *h, float *y, const moe_launch_hook *after_gu2,
-                                    cudaStream_t st);
 /* Blocks per SM that fused kernel reaches for T > 8 (small 0) or T <= 8 (small 1, both down_rm). */
 cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm);
 /* The FP8 shared expert for all T tokens as its own two launches (v14), for larger batches: gate/up

@@ -322,9 +322,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->x4_min_t = 256;         /* v26: NOTES v26 (2)-(4): skewed 512 -20 %, 256 -17 %, random equal; (32-token items:)
                                   from 128 +0.8 % at skewed 128, from 64 +11 % at skewed 64 */
     W->x4_tok = 32;
-    W->x4_early = 0;           /* v27: prepared, measured in bench/runs/v27-run1.sh */
-    W->sh_dn_main_min_t = 0;   /* v27: prepared (0: never), measured in bench/runs/v27-run2.sh */
-    W->sh_dn_main_max_t = 128;
+    W->x4_early = 1;           /* v27: NOTES v27 (1)-(3): skewed 256 -3..4.5 %, random 256 -3..5 % (not in the queued
+                                  reading: +0.9 %); after the fused launch (2) 0.4-3 % slower than 1 */
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
                                   gate/up's; random 256 with it (fused stages off) +10 %) */
@@ -397,39 +396,18 @@ static int parts_fit(int want, int nc)
     return k;
 }
 
-/* The shared expert's own launches on W->side, after what st has queued so far; ev_join marks their end. stages:
- * moe_expert_args.sh_stages (1: its gate/up only, the down then queued by shared_down_main) */
-static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t *x, int T, int topk, int stages,
-                       cudaStream_t st)
+/* The shared expert's own launches on W->side, after what st has queued so far; ev_join marks their end. */
+static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t *x, int T, int topk, cudaStream_t st)
 {
     cudaStream_t side = W->side_prio ? W->side_hi : W->side;
     moe_expert_args b = *a;
     b.sh_prio_on = W->side_prio != 0;
     b.sh_prio = W->prio_hi;
-    b.sh_stages = stages;
     CK(cudaEventRecord(W->ev_fork, st), "cudaEventRecord(fork)");
     CK(cudaStreamWaitEvent(side, W->ev_fork, 0), "cudaStreamWaitEvent(fork)");
     CK(moe_shared_experts(&b, x, T, topk, W->h, W->y, side), "shared expert");
     CK(cudaEventRecord(W->ev_join, side), "cudaEventRecord(join)");
     return 0;
-}
-
-/* v27 (moe_cuda_ws.sh_dn_main_min_t): the shared expert's down in the layer's stream, after its forked gate/up
- * (ev_join) and the 2-tile gate/up, before the fused launch (moe_launch_hook): its blocks start at once instead of
- * waiting for the fused launch's persistent blocks to exit (bench/NOTES.md v27 (2)) */
-typedef struct {
-    moe_cuda_ws *W;
-    const moe_expert_args *a;
-    const uint16_t *x;
-    int T, topk;
-} shared_down_ctx;
-static cudaError_t shared_down_main(void *ctx, cudaStream_t st)
-{
-    const shared_down_ctx *c = ctx;
-    moe_expert_args b = *c->a;
-    b.sh_stages = 2;
-    const cudaError_t e = cudaStreamWaitEvent(st, c->W->ev_join, 0);
-    return e != cudaSuccess ? e : moe_shared_experts(&b, c->x, c->T, c->topk, c->W->h, c->W->y, st);
 }
 
 int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids,
@@ -487,10 +465,6 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     moe_expert_args ar = a;
     if (own_shared) ar.has_shared = 0;
     if (W->dyn_items && !ar.has_shared && T <= W->dyn_max_t) ar.tickets = W->tickets, ar.dyn = W->dyn_items;
-    const int fused_stages = !(T <= W->fuse_small && T <= MOE_TOK_CHUNK) && W->fuse1 && ar.tickets && T > MOE_TOK_CHUNK &&
-                             T >= W->fuse1_min_t;
-    const int sh_dn_main = fork && W->shared_fork == 1 && fused_stages && W->sh_dn_main_min_t > 0 &&
-                           T >= W->sh_dn_main_min_t && T <= W->sh_dn_main_max_t;
     /* v16 L2 prefetch: the logits launch asks for the shared expert's weights, the gate/up launch for the
      * down weights, so the later stages read them from L2 */
     const int pf = T <= W->pf_max_t ? W->pf : 0, sh_in = ar.has_shared;
@@ -503,7 +477,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     ar.pf_sh_dn = sh_in && (pf & 4) && !(pf & 2);
     ar.pf_dn = (pf & 8) ? (int)(((size_t)W->pf_dn_mb << 20) / L->w2_stride) : 0;
     ar.pf_last = (pf & 16) != 0;
-    if (fork && (W->shared_fork == 1 || W->shared_fork == 4) && fork_shared(W, &a, x, T, K, sh_dn_main, st)) return -1;
+    if (fork && (W->shared_fork == 1 || W->shared_fork == 4) && fork_shared(W, &a, x, T, K, st)) return -1;
     int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
                      H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
     if (L->gate_tc && T >= W->logits_tc_min_t) {
@@ -516,7 +490,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     MARK(1);
     /* forked after the logits (3): the logits launch has the SMs to itself, the shared expert's blocks take
      * them while top-k and lists run on a few */
-    if (fork && W->shared_fork == 3 && fork_shared(W, &a, x, T, K, 0, st)) return -1;
+    if (fork && W->shared_fork == 3 && fork_shared(W, &a, x, T, K, st)) return -1;
     const int nt = moe_tok_tiles(T), lsh = s->has_shared, excl = T >= W->topk_excl_min_t && T <= W->topk_excl_max_t ? MOE_TOPK_EXCL_MAX : 0;
     if (T <= W->topk_lists_max_t && T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
         MARK(2);
@@ -534,7 +508,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     }
     MARK(3);
     /* forked after the router: beside the routed launches only */
-    if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, 0, st)) return -1;
+    if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, st)) return -1;
     if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
     /* forked before the router and joined before the routed launches (4): the shared expert overlaps only the
      * router, as it does in stream mode when the host's launches are slower than the router */
@@ -550,12 +524,10 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->grid_f1s, W->h, W->y, st),
            "experts (one launch)");
         MARK(4);
-    } else if (fused_stages) {   /* v16: down items start per expert */
+    } else if (W->fuse1 && ar.tickets && T > MOE_TOK_CHUNK && T >= W->fuse1_min_t) {   /* v16: down items start per expert */
         ar.fuse_early = (W->fuse1 & 2) != 0;
-        shared_down_ctx sdc = {.W = W, .a = &a, .x = x, .T = T, .topk = K};
-        const moe_launch_hook hook = {.fn = shared_down_main, .ctx = &sdc};
-        CK(moe_experts_fused1_hook(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->grid_f1, W->h, W->y,
-                                   sh_dn_main ? &hook : NULL, st), "experts (fused 1-tile stages)");
+        CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->grid_f1, W->h, W->y, st),
+           "experts (fused 1-tile stages)");
         MARK(4);
     } else {
         if (W->nt2_all_min_t > 0 && T >= W->nt2_all_min_t && T > MOE_TOK_CHUNK && !ar.overlap) ar.tok1_max = -1;

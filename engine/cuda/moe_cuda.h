@@ -103,10 +103,6 @@ typedef struct {
     int x4_early;                     /* v27: in the fused launches (moe_cuda_ws.fuse1) the wide gate/up right after the
                                          2-tile one (1) or after the fused launch (2) instead of after the 2-tile down (0)
                                          (moe_expert_args.wide_early) */
-    int sh_dn_main_min_t, sh_dn_main_max_t;   /* v27: at these batches (min 0: never), where the fused launches run and
-                                         the shared expert is forked before the router (shared_fork 1), its down
-                                         runs in the layer's stream before the fused launch (moe_experts_fused1_hook)
-                                         instead of on the second stream after it */
     int nt2_all_min_t;                /* v24: from this batch (0: never) every routed expert with tokens takes the
                                          2-tile launches (moe_expert_args.tok1_max -1), where the separate gate/up
                                          and down launches run (no handed-out tiles, above dyn_max_t) */

@@ -40,8 +40,11 @@
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
  * v26 (X4, moe_expert_args.wide_min, default from batch 256): a routed expert with more than 32 tokens is served by
  * the wide kernels (MOE_NTW 8 n-tiles: items of 64 tokens, each dequantised fragment feeding 8 n-tiles; activations
- * single-buffered, 234-255 registers, 2 blocks/SM), launched after each stage's 2-tile one (after the 2-tile down in
- * moe_experts_fused1): skewed 512 0.88 -> 0.70 ms, 256 0.45 -> 0.38 (bench/NOTES.md v26 (2)-(4)).
+ * single-buffered, 234-255 registers, 2 blocks/SM), launched after each stage's 2-tile one (in moe_experts_fused1 the
+ * wide gate/up after the 2-tile gate/up, v27: moe_expert_args.wide_early, the wide down after the 2-tile down): skewed
+ * 512 0.88 -> 0.70 ms, 256 0.45 -> 0.36 (bench/NOTES.md v26 (2)-(4), v27 (3)).
+ * v27 (MOE_IDLE_EXIT): a routed launch's blocks without items exit before their PDL wait (block 0 waits), so an empty
+ * launch in the layer's tail costs one short hop instead of every block's wait and table (NOTES v27 (1)).
  * moe_gate_up / moe_down launch both kernels back to back (only the 1-tile one for T <= 8, where no
  * expert can have more than 8 tokens); each block derives its kernel's own item list from the
  * per-expert counts in off[] (a 1-warp scan in shared memory), so the split needs no host sync, no
@@ -771,7 +774,7 @@ static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int ha
 }
 
 /* v26 (X4): whether these arguments have wide launches (a batch in which an expert can have more than wide_min
- * tokens); they follow each stage's 2-tile launch (moe_gate_up / moe_down) or the 2-tile down (moe_experts_fused1). */
+ * tokens); they follow each stage's 2-tile launch (moe_gate_up / moe_down; moe_experts_fused1: see wide_early). */
 static bool has_wide(const moe_expert_args *a, int T) { return a->wide_min > 0 && T > a->wide_min; }
 static bool wide_ok(const moe_expert_args *a)
 {
@@ -887,14 +890,6 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
                                           const int32_t *pair_tok, const float *pair_w, int T, int topk,
                                           const int grid[3], int grid_fused, uint16_t *h, float *y, cudaStream_t st)
 {
-    return moe_experts_fused1_hook(a, x, off, pair_tok, pair_w, T, topk, grid, grid_fused, h, y, NULL, st);
-}
-
-extern "C" cudaError_t moe_experts_fused1_hook(const moe_expert_args *a, const uint16_t *x, const int32_t *off,
-                                               const int32_t *pair_tok, const float *pair_w, int T, int topk,
-                                               const int grid[3], int grid_fused, uint16_t *h, float *y,
-                                               const moe_launch_hook *after_gu2, cudaStream_t st)
-{
     const bool small = T <= MOE_TOK_CHUNK;
     if (!a->tickets || a->tok1_max < 0 || (a->has_shared && (!small || !EX_FP8_OK)) || a->H % 128 || a->I % MOE_ROWS_PER_ITEM ||
         a->H % (2 * MOE_ROWS_PER_ITEM) || a->H > 8192 || a->I > 8192 || grid_fused < 1)
@@ -909,7 +904,6 @@ extern "C" cudaError_t moe_experts_fused1_hook(const moe_expert_args *a, const u
     b.early = 1;
     b.T = T;
     b.sh_row0 = T * topk;   /* the shared expert's rows follow the routed pairs, as moe_cuda's ysh */
-    if (after_gu2 && (small || !after_gu2->fn)) return cudaErrorInvalidValue;
     if (small) {   /* v17: the whole expert work in one launch; it waits on the lists itself */
         b.ks_gu = ksg;
         b.ks_sh = kss;
@@ -930,7 +924,7 @@ extern "C" cudaError_t moe_experts_fused1_hook(const moe_expert_args *a, const u
     cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
                                dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), smem_gu2(a->E, 0), st, b, x, off,
                                pair_tok, pair_w, h);
-    if (e != cudaSuccess || (after_gu2 && (e = after_gu2->fn(after_gu2->ctx, st)) != cudaSuccess)) return e;
+    if (e != cudaSuccess) return e;
     /* v26 (X4): the wide stages after the 2-tile down: before the fused launch, the wide gate/up's blocks waited on
        the 2-tile gate/up and held the fused launch until it ended. v27 (wide_early, with MOE_IDLE_EXIT, where the
        wide gate/up's blocks without items exit at once): 1, the wide gate/up right after the 2-tile one (the fused
@@ -1279,12 +1273,11 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
     /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
      * dequantised fragment at large T */
     if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok())   /* v25: on wgmma */
-        return a->sh_stages ? cudaErrorInvalidValue : shared_wg_launches(a, x, T, topk, h, y, st);
-    cudaError_t e = a->sh_stages == 2 ? cudaSuccess
-                    : T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
+        return shared_wg_launches(a, x, T, topk, h, y, st);
+    cudaError_t e = T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
                     : a->sh_xl_min_t > 0 && T >= a->sh_xl_min_t ? shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, st)
                                                                 : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
-    if (e != cudaSuccess || a->sh_stages == 1) return e;
+    if (e != cudaSuccess) return e;
     const uint16_t *hs = h;
     return T <= 64 ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, st)
                    : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st);

@@ -606,9 +606,9 @@ int main(int argc, char **argv)
         make_shared(&M, &L, 0);   /* the rest as before: scales of any mantissa */
     }
     {   /* v26 (X4): routed experts with more than x4_tok tokens in the wide launches (64-token items; partial last
-           ones), after the 2-tile down in the fused path (T <= dyn_max_t), after each stage's 2-tile launch in the
-           separate one, and with every other expert 2-tile (nt2_all_min_t) */
-        const int x4 = W.x4_min_t, xt = W.x4_tok, na = W.nt2_all_min_t, dy = W.dyn_items;
+           ones), in the fused path (T <= dyn_max_t; the wide gate/up where x4_early puts it), after each stage's
+           2-tile launch in the separate one, and with every other expert 2-tile (nt2_all_min_t) */
+        const int x4 = W.x4_min_t, xt = W.x4_tok, na = W.nt2_all_min_t, dy = W.dyn_items, xe = W.x4_early;
         W.x4_min_t = 9;
         W.x4_tok = 16;
         run_case("nvfp4, wide experts above 16", &M, &L, &W, 64, 0);    /* fused path, ~12 tokens per expert */
@@ -621,7 +621,8 @@ int main(int argc, char **argv)
         W.x4_tok = 32;
         run_case("nvfp4, wide experts above 32", &M, &L, &W, 257, 0);   /* 2-tile and wide experts */
         run_case("nvfp4 skewed, wide experts above 32", &M, &L, &W, 130, 1);
-        /* v27 (x4_early): in the fused path the wide gate/up right after the 2-tile one, before the fused launch */
+        /* v27 (x4_early, default 1): in the fused path the wide gate/up right after the 2-tile one, before the fused
+           launch */
         W.x4_early = 1;
         W.x4_tok = 16;
         run_case("nvfp4, wide experts above 16, wide gate/up early", &M, &L, &W, 64, 0);
@@ -638,23 +639,15 @@ int main(int argc, char **argv)
         W.x4_tok = 32;
         run_case("nvfp4, wide experts above 32, wide gate/up after the fused launch", &M, &L, &W, 130, 0);
         run_case("nvfp4 skewed, wide experts above 32, wide gate/up after the fused launch", &M, &L, &W, 130, 1);
-        W.x4_early = 0;
+        W.x4_early = 0;   /* ... after the 2-tile down (v26's place) */
+        run_case("nvfp4, wide experts above 32, wide gate/up after the 2-tile down", &M, &L, &W, 130, 0);
+        run_case("nvfp4 skewed, wide experts above 32, wide gate/up after the 2-tile down", &M, &L, &W, 130, 1);
+        W.x4_early = xe;
         W.nt2_all_min_t = 9;
         W.dyn_items = 0;
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 257, 0);
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 64, 0);
         W.x4_min_t = x4, W.x4_tok = xt, W.nt2_all_min_t = na, W.dyn_items = dy;
-    }
-    {   /* v27: the shared expert's down in the layer's stream before the fused launch (sh_dn_main_min_t; default
-           never), its gate/up forked on the second stream */
-        const int hm = W.sh_dn_main_min_t, hx = W.sh_dn_main_max_t;
-        W.sh_dn_main_min_t = 16, W.sh_dn_main_max_t = 256;
-        run_case("nvfp4, shared down in the layer's stream", &M, &L, &W, 16, 0);   /* k_shared_fp8 16-token blocks */
-        run_case("nvfp4, shared down in the layer's stream", &M, &L, &W, 128, 0);
-        run_case("nvfp4, shared down in the layer's stream", &M, &L, &W, 128, 0);   /* back to back */
-        run_case("nvfp4 skewed, shared down in the layer's stream", &M, &L, &W, 128, 1);
-        run_case("nvfp4, shared down in the layer's stream", &M, &L, &W, 200, 0);
-        W.sh_dn_main_min_t = hm, W.sh_dn_main_max_t = hx;
     }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
