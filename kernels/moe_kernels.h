@@ -196,8 +196,6 @@ typedef struct {
                                                  else >= 2 * MOE_TOK_CHUNK and >= tok1_max) take the wide
                                                  launches (items of 8 * MOE_NTW tokens, 64: each dequantised fragment
                                                  feeds 8 n-tiles), launched after the 2-tile ones of each stage */
-    int sh_dn16_max_t;                        /* v27, moe_shared_experts (k_shared_fp8): the down in 16-token blocks up to
-                                                 this many tokens (below 64: 64), in 64-token blocks above */
     int wide_early;                           /* v27, moe_experts_fused1: its wide gate/up right after the 2-tile gate/up
                                                  (1: before the fused launch) or after the fused launch (2) instead of
                                                  after the 2-tile down (0) */

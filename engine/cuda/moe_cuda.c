@@ -319,7 +319,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->shared_wg_min_t = 0;    /* v25: off (NOTES v25 (2), (5): correct, no faster at 256-512; +6 % at 256) */
     W->shared_wg_fold = 1;     /* v25: SWF where the scales allow it (prepared, not yet measured: NOTES v25 (10)) */
     W->shared_wg_n128_min_t = 512;
-    W->shared_dn16_max_t = 128; /* v27: NOTES v27 (5): the shared down at 128 in the fused launch's tail */
     W->x4_min_t = 256;         /* v26: NOTES v26 (2)-(4): skewed 512 -20 %, 256 -17 %, random equal; (32-token items:)
                                   from 128 +0.8 % at skewed 128, from 64 +11 % at skewed 64 */
     W->x4_tok = 32;
@@ -435,7 +434,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .tok1_max = tok1,
         .sh_xl_min_t = W->shared_xl_min_t, .sh_wg_min_t = W->shared_wg_min_t,
         .sh_wg_fold = W->shared_wg_fold && L->sh_pow2, .sh_wg_n128_min_t = W->shared_wg_n128_min_t,
-        .sh_dn16_max_t = W->shared_dn16_max_t, .wide_min = wide, .wide_early = W->x4_early,
+        .wide_min = wide, .wide_early = W->x4_early,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);

@@ -100,8 +100,6 @@ typedef struct {
     int x4_min_t, x4_tok;             /* v26 (X4): from batch x4_min_t (0: never) routed experts with more than
                                          x4_tok tokens (>= 16, >= the batch's tok1_max) take the wide launches (64-token items)
                                          (moe_expert_args.wide_min) */
-    int shared_dn16_max_t;            /* v27: the shared expert's down in 16-token blocks up to this batch (64 before;
-                                         moe_expert_args.sh_dn16_max_t) */
     int x4_early;                     /* v27: in the fused launches (moe_cuda_ws.fuse1) the wide gate/up right after the
                                          2-tile one (1) or after the fused launch (2) instead of after the 2-tile down (0)
                                          (moe_expert_args.wide_early) */

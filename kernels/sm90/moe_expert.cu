@@ -1279,7 +1279,7 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
                                                                 : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
     if (e != cudaSuccess) return e;
     const uint16_t *hs = h;
-    return T <= (a->sh_dn16_max_t > 64 ? a->sh_dn16_max_t : 64) ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, st)
+    return T <= 64 ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, st)
                    : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st);
 }
 
