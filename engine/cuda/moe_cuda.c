@@ -322,8 +322,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->x4_min_t = 256;         /* v26: NOTES v26 (2)-(4): skewed 512 -20 %, 256 -17 %, random equal; (32-token items:)
                                   from 128 +0.8 % at skewed 128, from 64 +11 % at skewed 64 */
     W->x4_tok = 32;
-    W->x4_early = 1;           /* v27: NOTES v27 (1)-(3): skewed 256 -3..4.5 %, random 256 -3..5 % (not in the queued
-                                  reading: +0.9 %); after the fused launch (2) 0.4-3 % slower than 1 */
+    W->x4_early = 1;           /* v27: NOTES v27 (1)-(4): skewed 256 -3..4.5 % in every reading; random 256 -3..5 %
+                                  unqueued, +0.9 % queued; after the fused launch (2) 0.4-3 % slower than 1 */
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
                                   gate/up's; random 256 with it (fused stages off) +10 %) */

@@ -896,7 +896,8 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         return cudaErrorInvalidValue;
     const int ksg = small ? a->ks_gu : 1, kss = small && a->has_shared ? a->ks_sh : 1;
     if (ksg < 1 || ksg > MOE_PARTS_MAX || (a->H / 128) % ksg || kss < 1 || kss > MOE_PARTS_MAX || (a->H / 128) % kss ||
-        ((ksg > 1 || kss > 1) && (!a->part || !a->pcnt)) || !wide_ok(a) || (small && has_wide(a, T)))
+        ((ksg > 1 || kss > 1) && (!a->part || !a->pcnt)) || !wide_ok(a) || (small && has_wide(a, T)) ||
+        a->wide_early < 0 || a->wide_early > 2)
         return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);
     moe_expert_args b = *a;
