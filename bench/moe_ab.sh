@@ -53,12 +53,13 @@ for r in $(seq 1 ${ROUNDS:-2}); do
     timeout 120 /tmp/moe-ab/$n/sluice-bench moe ${BENCH_ARGS:-} > $OUT/bench-$n-$r.log 2>&1
   done
 done
-echo "batch routing $(for r in $(seq 1 ${ROUNDS:-2}); do for n in "${names[@]}"; do printf '%s/%s ' $n $r; done; done)(ms)"
+# each reading as ms/queued (v27 (6): a launch-order change can move the unqueued replays and not the queued ones)
+echo "batch routing $(for r in $(seq 1 ${ROUNDS:-2}); do for n in "${names[@]}"; do printf '%s/%s ' $n $r; done; done)(ms/queued ms)"
 for f in $OUT/bench-${names[0]}-1.log; do
   grep -E "^ +[0-9]+ +(random|skewed)" $f | while read -r b rt _; do
     row="$b $rt"
     for r in $(seq 1 ${ROUNDS:-2}); do for n in "${names[@]}"; do
-      row="$row $(grep -E "^ +$b +$rt " $OUT/bench-$n-$r.log | head -1 | awk '{print $3}')"
+      row="$row $(grep -E "^ +$b +$rt " $OUT/bench-$n-$r.log | head -1 | awk '{print $3 "/" $9}')"
     done; done
     echo "$row"
   done
