@@ -1247,23 +1247,25 @@ static cudaError_t shared_launch_wg(const moe_expert_args *a, const uint16_t *x,
                            dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
-/* SW's two launches: the partials form (32-token blocks below 256 tokens, 64 from 256), or with folded scales
- * (sh_wg_fold) 32 / 64 / 128 tokens below 256 / from 256 / from sh_wg_n128_min_t */
+/* SW's two launches, gate/up then down, with NT n-tiles (8 NT tokens) per block */
+template <int NT, int FOLD>
+static cudaError_t shared_wg_pair(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
+                                  cudaStream_t st)
+{
+    const cudaError_t e = shared_launch_wg<2, NT, FOLD>(a, x, T, topk, h, y, st);
+    return e != cudaSuccess ? e : shared_launch_wg<1, NT, FOLD>(a, h, T, topk, h, y, st);
+}
+
+/* SW: the partials form (32-token blocks below 256 tokens, 64 from 256), or with folded scales (sh_wg_fold) 32 / 64 /
+ * 128 tokens below 256 / from 256 / from sh_wg_n128_min_t */
 static cudaError_t shared_wg_launches(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
                                       cudaStream_t st)
 {
-    cudaError_t e;
-    if (a->sh_wg_fold) {
-        const int n128 = a->sh_wg_n128_min_t > 0 && T >= a->sh_wg_n128_min_t;
-        e = n128 ? shared_launch_wg<2, 16, 1>(a, x, T, topk, h, y, st)
-                 : T >= 256 ? shared_launch_wg<2, 8, 1>(a, x, T, topk, h, y, st) : shared_launch_wg<2, 4, 1>(a, x, T, topk, h, y, st);
-        if (e != cudaSuccess) return e;
-        return n128 ? shared_launch_wg<1, 16, 1>(a, h, T, topk, h, y, st)
-                    : T >= 256 ? shared_launch_wg<1, 8, 1>(a, h, T, topk, h, y, st) : shared_launch_wg<1, 4, 1>(a, h, T, topk, h, y, st);
-    }
-    e = T >= 256 ? shared_launch_wg<2, 8, 0>(a, x, T, topk, h, y, st) : shared_launch_wg<2, 4, 0>(a, x, T, topk, h, y, st);
-    if (e != cudaSuccess) return e;
-    return T >= 256 ? shared_launch_wg<1, 8, 0>(a, h, T, topk, h, y, st) : shared_launch_wg<1, 4, 0>(a, h, T, topk, h, y, st);
+    if (a->sh_wg_fold)
+        return a->sh_wg_n128_min_t > 0 && T >= a->sh_wg_n128_min_t ? shared_wg_pair<16, 1>(a, x, T, topk, h, y, st)
+               : T >= 256                                            ? shared_wg_pair<8, 1>(a, x, T, topk, h, y, st)
+                                                                     : shared_wg_pair<4, 1>(a, x, T, topk, h, y, st);
+    return T >= 256 ? shared_wg_pair<8, 0>(a, x, T, topk, h, y, st) : shared_wg_pair<4, 0>(a, x, T, topk, h, y, st);
 }
 
 extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h,
