@@ -932,7 +932,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
        launch, which does not wait at its start, is then released by it at its start, which is after the lists
        completed); 2, right after the fused launch. */
     const bool wide = has_wide(&b, T);
-    const int at = wide && MOE_IDLE_EXIT && b.early ? b.wide_early : 0;   /* 0: after the 2-tile down */
+    const int at = wide && MOE_IDLE_EXIT ? b.wide_early : 0;   /* 0: after the 2-tile down (b.early is 1 here) */
     auto gu_wide = [&] { return gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st); };
     if (at == 1 && (e = gu_wide()) != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
