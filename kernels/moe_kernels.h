@@ -130,6 +130,16 @@ cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E,
                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
                                   int32_t *items_dn, int excl, int grp, cudaStream_t st);
 
+/* v28: top-k over many blocks (up to grp tokens, as moe_router_topk_lists's grp, each token's top-k over 8 warps,
+ * one block per token; else a warp per token) and, with done (a device counter that starts at 0 and is left at 0),
+ * the lists built by the block that finishes last: moe_router_topk then moe_build_lists in one launch, any T.
+ * done NULL: the top-k alone (moe_build_lists next). E <= 256, no excl. */
+cudaError_t moe_router_topk_multi(const float *logits, int ksplit, int T, int E, int topk, int score_func,
+                                  const float *bias, const int32_t *tid2eid, const int32_t *token_ids, float route_scale,
+                                  int32_t *idx, float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk,
+                                  int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
+                                  int32_t *items_dn, int grp, unsigned *done, cudaStream_t st);
+
 /* ---- experts (moe_expert.cu) */
 typedef struct {
     int E, H, I, fmt, has_shared;
@@ -199,6 +209,10 @@ typedef struct {
     int wide_early;                           /* v27, moe_experts_fused1: its wide gate/up right after the 2-tile gate/up
                                                  (1: before the fused launch) or after the fused launch (2) instead of
                                                  after the 2-tile down (0) */
+    int f1_first;                             /* v28, moe_experts_fused1 with T > 8: the fused launch first, waiting on
+                                                 the lists itself, then the 2-tile gate/up, which does not wait at its
+                                                 start (the fused launch releases it after its wait) and waits at its
+                                                 end, so the next launch's wait still covers both */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4

@@ -117,6 +117,13 @@ typedef struct {
     int topk_lists_max_t;             /* top-k and lists as one launch up to this batch (<= MOE_FUSED_ROUTER_MAX_T) */
     int topk_group_max_t;                   /* v22: up to this batch the top-k + lists launch spreads each token's
                                                top-k over 8 warps (moe_router_topk_lists grp; 0: one warp per token) */
+    int topk_multi_group_max_t;       /* v28: above topk_lists_max_t, up to this batch each token's top-k over 8 warps
+                                         (one block per token; moe_router_topk_multi grp; 0: one warp per token) */
+    int topk_multi_lists_max_t;       /* v28: above topk_lists_max_t, up to this batch the lists built by the top-k
+                                         launch's last block (moe_router_topk_multi done), not a launch of their own */
+    unsigned *lists_done;             /* its counter (one word, left at 0) */
+    int fused_first_max_t;            /* v28: in the fused path (fuse1) up to this batch the fused launch before the
+                                         2-tile gate/up, waiting on the lists itself (moe_expert_args.f1_first) */
     int topk_excl_min_t, topk_excl_max_t;   /* v21: at batches topk_excl_min_t..topk_excl_max_t the top-k
                                          launch's blocks have their SMs to themselves (moe_router_topk's excl =
                                          MOE_TOPK_EXCL_MAX) */

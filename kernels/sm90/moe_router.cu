@@ -320,6 +320,72 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
                       pair_w, inv, items_gu, items_dn, grp);
 }
 
+/* v28 (NOTES v28): above 32 tokens the top-k and the lists were two launches, the top-k one warp per token. Here one
+ * launch over many blocks (E <= 256): GROUPED, one block of RT_GROUP warps per token (router_topk_group_local / _merge, as
+ * k_topk_lists takes up to grp tokens); else one warp per token, 8 tokens per block (router_topk_token). With done
+ * (a zeroed counter) the block that finishes last builds the lists (build_lists_block reading idx / w from L2) and
+ * zeroes the counter for the next launch: one launch and one PDL hop fewer before the expert launches. Without done
+ * it is the top-k alone (moe_build_lists after it). Same experts, order and weights as moe_router_topk; the lists'
+ * pair order inside an expert differs run to run, as every lists build's does (nothing depends on it). */
+template <int PL, int GROUPED>
+__global__ void __launch_bounds__(256) k_topk_multi(const float *logits, int ksplit, int T, int E, int topk, int func,
+                                                    const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
+                                                    float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
+                                                    int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok,
+                                                    float *pair_w, int32_t *inv, int32_t *items_gu, int32_t *items_dn,
+                                                    unsigned *done)
+{
+    const MoeTrace trace_(MOE_TR_TOPK);
+    extern __shared__ int sm[];
+    __shared__ unsigned s_last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    moe_pdl_wait();
+    moe_pdl_release();
+    if (GROUPED) {   /* token blockIdx.x; the candidates in sm (reused by the lists after the barriers below) */
+        unsigned *cand = (unsigned *)sm;
+        router_topk_group_local(logits, ksplit, T, blockIdx.x, warp, lane, E, topk, func, bias, cand);
+        __syncthreads();
+        if (warp == 0) router_topk_group_merge(cand, blockIdx.x, lane, topk, func, route_scale, idx, w);
+    } else {
+        const int t = blockIdx.x * 8 + warp;
+        if (t < T)
+            router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx,
+                                  w);
+    }
+    if (!done) return;
+    __threadfence();   /* this thread's idx / w before the block's count */
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const unsigned long long t_l = moe_now();
+    build_lists_block<true>(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
+                            items_gu, items_dn);
+    if (threadIdx.x == 0) *done = 0u;
+    moe_trace_span(MOE_TR_LISTS, t_l);
+}
+
+extern "C" cudaError_t moe_router_topk_multi(const float *logits, int ksplit, int T, int E, int topk, int score_func,
+                                             const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
+                                             float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
+                                             int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
+                                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, int grp,
+                                             unsigned *done, cudaStream_t st)
+{
+    if (T < 1 || E > 256 || topk < 1 || topk > 32 || topk > E) return cudaErrorInvalidValue;
+    const bool grouped = moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, T * RT_GROUP);
+    size_t smem = done ? 5 * (size_t)(E + 2) * sizeof(int) : 0;
+    const size_t c = grouped ? (size_t)RT_GROUP * RT_GROUP_MAXK * 3 * sizeof(unsigned) : 0;
+    smem = c > smem ? c : smem;
+    if (smem > 48 * 1024) return cudaErrorInvalidValue;
+    const auto k = grouped ? k_topk_multi<8, 1> : k_topk_multi<8, 0>;
+    const int blocks = grouped ? T : (T + 7) / 8;
+    return moe_launch(k, dim3(blocks), dim3(256), smem, st, logits, ksplit, T, E, topk, score_func, bias, tid2eid,
+                      token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
+                      items_gu, items_dn, done);
+}
+
 /* moe_trace_set's half for this module (moe_expert.cu calls it) */
 extern "C" cudaError_t moe_trace_set_router(unsigned long long *buf)
 {
@@ -332,7 +398,8 @@ extern "C" cudaError_t moe_router_carveout(int pct)
         (const void *)k_router_logits<8, 4>, (const void *)k_router_logits<8, 8>, (const void *)k_router_logits<16, 16>,
         (const void *)k_router_logits_tc<1>, (const void *)k_router_logits_tc<2>, (const void *)k_router_logits_tc<4>,
         (const void *)k_router_topk<8>, (const void *)k_router_topk<RT_MAXPL>, (const void *)k_build_lists,
-        (const void *)k_topk_lists<8>, (const void *)k_topk_lists<RT_MAXPL>,
+        (const void *)k_topk_lists<8>, (const void *)k_topk_lists<RT_MAXPL>, (const void *)k_topk_multi<8, 1>,
+        (const void *)k_topk_multi<8, 0>,
     };
     for (const void *f : fs) {
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, pct);

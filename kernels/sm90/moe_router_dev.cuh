@@ -331,7 +331,9 @@ __device__ static int warp_scan(int *v, int n, int lane)
     return carry;
 }
 
-/* Lists body, run by every thread of one block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2). */
+/* Lists body, run by every thread of one block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2).
+ * CG: idx and w are read from L2 (ld.global.cg): other blocks of the same launch wrote them (v28, k_topk_multi). */
+template <bool CG = false>
 __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, const float *w, int T, int E, int topk,
                                                   int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
                                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
@@ -343,7 +345,7 @@ __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, c
     __syncthreads();
     const int P = T * topk;
     for (int i = threadIdx.x; i < P; i += blockDim.x) {
-        const int e = idx[i];
+        const int e = CG ? __ldcg(idx + i) : idx[i];
         if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
@@ -369,11 +371,11 @@ __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, c
         items_dn[i] = sd[i];
     }
     for (int i = threadIdx.x; i < P; i += blockDim.x) {
-        const int e = idx[i];
+        const int e = CG ? __ldcg(idx + i) : idx[i];
         if (e < 0 || e >= E) { inv[i] = -1; continue; }
         const int pos = so[e] + atomicAdd(&fill[e], 1);
         pair_tok[pos] = i / topk;
-        pair_w[pos] = w[i];
+        pair_w[pos] = CG ? __ldcg(w + i) : w[i];
         inv[i] = pos;
     }
     if (has_shared)

@@ -649,6 +649,39 @@ int main(int argc, char **argv)
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 64, 0);
         W.x4_min_t = x4, W.x4_tok = xt, W.nt2_all_min_t = na, W.dyn_items = dy;
     }
+    {   /* v28: above the one-launch router (32 tokens) each token's top-k over 8 warps, the lists built by the top-k
+           launch's last block, and in the fused path the fused launch before the 2-tile gate/up (here, with 32
+           experts, experts with more than 8 tokens are common from 64 tokens: both launches have work) */
+        W.topk_multi_group_max_t = 1 << 30;
+        W.topk_multi_lists_max_t = 1 << 30;
+        run_case("nvfp4, v28 top-k grouped + lists", &M, &L, &W, 33, 0);
+        run_case("nvfp4, v28 top-k grouped + lists", &M, &L, &W, 64, 0);
+        run_case("nvfp4, v28 top-k grouped + lists", &M, &L, &W, 257, 0);
+        run_case("nvfp4 skewed, v28 top-k grouped + lists", &M, &L, &W, 257, 1);
+        W.topk_multi_lists_max_t = 0;
+        run_case("nvfp4, v28 top-k grouped", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, v28 top-k grouped", &M, &L, &W, 130, 1);
+        W.topk_multi_group_max_t = 0;
+        W.topk_multi_lists_max_t = 1 << 30;
+        run_case("nvfp4, v28 top-k one warp + lists", &M, &L, &W, 64, 0);
+        run_case("nvfp4, v28 top-k one warp + lists", &M, &L, &W, 257, 0);
+        run_case("nvfp4 skewed, v28 top-k one warp + lists", &M, &L, &W, 64, 1);
+        W.topk_multi_lists_max_t = 0;
+        W.fused_first_max_t = 1 << 30;
+        run_case("nvfp4, v28 fused launch first", &M, &L, &W, 16, 0);
+        run_case("nvfp4, v28 fused launch first", &M, &L, &W, 64, 0);
+        run_case("nvfp4, v28 fused launch first", &M, &L, &W, 130, 0);
+        run_case("nvfp4 skewed, v28 fused launch first", &M, &L, &W, 64, 1);
+        run_case("nvfp4 skewed, v28 fused launch first", &M, &L, &W, 64, 1);   /* back to back */
+        run_case("nvfp4 skewed, v28 fused launch first", &M, &L, &W, 130, 1);
+        run_case("nvfp4, v28 fused launch first (wide: not taken)", &M, &L, &W, 257, 0);
+        W.topk_multi_group_max_t = 1 << 30;
+        W.topk_multi_lists_max_t = 1 << 30;
+        run_case("nvfp4, v28 all three", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, v28 all three", &M, &L, &W, 64, 1);
+        run_case("nvfp4, v28 all three", &M, &L, &W, 128, 0);
+        W.topk_multi_group_max_t = W.topk_multi_lists_max_t = W.fused_first_max_t = 0;
+    }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
            up to 8: every part count, 64-row down items, the shared expert's own launches beside it, and the
@@ -778,6 +811,9 @@ int main(int argc, char **argv)
     run_case("mxfp4 sigmoid skewed, wide experts above 16", &M, &L, &W, 64, 1);
     W.x4_min_t = 0;
     run_fused("mxfp4 sigmoid (one launch)", &M, &L, &W, 3, 0);
+    W.topk_multi_group_max_t = W.topk_multi_lists_max_t = 64;   /* v28 */
+    run_case("mxfp4 sigmoid, v28 top-k grouped + lists", &M, &L, &W, 64, 0);
+    W.topk_multi_group_max_t = W.topk_multi_lists_max_t = 0;
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
     c.hash = 1; c.vocab = 1000; c.score_func = MOE_SCORE_SQRTSOFTPLUS; c.fp4_fmt = QT_NVFP4;
@@ -786,6 +822,9 @@ int main(int argc, char **argv)
     run_case("nvfp4 hash routing", &M, &L, &W, 33, 0);
     run_case("nvfp4 hash routing", &M, &L, &W, 1, 0);   /* one warp per token where the others are grouped */
     run_fused("nvfp4 hash routing (one launch)", &M, &L, &W, 5, 0);
+    W.topk_multi_group_max_t = W.topk_multi_lists_max_t = 64;   /* v28: hash routing stays one warp per token */
+    run_case("nvfp4 hash routing, v28 top-k + lists", &M, &L, &W, 33, 0);
+    W.topk_multi_group_max_t = W.topk_multi_lists_max_t = 0;
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
@@ -799,6 +838,27 @@ int main(int argc, char **argv)
     run_case("hidden 256, one expert launch", &M, &L, &W, 2, 0);
     W.fs_ks_gu = 4, W.fs_ks_max_t = 8, W.fuse_small = 8;
     run_case("hidden 256, one expert launch, 4 K parts asked", &M, &L, &W, 8, 0);
+    moe_cuda_ws_free(&W);
+    free_model(&M, &L);
+
+    /* E: V4-Flash's 256 experts (top-6, sqrtsoftplus + bias, duplicated gate rows for exact ties) on small expert
+       dims: every warp of the grouped top-k has 32 experts (v28), against the one-warp forms */
+    moe_cuda_shape f = a;
+    f.n_experts = 256; f.hidden = 256; f.inter = 128;
+    make_model(&M, &L, &f, 1, 1);
+    if (moe_cuda_ws_init(&W, &L, 512)) return 1;
+    {
+        static const int fb[] = {1, 2, 33, 64, 257, 512};
+        for (int i = 0; i < 6; i++) run_case("256 experts", &M, &L, &W, fb[i], 0);
+        run_case("256 experts skewed", &M, &L, &W, 64, 1);
+        W.topk_multi_group_max_t = W.topk_multi_lists_max_t = W.fused_first_max_t = 1 << 30;
+        for (int i = 2; i < 6; i++) run_case("256 experts, v28 router + fused launch first", &M, &L, &W, fb[i], 0);
+        run_case("256 experts skewed, v28 router + fused launch first", &M, &L, &W, 64, 1);
+        run_case("256 experts skewed, v28 router + fused launch first", &M, &L, &W, 512, 1);
+        W.topk_multi_lists_max_t = 0;
+        run_case("256 experts, v28 grouped top-k", &M, &L, &W, 128, 0);
+        W.topk_multi_group_max_t = W.topk_multi_lists_max_t = W.fused_first_max_t = 0;
+    }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
