@@ -113,22 +113,24 @@ cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int top
  * tok_chunk = 8 * moe_tok_tiles(T): tokens per work item.
  * off [E+2]: pair offsets (routed pairs sorted by expert, then the shared expert's T pairs);
  * pair_tok/pair_w [T*topk + T]; inv [T*topk]: pair of (t, k), -1 for an out-of-range index;
- * items_gu/items_dn [E+2]: prefix sums of work items (token chunks x row groups) per expert. */
+ * items_gu/items_dn [E+2]: prefix sums of work items (token chunks x row groups) per expert.
+ * runs (v28): the pairs loaded once into registers and the scans by runs per lane (the same lists). */
 cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
                             int rg_gu, int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
-                            int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st);
+                            int32_t *inv, int32_t *items_gu, int32_t *items_dn, int runs, cudaStream_t st);
 
 /* Top-k + lists in one launch (same results as moe_router_topk, then moe_build_lists)
  * for T <= MOE_FUSED_ROUTER_MAX_T: one block, a warp per token (16 warps: each takes every 16th token);
  * excl as in moe_router_topk. grp (v22, moe_cuda_ws.topk_group_max_t): up to grp tokens each token's top-k
- * is spread over 8 warps (sqrtsoftplus / sigmoid scores, no hash routing, E <= 256, topk <= 8; same results).
+ * is spread over 8 warps (sqrtsoftplus / sigmoid scores, no hash routing, E <= 256, topk <= 8; same results); runs as
+ * in moe_build_lists.
  * moe_cuda_ws.topk_lists_max_t picks where the layer uses it (v9: 32). */
 #define MOE_FUSED_ROUTER_MAX_T 256
 cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int score_func, const float *bias,
                                   const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
                                   float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
-                                  int32_t *items_dn, int excl, int grp, cudaStream_t st);
+                                  int32_t *items_dn, int excl, int grp, int runs, cudaStream_t st);
 
 /* v28: top-k over many blocks (up to grp tokens, as moe_router_topk_lists's grp, each token's top-k over 8 warps,
  * one block per token; else a warp per token) and, with done (a device counter that starts at 0 and is left at 0),
@@ -209,10 +211,6 @@ typedef struct {
     int wide_early;                           /* v27, moe_experts_fused1: its wide gate/up right after the 2-tile gate/up
                                                  (1: before the fused launch) or after the fused launch (2) instead of
                                                  after the 2-tile down (0) */
-    int f1_first;                             /* v28, moe_experts_fused1 with T > 8: the fused launch first, waiting on
-                                                 the lists itself, then the 2-tile gate/up, which does not wait at its
-                                                 start (the fused launch releases it after its wait) and waits at its
-                                                 end, so the next launch's wait still covers both */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4

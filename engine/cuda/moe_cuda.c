@@ -334,7 +334,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->topk_group_max_t = 2;   /* v22: up to 2 tokens, each token's top-k over 8 warps of the top-k + lists block */
     W->topk_multi_group_max_t = 0;   /* v28: above topk_lists_max_t, each token's top-k over 8 warps up to this batch */
     W->topk_multi_lists_max_t = 0;   /* v28: ... and the lists built by the top-k launch's last block */
-    W->fused_first_max_t = 0;        /* v28: the fused launch before the 2-tile gate/up (moe_expert_args.f1_first) */
+    W->lists_runs_max_t = 0;         /* v28: the lists' pairs in registers and run scans in the other lists builds */
     W->topk_excl_min_t = 9;    /* v21: the top-k + lists block alone on its SM at 9-32 tokens (bench/NOTES.md v21 */
     W->topk_excl_max_t = 32;   /* (6)-(8): beside the shared expert's own launches its span at 32 shrinks 25 -> 16 us,
                                   random 32 -0.5..2 %, skewed 32 -7.5 %; not at <= 8, where the one expert launch's
@@ -440,7 +440,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .tok1_max = tok1,
         .sh_xl_min_t = W->shared_xl_min_t, .sh_wg_min_t = W->shared_wg_min_t,
         .sh_wg_fold = W->shared_wg_fold && L->sh_pow2, .sh_wg_n128_min_t = W->shared_wg_n128_min_t,
-        .wide_min = wide, .wide_early = W->x4_early, .f1_first = T <= W->fused_first_max_t,
+        .wide_min = wide, .wide_early = W->x4_early,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
@@ -503,7 +503,8 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         CK(moe_router_topk_lists(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
                                  s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
                                  MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu,
-                                 W->items_dn, excl, W->topk_group_max_t, st), "router top-k + lists");
+                                 W->items_dn, excl, W->topk_group_max_t, T <= W->lists_runs_max_t, st),
+           "router top-k + lists");
     } else {
         /* v28: the top-k over 8 warps per token and / or the lists by the top-k launch's last block */
         const int grp = T <= W->topk_multi_group_max_t ? T : 0, fold = T <= W->topk_multi_lists_max_t;
@@ -522,7 +523,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         if (!(multi && fold))
             CK(moe_build_lists(W->idx, W->w, T, E, K, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
                                MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn,
-                               st), "expert lists");
+                               T <= W->lists_runs_max_t, st), "expert lists");
     }
     MARK(3);
     /* forked after the router: beside the routed launches only */

@@ -122,8 +122,9 @@ typedef struct {
     int topk_multi_lists_max_t;       /* v28: above topk_lists_max_t, up to this batch the lists built by the top-k
                                          launch's last block (moe_router_topk_multi done), not a launch of their own */
     unsigned *lists_done;             /* its counter (one word, left at 0) */
-    int fused_first_max_t;            /* v28: in the fused path (fuse1) up to this batch the fused launch before the
-                                         2-tile gate/up, waiting on the lists itself (moe_expert_args.f1_first) */
+    int lists_runs_max_t;             /* v28: up to this batch the top-k + lists launch and the lists launch load the pairs
+                                         once into registers and scan by runs per lane (moe_build_lists runs; as the
+                                         top-k launch's last block always does) */
     int topk_excl_min_t, topk_excl_max_t;   /* v21: at batches topk_excl_min_t..topk_excl_max_t the top-k
                                          launch's blocks have their SMs to themselves (moe_router_topk's excl =
                                          MOE_TOPK_EXCL_MAX) */

@@ -203,8 +203,6 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
     }
     const size_t rt_bytes = (size_t)nc * 2 * moe_fp4_chunk_bytes(FMT);
     bool primed = false;
-    if (second && MOE_IDLE_EXIT && idle_exit(total)) return;   /* v28 (f1_first): block 0 waits, so the grid completes
-                                                                  after the launch it overlaps */
     if (total == 0) {   /* no expert of this tile count */
         if (second) moe_pdl_wait();
         return;
@@ -469,9 +467,7 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #define MOE_EARLY_SH 1
 #endif
 
-/* FIRST (v28, moe_expert_args.f1_first; T > 8 only): the launch follows the lists and waits on them at its start. A
- * template parameter, not a branch on the argument: the runtime test made ptxas spill 20 bytes in the T > 8 form. */
-template <int FMT, int RM, int SMALL, int FIRST = 0>
+template <int FMT, int RM, int SMALL>
 __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts1(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                              const int32_t *pair_tok, const float *pair_w, uint16_t *h,
                                                              float *y)
@@ -520,7 +516,7 @@ __global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts
     };
     const bool early = SMALL && MOE_EARLY_SH && a.early_sh && gw < nsg;
     if (early) shared_gu(gw);
-    if (SMALL || FIRST) moe_pdl_wait();   /* launched right after the lists */
+    if (SMALL) moe_pdl_wait();   /* launched right after the lists */
     if (SMALL)   /* T <= 8: no expert has more than one token chunk */
         item_tables1_body<false>(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM, 0);
     else
@@ -864,23 +860,21 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
 typedef void (*e1_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *,
                       float *);
 
-/* The fused kernel for format fmt, down tiles per warp-item rm, T <= 8 (small) or not (always 2 tiles; first: the
- * v28 form that waits at its start). */
-static e1_fn experts1_fn(int fmt, int rm, int small, int first = 0)
+/* The fused kernel for format fmt, down tiles per warp-item rm, T <= 8 (small) or not (always 2 tiles). */
+static e1_fn experts1_fn(int fmt, int rm, int small)
 {
     const bool nv = fmt == MOE_FP4_NVFP4;
     if (small)
         return rm == 1 ? (nv ? k_experts1<MOE_FP4_NVFP4, 1, 1> : k_experts1<MOE_FP4_MXFP4, 1, 1>)
                        : (nv ? k_experts1<MOE_FP4_NVFP4, 2, 1> : k_experts1<MOE_FP4_MXFP4, 2, 1>);
-    if (first) return nv ? k_experts1<MOE_FP4_NVFP4, 2, 0, 1> : k_experts1<MOE_FP4_MXFP4, 2, 0, 1>;
     return nv ? k_experts1<MOE_FP4_NVFP4, 2, 0> : k_experts1<MOE_FP4_MXFP4, 2, 0>;
 }
 
 extern "C" cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm)
 {
     int lo = 1 << 30;
-    for (int v = small ? 1 : 2; v <= (small ? 2 : 3); v++) {   /* small: rm 1, 2; else rm 2 and its first form */
-        const void *f = (const void *)experts1_fn(fmt, small ? v : 2, small, v == 3);
+    for (int rm = small ? 1 : 2; rm <= 2; rm++) {
+        const void *f = (const void *)experts1_fn(fmt, rm, small);
         int per;
         cudaError_t e;
         if ((e = raise_smem(f, smem_for(512))) != cudaSuccess ||
@@ -926,27 +920,12 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
     const int rg = a->I / MOE_ROWS_PER_ITEM;
-    auto gu_2tile = [&](const moe_expert_args &c) {   /* no shared items in this path */
-        return moe_launch(gu2_pick(a->fmt, 0), dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128),
-                          smem_gu2(a->E, 0), st, c, x, off, pair_tok, pair_w, h);
-    };
-    cudaError_t e;
-    /* v28 (f1_first): the fused launch waits on the lists itself and the 2-tile gate/up overlaps it (second: it starts
-     * when the fused launch releases it after that wait, and waits at its end); not with wide launches, whose gate/up
-     * would then wait for the fused launch's end */
-    if (a->f1_first && !has_wide(&b, T)) {
-        moe_expert_args c = b;
-        c.overlap = 1;
-        if ((e = moe_launch(experts1_fn(a->fmt, 2, 0, 1), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok,
-                            pair_w, h, y)) != cudaSuccess ||
-            (e = gu_2tile(c)) != cudaSuccess)
-            return e;
-        return moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
-                          dim3(128), sm, st, b, (const uint16_t *)h, off, y);
-    }
     /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch (v23 (5): its grid held to
      * 1-2 blocks per SM so the fused launch's blocks join from the start gained 0.5 % at 256) */
-    if ((e = gu_2tile(b)) != cudaSuccess) return e;
+    cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
+                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), smem_gu2(a->E, 0), st, b, x, off,
+                               pair_tok, pair_w, h);
+    if (e != cudaSuccess) return e;
     /* v26 (X4): the wide stages after the 2-tile down: before the fused launch, the wide gate/up's blocks waited on
        the 2-tile gate/up and held the fused launch until it ended. v27 (wide_early, with MOE_IDLE_EXIT, where the
        wide gate/up's blocks without items exit at once): 1, the wide gate/up right after the 2-tile one (the fused
@@ -1396,7 +1375,6 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 0), (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 1),
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 0),
         (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),
-        (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 0, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 0, 1),
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
         (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,

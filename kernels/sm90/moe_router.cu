@@ -232,6 +232,8 @@ extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int
                       tid2eid, token_ids, route_scale, idx, w);
 }
 
+/* U (v28, moe_build_lists runs): build_lists_block's register pairs and run scans */
+template <int U>
 __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, const float *w, int T, int E, int topk,
                                                          int has_shared, int rg_gu, int rg_dn, int tok_chunk,
                                                          int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
@@ -241,8 +243,8 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
     extern __shared__ int sm[];
     moe_pdl_wait();
     moe_pdl_release();
-    build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
-                      items_dn);
+    build_lists_block<false, U>(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
+                                items_gu, items_dn);
 }
 
 /* Small batches (T <= 32): top-k (warp w: tokens w, w + 16) and the lists in one block, one launch fewer in
@@ -251,7 +253,7 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
  * each warp's top-k), "topk-ld" (from its loads landing to its end, v21) and "lists" slots, which the separate
  * top-k and lists launches use above 32 tokens. The lists start is read with moe_now_fenced (v20: a plain read
  * had moved above the barrier, ~5 us before the top-k's end). */
-template <int PL>
+template <int PL, int U>
 __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int func,
                                                         const float *bias, const int32_t *tid2eid,
                                                         const int32_t *token_ids, float route_scale, int32_t *idx,
@@ -280,21 +282,20 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
     if (MOE_TRACE_TL) moe_trace_span(MOE_TR_TOPK, t_w);
     __syncthreads();
     const unsigned long long t_l = MOE_TRACE_TL ? moe_now_fenced() : 0;
-    build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
-                      items_dn);
+    build_lists_block<false, U>(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
+                                items_gu, items_dn);
     if (MOE_TRACE_TL) moe_trace_span(MOE_TR_LISTS, t_l);
 }
 
 extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,
                                        int rg_gu, int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok,
                                        float *pair_w,
-                                       int32_t *inv, int32_t *items_gu, int32_t *items_dn, cudaStream_t st)
+                                       int32_t *inv, int32_t *items_gu, int32_t *items_dn, int runs, cudaStream_t st)
 {
     const size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
     if (smem > 48 * 1024) return cudaErrorInvalidValue;
-    return moe_launch(k_build_lists, dim3(1), dim3(1024), smem, st, idx, w, T, E, topk, has_shared, rg_gu, rg_dn,
-                      tok_chunk, off,
-                      pair_tok, pair_w, inv, items_gu, items_dn);
+    return moe_launch(runs ? k_build_lists<3> : k_build_lists<0>, dim3(1), dim3(1024), smem, st, idx, w, T, E, topk,
+                      has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu, items_dn);
 }
 
 extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int score_func,
@@ -302,7 +303,7 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
                                              float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
                                              int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
                                              int32_t *inv, int32_t *items_gu, int32_t *items_dn, int excl, int grp,
-                                             cudaStream_t st)
+                                             int runs, cudaStream_t st)
 {
     size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
     if (moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, 16)) {   /* the candidates of the grouped top-k */
@@ -312,7 +313,8 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
     if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
         smem > 48 * 1024 || excl < 0 || excl > MOE_TOPK_EXCL_MAX)
         return cudaErrorInvalidValue;
-    const auto k = E <= 256 ? k_topk_lists<8> : k_topk_lists<RT_MAXPL>;
+    const auto k = E <= 256 ? (runs ? k_topk_lists<8, 3> : k_topk_lists<8, 0>)
+                            : (runs ? k_topk_lists<RT_MAXPL, 3> : k_topk_lists<RT_MAXPL, 0>);
     const cudaError_t e = allow_smem((const void *)k, smem + (size_t)excl);
     if (e != cudaSuccess) return e;
     return moe_launch(k, dim3(1), dim3(512), smem + (size_t)excl, st, logits, ksplit, T, E, topk, score_func, bias,
@@ -360,7 +362,7 @@ __global__ void __launch_bounds__(256) k_topk_multi(const float *logits, int ksp
     if (!s_last) return;
     __threadfence();
     const unsigned long long t_l = moe_now();
-    build_lists_block<true>(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
+    build_lists_block<true, 12>(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
                             items_gu, items_dn);
     if (threadIdx.x == 0) *done = 0u;
     moe_trace_span(MOE_TR_LISTS, t_l);
@@ -397,8 +399,9 @@ extern "C" cudaError_t moe_router_carveout(int pct)
     const void *fs[] = {
         (const void *)k_router_logits<8, 4>, (const void *)k_router_logits<8, 8>, (const void *)k_router_logits<16, 16>,
         (const void *)k_router_logits_tc<1>, (const void *)k_router_logits_tc<2>, (const void *)k_router_logits_tc<4>,
-        (const void *)k_router_topk<8>, (const void *)k_router_topk<RT_MAXPL>, (const void *)k_build_lists,
-        (const void *)k_topk_lists<8>, (const void *)k_topk_lists<RT_MAXPL>, (const void *)k_topk_multi<8, 1>,
+        (const void *)k_router_topk<8>, (const void *)k_router_topk<RT_MAXPL>, (const void *)k_build_lists<0>,
+        (const void *)k_build_lists<3>, (const void *)k_topk_lists<8, 0>, (const void *)k_topk_lists<RT_MAXPL, 0>,
+        (const void *)k_topk_lists<8, 3>, (const void *)k_topk_lists<RT_MAXPL, 3>, (const void *)k_topk_multi<8, 1>,
         (const void *)k_topk_multi<8, 0>,
     };
     for (const void *f : fs) {

@@ -331,20 +331,62 @@ __device__ static int warp_scan(int *v, int n, int lane)
     return carry;
 }
 
+/* Exclusive scan of n ints in smem by one warp, each lane a contiguous run of ceil(n / 32) (one shuffle scan instead
+ * of one per 32 entries); returns the total. */
+__device__ static int warp_scan_runs(int *v, int n, int lane)
+{
+    const int per = (n + 31) / 32, b = min(lane * per, n), e = min(b + per, n);
+    int s = 0;
+#pragma unroll 4
+    for (int i = b; i < e; i++) s += v[i];
+    int inc = s;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+    }
+    int run = inc - s;
+#pragma unroll 4
+    for (int i = b; i < e; i++) {
+        const int x = v[i];
+        v[i] = run;
+        run += x;
+    }
+    return __shfl_sync(0xffffffffu, inc, 31);
+}
+
 /* Lists body, run by every thread of one block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2).
- * CG: idx and w are read from L2 (ld.global.cg): other blocks of the same launch wrote them (v28, k_topk_multi). */
-template <bool CG = false>
+ * v28 (k_topk_multi's last block, where other blocks of the same launch wrote idx / w): CG reads them from L2
+ * (ld.global.cg); U > 0 loads each thread's first U pairs at once and keeps them in registers for both passes (a
+ * strided loop of loads and shared-memory atomics is one L2 round trip per step: ~6 us for 384 pairs over 256 threads
+ * beside the shared expert's stream, v28 run 1), and the scans take warp_scan_runs. */
+template <bool CG = false, int U = 0>
 __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, const float *w, int T, int E, int topk,
                                                   int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
                                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
                                                   int32_t *items_dn)
 {
+    constexpr int UR = U > 0 ? U : 1;
     const int nE = E + (has_shared ? 1 : 0);
     int *cnt = sm, *fill = sm + (E + 2), *so = sm + 2 * (E + 2), *sg = sm + 3 * (E + 2), *sd = sm + 4 * (E + 2);
+    const int P = T * topk, i0 = U * (int)blockDim.x;   /* pairs below i0: in registers */
+    int re[UR];
+    float rw[UR];
+    if (U > 0) {
+#pragma unroll
+        for (int u = 0; u < UR; u++) {
+            const int i = threadIdx.x + u * blockDim.x;
+            re[u] = i < P ? (CG ? __ldcg(idx + i) : idx[i]) : -1;
+            rw[u] = i < P ? (CG ? __ldcg(w + i) : w[i]) : 0.f;
+        }
+    }
     for (int i = threadIdx.x; i < E + 2; i += blockDim.x) cnt[i] = 0, fill[i] = 0;
     __syncthreads();
-    const int P = T * topk;
-    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+    if (U > 0) {
+#pragma unroll
+        for (int u = 0; u < UR; u++)
+            if (re[u] >= 0 && re[u] < E) atomicAdd(&cnt[re[u]], 1);
+    }
+    for (int i = i0 + threadIdx.x; i < P; i += blockDim.x) {
         const int e = CG ? __ldcg(idx + i) : idx[i];
         if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
     }
@@ -361,16 +403,29 @@ __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, c
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (warp == 0) warp_scan(so, nE + 1, lane);
-    if (warp == 1) warp_scan(sg, nE + 1, lane);
-    if (warp == 2) warp_scan(sd, nE + 1, lane);
+    auto scan = U > 0 ? warp_scan_runs : warp_scan;
+    if (warp == 0) scan(so, nE + 1, lane);
+    if (warp == 1) scan(sg, nE + 1, lane);
+    if (warp == 2) scan(sd, nE + 1, lane);
     __syncthreads();
     for (int i = threadIdx.x; i < nE + 1; i += blockDim.x) {
         off[i] = so[i];
         items_gu[i] = sg[i];
         items_dn[i] = sd[i];
     }
-    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+    if (U > 0) {
+#pragma unroll
+        for (int u = 0; u < UR; u++) {
+            const int i = threadIdx.x + u * blockDim.x, e = re[u];
+            if (i >= P) continue;
+            if (e < 0 || e >= E) { inv[i] = -1; continue; }
+            const int pos = so[e] + atomicAdd(&fill[e], 1);
+            pair_tok[pos] = i / topk;
+            pair_w[pos] = rw[u];
+            inv[i] = pos;
+        }
+    }
+    for (int i = i0 + threadIdx.x; i < P; i += blockDim.x) {
         const int e = CG ? __ldcg(idx + i) : idx[i];
         if (e < 0 || e >= E) { inv[i] = -1; continue; }
         const int pos = so[e] + atomicAdd(&fill[e], 1);

@@ -649,15 +649,15 @@ int main(int argc, char **argv)
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 64, 0);
         W.x4_min_t = x4, W.x4_tok = xt, W.nt2_all_min_t = na, W.dyn_items = dy;
     }
-    {   /* v28: above the one-launch router (32 tokens) each token's top-k over 8 warps, the lists built by the top-k
-           launch's last block, and in the fused path the fused launch before the 2-tile gate/up (here, with 32
-           experts, experts with more than 8 tokens are common from 64 tokens: both launches have work) */
+    {   /* v28: above the one-launch router (32 tokens) each token's top-k over 8 warps and the lists built by the top-k
+           launch's last block; the other lists builds with their pairs in registers and run scans (LR) */
         W.topk_multi_group_max_t = 1 << 30;
         W.topk_multi_lists_max_t = 1 << 30;
         run_case("nvfp4, v28 top-k grouped + lists", &M, &L, &W, 33, 0);
         run_case("nvfp4, v28 top-k grouped + lists", &M, &L, &W, 64, 0);
         run_case("nvfp4, v28 top-k grouped + lists", &M, &L, &W, 257, 0);
         run_case("nvfp4 skewed, v28 top-k grouped + lists", &M, &L, &W, 257, 1);
+        run_case("nvfp4 skewed, v28 top-k grouped + lists", &M, &L, &W, 64, 1);
         W.topk_multi_lists_max_t = 0;
         run_case("nvfp4, v28 top-k grouped", &M, &L, &W, 64, 0);
         run_case("nvfp4 skewed, v28 top-k grouped", &M, &L, &W, 130, 1);
@@ -667,20 +667,12 @@ int main(int argc, char **argv)
         run_case("nvfp4, v28 top-k one warp + lists", &M, &L, &W, 257, 0);
         run_case("nvfp4 skewed, v28 top-k one warp + lists", &M, &L, &W, 64, 1);
         W.topk_multi_lists_max_t = 0;
-        W.fused_first_max_t = 1 << 30;
-        run_case("nvfp4, v28 fused launch first", &M, &L, &W, 16, 0);
-        run_case("nvfp4, v28 fused launch first", &M, &L, &W, 64, 0);
-        run_case("nvfp4, v28 fused launch first", &M, &L, &W, 130, 0);
-        run_case("nvfp4 skewed, v28 fused launch first", &M, &L, &W, 64, 1);
-        run_case("nvfp4 skewed, v28 fused launch first", &M, &L, &W, 64, 1);   /* back to back */
-        run_case("nvfp4 skewed, v28 fused launch first", &M, &L, &W, 130, 1);
-        run_case("nvfp4, v28 fused launch first (wide: not taken)", &M, &L, &W, 257, 0);
-        W.topk_multi_group_max_t = 1 << 30;
-        W.topk_multi_lists_max_t = 1 << 30;
-        run_case("nvfp4, v28 all three", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, v28 all three", &M, &L, &W, 64, 1);
-        run_case("nvfp4, v28 all three", &M, &L, &W, 128, 0);
-        W.topk_multi_group_max_t = W.topk_multi_lists_max_t = W.fused_first_max_t = 0;
+        W.lists_runs_max_t = 1 << 30;
+        for (int i = 0; i < 5; i++) run_case("nvfp4, v28 lists from registers", &M, &L, &W, batches[i], 0);
+        run_case("nvfp4, v28 lists from registers", &M, &L, &W, 16, 0);
+        run_case("nvfp4 skewed, v28 lists from registers", &M, &L, &W, 9, 1);
+        run_case("nvfp4 skewed, v28 lists from registers", &M, &L, &W, 257, 1);
+        W.topk_multi_group_max_t = W.topk_multi_lists_max_t = W.lists_runs_max_t = 0;
     }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
@@ -851,13 +843,13 @@ int main(int argc, char **argv)
         static const int fb[] = {1, 2, 33, 64, 257, 512};
         for (int i = 0; i < 6; i++) run_case("256 experts", &M, &L, &W, fb[i], 0);
         run_case("256 experts skewed", &M, &L, &W, 64, 1);
-        W.topk_multi_group_max_t = W.topk_multi_lists_max_t = W.fused_first_max_t = 1 << 30;
-        for (int i = 2; i < 6; i++) run_case("256 experts, v28 router + fused launch first", &M, &L, &W, fb[i], 0);
-        run_case("256 experts skewed, v28 router + fused launch first", &M, &L, &W, 64, 1);
-        run_case("256 experts skewed, v28 router + fused launch first", &M, &L, &W, 512, 1);
+        W.topk_multi_group_max_t = W.topk_multi_lists_max_t = W.lists_runs_max_t = 1 << 30;
+        for (int i = 0; i < 6; i++) run_case("256 experts, v28 router", &M, &L, &W, fb[i], 0);
+        run_case("256 experts skewed, v28 router", &M, &L, &W, 64, 1);
+        run_case("256 experts skewed, v28 router", &M, &L, &W, 512, 1);
         W.topk_multi_lists_max_t = 0;
-        run_case("256 experts, v28 grouped top-k", &M, &L, &W, 128, 0);
-        W.topk_multi_group_max_t = W.topk_multi_lists_max_t = W.fused_first_max_t = 0;
+        run_case("256 experts, v28 grouped top-k, lists from registers", &M, &L, &W, 128, 0);
+        W.topk_multi_group_max_t = W.topk_multi_lists_max_t = W.lists_runs_max_t = 0;
     }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
