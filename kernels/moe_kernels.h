@@ -104,11 +104,12 @@ int moe_router_logits_tc_parts(int T, int H, int E);
 /* Scores, top-k (or hash), weights. part: ksplit partial logit arrays [ksplit][T][E] (1 = logits).
  * idx/w [T][topk]. excl (v21): bytes of shared memory each block reserves beyond its own, so that no block
  * of the layer's other kernels fits beside it on its SM and its warps (one per token) have the SM's issue
- * slots to themselves (0: none; at most MOE_TOPK_EXCL_MAX). */
+ * slots to themselves (0: none; at most MOE_TOPK_EXCL_MAX). grp (v28): up to grp tokens (and without excl) each
+ * token's top-k is one block of 8 warps, under moe_router_topk_lists's conditions for its grouped form. */
 #define MOE_TOPK_EXCL_MAX (200 * 1024)
 cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
                             const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
-                            float route_scale, int32_t *idx, float *w, int excl, cudaStream_t st);
+                            float route_scale, int32_t *idx, float *w, int excl, int grp, cudaStream_t st);
 /* Per-expert lists. Expert E is the shared expert (all T tokens, weight 1) when has_shared.
  * tok_chunk = 8 * moe_tok_tiles(T): tokens per work item.
  * off [E+2]: pair offsets (routed pairs sorted by expert, then the shared expert's T pairs);
@@ -122,25 +123,15 @@ cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, in
 /* Top-k + lists in one launch (same results as moe_router_topk, then moe_build_lists)
  * for T <= MOE_FUSED_ROUTER_MAX_T: one block, a warp per token (16 warps: each takes every 16th token);
  * excl as in moe_router_topk. grp (v22, moe_cuda_ws.topk_group_max_t): up to grp tokens each token's top-k
- * is spread over 8 warps (sqrtsoftplus / sigmoid scores, no hash routing, E <= 256, topk <= 8; same results); runs as
- * in moe_build_lists.
+ * is spread over 8 warps (sqrtsoftplus / sigmoid scores, no hash routing, E <= 256, topk <= 8; same results), in a
+ * block of 512 threads up to 2 tokens, of 1024 up to 4 (v28).
  * moe_cuda_ws.topk_lists_max_t picks where the layer uses it (v9: 32). */
 #define MOE_FUSED_ROUTER_MAX_T 256
 cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int score_func, const float *bias,
                                   const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,
                                   float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
-                                  int32_t *items_dn, int excl, int grp, int runs, cudaStream_t st);
-
-/* v28: top-k over many blocks (up to grp tokens, as moe_router_topk_lists's grp, each token's top-k over 8 warps,
- * one block per token; else a warp per token) and, with done (a device counter that starts at 0 and is left at 0),
- * the lists built by the block that finishes last: moe_router_topk then moe_build_lists in one launch, any T.
- * done NULL: the top-k alone (moe_build_lists next). E <= 256, no excl. */
-cudaError_t moe_router_topk_multi(const float *logits, int ksplit, int T, int E, int topk, int score_func,
-                                  const float *bias, const int32_t *tid2eid, const int32_t *token_ids, float route_scale,
-                                  int32_t *idx, float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk,
-                                  int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
-                                  int32_t *items_dn, int grp, unsigned *done, cudaStream_t st);
+                                  int32_t *items_dn, int excl, int grp, cudaStream_t st);
 
 /* ---- experts (moe_expert.cu) */
 typedef struct {

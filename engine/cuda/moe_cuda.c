@@ -285,9 +285,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->part, ptiles * MOE_PARTS_MAX * 1024), "cudaMalloc(part)");
     CK(cudaMalloc((void **)&W->pcnt, ptiles * sizeof(unsigned)), "cudaMalloc(pcnt)");
     CK(cudaMemset(W->pcnt, 0, ptiles * sizeof(unsigned)), "cudaMemset(pcnt)");
-    /* v28: the blocks of the top-k launch that builds the lists (moe_router_topk_multi's done) */
-    CK(cudaMalloc((void **)&W->lists_done, sizeof(unsigned)), "cudaMalloc(lists counter)");
-    CK(cudaMemset(W->lists_done, 0, sizeof(unsigned)), "cudaMemset(lists counter)");
     /* v11 defaults (bench/NOTES.md, runs 3-6) */
     W->early_pdl = 1;
     W->down_rm_min_t = 16;
@@ -332,9 +329,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
                                   gate/up's; random 256 with it (fused stages off) +10 %) */
     W->topk_lists_max_t = 32;  /* v9 */
     W->topk_group_max_t = 2;   /* v22: up to 2 tokens, each token's top-k over 8 warps of the top-k + lists block */
-    W->topk_multi_group_max_t = 0;   /* v28: above topk_lists_max_t, each token's top-k over 8 warps up to this batch */
-    W->topk_multi_lists_max_t = 0;   /* v28: ... and the lists built by the top-k launch's last block */
-    W->lists_runs_max_t = 0;         /* v28: the lists' pairs in registers and run scans in the other lists builds */
+    W->topk_blocks_max_t = 0;  /* v28: above topk_lists_max_t each token's top-k one block of 8 warps up to this batch */
+    W->lists_runs_max_t = 0;   /* v28: the lists launch with its pairs in registers and run scans up to this batch */
     W->topk_excl_min_t = 9;    /* v21: the top-k + lists block alone on its SM at 9-32 tokens (bench/NOTES.md v21 */
     W->topk_excl_max_t = 32;   /* (6)-(8): beside the shared expert's own launches its span at 32 shrinks 25 -> 16 us,
                                   random 32 -0.5..2 %, skewed 32 -7.5 %; not at <= 8, where the one expert launch's
@@ -378,7 +374,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 void moe_cuda_ws_free(moe_cuda_ws *W)
 {
     void *p[] = {W->logits, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
-                 W->h, W->y, W->fused_sync, W->tickets, W->part, W->pcnt, W->lists_done};
+                 W->h, W->y, W->fused_sync, W->tickets, W->part, W->pcnt};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
     if (W->ev_fork) cudaEventDestroy(W->ev_fork);
@@ -503,27 +499,14 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         CK(moe_router_topk_lists(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL, token_ids,
                                  s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
                                  MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu,
-                                 W->items_dn, excl, W->topk_group_max_t, T <= W->lists_runs_max_t, st),
-           "router top-k + lists");
+                                 W->items_dn, excl, W->topk_group_max_t, st), "router top-k + lists");
     } else {
-        /* v28: the top-k over 8 warps per token and / or the lists by the top-k launch's last block */
-        const int grp = T <= W->topk_multi_group_max_t ? T : 0, fold = T <= W->topk_multi_lists_max_t;
-        const int multi = (grp || fold) && !excl && E <= 256;
-        if (multi) {
-            CK(moe_router_topk_multi(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
-                                     token_ids, s->route_scale, W->idx, W->w, lsh, I / MOE_ROWS_PER_ITEM,
-                                     H / MOE_ROWS_PER_ITEM, MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv,
-                                     W->items_gu, W->items_dn, grp, fold ? W->lists_done : NULL, st),
-               fold ? "router top-k + lists" : "router top-k");
-        } else {
-            CK(moe_router_topk(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
-                               token_ids, s->route_scale, W->idx, W->w, excl, st), "router top-k");
-        }
+        CK(moe_router_topk(W->logits, ks, T, E, K, s->score_func, L->bias, s->hash ? L->tid2eid : NULL,
+                           token_ids, s->route_scale, W->idx, W->w, excl, W->topk_blocks_max_t, st), "router top-k");
         MARK(2);
-        if (!(multi && fold))
-            CK(moe_build_lists(W->idx, W->w, T, E, K, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
-                               MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn,
-                               T <= W->lists_runs_max_t, st), "expert lists");
+        CK(moe_build_lists(W->idx, W->w, T, E, K, lsh, I / MOE_ROWS_PER_ITEM, H / MOE_ROWS_PER_ITEM,
+                           MOE_TOK_CHUNK * nt, W->off, W->pair_tok, W->pair_w, W->inv, W->items_gu, W->items_dn,
+                           T <= W->lists_runs_max_t, st), "expert lists");
     }
     MARK(3);
     /* forked after the router: beside the routed launches only */

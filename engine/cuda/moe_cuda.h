@@ -116,15 +116,12 @@ typedef struct {
     cudaStream_t side_hi;             /* the second stream at that priority */
     int topk_lists_max_t;             /* top-k and lists as one launch up to this batch (<= MOE_FUSED_ROUTER_MAX_T) */
     int topk_group_max_t;                   /* v22: up to this batch the top-k + lists launch spreads each token's
-                                               top-k over 8 warps (moe_router_topk_lists grp; 0: one warp per token) */
-    int topk_multi_group_max_t;       /* v28: above topk_lists_max_t, up to this batch each token's top-k over 8 warps
-                                         (one block per token; moe_router_topk_multi grp; 0: one warp per token) */
-    int topk_multi_lists_max_t;       /* v28: above topk_lists_max_t, up to this batch the lists built by the top-k
-                                         launch's last block (moe_router_topk_multi done), not a launch of their own */
-    unsigned *lists_done;             /* its counter (one word, left at 0) */
-    int lists_runs_max_t;             /* v28: up to this batch the top-k + lists launch and the lists launch load the pairs
-                                         once into registers and scan by runs per lane (moe_build_lists runs; as the
-                                         top-k launch's last block always does) */
+                                               top-k over 8 warps (moe_router_topk_lists grp; 0: one warp per token;
+                                               v28: 3-4 tokens in a block of 1024 threads) */
+    int topk_blocks_max_t;            /* v28: above topk_lists_max_t, up to this batch each token's top-k is one block of
+                                         8 warps (moe_router_topk grp; 0: one warp per token) */
+    int lists_runs_max_t;             /* v28: up to this batch the lists launch loads the pairs once into registers and
+                                         scans by runs per lane (moe_build_lists runs) */
     int topk_excl_min_t, topk_excl_max_t;   /* v21: at batches topk_excl_min_t..topk_excl_max_t the top-k
                                          launch's blocks have their SMs to themselves (moe_router_topk's excl =
                                          MOE_TOPK_EXCL_MAX) */

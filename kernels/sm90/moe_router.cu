@@ -202,6 +202,23 @@ __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int t
     router_topk_token<PL>(part, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, wout);
 }
 
+/* v28 (bench/NOTES.md v28): above the top-k + lists launch (32 tokens) the top-k was one warp per token (11 us at 64
+ * tokens after the logits, 17 at 256); here each token's top-k is one block of RT_GROUP warps (router_topk_group_local /
+ * _merge, as k_topk_lists takes up to grp tokens): same experts, order and weights as router_topk_token. */
+__global__ void __launch_bounds__(32 * RT_GROUP) k_router_topk_grouped(const float *logits, int ksplit, int T, int E,
+                                                                      int topk, int func, const float *bias,
+                                                                      float route_scale, int32_t *idx, float *w)
+{
+    const MoeTrace trace_(MOE_TR_TOPK);
+    __shared__ unsigned cand[RT_GROUP * RT_GROUP_MAXK * 3];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    moe_pdl_wait();
+    moe_pdl_release();
+    router_topk_group_local(logits, ksplit, T, blockIdx.x, warp, lane, E, topk, func, bias, cand);
+    __syncthreads();
+    if (warp == 0) router_topk_group_merge(cand, blockIdx.x, lane, topk, func, route_scale, idx, w);
+}
+
 /* The largest dynamic shared memory kernel k may be launched with raised to at least n bytes: a host call only
  * the first time a kernel asks for more than it has (as logits_launch raises its own once), not on every launch.
  * The top-k launchers' kernels (4) fit the table; a kernel beyond it is raised on every call. */
@@ -220,10 +237,13 @@ static cudaError_t allow_smem(const void *k, size_t n)
 
 extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int E, int topk, int score_func,
                                        const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
-                                       float route_scale, int32_t *idx, float *w, int excl, cudaStream_t st)
+                                       float route_scale, int32_t *idx, float *w, int excl, int grp, cudaStream_t st)
 {
     if (E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E || excl < 0 || excl > MOE_TOPK_EXCL_MAX)
         return cudaErrorInvalidValue;
+    if (!excl && moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, T * RT_GROUP))   /* v28 */
+        return moe_launch(k_router_topk_grouped, dim3(T), dim3(32 * RT_GROUP), 0, st, part, ksplit, T, E, topk,
+                          score_func, bias, route_scale, idx, w);
     const int threads = 256, blocks = (T * 32 + threads - 1) / threads;
     const auto k = E <= 256 ? k_router_topk<8> : k_router_topk<RT_MAXPL>;
     const cudaError_t e = allow_smem((const void *)k, (size_t)excl);
@@ -243,8 +263,8 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
     extern __shared__ int sm[];
     moe_pdl_wait();
     moe_pdl_release();
-    build_lists_block<false, U>(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
-                                items_gu, items_dn);
+    build_lists_block<U>(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
+                         items_gu, items_dn);
 }
 
 /* Small batches (T <= 32): top-k (warp w: tokens w, w + 16) and the lists in one block, one launch fewer in
@@ -253,8 +273,10 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
  * each warp's top-k), "topk-ld" (from its loads landing to its end, v21) and "lists" slots, which the separate
  * top-k and lists launches use above 32 tokens. The lists start is read with moe_now_fenced (v20: a plain read
  * had moved above the barrier, ~5 us before the top-k's end). */
-template <int PL, int U>
-__global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int func,
+/* GONLY (v28): 1024 threads, grouped only (moe_cuda_ws.topk_group_max_t 3-4: 8 warps per token for up to 4 tokens;
+ * the one-warp top-k needs > 64 registers, so it is not compiled in this form). */
+template <int PL, int GONLY>
+__global__ void __launch_bounds__(GONLY ? 1024 : 512, 1) k_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int func,
                                                         const float *bias, const int32_t *tid2eid,
                                                         const int32_t *token_ids, float route_scale, int32_t *idx,
                                                         float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk,
@@ -267,14 +289,14 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
     moe_pdl_wait();
     moe_pdl_release();
     const unsigned long long t_w = MOE_TRACE_TL ? moe_now() : 0;
-    if (PL == 8 && moe_topk_grouped(T, E, topk, func, tid2eid, grp, (int)blockDim.x >> 5)) {   /* E <= 256 */
+    if (PL == 8 && (GONLY || moe_topk_grouped(T, E, topk, func, tid2eid, grp, (int)blockDim.x >> 5))) {   /* E <= 256 */
         /* v22: RT_GROUP warps per token; the candidates in sm (reused by the lists after the next barrier) */
         const int t = warp / RT_GROUP, gw = warp % RT_GROUP;
         unsigned *cand = (unsigned *)sm + (size_t)t * RT_GROUP * RT_GROUP_MAXK * 3;
         if (t < T) router_topk_group_local(logits, ksplit, T, t, gw, lane, E, topk, func, bias, cand);
         __syncthreads();
         if (t < T && gw == 0) router_topk_group_merge(cand, t, lane, topk, func, route_scale, idx, w);
-    } else {
+    } else if constexpr (!GONLY) {
         for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
             router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx,
                                   w, MOE_TRACE_TL != 0);
@@ -282,8 +304,8 @@ __global__ void __launch_bounds__(512, 1) k_topk_lists(const float *logits, int 
     if (MOE_TRACE_TL) moe_trace_span(MOE_TR_TOPK, t_w);
     __syncthreads();
     const unsigned long long t_l = MOE_TRACE_TL ? moe_now_fenced() : 0;
-    build_lists_block<false, U>(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
-                                items_gu, items_dn);
+    build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
+                      items_dn);
     if (MOE_TRACE_TL) moe_trace_span(MOE_TR_LISTS, t_l);
 }
 
@@ -303,89 +325,25 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
                                              float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
                                              int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
                                              int32_t *inv, int32_t *items_gu, int32_t *items_dn, int excl, int grp,
-                                             int runs, cudaStream_t st)
+                                             cudaStream_t st)
 {
     size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
-    if (moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, 16)) {   /* the candidates of the grouped top-k */
+    /* grouped: in the 512-thread block up to 2 tokens, in the 1024-thread one up to 4 (v28) */
+    const bool g16 = moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, 16),
+               g32 = !g16 && moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, 32);
+    if (g16 || g32) {   /* the candidates of the grouped top-k */
         const size_t c = (size_t)T * RT_GROUP * RT_GROUP_MAXK * 3 * sizeof(unsigned);
         smem = c > smem ? c : smem;
     }
     if (T < 1 || T > MOE_FUSED_ROUTER_MAX_T || E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E ||
         smem > 48 * 1024 || excl < 0 || excl > MOE_TOPK_EXCL_MAX)
         return cudaErrorInvalidValue;
-    const auto k = E <= 256 ? (runs ? k_topk_lists<8, 3> : k_topk_lists<8, 0>)
-                            : (runs ? k_topk_lists<RT_MAXPL, 3> : k_topk_lists<RT_MAXPL, 0>);
+    const auto k = g32 ? k_topk_lists<8, 1> : E <= 256 ? k_topk_lists<8, 0> : k_topk_lists<RT_MAXPL, 0>;
     const cudaError_t e = allow_smem((const void *)k, smem + (size_t)excl);
     if (e != cudaSuccess) return e;
-    return moe_launch(k, dim3(1), dim3(512), smem + (size_t)excl, st, logits, ksplit, T, E, topk, score_func, bias,
+    return moe_launch(k, dim3(1), dim3(g32 ? 1024 : 512), smem + (size_t)excl, st, logits, ksplit, T, E, topk, score_func, bias,
                       tid2eid, token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok,
                       pair_w, inv, items_gu, items_dn, grp);
-}
-
-/* v28 (NOTES v28): above 32 tokens the top-k and the lists were two launches, the top-k one warp per token. Here one
- * launch over many blocks (E <= 256): GROUPED, one block of RT_GROUP warps per token (router_topk_group_local / _merge, as
- * k_topk_lists takes up to grp tokens); else one warp per token, 8 tokens per block (router_topk_token). With done
- * (a zeroed counter) the block that finishes last builds the lists (build_lists_block reading idx / w from L2) and
- * zeroes the counter for the next launch: one launch and one PDL hop fewer before the expert launches. Without done
- * it is the top-k alone (moe_build_lists after it). Same experts, order and weights as moe_router_topk; the lists'
- * pair order inside an expert differs run to run, as every lists build's does (nothing depends on it). */
-template <int PL, int GROUPED>
-__global__ void __launch_bounds__(256) k_topk_multi(const float *logits, int ksplit, int T, int E, int topk, int func,
-                                                    const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
-                                                    float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
-                                                    int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok,
-                                                    float *pair_w, int32_t *inv, int32_t *items_gu, int32_t *items_dn,
-                                                    unsigned *done)
-{
-    const MoeTrace trace_(MOE_TR_TOPK);
-    extern __shared__ int sm[];
-    __shared__ unsigned s_last;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    moe_pdl_wait();
-    moe_pdl_release();
-    if (GROUPED) {   /* token blockIdx.x; the candidates in sm (reused by the lists after the barriers below) */
-        unsigned *cand = (unsigned *)sm;
-        router_topk_group_local(logits, ksplit, T, blockIdx.x, warp, lane, E, topk, func, bias, cand);
-        __syncthreads();
-        if (warp == 0) router_topk_group_merge(cand, blockIdx.x, lane, topk, func, route_scale, idx, w);
-    } else {
-        const int t = blockIdx.x * 8 + warp;
-        if (t < T)
-            router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx,
-                                  w);
-    }
-    if (!done) return;
-    __threadfence();   /* this thread's idx / w before the block's count */
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(done, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    const unsigned long long t_l = moe_now();
-    build_lists_block<true, 12>(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
-                            items_gu, items_dn);
-    if (threadIdx.x == 0) *done = 0u;
-    moe_trace_span(MOE_TR_LISTS, t_l);
-}
-
-extern "C" cudaError_t moe_router_topk_multi(const float *logits, int ksplit, int T, int E, int topk, int score_func,
-                                             const float *bias, const int32_t *tid2eid, const int32_t *token_ids,
-                                             float route_scale, int32_t *idx, float *w, int has_shared, int rg_gu,
-                                             int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
-                                             int32_t *inv, int32_t *items_gu, int32_t *items_dn, int grp,
-                                             unsigned *done, cudaStream_t st)
-{
-    if (T < 1 || E > 256 || topk < 1 || topk > 32 || topk > E) return cudaErrorInvalidValue;
-    const bool grouped = moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, T * RT_GROUP);
-    size_t smem = done ? 5 * (size_t)(E + 2) * sizeof(int) : 0;
-    const size_t c = grouped ? (size_t)RT_GROUP * RT_GROUP_MAXK * 3 * sizeof(unsigned) : 0;
-    smem = c > smem ? c : smem;
-    if (smem > 48 * 1024) return cudaErrorInvalidValue;
-    const auto k = grouped ? k_topk_multi<8, 1> : k_topk_multi<8, 0>;
-    const int blocks = grouped ? T : (T + 7) / 8;
-    return moe_launch(k, dim3(blocks), dim3(256), smem, st, logits, ksplit, T, E, topk, score_func, bias, tid2eid,
-                      token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv,
-                      items_gu, items_dn, done);
 }
 
 /* moe_trace_set's half for this module (moe_expert.cu calls it) */
@@ -401,8 +359,7 @@ extern "C" cudaError_t moe_router_carveout(int pct)
         (const void *)k_router_logits_tc<1>, (const void *)k_router_logits_tc<2>, (const void *)k_router_logits_tc<4>,
         (const void *)k_router_topk<8>, (const void *)k_router_topk<RT_MAXPL>, (const void *)k_build_lists<0>,
         (const void *)k_build_lists<3>, (const void *)k_topk_lists<8, 0>, (const void *)k_topk_lists<RT_MAXPL, 0>,
-        (const void *)k_topk_lists<8, 3>, (const void *)k_topk_lists<RT_MAXPL, 3>, (const void *)k_topk_multi<8, 1>,
-        (const void *)k_topk_multi<8, 0>,
+        (const void *)k_topk_lists<8, 1>, (const void *)k_router_topk_grouped,
     };
     for (const void *f : fs) {
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, pct);

@@ -355,11 +355,10 @@ __device__ static int warp_scan_runs(int *v, int n, int lane)
 }
 
 /* Lists body, run by every thread of one block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2).
- * v28 (k_topk_multi's last block, where other blocks of the same launch wrote idx / w): CG reads them from L2
- * (ld.global.cg); U > 0 loads each thread's first U pairs at once and keeps them in registers for both passes (a
- * strided loop of loads and shared-memory atomics is one L2 round trip per step: ~6 us for 384 pairs over 256 threads
- * beside the shared expert's stream, v28 run 1), and the scans take warp_scan_runs. */
-template <bool CG = false, int U = 0>
+ * U > 0 (v28, moe_build_lists runs): each thread loads its first U pairs at once and keeps them in registers for both
+ * passes (the strided loop of loads and shared-memory atomics is one L2 round trip per step), and the scans take
+ * warp_scan_runs. */
+template <int U = 0>
 __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, const float *w, int T, int E, int topk,
                                                   int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off,
                                                   int32_t *pair_tok, float *pair_w, int32_t *inv, int32_t *items_gu,
@@ -375,8 +374,8 @@ __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, c
 #pragma unroll
         for (int u = 0; u < UR; u++) {
             const int i = threadIdx.x + u * blockDim.x;
-            re[u] = i < P ? (CG ? __ldcg(idx + i) : idx[i]) : -1;
-            rw[u] = i < P ? (CG ? __ldcg(w + i) : w[i]) : 0.f;
+            re[u] = i < P ? (idx[i]) : -1;
+            rw[u] = i < P ? (w[i]) : 0.f;
         }
     }
     for (int i = threadIdx.x; i < E + 2; i += blockDim.x) cnt[i] = 0, fill[i] = 0;
@@ -387,7 +386,7 @@ __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, c
             if (re[u] >= 0 && re[u] < E) atomicAdd(&cnt[re[u]], 1);
     }
     for (int i = i0 + threadIdx.x; i < P; i += blockDim.x) {
-        const int e = CG ? __ldcg(idx + i) : idx[i];
+        const int e = idx[i];
         if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
@@ -426,11 +425,11 @@ __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, c
         }
     }
     for (int i = i0 + threadIdx.x; i < P; i += blockDim.x) {
-        const int e = CG ? __ldcg(idx + i) : idx[i];
+        const int e = idx[i];
         if (e < 0 || e >= E) { inv[i] = -1; continue; }
         const int pos = so[e] + atomicAdd(&fill[e], 1);
         pair_tok[pos] = i / topk;
-        pair_w[pos] = CG ? __ldcg(w + i) : w[i];
+        pair_w[pos] = w[i];
         inv[i] = pos;
     }
     if (has_shared)
