@@ -374,15 +374,15 @@ static int bench_moe(int argc, char **argv)
              * default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default 256), each stage's 2-tile launch first
              * NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF (moe_cuda_ws.pf, default 0) up to batch PM
              * (default 8) with PD MB of routed down weights (default 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 16),
-             * top-k and lists as one launch up to batch TL (default 32), the shared launches at the highest
+             * top-k and lists as one launch up to batch TL (default 8), the shared launches at the highest
              * priority SP (moe_cuda_ws.side_prio, default 0), T <= FS (<= 8) as one expert launch (moe_cuda_ws.fuse_small,
              * default 8) with routed gate/up tiles in KG K parts (default 2) up to batch KX (default 1), the
              * shared gate/up tiles in KH (default 4) and SR 16-row tiles per down item (default 2), the shared gate/up
              * before the wait on the lists up to batch ES (moe_cuda_ws.fs_early_sh_max_t, default 2), routed experts with up to
              * T1 tokens in 8-token chunks of the 1-tile launches (moe_cuda_ws.tok1_max, default 16) up to batch TT
              * (default 128) from batch TN (default 64), the top-k launch alone on its SMs up to batch TX
-             * (moe_cuda_ws.topk_excl_max_t, default 32) from batch TM (default 9), each token's top-k over 8 warps
-             * up to batch TG (moe_cuda_ws.topk_group_max_t, default 2), every routed expert in the 2-tile launches
+             * (moe_cuda_ws.topk_excl_max_t, default 0) from batch TM (default 9), each token's top-k over 8 warps
+             * up to batch TG (moe_cuda_ws.topk_group_max_t, default 4), every routed expert in the 2-tile launches
              * from batch TA (moe_cuda_ws.nt2_all_min_t, default 512; 0 = never), the shared gate/up in 64-token blocks from
              * batch SX (moe_cuda_ws.shared_xl_min_t, default 512; 0 = never), the shared expert on wgmma from batch
              * SW (moe_cuda_ws.shared_wg_min_t, default 0 = never), with the block scales folded where they are
@@ -391,10 +391,10 @@ static int bench_moe(int argc, char **argv)
              * launches from batch X4 (moe_cuda_ws.x4_min_t, default 256; 0 = never), in the fused launches the wide
              * gate/up after the 2-tile down (XE 0), the 2-tile gate/up (1, default) or the fused launch (2)
              * (moe_cuda_ws.x4_early), above batch TL each token's top-k one block of 8 warps up to batch TB
-             * (moe_cuda_ws.topk_blocks_max_t, default 0), the lists launch with its pairs in registers up to batch LR
-             * (moe_cuda_ws.lists_runs_max_t, default 0); each measured in turn,
+             * (moe_cuda_ws.topk_blocks_max_t, default every batch), the lists launch with its pairs in registers up to
+             * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 32, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 32, 9, 2, 512, 512, 0, 1, 512, 256, 32, 1, 0, 0};
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 8, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 256, 32, 1, 1 << 30, 1 << 30};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {

@@ -327,15 +327,19 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
                                   gate/up's; random 256 with it (fused stages off) +10 %) */
-    W->topk_lists_max_t = 32;  /* v9 */
-    W->topk_group_max_t = 2;   /* v22: up to 2 tokens, each token's top-k over 8 warps of the top-k + lists block */
-    W->topk_blocks_max_t = 0;  /* v28: above topk_lists_max_t each token's top-k one block of 8 warps up to this batch */
-    W->lists_runs_max_t = 0;   /* v28: the lists launch with its pairs in registers and run scans up to this batch */
+    W->topk_lists_max_t = 8;   /* v9: 32; v28: 8, above it the grouped top-k blocks (NOTES v28 (3): 32 -0.7 %, skewed 32
+                                  -6.5 %, 16 -0.3 %, skewed 16 -2.8 %) */
+    W->topk_group_max_t = 4;   /* v22: up to 2 tokens, each token's top-k over 8 warps of the top-k + lists block; v28:
+                                  3-4 tokens in a 1024-thread block (NOTES v28 (3): 4 -1.2 %, 3 -0.9 %, skewed -1.9 %) */
+    W->topk_blocks_max_t = 1 << 30;   /* v28: above topk_lists_max_t, every batch: each token's top-k one block of 8 warps */
+    W->lists_runs_max_t = 1 << 30;    /* v28: the lists launch with its pairs in registers and run scans (as measured with
+                                         the grouped blocks) */
     W->topk_excl_min_t = 9;    /* v21: the top-k + lists block alone on its SM at 9-32 tokens (bench/NOTES.md v21 */
-    W->topk_excl_max_t = 32;   /* (6)-(8): beside the shared expert's own launches its span at 32 shrinks 25 -> 16 us,
+    W->topk_excl_max_t = 0;    /* (6)-(8): beside the shared expert's own launches its span at 32 shrinks 25 -> 16 us,
                                   random 32 -0.5..2 %, skewed 32 -7.5 %; not at <= 8, where the one expert launch's
                                   warps own their first items by number and the blocks held off that SM start
-                                  theirs late (skewed 4 +3.8 %); the separate top-k from 64 gained nothing) */
+                                  theirs late (skewed 4 +3.8 %); the separate top-k from 64 gained nothing). v28: off (0),
+                                  9-32 take the grouped top-k blocks, which an exclusive top-k would turn off */
     W->pf = 0;                 /* v16 L2 prefetch: measured in bench/NOTES.md */
     W->pf_max_t = 8;
     W->pf_dn_mb = 24;

@@ -649,29 +649,31 @@ int main(int argc, char **argv)
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 64, 0);
         W.x4_min_t = x4, W.x4_tok = xt, W.nt2_all_min_t = na, W.dyn_items = dy;
     }
-    {   /* v28: above the one-launch router (32 tokens) each token's top-k one block of 8 warps, the lists launch with its
-           pairs in registers and run scans, and the grouped top-k of 3-4 tokens in the 1024-thread top-k + lists launch */
-        W.topk_blocks_max_t = 1 << 30;
-        run_case("nvfp4, v28 top-k blocks", &M, &L, &W, 33, 0);
-        run_case("nvfp4, v28 top-k blocks", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, v28 top-k blocks", &M, &L, &W, 130, 1);
-        W.lists_runs_max_t = 1 << 30;
-        run_case("nvfp4, v28 top-k blocks, lists from registers", &M, &L, &W, 64, 0);
-        run_case("nvfp4, v28 top-k blocks, lists from registers", &M, &L, &W, 257, 0);
-        run_case("nvfp4 skewed, v28 top-k blocks, lists from registers", &M, &L, &W, 257, 1);
-        run_case("nvfp4 skewed, v28 top-k blocks, lists from registers", &M, &L, &W, 64, 1);
+    {   /* v28 (the defaults above: each token's top-k one block of 8 warps from 9 tokens, the lists launch with its pairs
+           in registers, 3-4 tokens grouped in a 1024-thread top-k + lists block): the forms before v28 */
+        const int tb = W.topk_blocks_max_t, lr = W.lists_runs_max_t, tl = W.topk_lists_max_t, tg = W.topk_group_max_t,
+                  tx = W.topk_excl_max_t;
         W.topk_blocks_max_t = 0;
-        run_case("nvfp4, v28 lists from registers", &M, &L, &W, 257, 0);
+        run_case("nvfp4, v28 off: one-warp top-k", &M, &L, &W, 64, 0);
+        run_case("nvfp4 skewed, v28 off: one-warp top-k", &M, &L, &W, 130, 1);
         W.lists_runs_max_t = 0;
-        const int tg = W.topk_group_max_t, tx = W.topk_excl_max_t;
-        W.topk_group_max_t = 4;
-        for (int t = 1; t <= 5; t++) run_case("nvfp4, v28 grouped top-k up to 4", &M, &L, &W, t, 0);
+        run_case("nvfp4, v28 off: one-warp top-k, lists", &M, &L, &W, 257, 0);
+        W.topk_lists_max_t = 32, W.topk_excl_max_t = 32, W.topk_group_max_t = 2;   /* v27's router at 9-32 and 3-4 */
+        run_case("nvfp4, v28 off: top-k + lists launch", &M, &L, &W, 16, 0);
+        run_case("nvfp4, v28 off: top-k + lists launch", &M, &L, &W, 32, 0);
+        run_case("nvfp4, v28 off: top-k + lists launch", &M, &L, &W, 4, 0);
+        run_case("nvfp4 skewed, v28 off: top-k + lists launch", &M, &L, &W, 4, 1);
+        W.topk_blocks_max_t = tb, W.lists_runs_max_t = lr, W.topk_lists_max_t = tl, W.topk_group_max_t = tg,
+        W.topk_excl_max_t = tx;
+        run_case("nvfp4, v28 top-k blocks", &M, &L, &W, 9, 0);
+        run_case("nvfp4, v28 top-k blocks", &M, &L, &W, 33, 0);
+        run_case("nvfp4 skewed, v28 top-k blocks", &M, &L, &W, 16, 1);
+        for (int t = 3; t <= 5; t++) run_case("nvfp4, v28 grouped top-k up to 4", &M, &L, &W, t, 0);
         run_case("nvfp4 skewed, v28 grouped top-k up to 4", &M, &L, &W, 4, 1);
         W.topk_excl_max_t = 1 << 30;   /* the 1024-thread block alone on its SM */
         W.topk_excl_min_t = 1;
         run_case("nvfp4, v28 grouped top-k up to 4, alone on its SM", &M, &L, &W, 4, 0);
-        W.topk_excl_min_t = 9;
-        W.topk_group_max_t = tg, W.topk_excl_max_t = tx;
+        W.topk_excl_min_t = 9, W.topk_excl_max_t = tx;
     }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
@@ -802,11 +804,7 @@ int main(int argc, char **argv)
     run_case("mxfp4 sigmoid skewed, wide experts above 16", &M, &L, &W, 64, 1);
     W.x4_min_t = 0;
     run_fused("mxfp4 sigmoid (one launch)", &M, &L, &W, 3, 0);
-    W.topk_blocks_max_t = 64;   /* v28 */
-    run_case("mxfp4 sigmoid, v28 top-k blocks", &M, &L, &W, 64, 0);
-    W.topk_group_max_t = 4;
-    run_case("mxfp4 sigmoid, v28 grouped top-k up to 4", &M, &L, &W, 4, 0);
-    W.topk_group_max_t = 2, W.topk_blocks_max_t = 0;
+    run_case("mxfp4 sigmoid, v28 grouped top-k up to 4", &M, &L, &W, 4, 0);   /* v28 (64 above: top-k blocks) */
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
     c.hash = 1; c.vocab = 1000; c.score_func = MOE_SCORE_SQRTSOFTPLUS; c.fp4_fmt = QT_NVFP4;
@@ -815,11 +813,7 @@ int main(int argc, char **argv)
     run_case("nvfp4 hash routing", &M, &L, &W, 33, 0);
     run_case("nvfp4 hash routing", &M, &L, &W, 1, 0);   /* one warp per token where the others are grouped */
     run_fused("nvfp4 hash routing (one launch)", &M, &L, &W, 5, 0);
-    W.topk_blocks_max_t = W.lists_runs_max_t = 64;   /* v28: hash routing stays one warp per token */
-    run_case("nvfp4 hash routing, v28 top-k blocks", &M, &L, &W, 33, 0);
-    W.topk_group_max_t = 4;
-    run_case("nvfp4 hash routing, v28 grouped top-k up to 4", &M, &L, &W, 4, 0);
-    W.topk_group_max_t = 2, W.topk_blocks_max_t = W.lists_runs_max_t = 0;
+    run_case("nvfp4 hash routing", &M, &L, &W, 4, 0);   /* v28: hash routing keeps the one-warp top-k (at 33 above: its separate launch) */
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
@@ -846,14 +840,15 @@ int main(int argc, char **argv)
         static const int fb[] = {1, 2, 33, 64, 257, 512};
         for (int i = 0; i < 6; i++) run_case("256 experts", &M, &L, &W, fb[i], 0);
         run_case("256 experts skewed", &M, &L, &W, 64, 1);
-        W.topk_blocks_max_t = W.lists_runs_max_t = 1 << 30;
-        W.topk_group_max_t = 4;
-        for (int i = 0; i < 6; i++) run_case("256 experts, v28 router", &M, &L, &W, fb[i], 0);
-        run_case("256 experts, v28 router", &M, &L, &W, 4, 0);
-        run_case("256 experts skewed, v28 router", &M, &L, &W, 4, 1);
-        run_case("256 experts skewed, v28 router", &M, &L, &W, 64, 1);
-        run_case("256 experts skewed, v28 router", &M, &L, &W, 512, 1);
-        W.topk_group_max_t = 2, W.topk_blocks_max_t = W.lists_runs_max_t = 0;
+        run_case("256 experts", &M, &L, &W, 4, 0);
+        run_case("256 experts skewed", &M, &L, &W, 4, 1);
+        run_case("256 experts skewed", &M, &L, &W, 512, 1);
+        run_case("256 experts", &M, &L, &W, 16, 0);
+        /* v28 off: the one-warp top-k, the lists launch and the top-k + lists launch as before v28 */
+        W.topk_blocks_max_t = W.lists_runs_max_t = 0, W.topk_lists_max_t = 32, W.topk_excl_max_t = 32, W.topk_group_max_t = 2;
+        for (int i = 0; i < 6; i++) run_case("256 experts, v28 off", &M, &L, &W, fb[i], 0);
+        run_case("256 experts, v28 off", &M, &L, &W, 4, 0);
+        run_case("256 experts skewed, v28 off", &M, &L, &W, 64, 1);
     }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
