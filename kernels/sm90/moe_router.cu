@@ -2,7 +2,8 @@
  * -> lower expert index) or hash routing, weights, and the per-expert token lists the expert
  * kernels walk. Three launches, no host round trip.
  *
- * Batches of <= 32 tokens fuse top-k and lists into one launch (two launches then). (v11 tried the
+ * Batches of <= 8 tokens (moe_cuda_ws.topk_lists_max_t; v9-v27: 32) fuse top-k and lists into one launch (two
+ * launches then); above it each token's top-k is one block of 8 warps (v28). (v11 tried the
  * whole router as one launch, the last logits block doing top-k + lists: slower, removed.)
  *
  * Logits: one warp per expert and 8-token tile, fixed reduction order, so logits and indices are
@@ -276,12 +277,11 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
 /* GONLY (v28): 1024 threads, grouped only (moe_cuda_ws.topk_group_max_t 3-4: 8 warps per token for up to 4 tokens;
  * the one-warp top-k needs > 64 registers, so it is not compiled in this form). */
 template <int PL, int GONLY>
-__global__ void __launch_bounds__(GONLY ? 1024 : 512, 1) k_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int func,
-                                                        const float *bias, const int32_t *tid2eid,
-                                                        const int32_t *token_ids, float route_scale, int32_t *idx,
-                                                        float *w, int has_shared, int rg_gu, int rg_dn, int tok_chunk,
-                                                        int32_t *off, int32_t *pair_tok, float *pair_w, int32_t *inv,
-                                                        int32_t *items_gu, int32_t *items_dn, int grp)
+__global__ void __launch_bounds__(GONLY ? 1024 : 512, 1)
+    k_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int func, const float *bias,
+                 const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx, float *w,
+                 int has_shared, int rg_gu, int rg_dn, int tok_chunk, int32_t *off, int32_t *pair_tok, float *pair_w,
+                 int32_t *inv, int32_t *items_gu, int32_t *items_dn, int grp)
 {
     const MoeTrace trace_(MOE_TR_TOPK_LISTS);
     extern __shared__ int sm[];
@@ -341,8 +341,8 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
     const auto k = g32 ? k_topk_lists<8, 1> : E <= 256 ? k_topk_lists<8, 0> : k_topk_lists<RT_MAXPL, 0>;
     const cudaError_t e = allow_smem((const void *)k, smem + (size_t)excl);
     if (e != cudaSuccess) return e;
-    return moe_launch(k, dim3(1), dim3(g32 ? 1024 : 512), smem + (size_t)excl, st, logits, ksplit, T, E, topk, score_func, bias,
-                      tid2eid, token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok,
+    return moe_launch(k, dim3(1), dim3(g32 ? 1024 : 512), smem + (size_t)excl, st, logits, ksplit, T, E, topk,
+                      score_func, bias, tid2eid, token_ids, route_scale, idx, w, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok,
                       pair_w, inv, items_gu, items_dn, grp);
 }
 

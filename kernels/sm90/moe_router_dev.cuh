@@ -374,8 +374,8 @@ __device__ __forceinline__ void build_lists_block(int *sm, const int32_t *idx, c
 #pragma unroll
         for (int u = 0; u < UR; u++) {
             const int i = threadIdx.x + u * blockDim.x;
-            re[u] = i < P ? (idx[i]) : -1;
-            rw[u] = i < P ? (w[i]) : 0.f;
+            re[u] = i < P ? idx[i] : -1;
+            rw[u] = i < P ? w[i] : 0.f;
         }
     }
     for (int i = threadIdx.x; i < E + 2; i += blockDim.x) cnt[i] = 0, fill[i] = 0;
