@@ -674,6 +674,11 @@ int main(int argc, char **argv)
         W.topk_excl_min_t = 1;
         run_case("nvfp4, v28 grouped top-k up to 4, alone on its SM", &M, &L, &W, 4, 0);
         W.topk_excl_min_t = 9, W.topk_excl_max_t = tx;
+        W.topk_lists_max_t = 4;   /* v28 (5): 5-8 tokens through the top-k blocks and the lists launch, then the one
+                                     expert launch */
+        for (int t = 5; t <= 8; t++) run_case("nvfp4, v28 TL 4", &M, &L, &W, t, 0);
+        run_case("nvfp4 skewed, v28 TL 4", &M, &L, &W, 8, 1);
+        W.topk_lists_max_t = tl;
     }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
            batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
@@ -844,6 +849,9 @@ int main(int argc, char **argv)
         run_case("256 experts skewed", &M, &L, &W, 4, 1);
         run_case("256 experts skewed", &M, &L, &W, 512, 1);
         run_case("256 experts", &M, &L, &W, 16, 0);
+        W.topk_lists_max_t = 4;   /* v28 (5) */
+        run_case("256 experts, v28 TL 4", &M, &L, &W, 8, 0);
+        run_case("256 experts skewed, v28 TL 4", &M, &L, &W, 6, 1);
         /* v28 off: the one-warp top-k, the lists launch and the top-k + lists launch as before v28 */
         W.topk_blocks_max_t = W.lists_runs_max_t = 0, W.topk_lists_max_t = 32, W.topk_excl_max_t = 32, W.topk_group_max_t = 2;
         for (int i = 0; i < 6; i++) run_case("256 experts, v28 off", &M, &L, &W, fb[i], 0);
