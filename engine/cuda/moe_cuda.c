@@ -1,6 +1,7 @@
 /* moe_cuda.c — host side of the GPU MoE layer: allocation, load-time upload + repack, and the
  * launch sequence of one forward (router logits -> top-k -> lists -> gate/up -> down -> combine; top-k and
- * lists are one launch for batches of <= 32 tokens; the shared expert's items ride in the routed launches
+ * lists are one launch for batches of <= topk_lists_max_t tokens (8; v9-v27: 32), above it the top-k is one block of
+ * 8 warps per token (v28); the shared expert's items ride in the routed launches
  * below shared_min_t tokens, from there it has two launches of its own: on a second stream beside the
  * router and the routed launches (shared_fork, v15), or before the routed gate/up).
  */
