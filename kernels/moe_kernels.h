@@ -100,6 +100,10 @@ cudaError_t moe_router_logits(const uint16_t *x, const float *gate, int T, int H
  * ksplit: as moe_router_logits (moe_router_logits_tc_parts(T, H, E) picks it, <= 4). */
 cudaError_t moe_router_logits_tc(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E, float *logits,
                                  int ksplit, cudaStream_t st);
+/* v29: the same with the block's n-tiles of 8 tokens given (ntt 1, 2 or 4; 0: chosen by T) and any ksplit with
+ * H % (256 ksplit) == 0 (the workspace holds MOE_LOGITS_KS_MAX parts). */
+cudaError_t moe_router_logits_tc_shape(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E, float *logits,
+                                       int ntt, int ksplit, cudaStream_t st);
 int moe_router_logits_tc_parts(int T, int H, int E);
 /* Scores, top-k (or hash), weights. part: ksplit partial logit arrays [ksplit][T][E] (1 = logits).
  * idx/w [T][topk]. excl (v21): bytes of shared memory each block reserves beyond its own, so that no block

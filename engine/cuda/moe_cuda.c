@@ -1,6 +1,6 @@
 /* moe_cuda.c — host side of the GPU MoE layer: allocation, load-time upload + repack, and the
  * launch sequence of one forward (router logits -> top-k -> lists -> gate/up -> down -> combine; top-k and
- * lists are one launch for batches of <= topk_lists_max_t tokens (8; v9-v27: 32), above it the top-k is one block of
+ * lists are one launch for batches of <= topk_lists_max_t tokens (4; v9-v27: 32, v28: 8), above it the top-k is one block of
  * 8 warps per token (v28); the shared expert's items ride in the routed launches
  * below shared_min_t tokens, from there it has two launches of its own: on a second stream beside the
  * router and the routed launches (shared_fork, v15), or before the routed gate/up).
@@ -328,13 +328,15 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->nt2_all_min_t = 512;    /* v24: from 512 no 1-tile launches (NOTES v24 (2): random 512 equal, skewed 512 -4 %:
                                   the empty 1-tile gate/up's exit let the shared down's blocks in before the 2-tile
                                   gate/up's; random 256 with it (fused stages off) +10 %) */
-    W->topk_lists_max_t = 8;   /* v9: 32; v28: 8, above it the grouped top-k blocks (NOTES v28 (3): 32 -0.7 %, skewed 32
-                                  -6.5 %, 16 -0.3 %, skewed 16 -2.8 %) */
+    W->topk_lists_max_t = 4;   /* v9: 32; v28: 8, above it the grouped top-k blocks (NOTES v28 (3): 32 -0.7 %, skewed 32
+                                  -6.5 %, 16 -0.3 %, skewed 16 -2.8 %); v29: 4 (v28 (5): 8 -0.9 %, 6 -1.3 %, skewed
+                                  6-8 -2.7..3.2 %) */
     W->topk_group_max_t = 4;   /* v22: up to 2 tokens, each token's top-k over 8 warps of the top-k + lists block; v28:
                                   3-4 tokens in a 1024-thread block (NOTES v28 (3): 4 -1.2 %, 3 -0.9 %, skewed -1.9 %) */
     W->topk_blocks_max_t = 1 << 30;   /* v28: above topk_lists_max_t, every batch: each token's top-k one block of 8 warps */
     W->lists_runs_max_t = 1 << 30;    /* v28: the lists launch with its pairs in registers and run scans (as measured with
                                          the grouped blocks) */
+    W->logits_tc_shape = 0;    /* v29: moe_router_logits_tc_parts' shape (NOTES v29 (1)) */
     W->topk_excl_min_t = 9;    /* v21: the top-k + lists block alone on its SM at 9-32 tokens (bench/NOTES.md v21 */
     W->topk_excl_max_t = 0;    /* (6)-(8): beside the shared expert's own launches its span at 32 shrinks 25 -> 16 us,
                                   random 32 -0.5..2 %, skewed 32 -7.5 %; not at <= 8, where the one expert launch's
@@ -488,8 +490,15 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
                      H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
     if (L->gate_tc && T >= W->logits_tc_min_t) {
+        int ntt = 0;
         ks = moe_router_logits_tc_parts(T, H, E);
-        CK(moe_router_logits_tc(x, L->gate_tc, T, H, E, W->logits, ks, st), "router logits (tensor cores)");
+        if (W->logits_tc_shape) {   /* v29 (bench/NOTES.md v29 (1)) */
+            ntt = W->logits_tc_shape / 10, ks = W->logits_tc_shape % 10;
+            if ((ntt != 1 && ntt != 2 && ntt != 4) || ks < 1 || ks > MOE_LOGITS_KS_MAX || (ks & (ks - 1)))
+                return fail("logits_tc_shape must be 10 ntt + ksplit with ntt 1, 2 or 4 and ksplit 1, 2, 4 or 8");
+            while (H % (256 * ks)) ks /= 2;
+        }
+        CK(moe_router_logits_tc_shape(x, L->gate_tc, T, H, E, W->logits, ntt, ks, st), "router logits (tensor cores)");
     } else {
         CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, ks, lpf.p[0] || lpf.p[2] ? &lpf : NULL,
                              st), "router logits");

@@ -122,6 +122,9 @@ typedef struct {
                                          8 warps (moe_router_topk grp; 0: one warp per token) */
     int lists_runs_max_t;             /* v28: up to this batch the lists launch loads the pairs once into registers and
                                          scans by runs per lane (moe_build_lists runs) */
+    int logits_tc_shape;              /* v29: 0, or the tensor-core logits launch's shape as 10 ntt + ksplit (ntt 1, 2, 4
+                                         n-tiles of 8 tokens per block; ksplit 1, 2, 4, 8 K parts, shrunk to divide
+                                         hidden / 256) instead of moe_router_logits_tc_parts' choice */
     int topk_excl_min_t, topk_excl_max_t;   /* v21: at batches topk_excl_min_t..topk_excl_max_t the top-k
                                          launch's blocks have their SMs to themselves (moe_router_topk's excl =
                                          MOE_TOPK_EXCL_MAX) */
@@ -143,7 +146,7 @@ typedef struct {
     unsigned *fused_sync;             /* its counters (MOE_FUSED_SYNC_WORDS) */
     unsigned long long *fused_trace;  /* NULL, or bench: per-block timestamps (moe_kernels.h) */
 } moe_cuda_ws;
-#define MOE_LOGITS_KS_MAX 4
+#define MOE_LOGITS_KS_MAX 8   /* v12: 4; v29: 8 (logits_tc_shape) */
 
 int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s);
 void moe_cuda_layer_free(moe_cuda_layer *L);

@@ -177,16 +177,26 @@ extern "C" int moe_router_logits_tc_parts(int T, int H, int E)
     return ks;
 }
 
-extern "C" cudaError_t moe_router_logits_tc(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E,
-                                            float *logits, int ksplit, cudaStream_t st)
+/* ntt: n-tiles of 8 tokens per block (1, 2 or 4; 0: tc_ntt's choice by T). v29 (bench/NOTES.md v29 (1)): with
+ * moe_cuda_ws.logits_tc_shape a caller picks ntt and ksplit (up to MOE_LOGITS_KS_MAX 8), which set the steps each
+ * warp walks ((H / 32) / (8 ksplit) 32-input blocks) and the blocks' registers (ntt 4: 102, 2: 60). */
+extern "C" cudaError_t moe_router_logits_tc_shape(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E,
+                                                  float *logits, int ntt, int ksplit, cudaStream_t st)
 {
-    if (T < 1 || E % 16 || H % 256 || ksplit < 1 || H % (256 * ksplit)) return cudaErrorInvalidValue;
-    const int ntt = tc_ntt(T);
+    if (ntt == 0) ntt = tc_ntt(T);
+    if (T < 1 || E % 16 || H % 256 || ksplit < 1 || H % (256 * ksplit) || (ntt != 1 && ntt != 2 && ntt != 4))
+        return cudaErrorInvalidValue;
     const dim3 grid(E / 16, (T + 8 * ntt - 1) / (8 * ntt), ksplit);
     const uint4 *g = (const uint4 *)gate_tc;
     if (ntt == 1) return moe_launch(k_router_logits_tc<1>, grid, dim3(256), 0, st, x, g, T, H, E, logits);
     if (ntt == 2) return moe_launch(k_router_logits_tc<2>, grid, dim3(256), 0, st, x, g, T, H, E, logits);
     return moe_launch(k_router_logits_tc<4>, grid, dim3(256), 0, st, x, g, T, H, E, logits);
+}
+
+extern "C" cudaError_t moe_router_logits_tc(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E,
+                                            float *logits, int ksplit, cudaStream_t st)
+{
+    return moe_router_logits_tc_shape(x, gate_tc, T, H, E, logits, 0, ksplit, st);
 }
 
 /* One warp per token. PL: experts per lane (8 for E <= 256: half the registers and selects of 16). */

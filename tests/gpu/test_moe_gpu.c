@@ -334,7 +334,8 @@ static void run_fused(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws
 }
 
 /* Tensor-core router logits (moe_router_logits_tc) against float64 on fresh random inputs, for several
- * token-group sizes and K parts: |gpu - ref| <= 1e-5 * sum_k |g x| (fp32 accumulation; products are
+ * token-group sizes, K parts (up to MOE_LOGITS_KS_MAX where hidden allows) and block shapes (v29: ntt 1, 2, 4 n-tiles
+ * per block, moe_router_logits_tc_shape): |gpu - ref| <= 1e-5 * sum_k |g x| (fp32 accumulation; products are
  * exact). And exactness of the three-plane gate split: a token whose input is one 1.0 at input k must
  * get gate[e][k] bit for bit for every expert (all other products are zero). */
 static void test_logits_tc(const model *M, const moe_cuda_layer *L, moe_cuda_ws *W)
@@ -342,32 +343,44 @@ static void test_logits_tc(const model *M, const moe_cuda_layer *L, moe_cuda_ws 
     const int E = M->s.n_experts, H = M->s.hidden, Tmax = W->max_tokens;
     uint16_t *xb = malloc((size_t)Tmax * H * 2), *dx;
     float *lg = malloc((size_t)MOE_LOGITS_KS_MAX * Tmax * E * 4);
+    double *ref = malloc((size_t)Tmax * E * sizeof(double)), *mag = malloc((size_t)Tmax * E * sizeof(double));
     CU(cudaMalloc((void **)&dx, (size_t)Tmax * H * 2));
     const int Ts[5] = {1, 7, 33, 130, 257};
-    for (int ti = 0; ti < 5; ti++)
-        for (int ks = 1; ks <= 4; ks *= 2) {
-            const int T = Ts[ti] < Tmax ? Ts[ti] : Tmax;
-            if (H % (256 * ks)) continue;
-            for (size_t i = 0; i < (size_t)T * H; i++) xb[i] = f2bf(nrand());
-            CU(cudaMemcpy(dx, xb, (size_t)T * H * 2, cudaMemcpyHostToDevice));
-            CU(cudaMemset(W->logits, 0xFF, (size_t)ks * T * E * 4));
-            CU(moe_router_logits_tc(dx, L->gate_tc, T, H, E, W->logits, ks, 0));
-            CU(cudaMemcpy(lg, W->logits, (size_t)ks * T * E * 4, cudaMemcpyDeviceToHost));
-            double worst = 0;
-            for (int t = 0; t < T; t++)
-                for (int e = 0; e < E; e++) {
-                    double ref = 0, mag = 0, got = 0;
-                    for (int k = 0; k < H; k++) {
-                        const double p = (double)M->gate[(size_t)e * H + k] * bf2f(xb[(size_t)t * H + k]);
-                        ref += p;
-                        mag += fabs(p);
-                    }
-                    for (int z = 0; z < ks; z++) got += lg[((size_t)z * T + t) * E + e];
-                    worst = fmax(worst, fabs(got - ref) / mag);
+    for (int ti = 0; ti < 5; ti++) {
+        const int T = Ts[ti] < Tmax ? Ts[ti] : Tmax;
+        for (size_t i = 0; i < (size_t)T * H; i++) xb[i] = f2bf(nrand());
+        CU(cudaMemcpy(dx, xb, (size_t)T * H * 2, cudaMemcpyHostToDevice));
+        for (int t = 0; t < T; t++)
+            for (int e = 0; e < E; e++) {
+                double r = 0, m = 0;
+                for (int k = 0; k < H; k++) {
+                    const double p = (double)M->gate[(size_t)e * H + k] * bf2f(xb[(size_t)t * H + k]);
+                    r += p;
+                    m += fabs(p);
                 }
-            CHECK(worst <= 1e-5, "tensor-core logits T=%d ks=%d: error %.2e of sum |g x|", T, ks, worst);
-            if (ti == 4 || worst > 1e-5) printf("tensor-core logits T=%d ks=%d: max error %.2e of sum |g x|\n", T, ks, worst);
-        }
+                ref[(size_t)t * E + e] = r, mag[(size_t)t * E + e] = m;
+            }
+        for (int ks = 1; ks <= MOE_LOGITS_KS_MAX; ks *= 2)
+            for (int ntt = 0; ntt <= 4; ntt += ntt ? ntt : 1) {   /* 0 (by T), 1, 2, 4 */
+                if (H % (256 * ks)) continue;
+                CU(cudaMemset(W->logits, 0xFF, (size_t)ks * T * E * 4));
+                CU(ntt ? moe_router_logits_tc_shape(dx, L->gate_tc, T, H, E, W->logits, ntt, ks, 0)
+                       : moe_router_logits_tc(dx, L->gate_tc, T, H, E, W->logits, ks, 0));
+                CU(cudaMemcpy(lg, W->logits, (size_t)ks * T * E * 4, cudaMemcpyDeviceToHost));
+                double worst = 0;
+                for (int t = 0; t < T; t++)
+                    for (int e = 0; e < E; e++) {
+                        double got = 0;
+                        for (int z = 0; z < ks; z++) got += lg[((size_t)z * T + t) * E + e];
+                        worst = fmax(worst, fabs(got - ref[(size_t)t * E + e]) / mag[(size_t)t * E + e]);
+                    }
+                CHECK(worst <= 1e-5, "tensor-core logits T=%d ks=%d ntt=%d: error %.2e of sum |g x|", T, ks, ntt, worst);
+                if ((ti == 4 && ntt == 0) || worst > 1e-5)
+                    printf("tensor-core logits T=%d ks=%d ntt=%d (H %d): max error %.2e of sum |g x|\n", T, ks, ntt, H, worst);
+            }
+    }
+    free(ref);
+    free(mag);
     const int T = Tmax < 40 ? Tmax : 40;   /* one-hot tokens: exact */
     int kk[40], bad = 0;
     memset(xb, 0, (size_t)T * H * 2);
@@ -674,10 +687,10 @@ int main(int argc, char **argv)
         W.topk_excl_min_t = 1;
         run_case("nvfp4, v28 grouped top-k up to 4, alone on its SM", &M, &L, &W, 4, 0);
         W.topk_excl_min_t = 9, W.topk_excl_max_t = tx;
-        W.topk_lists_max_t = 4;   /* v28 (5): 5-8 tokens through the top-k blocks and the lists launch, then the one
-                                     expert launch */
-        for (int t = 5; t <= 8; t++) run_case("nvfp4, v28 TL 4", &M, &L, &W, t, 0);
-        run_case("nvfp4 skewed, v28 TL 4", &M, &L, &W, 8, 1);
+        for (int t = 5; t <= 8; t++) run_case("nvfp4, v29 TL 4", &M, &L, &W, t, 0);   /* the default (v28 (5)) */
+        W.topk_lists_max_t = 8;   /* v28: 5-8 tokens in the one top-k + lists launch (one warp per token) */
+        for (int t = 5; t <= 8; t++) run_case("nvfp4, v28 TL 8", &M, &L, &W, t, 0);
+        run_case("nvfp4 skewed, v28 TL 8", &M, &L, &W, 8, 1);
         W.topk_lists_max_t = tl;
     }
     {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
@@ -849,14 +862,35 @@ int main(int argc, char **argv)
         run_case("256 experts skewed", &M, &L, &W, 4, 1);
         run_case("256 experts skewed", &M, &L, &W, 512, 1);
         run_case("256 experts", &M, &L, &W, 16, 0);
-        W.topk_lists_max_t = 4;   /* v28 (5) */
-        run_case("256 experts, v28 TL 4", &M, &L, &W, 8, 0);
-        run_case("256 experts skewed, v28 TL 4", &M, &L, &W, 6, 1);
+        W.topk_lists_max_t = 8;   /* v28's TL 8 (v29: 4, the 256-expert cases above at 4-16 take it) */
+        run_case("256 experts, v28 TL 8", &M, &L, &W, 8, 0);
+        run_case("256 experts skewed, v28 TL 8", &M, &L, &W, 6, 1);
         /* v28 off: the one-warp top-k, the lists launch and the top-k + lists launch as before v28 */
         W.topk_blocks_max_t = W.lists_runs_max_t = 0, W.topk_lists_max_t = 32, W.topk_excl_max_t = 32, W.topk_group_max_t = 2;
         for (int i = 0; i < 6; i++) run_case("256 experts, v28 off", &M, &L, &W, fb[i], 0);
         run_case("256 experts, v28 off", &M, &L, &W, 4, 0);
         run_case("256 experts skewed, v28 off", &M, &L, &W, 64, 1);
+    }
+    moe_cuda_ws_free(&W);
+    free_model(&M, &L);
+
+    /* G (v29): hidden 2048, so the tensor-core logits take up to 8 K parts, and 16 experts (E % 16 == 0 for the gate
+       planes); every logits shape (moe_cuda_ws.logits_tc_shape) through the layer */
+    moe_cuda_shape gs = a;
+    gs.n_experts = 16; gs.hidden = 2048; gs.inter = 128;
+    make_model(&M, &L, &gs, 1, 1);
+    if (moe_cuda_ws_init(&W, &L, 257)) return 1;
+    test_logits_tc(&M, &L, &W);
+    {
+        static const int shp[] = {0, 18, 28, 48, 24, 44, 12};
+        for (int i = 0; i < 7; i++) {
+            char nm[96];
+            W.logits_tc_shape = shp[i];
+            snprintf(nm, sizeof nm, "hidden 2048, v29 logits shape %d", shp[i]);
+            run_case(nm, &M, &L, &W, i & 1 ? 130 : 257, 0);
+            if (i == 2) run_case(nm, &M, &L, &W, 33, 1);
+        }
+        W.logits_tc_shape = 0;
     }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
