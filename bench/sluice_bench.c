@@ -196,8 +196,8 @@ static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x
     free(hbuf);
 }
 
-#define NTUNE 44   /* fields of one --variants entry */
-#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX,SW,SF,SN,X4,XT,XE,TB,LR,LG,LS][/...]"
+#define NTUNE 43   /* fields of one --variants entry */
+#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX,SW,SF,SN,X4,XT,XE,TB,LR,LG][/...]"
 /* --stages: one replay of each input set's graph with the stage trace on (moe_trace_set); per stage the
  * median over the sets of its first block start and last warp end, in us from the replay's first start */
 static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok,
@@ -367,7 +367,7 @@ static int bench_moe(int argc, char **argv)
             /* VARIANTS_USAGE: early PDL E (0/1), 128-row down items from batch R,
              * 16-token router logits tiles from batch L, router logits in K parts for T <= KT (default 16), the
              * one-launch layer for T <= F % 100 (default 0 = never) with moe_fused_args.opt F / 100, tensor-core
-             * router logits from batch TC (default 32), 2-tile launch overlap OV (moe_cuda_ws.nt2_overlap,
+             * router logits from batch TC (default 8), 2-tile launch overlap OV (moe_cuda_ws.nt2_overlap,
              * default 0), the shared expert's own launches from batch SH (default 16), on a second stream FK
              * (moe_cuda_ws.shared_fork: 1 before the router (default), 2 after it, 3 after the logits), tiles
              * handed out to warps DY (moe_cuda_ws.dyn_items, bit 0 the 1-tile launches, bit 1 the 2-tile ones,
@@ -393,10 +393,9 @@ static int bench_moe(int argc, char **argv)
              * (moe_cuda_ws.x4_early), above batch TL each token's top-k one block of 8 warps up to batch TB
              * (moe_cuda_ws.topk_blocks_max_t, default every batch), the lists launch with its pairs in registers up to
              * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch), the tensor-core logits launch's shape LG
-             * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch), the staged tensor-core logits LS
-             * (moe_cuda_ws.logits_tcs: 10000 expert tiles + 100 n-tiles + K parts, default 0 = off); each measured in turn,
+             * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 32, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 4, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 256, 32, 1, 1 << 30, 1 << 30, 0, 0};
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 4, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 256, 32, 1, 1 << 30, 1 << 30, 0};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {
@@ -502,12 +501,12 @@ static int bench_moe(int argc, char **argv)
         W.topk_excl_max_t = tune[v][29], W.topk_excl_min_t = tune[v][30], W.topk_group_max_t = tune[v][31],
         W.nt2_all_min_t = tune[v][32], W.shared_xl_min_t = tune[v][33], W.shared_wg_min_t = tune[v][34],
         W.shared_wg_fold = tune[v][35], W.shared_wg_n128_min_t = tune[v][36], W.x4_min_t = tune[v][37], W.x4_tok = tune[v][38], W.x4_early = tune[v][39],
-        W.topk_blocks_max_t = tune[v][40], W.lists_runs_max_t = tune[v][41], W.logits_tc_shape = tune[v][42], W.logits_tcs = tune[v][43];
+        W.topk_blocks_max_t = tune[v][40], W.lists_runs_max_t = tune[v][41], W.logits_tc_shape = tune[v][42];
     printf("variant: early PDL %d, 128-row down items from batch %d, 16-token logits tiles from batch %d, logits K parts %d "
            "up to batch %d, one-launch layer up to batch %d (opt %d), tensor-core logits from batch %d, 2-tile overlap %d, "
-           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d (folded scales %d, 128-token blocks from %d), wide launches from batch %d for experts with > %d tokens (early %d), top-k blocks above the one-launch router up to batch %d, lists from registers up to batch %d, tensor-core logits shape %d, staged %d\n",
+           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d (folded scales %d, 128-token blocks from %d), wide launches from batch %d for experts with > %d tokens (early %d), top-k blocks above the one-launch router up to batch %d, lists from registers up to batch %d, tensor-core logits shape %d\n",
            W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
-           W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t, W.shared_wg_fold, W.shared_wg_n128_min_t, W.x4_min_t, W.x4_tok, W.x4_early, W.topk_blocks_max_t, W.lists_runs_max_t, W.logits_tc_shape, W.logits_tcs);
+           W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t, W.shared_wg_fold, W.shared_wg_n128_min_t, W.x4_min_t, W.x4_tok, W.x4_early, W.topk_blocks_max_t, W.lists_runs_max_t, W.logits_tc_shape);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s %7s %9s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
            "queued", "SM MHz", "launch us");

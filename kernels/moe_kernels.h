@@ -104,11 +104,6 @@ cudaError_t moe_router_logits_tc(const uint16_t *x, const uint16_t *gate_tc, int
  * H % (256 ksplit) == 0 (the workspace holds MOE_LOGITS_KS_MAX parts). */
 cudaError_t moe_router_logits_tc_shape(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E, float *logits,
                                        int ntt, int ksplit, cudaStream_t st);
-/* v29: the same logits (same planes, K parts in the same layout), the gate read from L2 once per 64 ntt tokens: a
- * block owns epb (1, 2) expert tiles of 16, 64 ntt tokens (ntt 1, 2, 4; 0: by T) and one of ksplit K parts
- * ((H / 32) % ksplit == 0), its steps staged through shared memory. */
-cudaError_t moe_router_logits_tcs(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E, float *logits,
-                                  int ntt, int epb, int ksplit, cudaStream_t st);
 int moe_router_logits_tc_parts(int T, int H, int E);
 /* Scores, top-k (or hash), weights. part: ksplit partial logit arrays [ksplit][T][E] (1 = logits).
  * idx/w [T][topk]. excl (v21): bytes of shared memory each block reserves beyond its own, so that no block

@@ -293,7 +293,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->logits_ks = 4;
     W->logits_ks_max_t = 16;   /* v13: 8 -> 16 (K-split logits measured 1.5-3 % faster at batch 16) */
     W->fused_max_t = 0;        /* v13: the one-launch layer stays opt-in */
-    W->logits_tc_min_t = 32;   /* v14: tensor-core router logits from this batch on */
+    W->logits_tc_min_t = 8;    /* v14: tensor-core router logits from this batch on (32); v29: 8 (NOTES v29 (1)-(2): 16
+                                  -1.0..1.2 %, skewed 16 -6.5..7 %, skewed 8 -2.5 %, 8 -0.5 %, 4 equal) */
     W->nt2_overlap = 0;
     W->shared_min_t = 16;      /* the shared expert as its own launches from this batch on (v14: 64; v15
                                   with the second stream and handed-out tiles: 16) */
@@ -337,7 +338,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->lists_runs_max_t = 1 << 30;    /* v28: the lists launch with its pairs in registers and run scans (as measured with
                                          the grouped blocks) */
     W->logits_tc_shape = 0;    /* v29: moe_router_logits_tc_parts' shape (NOTES v29 (1)) */
-    W->logits_tcs = 0;         /* v29: off (NOTES v29 (2)) */
     W->topk_excl_min_t = 9;    /* v21: the top-k + lists block alone on its SM at 9-32 tokens (bench/NOTES.md v21 */
     W->topk_excl_max_t = 0;    /* (6)-(8): beside the shared expert's own launches its span at 32 shrinks 25 -> 16 us,
                                   random 32 -0.5..2 %, skewed 32 -7.5 %; not at <= 8, where the one expert launch's
@@ -499,16 +499,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
                 return fail("logits_tc_shape must be 10 ntt + ksplit with ntt 1, 2 or 4 and ksplit 1, 2, 4 or 8");
             while (H % (256 * ks)) ks /= 2;
         }
-        if (W->logits_tcs) {   /* v29 (bench/NOTES.md v29 (2)) */
-            const int epb = W->logits_tcs / 10000, nt = W->logits_tcs / 100 % 100;
-            ks = W->logits_tcs % 100;
-            if ((epb != 1 && epb != 2) || (nt != 0 && nt != 1 && nt != 2 && nt != 4) || ks < 1 || ks > MOE_LOGITS_KS_MAX)
-                return fail("logits_tcs must be 10000 epb + 100 ntt + ksplit with epb 1 or 2, ntt 0, 1, 2 or 4, ksplit 1-16");
-            while ((H / 32) % ks) ks--;
-            CK(moe_router_logits_tcs(x, L->gate_tc, T, H, E, W->logits, nt, epb, ks, st), "router logits (tensor cores, staged)");
-        } else {
-            CK(moe_router_logits_tc_shape(x, L->gate_tc, T, H, E, W->logits, ntt, ks, st), "router logits (tensor cores)");
-        }
+        CK(moe_router_logits_tc_shape(x, L->gate_tc, T, H, E, W->logits, ntt, ks, st), "router logits (tensor cores)");
     } else {
         CK(moe_router_logits(x, L->gate, T, H, E, W->logits, W->logits16_min_t, ks, lpf.p[0] || lpf.p[2] ? &lpf : NULL,
                              st), "router logits");

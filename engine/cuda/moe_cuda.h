@@ -125,9 +125,6 @@ typedef struct {
     int logits_tc_shape;              /* v29: 0, or the tensor-core logits launch's shape as 10 ntt + ksplit (ntt 1, 2, 4
                                          n-tiles of 8 tokens per block; ksplit 1, 2, 4, 8 K parts, shrunk to divide
                                          hidden / 256) instead of moe_router_logits_tc_parts' choice */
-    int logits_tcs;                   /* v29: 0, or the tensor-core logits as moe_router_logits_tcs (the gate read once per
-                                         64 ntt tokens), shape 10000 epb + 100 ntt + ksplit (epb 1, 2; ntt 0 by batch,
-                                         1, 2, 4; ksplit 1-16, shrunk to divide hidden / 32) */
     int topk_excl_min_t, topk_excl_max_t;   /* v21: at batches topk_excl_min_t..topk_excl_max_t the top-k
                                          launch's blocks have their SMs to themselves (moe_router_topk's excl =
                                          MOE_TOPK_EXCL_MAX) */
@@ -149,7 +146,7 @@ typedef struct {
     unsigned *fused_sync;             /* its counters (MOE_FUSED_SYNC_WORDS) */
     unsigned long long *fused_trace;  /* NULL, or bench: per-block timestamps (moe_kernels.h) */
 } moe_cuda_ws;
-#define MOE_LOGITS_KS_MAX 16   /* v12: 4; v29: 16 (logits_tc_shape, logits_tcs) */
+#define MOE_LOGITS_KS_MAX 8   /* v12: 4; v29: 8 (logits_tc_shape) */
 
 int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s);
 void moe_cuda_layer_free(moe_cuda_layer *L);

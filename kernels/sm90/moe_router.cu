@@ -8,7 +8,7 @@
  *
  * Logits: one warp per expert and 8-token tile, fixed reduction order, so logits and indices are
  * deterministic. Roofline: the gate is H*E*4 bytes (4 MiB for V4-Flash), ~1 us at HBM rate; at
- * batch 512 the fp32 FMAs (1.07 GFLOP) take ~16 us on CUDA cores. From batch 32 (moe_cuda_ws
+ * batch 512 the fp32 FMAs (1.07 GFLOP) take ~16 us on CUDA cores. From batch 8 (v14-v28: 32; moe_cuda_ws
  * logits_tc_min_t) the logits run on tensor cores instead (k_router_logits_tc, v14: exact bf16 x 3
  * split of the gate, also deterministic): events 31 -> 12 us at batch 64, ~100 -> 34 us at 512.
  */
@@ -20,7 +20,6 @@
 #include "common/moe_fp4_common.cuh"
 #include "common/moe_l2.cuh"
 #include "common/moe_trace.cuh"
-#include "moe_expert_dev.cuh"   /* cp16, cp_commit, cp_wait */
 
 
 /* One warp per (expert, TOK-token tile): lanes stride over K with 16-byte loads of the expert's gate
@@ -200,134 +199,6 @@ extern "C" cudaError_t moe_router_logits_tc(const uint16_t *x, const uint16_t *g
     return moe_router_logits_tc_shape(x, gate_tc, T, H, E, logits, 0, ksplit, st);
 }
 
-/* ---- v29 (bench/NOTES.md v29 (2)): the tensor-core logits with the gate read once per token group.
- * k_router_logits_tc's blocks each own 8 NTT tokens, so every 16-expert tile of the three gate planes (6 MB for
- * V4-Flash) is read from L2 once per token group: at 128 tokens 48 MB of gate and 16 MB of x in 13 us, alone on
- * the GPU (v29 run 1: more K parts or other shapes were no faster; beside the shared gate/up 18-31 us at 128-256).
- * Here a block owns EPB expert tiles, 64 NTT tokens (8 warps x NTT n-tiles of 8) and one K part, and walks the
- * part's 32-input blocks through a ring of TCS_D steps in shared memory: each step's gate fragments (3 KB per
- * tile) and x rows (64 B per token) arrive by cp.async and every warp takes its own n-tiles' x and all the block's
- * gate fragments from there. So the gate leaves L2 once per token group of 64 NTT tokens (at 128-256 once), x
- * once per EPB expert tiles. Each logit has one owner lane (no cross-warp sum): the K part's 32-input blocks are
- * added in order into the hi and the mid + lo accumulators, then hi + (mid + lo), as in k_router_logits_tc. */
-#ifndef TCS_D
-#define TCS_D 4   /* steps in flight */
-#endif
-template <int NTT, int EPB>
-__host__ __device__ constexpr size_t tcs_smem()
-{
-    return (size_t)TCS_D * (EPB * 6 * 32 + 64 * NTT * 4) * 16;
-}
-template <int NTT, int EPB>
-__global__ void __launch_bounds__(256) k_router_logits_tcs(const uint16_t *x, const uint4 *gate_tc, int T, int H, int E,
-                                                           float *logits)
-{
-    const MoeTrace trace_(MOE_TR_LOGITS);
-    constexpr int GB = EPB * 6 * 32, XB = 64 * NTT * 4, SB = GB + XB;   /* uint4 per step: gate, x */
-    extern __shared__ uint4 ring[];                                       /* [TCS_D][SB] */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int nkb = H / 32, kbn = nkb / gridDim.z, kb0 = blockIdx.z * kbn, tb = blockIdx.y * 64 * NTT;
-    const uint4 *gp = gate_tc + (size_t)blockIdx.x * EPB * nkb * 6 * 32;   /* tile e's step kb: gp + (e nkb + kb) 192 */
-    logits += (size_t)blockIdx.z * T * E;
-    auto issue_gate = [&](int c) {
-        uint4 *d = ring + (size_t)(c % TCS_D) * SB;
-        for (int i = threadIdx.x; i < GB; i += 256)
-            cp16((uint8_t *)(d + i), gp + ((size_t)(i / 192) * nkb + kb0 + c) * 192 + i % 192);
-    };
-    auto issue_x = [&](int c) {   /* row r = token tb + r, its 4 x 16 bytes of inputs 32 kb .. + 31 */
-        uint4 *d = ring + (size_t)(c % TCS_D) * SB + GB;
-        for (int i = threadIdx.x; i < XB; i += 256)
-            cp16((uint8_t *)(d + i), x + (size_t)min(tb + (i >> 2), T - 1) * H + (kb0 + c) * 32 + (i & 3) * 8);
-    };
-    /* the gate does not depend on the previous kernel: its first steps go out before the wait */
-    for (int c = 0; c < TCS_D && c < kbn; c++) issue_gate(c);
-    moe_pdl_wait();
-    for (int c = 0; c < TCS_D; c++) {
-        if (c < kbn) issue_x(c);
-        cp_commit();
-    }
-    float ah[EPB][NTT][4], al[EPB][NTT][4];   /* hi plane; mid + lo planes */
-#pragma unroll
-    for (int e = 0; e < EPB; e++)
-#pragma unroll
-        for (int j = 0; j < NTT; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) ah[e][j][i] = al[e][j][i] = 0.f;
-    for (int c = 0; c < kbn; c++) {
-        const uint4 *sl = ring + (size_t)(c % TCS_D) * SB;
-        cp_wait<TCS_D - 1>();
-        __syncthreads();   /* every thread's copies of step c have landed */
-        uint4 b[NTT];
-#pragma unroll
-        for (int j = 0; j < NTT; j++) b[j] = sl[GB + ((warp * NTT + j) * 8 + g) * 4 + q];
-#pragma unroll
-        for (int e = 0; e < EPB; e++) {
-            uint4 a[6];
-#pragma unroll
-            for (int f = 0; f < 6; f++) a[f] = sl[e * 192 + f * 32 + lane];
-#pragma unroll
-            for (int s = 0; s < 2; s++)
-#pragma unroll
-                for (int j = 0; j < NTT; j++) {
-                    const uint32_t b0 = s ? b[j].z : b[j].x, b1 = s ? b[j].w : b[j].y;
-                    moe_mma_bf16(al[e][j], a[4 + s].x, a[4 + s].y, a[4 + s].z, a[4 + s].w, b0, b1);
-                    moe_mma_bf16(al[e][j], a[2 + s].x, a[2 + s].y, a[2 + s].z, a[2 + s].w, b0, b1);
-                    moe_mma_bf16(ah[e][j], a[s].x, a[s].y, a[s].z, a[s].w, b0, b1);
-                }
-        }
-        __syncthreads();   /* every warp is done with the slot before it is refilled */
-        if (c + TCS_D < kbn) {
-            issue_gate(c + TCS_D);
-            issue_x(c + TCS_D);
-        }
-        cp_commit();
-    }
-    moe_pdl_release();
-#pragma unroll
-    for (int e = 0; e < EPB; e++)
-#pragma unroll
-        for (int j = 0; j < NTT; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int ex = (blockIdx.x * EPB + e) * 16 + g + (i >= 2 ? 8 : 0);
-                const int t = tb + (warp * NTT + j) * 8 + 2 * q + (i & 1);
-                if (t < T) logits[(size_t)t * E + ex] = ah[e][j][i] + al[e][j][i];
-            }
-}
-
-template <int NTT, int EPB>
-static cudaError_t tcs_launch(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E, float *logits, int ks,
-                              cudaStream_t st)
-{
-    static int raised;
-    if (!raised) {
-        const cudaError_t e = cudaFuncSetAttribute(k_router_logits_tcs<NTT, EPB>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tcs_smem<NTT, EPB>());
-        if (e != cudaSuccess) return e;
-        raised = 1;
-    }
-    const dim3 grid(E / (16 * EPB), (T + 64 * NTT - 1) / (64 * NTT), ks);
-    return moe_launch(k_router_logits_tcs<NTT, EPB>, grid, dim3(256), tcs_smem<NTT, EPB>(), st, x,
-                      (const uint4 *)gate_tc, T, H, E, logits);
-}
-
-extern "C" cudaError_t moe_router_logits_tcs(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E,
-                                             float *logits, int ntt, int epb, int ksplit, cudaStream_t st)
-{
-    if (ntt == 0) ntt = T <= 64 ? 1 : (T <= 128 ? 2 : 4);
-    if (T < 1 || H % 256 || ksplit < 1 || (H / 32) % ksplit || (epb != 1 && epb != 2) || E % (16 * epb) ||
-        (ntt != 1 && ntt != 2 && ntt != 4))
-        return cudaErrorInvalidValue;
-    if (epb == 1) {
-        if (ntt == 1) return tcs_launch<1, 1>(x, gate_tc, T, H, E, logits, ksplit, st);
-        if (ntt == 2) return tcs_launch<2, 1>(x, gate_tc, T, H, E, logits, ksplit, st);
-        return tcs_launch<4, 1>(x, gate_tc, T, H, E, logits, ksplit, st);
-    }
-    if (ntt == 1) return tcs_launch<1, 2>(x, gate_tc, T, H, E, logits, ksplit, st);
-    if (ntt == 2) return tcs_launch<2, 2>(x, gate_tc, T, H, E, logits, ksplit, st);
-    return tcs_launch<4, 2>(x, gate_tc, T, H, E, logits, ksplit, st);
-}
-
 /* One warp per token. PL: experts per lane (8 for E <= 256: half the registers and selects of 16). */
 template <int PL>
 __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int topk, int func, const float *bias,
@@ -499,9 +370,6 @@ extern "C" cudaError_t moe_router_carveout(int pct)
         (const void *)k_router_topk<8>, (const void *)k_router_topk<RT_MAXPL>, (const void *)k_build_lists<0>,
         (const void *)k_build_lists<3>, (const void *)k_topk_lists<8, 0>, (const void *)k_topk_lists<RT_MAXPL, 0>,
         (const void *)k_topk_lists<8, 1>, (const void *)k_router_topk_grouped,
-        (const void *)k_router_logits_tcs<1, 1>, (const void *)k_router_logits_tcs<2, 1>,
-        (const void *)k_router_logits_tcs<4, 1>, (const void *)k_router_logits_tcs<1, 2>,
-        (const void *)k_router_logits_tcs<2, 2>, (const void *)k_router_logits_tcs<4, 2>,
     };
     for (const void *f : fs) {
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, pct);

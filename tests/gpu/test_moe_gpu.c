@@ -360,14 +360,12 @@ static void test_logits_tc(const model *M, const moe_cuda_layer *L, moe_cuda_ws 
                 }
                 ref[(size_t)t * E + e] = r, mag[(size_t)t * E + e] = m;
             }
-        for (int v = 0; v < 3; v++)   /* k_router_logits_tc; v29: the staged form with 1 and 2 expert tiles a block */
         for (int ks = 1; ks <= MOE_LOGITS_KS_MAX; ks *= 2)
             for (int ntt = 0; ntt <= 4; ntt += ntt ? ntt : 1) {   /* 0 (by T), 1, 2, 4 */
-                if (v == 0 ? H % (256 * ks) || ks > 8 : (H / 32) % ks || E % (16 * v)) continue;
+                if (H % (256 * ks)) continue;
                 CU(cudaMemset(W->logits, 0xFF, (size_t)ks * T * E * 4));
-                if (v) CU(moe_router_logits_tcs(dx, L->gate_tc, T, H, E, W->logits, ntt, v, ks, 0));
-                else CU(ntt ? moe_router_logits_tc_shape(dx, L->gate_tc, T, H, E, W->logits, ntt, ks, 0)
-                            : moe_router_logits_tc(dx, L->gate_tc, T, H, E, W->logits, ks, 0));
+                CU(ntt ? moe_router_logits_tc_shape(dx, L->gate_tc, T, H, E, W->logits, ntt, ks, 0)
+                       : moe_router_logits_tc(dx, L->gate_tc, T, H, E, W->logits, ks, 0));
                 CU(cudaMemcpy(lg, W->logits, (size_t)ks * T * E * 4, cudaMemcpyDeviceToHost));
                 double worst = 0;
                 for (int t = 0; t < T; t++)
@@ -376,11 +374,9 @@ static void test_logits_tc(const model *M, const moe_cuda_layer *L, moe_cuda_ws 
                         for (int z = 0; z < ks; z++) got += lg[((size_t)z * T + t) * E + e];
                         worst = fmax(worst, fabs(got - ref[(size_t)t * E + e]) / mag[(size_t)t * E + e]);
                     }
-                CHECK(worst <= 1e-5, "tensor-core logits (staged %d) T=%d ks=%d ntt=%d: error %.2e of sum |g x|", v, T, ks,
-                      ntt, worst);
-                if ((ti == 4 && ntt == 0 && (ks == 1 || ks == 16)) || worst > 1e-5)
-                    printf("tensor-core logits (staged %d) T=%d ks=%d ntt=%d (H %d): max error %.2e of sum |g x|\n", v, T,
-                           ks, ntt, H, worst);
+                CHECK(worst <= 1e-5, "tensor-core logits T=%d ks=%d ntt=%d: error %.2e of sum |g x|", T, ks, ntt, worst);
+                if ((ti == 4 && ntt == 0) || worst > 1e-5)
+                    printf("tensor-core logits T=%d ks=%d ntt=%d (H %d): max error %.2e of sum |g x|\n", T, ks, ntt, H, worst);
             }
     }
     free(ref);
@@ -468,17 +464,6 @@ int main(int argc, char **argv)
         run_case(nm[ov - 1], &M, &L, &W, 64, 1);
         W.nt2_overlap = o;
     }
-    {   /* v29: the staged tensor-core logits (moe_router_logits_tcs), 2 expert tiles a block and 1 */
-        W.logits_tcs = 20008;
-        run_case("nvfp4, v29 staged logits 20008", &M, &L, &W, 257, 0);
-        run_case("nvfp4, v29 staged logits 20008", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, v29 staged logits 20008", &M, &L, &W, 257, 1);
-        W.logits_tcs = 20416;
-        run_case("nvfp4, v29 staged logits 20416", &M, &L, &W, 130, 0);
-        W.logits_tcs = 10001;
-        run_case("nvfp4, v29 staged logits 10001", &M, &L, &W, 33, 0);
-        W.logits_tcs = 0;
-    }
     {   /* v21: the top-k launches alone on their SMs (excl shared memory), fused with the lists (<= 32) and not */
         const int tx = W.topk_excl_max_t, tn = W.topk_excl_min_t;
         W.topk_excl_max_t = 1 << 30;
@@ -495,7 +480,7 @@ int main(int argc, char **argv)
         run_case("nvfp4, one-warp top-k", &M, &L, &W, 2, 0);
         W.topk_group_max_t = tg;
     }
-    {   /* tensor-core router logits and the shared expert's own launches at every batch (default: from 32, 64) */
+    {   /* tensor-core router logits and the shared expert's own launches at every batch (default: from 8, 16) */
         const int tc = W.logits_tc_min_t, sh = W.shared_min_t;
         W.logits_tc_min_t = 1;
         W.shared_min_t = 1;
@@ -877,11 +862,6 @@ int main(int argc, char **argv)
         run_case("256 experts skewed", &M, &L, &W, 4, 1);
         run_case("256 experts skewed", &M, &L, &W, 512, 1);
         run_case("256 experts", &M, &L, &W, 16, 0);
-        W.logits_tcs = 20004;   /* v29: the staged tensor-core logits, 2 expert tiles a block */
-        run_case("256 experts, v29 staged logits", &M, &L, &W, 257, 0);
-        run_case("256 experts, v29 staged logits", &M, &L, &W, 512, 0);
-        run_case("256 experts skewed, v29 staged logits", &M, &L, &W, 128, 1);
-        W.logits_tcs = 0;
         W.topk_lists_max_t = 8;   /* v28's TL 8 (v29: 4, the 256-expert cases above at 4-16 take it) */
         run_case("256 experts, v28 TL 8", &M, &L, &W, 8, 0);
         run_case("256 experts skewed, v28 TL 8", &M, &L, &W, 6, 1);
@@ -911,15 +891,6 @@ int main(int argc, char **argv)
             if (i == 2) run_case(nm, &M, &L, &W, 33, 1);
         }
         W.logits_tc_shape = 0;
-        static const int tcs[] = {10008, 10016, 10204, 10408, 10116, 10001};   /* v29: staged, 1 expert tile (E 16) */
-        for (int i = 0; i < 6; i++) {
-            char nm[96];
-            W.logits_tcs = tcs[i];
-            snprintf(nm, sizeof nm, "hidden 2048, v29 staged logits %d", tcs[i]);
-            run_case(nm, &M, &L, &W, i & 1 ? 64 : 257, 0);
-            if (i == 0) run_case(nm, &M, &L, &W, 130, 1);
-        }
-        W.logits_tcs = 0;
     }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
