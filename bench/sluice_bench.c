@@ -368,12 +368,12 @@ static int bench_moe(int argc, char **argv)
              * 16-token router logits tiles from batch L, router logits in K parts for T <= KT (default 16), the
              * one-launch layer for T <= F % 100 (default 0 = never) with moe_fused_args.opt F / 100, tensor-core
              * router logits from batch TC (default 8), 2-tile launch overlap OV (moe_cuda_ws.nt2_overlap,
-             * default 0), the shared expert's own launches from batch SH (default 16), on a second stream FK
+             * default 0), the shared expert's own launches from batch SH (default 9), on a second stream FK
              * (moe_cuda_ws.shared_fork: 1 before the router (default), 2 after it, 3 after the logits), tiles
              * handed out to warps DY (moe_cuda_ws.dyn_items, bit 0 the 1-tile launches, bit 1 the 2-tile ones,
              * default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default 256), each stage's 2-tile launch first
              * NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF (moe_cuda_ws.pf, default 0) up to batch PM
-             * (default 8) with PD MB of routed down weights (default 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 16),
+             * (default 8) with PD MB of routed down weights (default 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 9),
              * top-k and lists as one launch up to batch TL (default 4), the shared launches at the highest
              * priority SP (moe_cuda_ws.side_prio, default 0), T <= FS (<= 8) as one expert launch (moe_cuda_ws.fuse_small,
              * default 8) with routed gate/up tiles in KG K parts (default 2) up to batch KX (default 1), the
@@ -395,7 +395,7 @@ static int bench_moe(int argc, char **argv)
              * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch), the tensor-core logits launch's shape LG
              * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 16, 1, 1, 256, 0, 0, 8, 24, 3, 16, 4, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 256, 32, 1, 1 << 30, 1 << 30, 0};
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 9, 1, 1, 256, 0, 0, 8, 24, 3, 9, 4, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 256, 32, 1, 1 << 30, 1 << 30, 0};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {

@@ -296,14 +296,16 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->logits_tc_min_t = 8;    /* v14: tensor-core router logits from this batch on (32); v29: 8 (NOTES v29 (1)-(2): 16
                                   -1.0..1.2 %, skewed 16 -6.5..7 %, skewed 8 -2.5 %, 8 -0.5 %, 4 equal) */
     W->nt2_overlap = 0;
-    W->shared_min_t = 16;      /* the shared expert as its own launches from this batch on (v14: 64; v15
-                                  with the second stream and handed-out tiles: 16) */
+    W->shared_min_t = 9;       /* the shared expert as its own launches from this batch on (v14: 64; v15
+                                  with the second stream and handed-out tiles: 16; v29: 9, so 9-15 take the fused
+                                  1-tile launch (fuse1_min_t), which carries no shared items) */
     W->dyn_items = 1;          /* v15: tiles handed out to warps where the launches carry no shared items
                                   (bit 0: the 1-tile launches, bit 1: the 2-tile ones, measured slower) */
     W->dyn_max_t = 256;
     W->fuse1 = 3;              /* v16: the 1-tile stages as one launch, releasing the 2-tile down at its start
                                   (A/B in bench/NOTES.md v16: 32-256 -0.5..-2 %, skewed 64-128 -2.5..-3.5 %) */
-    W->fuse1_min_t = 16;       /* (v16 at 16: +2.5 %; v18, fewer dequant ops: -4.5 %) */
+    W->fuse1_min_t = 9;        /* (v16 at 16: +2.5 %; v18, fewer dequant ops: -4.5 %); v29: from 9 with shared_min_t 9
+                                  (NOTES v29 (5): 9 -4 %, 12 -5.6 %, 15 -7.5 %, skewed 9-15 -25..27 %) */
     W->fuse_small = 8;         /* v17: T <= 2 ran the whole expert work as that one launch (NOTES v17: batch 1
                                   -5.5 %, 2 -8 %; 4 and 8 +1..1.5 %); v18 (fewer dequant ops): up to 8 (4 -3 %, 8 -2 %) */
     W->fs_ks_gu = 2;           /* ... routed gate/up tiles in 2 K parts */

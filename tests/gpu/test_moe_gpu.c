@@ -464,17 +464,19 @@ int main(int argc, char **argv)
         run_case(nm[ov - 1], &M, &L, &W, 64, 1);
         W.nt2_overlap = o;
     }
-    {   /* v29: 9-15 tokens with the shared expert's own launches (SH 9) and with them the fused 1-tile launch (FM 9) */
+    {   /* v29: 9-15 tokens through the fused 1-tile launch beside the shared expert's own launches (the defaults: SH 9,
+           FM 9), the shared launches with the separate 1-tile launches (FM 16), and v28's shared expert inline in the
+           routed launches (SH 16, FM 16) */
         const int sh = W.shared_min_t, fm = W.fuse1_min_t;
-        W.shared_min_t = 9;
-        run_case("nvfp4, v29 SH 9", &M, &L, &W, 12, 0);
-        run_case("nvfp4 skewed, v29 SH 9", &M, &L, &W, 9, 1);
-        W.fuse1_min_t = 9;
         for (int t = 9; t <= 15; t += 3) run_case("nvfp4, v29 SH 9 FM 9", &M, &L, &W, t, 0);
         run_case("nvfp4 skewed, v29 SH 9 FM 9", &M, &L, &W, 12, 1);
-        W.shared_min_t = sh;   /* FM 9 alone: the shared expert rides in the routed launches, so 9-15 keep them */
-        run_case("nvfp4, v29 FM 9 (shared inline)", &M, &L, &W, 12, 0);
-        W.fuse1_min_t = fm;
+        W.fuse1_min_t = 16;
+        run_case("nvfp4, v29 SH 9 FM 16", &M, &L, &W, 12, 0);
+        run_case("nvfp4 skewed, v29 SH 9 FM 16", &M, &L, &W, 9, 1);
+        W.shared_min_t = 16;
+        run_case("nvfp4, v29 off: SH 16 FM 16 (shared inline)", &M, &L, &W, 12, 0);
+        run_case("nvfp4 skewed, v29 off: SH 16 FM 16 (shared inline)", &M, &L, &W, 15, 1);
+        W.shared_min_t = sh, W.fuse1_min_t = fm;
     }
     {   /* v21: the top-k launches alone on their SMs (excl shared memory), fused with the lists (<= 32) and not */
         const int tx = W.topk_excl_max_t, tn = W.topk_excl_min_t;
@@ -492,7 +494,7 @@ int main(int argc, char **argv)
         run_case("nvfp4, one-warp top-k", &M, &L, &W, 2, 0);
         W.topk_group_max_t = tg;
     }
-    {   /* tensor-core router logits and the shared expert's own launches at every batch (default: from 8, 16) */
+    {   /* tensor-core router logits and the shared expert's own launches at every batch (default: from 8, 9) */
         const int tc = W.logits_tc_min_t, sh = W.shared_min_t;
         W.logits_tc_min_t = 1;
         W.shared_min_t = 1;
