@@ -62,11 +62,12 @@ typedef struct {
     int logits16_min_t;               /* router logits in 16-token tiles from this batch on (moe_router_logits) */
     int logits_ks;                    /* router logits K parts (<= MOE_LOGITS_KS_MAX) for T <= logits_ks_max_t */
     int logits_ks_max_t;              /* v13: 16 (v11: 8) */
-    int logits_tc_min_t;              /* v14: router logits on tensor cores from this batch on (needs gate_tc) */
+    int logits_tc_min_t;              /* v14: router logits on tensor cores from this batch on (needs gate_tc; v14: 32,
+                                         v29: 8) */
     int nt2_overlap;                  /* moe_expert_args.overlap (v14) */
     int nt2_first;                    /* moe_expert_args.nt2_first (v15 A/B, default 0) */
     int shared_min_t;                 /* the shared expert by moe_shared_experts from this batch on (v14: 64,
-                                         v15: 16) */
+                                         v15: 16, v29: 9) */
     int shared_fork;                  /* v15: those launches run on a second stream (they need only x), joined
                                          before the combine; 1: forked before the router, 2: after it (beside
                                          the routed launches only), 3: after the logits (v19), 4: before
@@ -79,7 +80,8 @@ typedef struct {
     int fuse1;                        /* v16: with handed-out tiles and T > 8, the 1-tile gate/up and down
                                          as one launch whose down items wait per expert (moe_experts_fused1);
                                          bit 1: it releases the 2-tile down at its start, not its end */
-    int fuse1_min_t;                  /* ... from this batch on */
+    int fuse1_min_t;                  /* ... from this batch on (v16: 16, v29: 9; it needs the shared expert's own
+                                         launches, shared_min_t <=, or the separate launches run) */
     int fuse_small;                   /* v17: T <= this (<= 8) runs gate/up and down of every expert, the
                                          shared expert's included (where its items can ride in the routed
                                          launches), as that one launch (moe_experts_fused1 with T <= 8) */
