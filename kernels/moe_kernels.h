@@ -129,7 +129,7 @@ cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, in
  * excl as in moe_router_topk. grp (v22, moe_cuda_ws.topk_group_max_t): up to grp tokens each token's top-k
  * is spread over 8 warps (sqrtsoftplus / sigmoid scores, no hash routing, E <= 256, topk <= 8; same results), in a
  * block of 512 threads up to 2 tokens, of 1024 up to 4 (v28).
- * moe_cuda_ws.topk_lists_max_t picks where the layer uses it (v9: 32; v28: 8). */
+ * moe_cuda_ws.topk_lists_max_t picks where the layer uses it (v9: 32; v28: 8; v29: 4). */
 #define MOE_FUSED_ROUTER_MAX_T 256
 cudaError_t moe_router_topk_lists(const float *logits, int ksplit, int T, int E, int topk, int score_func, const float *bias,
                                   const int32_t *tid2eid, const int32_t *token_ids, float route_scale, int32_t *idx,

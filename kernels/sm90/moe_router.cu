@@ -2,7 +2,7 @@
  * -> lower expert index) or hash routing, weights, and the per-expert token lists the expert
  * kernels walk. Three launches, no host round trip.
  *
- * Batches of <= 8 tokens (moe_cuda_ws.topk_lists_max_t; v9-v27: 32) fuse top-k and lists into one launch (two
+ * Batches of <= 4 tokens (moe_cuda_ws.topk_lists_max_t; v9-v27: 32, v28: 8) fuse top-k and lists into one launch (two
  * launches then); above it each token's top-k is one block of 8 warps (v28). (v11 tried the
  * whole router as one launch, the last logits block doing top-k + lists: slower, removed.)
  *
