@@ -876,7 +876,9 @@ int main(int argc, char **argv)
         run_case("256 experts skewed", &M, &L, &W, 4, 1);
         run_case("256 experts skewed", &M, &L, &W, 512, 1);
         run_case("256 experts", &M, &L, &W, 16, 0);
-        W.topk_lists_max_t = 8;   /* v28's TL 8 (v29: 4, the 256-expert cases above at 4-16 take it) */
+        run_case("256 experts, v29 TL 4", &M, &L, &W, 8, 0);   /* the default: 5-8 tokens through the top-k blocks */
+        run_case("256 experts skewed, v29 TL 4", &M, &L, &W, 6, 1);
+        W.topk_lists_max_t = 8;   /* v28's TL 8 */
         run_case("256 experts, v28 TL 8", &M, &L, &W, 8, 0);
         run_case("256 experts skewed, v28 TL 8", &M, &L, &W, 6, 1);
         /* v28 off: the one-warp top-k, the lists launch and the top-k + lists launch as before v28 */
