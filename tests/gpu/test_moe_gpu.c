@@ -453,6 +453,11 @@ int main(int argc, char **argv)
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 257, 1);
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 9, 1);    /* 2-tile routed, 1-tile shared */
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 64, 1);
+    /* v30: 6 experts x 17 tokens, two 2-tile items per row group each (the launches' grid bound, routed_grid) */
+    run_case("nvfp4 skewed, v30 2-tile grid", &M, &L, &W, 17, 1);
+    /* v30: the default shared gate/up before the lists at 3-4 tokens (fs_early_sh_max_t 4; was 2) */
+    run_case("nvfp4, v30 early shared up to 4", &M, &L, &W, 3, 0);
+    run_case("nvfp4 skewed, v30 early shared up to 4", &M, &L, &W, 4, 1);
     test_logits_tc(&M, &L, &W);
     for (int ov = 1; ov <= 3; ov++) {   /* 2-tile launches overlapping the 1-tile ones (gate/up, down, both) */
         static const char *nm[3] = {"nvfp4, 2-tile overlap gate/up", "nvfp4, 2-tile overlap down", "nvfp4, 2-tile overlap both"};
@@ -878,6 +883,7 @@ int main(int argc, char **argv)
         run_case("256 experts", &M, &L, &W, 16, 0);
         run_case("256 experts, v29 TL 4", &M, &L, &W, 8, 0);   /* the default: 5-8 tokens through the top-k blocks */
         run_case("256 experts skewed, v29 TL 4", &M, &L, &W, 6, 1);
+        run_case("256 experts skewed, v30 2-tile grid", &M, &L, &W, 17, 1);
         W.topk_lists_max_t = 8;   /* v28's TL 8 */
         run_case("256 experts, v28 TL 8", &M, &L, &W, 8, 0);
         run_case("256 experts skewed, v28 TL 8", &M, &L, &W, 6, 1);
