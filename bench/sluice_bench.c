@@ -378,7 +378,7 @@ static int bench_moe(int argc, char **argv)
              * priority SP (moe_cuda_ws.side_prio, default 0), T <= FS (<= 8) as one expert launch (moe_cuda_ws.fuse_small,
              * default 8) with routed gate/up tiles in KG K parts (default 2) up to batch KX (default 1), the
              * shared gate/up tiles in KH (default 4) and SR 16-row tiles per down item (default 2), the shared gate/up
-             * before the wait on the lists up to batch ES (moe_cuda_ws.fs_early_sh_max_t, default 2), routed experts with up to
+             * before the wait on the lists up to batch ES (moe_cuda_ws.fs_early_sh_max_t, default 4), routed experts with up to
              * T1 tokens in 8-token chunks of the 1-tile launches (moe_cuda_ws.tok1_max, default 16) up to batch TT
              * (default 128) from batch TN (default 64), the top-k launch alone on its SMs up to batch TX
              * (moe_cuda_ws.topk_excl_max_t, default 0) from batch TM (default 9), each token's top-k over 8 warps
@@ -395,7 +395,7 @@ static int bench_moe(int argc, char **argv)
              * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch), the tensor-core logits launch's shape LG
              * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 9, 1, 1, 256, 0, 0, 8, 24, 3, 9, 4, 0, 8, 2, 1, 4, 2, 2, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 256, 32, 1, 1 << 30, 1 << 30, 0};
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 9, 1, 1, 256, 0, 0, 8, 24, 3, 9, 4, 0, 8, 2, 1, 4, 2, 4, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 256, 32, 1, 1 << 30, 1 << 30, 0};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {

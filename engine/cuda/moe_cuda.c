@@ -312,8 +312,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fs_ks_max_t = 1;        /* ... up to this batch */
     W->fs_ks_sh = 4;           /* ... the shared gate/up tiles in 4 */
     W->fs_rm = 2;              /* ... 128-row down items */
-    W->fs_early_sh_max_t = 2;  /* v18: shared gate/up before the lists (A/B: batch 1 -1.9 %, 2 -3.3 %, 4 +1.4 %,
-                                  8 -1.9 %: kept where it is no loss below 4) */
+    W->fs_early_sh_max_t = 4;  /* v18: shared gate/up before the lists (A/B: batch 1 -1.9 %, 2 -3.3 %, 4 +1.4 %,
+                                  8 -1.9 %: kept up to 2); v30 (3), one process: up to 4, 3 -2 %, skewed 3-4 -3 %,
+                                  4 -0.3 % */
     W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
     W->tok1_min_t = 64;        /* ... at batches 64-128, where such experts are rare and the 2-tile launches they */
     W->tok1_max_t = 128;       /* needed made a tail (128: -1 %, bench/NOTES.md v19); where they carry much of the
