@@ -371,7 +371,7 @@ static int bench_moe(int argc, char **argv)
              * default 0), the shared expert's own launches from batch SH (default 9), on a second stream FK
              * (moe_cuda_ws.shared_fork: 1 before the router (default), 2 after it, 3 after the logits), tiles
              * handed out to warps DY (moe_cuda_ws.dyn_items, bit 0 the 1-tile launches, bit 1 the 2-tile ones,
-             * default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default 256), each stage's 2-tile launch first
+             * default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default 320), each stage's 2-tile launch first
              * NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF (moe_cuda_ws.pf, default 0) up to batch PM
              * (default 8) with PD MB of routed down weights (default 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 9),
              * top-k and lists as one launch up to batch TL (default 4), the shared launches at the highest
@@ -388,14 +388,14 @@ static int bench_moe(int argc, char **argv)
              * SW (moe_cuda_ws.shared_wg_min_t, default 0 = never), with the block scales folded where they are
              * powers of two SF (shared_wg_fold, default 1) and 128-token blocks from batch SN (shared_wg_n128_min_t,
              * default 512), routed experts with more than XT tokens (moe_cuda_ws.x4_tok, default 32) in the wide
-             * launches from batch X4 (moe_cuda_ws.x4_min_t, default 256; 0 = never), in the fused launches the wide
+             * launches from batch X4 (moe_cuda_ws.x4_min_t, default 224; 0 = never), in the fused launches the wide
              * gate/up after the 2-tile down (XE 0), the 2-tile gate/up (1, default) or the fused launch (2)
              * (moe_cuda_ws.x4_early), above batch TL each token's top-k one block of 8 warps up to batch TB
              * (moe_cuda_ws.topk_blocks_max_t, default every batch), the lists launch with its pairs in registers up to
              * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch), the tensor-core logits launch's shape LG
              * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 9, 1, 1, 256, 0, 0, 8, 24, 3, 9, 4, 0, 8, 2, 1, 4, 2, 4, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 256, 32, 1, 1 << 30, 1 << 30, 0};
+            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 9, 1, 1, 320, 0, 0, 8, 24, 3, 9, 4, 0, 8, 2, 1, 4, 2, 4, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 224, 32, 1, 1 << 30, 1 << 30, 0};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {

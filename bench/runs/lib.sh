@@ -11,7 +11,7 @@ row() { awk '/^variant:/{v++} /^ +[0-9]+ +(random|skewed)/{printf " v%d %s%s %s/
 # `variant TL=8 SH=16`; the field names are VARIANTS_USAGE's
 variant() {
   local names="E R L K KT F TC OV SH FK DY DM NO PF PM PD FU FM TL SP FS KG KX KH SR ES T1 TT TN TX TM TG TA SX SW SF SN X4 XT XE TB LR LG"
-  local vals="1 16 33 4 16 0 8 0 9 1 1 256 0 0 8 24 3 9 4 0 8 2 1 4 2 4 16 128 64 0 9 4 512 512 0 1 512 256 32 1 1073741824 1073741824 0"
+  local vals="1 16 33 4 16 0 8 0 9 1 1 320 0 0 8 24 3 9 4 0 8 2 1 4 2 4 16 128 64 0 9 4 512 512 0 1 512 224 32 1 1073741824 1073741824 0"
   local -a n=($names) v=($vals); local kv i
   for kv in "$@"; do
     for i in "${!n[@]}"; do [ "${n[$i]}" = "${kv%%=*}" ] && v[$i]=${kv#*=}; done

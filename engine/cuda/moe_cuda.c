@@ -301,7 +301,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
                                   1-tile launch (fuse1_min_t), which carries no shared items) */
     W->dyn_items = 1;          /* v15: tiles handed out to warps where the launches carry no shared items
                                   (bit 0: the 1-tile launches, bit 1: the 2-tile ones, measured slower) */
-    W->dyn_max_t = 256;
+    W->dyn_max_t = 320;        /* v15: 256 (at 512 handed-out tiles read 3-5 % slower); v30 (5): 320 -3.5..5.5 %,
+                                  512 +1..2.5 % with them (one process) */
     W->fuse1 = 3;              /* v16: the 1-tile stages as one launch, releasing the 2-tile down at its start
                                   (A/B in bench/NOTES.md v16: 32-256 -0.5..-2 %, skewed 64-128 -2.5..-3.5 %) */
     W->fuse1_min_t = 9;        /* (v16 at 16: +2.5 %; v18, fewer dequant ops: -4.5 %); v29: from 9 with shared_min_t 9
@@ -324,8 +325,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->shared_wg_min_t = 0;    /* v25: off (NOTES v25 (2), (5): correct, no faster at 256-512; +6 % at 256) */
     W->shared_wg_fold = 1;     /* v25: SWF where the scales allow it (prepared, not yet measured: NOTES v25 (10)) */
     W->shared_wg_n128_min_t = 512;
-    W->x4_min_t = 256;         /* v26: NOTES v26 (2)-(4): skewed 512 -20 %, 256 -17 %, random equal; (32-token items:)
-                                  from 128 +0.8 % at skewed 128, from 64 +11 % at skewed 64 */
+    W->x4_min_t = 224;         /* v26: NOTES v26 (2)-(4): skewed 512 -20 %, 256 -17 %, random equal; (32-token items:)
+                                  from 128 +0.8 % at skewed 128, from 64 +11 % at skewed 64; v30 (5): from 224
+                                  (was 256), skewed 224 -11.5 %, random 224 -5 % unqueued, -1 % queued */
     W->x4_tok = 32;
     W->x4_early = 1;           /* v27: NOTES v27 (1)-(4): skewed 256 -3..4.5 % in every reading; random 256 -3..5 %
                                   unqueued, +0.9 % queued; after the fused launch (2) 0.4-3 % slower than 1 */

@@ -76,7 +76,7 @@ typedef struct {
     int dyn_items;                    /* v15: routed launches without shared items hand out their tiles to
                                          warps from counters (moe_expert_args.tickets, .dyn): bit 0 the
                                          1-tile launches, bit 1 the 2-tile ones */
-    int dyn_max_t;                    /* ... up to this batch (v15: 256; at 512 they measured 3-5 % slower) */
+    int dyn_max_t;                    /* ... up to this batch (v15: 256; at 512 they measured 3-5 % slower; v30: 320) */
     int fuse1;                        /* v16: with handed-out tiles and T > 8, the 1-tile gate/up and down
                                          as one launch whose down items wait per expert (moe_experts_fused1);
                                          bit 1: it releases the 2-tile down at its start, not its end */

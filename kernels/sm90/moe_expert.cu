@@ -38,7 +38,7 @@
  * expert's weights, the chunks of a row group adjacent in the item order so the second read mostly hits
  * L2: the rare 9-16-token expert of a batch of 64-128 no longer leaves a 2-tile tail); the shared expert
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
- * v26 (X4, moe_expert_args.wide_min, default from batch 256): a routed expert with more than 32 tokens is served by
+ * v26 (X4, moe_expert_args.wide_min, default from batch 256, v30: 224): a routed expert with more than 32 tokens is served by
  * the wide kernels (MOE_NTW 8 n-tiles: items of 64 tokens, each dequantised fragment feeding 8 n-tiles; activations
  * single-buffered, 234-255 registers, 2 blocks/SM), launched after each stage's 2-tile one (in moe_experts_fused1 the
  * wide gate/up after the 2-tile gate/up, v27: moe_expert_args.wide_early, the wide down after the 2-tile down): skewed

@@ -457,6 +457,10 @@ int main(int argc, char **argv)
     run_case("nvfp4 skewed, v30 2-tile grid", &M, &L, &W, 17, 1);
     /* v30: the default shared gate/up before the lists at 3-4 tokens (fs_early_sh_max_t 4; was 2) */
     run_case("nvfp4, v30 early shared up to 4", &M, &L, &W, 3, 0);
+    /* v30: the defaults' wide launches from 224 (x4_min_t) and handed-out tiles up to 320 (dyn_max_t): 224 and 257
+       in the fused path with wide gate/up early, 257 above the 256 of before */
+    run_case("nvfp4, v30 X4 224 DM 320", &M, &L, &W, 224, 0);
+    run_case("nvfp4 skewed, v30 X4 224 DM 320", &M, &L, &W, 224, 1);
     run_case("nvfp4 skewed, v30 early shared up to 4", &M, &L, &W, 4, 1);
     test_logits_tc(&M, &L, &W);
     for (int ov = 1; ov <= 3; ov++) {   /* 2-tile launches overlapping the 1-tile ones (gate/up, down, both) */
@@ -561,6 +565,7 @@ int main(int argc, char **argv)
         for (int v = 0; v < 3; v++) {
             char nm[96];
             W.tok1_max = t1s[v];
+            W.dyn_max_t = 256;   /* v30's default is 320: 257 through the static walk as these cases were written */
             snprintf(nm, sizeof nm, "nvfp4, experts with up to %d tokens in 1-tile chunks", t1s[v]);
             run_case(nm, &M, &L, &W, 64, 0);    /* 32 experts, ~12 tokens each */
             run_case(nm, &M, &L, &W, 64, 0);    /* back to back: the counts it leaves must be zero */
@@ -640,7 +645,9 @@ int main(int argc, char **argv)
     {   /* v26 (X4): routed experts with more than x4_tok tokens in the wide launches (64-token items; partial last
            ones), in the fused path (T <= dyn_max_t; the wide gate/up where x4_early puts it), after each stage's
            2-tile launch in the separate one, and with every other expert 2-tile (nt2_all_min_t) */
-        const int x4 = W.x4_min_t, xt = W.x4_tok, na = W.nt2_all_min_t, dy = W.dyn_items, xe = W.x4_early;
+        const int x4 = W.x4_min_t, xt = W.x4_tok, na = W.nt2_all_min_t, dy = W.dyn_items, xe = W.x4_early,
+                  dm = W.dyn_max_t;
+        W.dyn_max_t = 256;   /* 257 in the separate launches (above dyn_max_t), as when these cases were written (v30: 320) */
         W.x4_min_t = 9;
         W.x4_tok = 16;
         run_case("nvfp4, wide experts above 16", &M, &L, &W, 64, 0);    /* fused path, ~12 tokens per expert */
@@ -679,7 +686,7 @@ int main(int argc, char **argv)
         W.dyn_items = 0;
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 257, 0);
         run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 64, 0);
-        W.x4_min_t = x4, W.x4_tok = xt, W.nt2_all_min_t = na, W.dyn_items = dy;
+        W.x4_min_t = x4, W.x4_tok = xt, W.nt2_all_min_t = na, W.dyn_items = dy, W.dyn_max_t = dm;
     }
     {   /* v28 (the defaults above: each token's top-k one block of 8 warps from 9 tokens, the lists launch with its pairs
            in registers, 3-4 tokens grouped in a 1024-thread top-k + lists block): the forms before v28 */
