@@ -4,10 +4,11 @@
 # v29's defaults (ES 2, DM 256, X4 256) against v30's in one process, V29 B B V29, at the JSON's batches where they
 # differ and at 224 / 320 (the grid bound of v30 (3) is compiled in: both columns have it). Carry .debs. One device
 # call (~6 min).
+# (As it ran, a line `OUT=/tmp/moe-out` followed the source and sent every file to a folder the run tool does not
+# bring back; a second call copied them. Removed: $OUT is the tool's folder, as moe_device_run.sh expects.)
 source bench/runs/lib.sh
-OUT=/tmp/moe-out
 REPEAT=3 PEER_TIMEOUT=150 BENCH_TIMEOUT=120 COOL=30 COMMIT=$1 BENCH_ARGS="--reps 12 --stages" bash bench/moe_device_run.sh 2>&1 | tail -24
-grep -E "all passed|FAIL" $OUT/test.log | head -3; grep -c rel_l2 $OUT/test.log; tail -2 $OUT/backend.log 2>/dev/null; cat $OUT/peer.txt 2>/dev/null | head -3
+grep -E "all passed|FAIL" $OUT/test.log | head -3; grep -c rel_l2 $OUT/test.log; tar xzf $OUT/moe-out.tgz -C /tmp backend.log peer.txt 2>/dev/null; tail -2 /tmp/backend.log; head -3 /tmp/peer.txt
 B=$(variant) V29=$(variant ES=2 DM=256 X4=256)
 timeout 150 /tmp/moe-build/sluice-bench moe --batches 1,4,224,256,320,512 --reps 8 --variants "$V29/$B/$B/$V29" > $OUT/d.log 2>&1
 echo "(us unqueued/queued@MHz: V29 B B V29)"
