@@ -38,11 +38,11 @@
  * expert's weights, the chunks of a row group adjacent in the item order so the second read mostly hits
  * L2: the rare 9-16-token expert of a batch of 64-128 no longer leaves a 2-tile tail); the shared expert
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
- * v26 (X4, moe_expert_args.wide_min, default from batch 256, v30: 224): a routed expert with more than 32 tokens is served by
- * the wide kernels (MOE_NTW 8 n-tiles: items of 64 tokens, each dequantised fragment feeding 8 n-tiles; activations
- * single-buffered, 234-255 registers, 2 blocks/SM), launched after each stage's 2-tile one (in moe_experts_fused1 the
- * wide gate/up after the 2-tile gate/up, v27: moe_expert_args.wide_early, the wide down after the 2-tile down): skewed
- * 512 0.88 -> 0.70 ms, 256 0.45 -> 0.36 (bench/NOTES.md v26 (2)-(4), v27 (3)).
+ * v26 (X4, moe_expert_args.wide_min, default from batch 256, v30: 224): a routed expert with more than 32 tokens is
+ * served by the wide kernels (MOE_NTW 8 n-tiles: items of 64 tokens, each dequantised fragment feeding 8 n-tiles;
+ * activations single-buffered, 234-255 registers, 2 blocks/SM), launched after each stage's 2-tile one (in
+ * moe_experts_fused1 the wide gate/up after the 2-tile gate/up, v27: moe_expert_args.wide_early, the wide down after
+ * the 2-tile down): skewed 512 0.88 -> 0.70 ms, 256 0.45 -> 0.36 (bench/NOTES.md v26 (2)-(4), v27 (3)).
  * v27 (MOE_IDLE_EXIT): a routed launch's blocks without items exit before their PDL wait (block 0 waits), so an empty
  * launch in the layer's tail costs one short hop instead of every block's wait and table (NOTES v27 (1)).
  * moe_gate_up / moe_down launch both kernels back to back (only the 1-tile one for T <= 8, where no
@@ -763,11 +763,12 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
 /* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
  * whose idle blocks only wait and leave. An expert with n tokens has ceil(n / c) items per row group, c the
  * kernel's tokens per item. Over experts of nmin <= n <= T tokens that share at most P pairs, the most items come
- * from experts of nmin tokens (one item each, nmin <= c) and of c + 1 (two, if T > c): max over b of 2 b +
- * (P - b (c + 1)) / nmin, exact (any other size does no better per pair). v30: the 2-tile launches used P / 9, which 6 experts of 17
- * tokens (12 items, P = 102) exceed: skewed 17 gave 32 blocks two items each and read 121 us against 18's 100
- * (bench/NOTES.md v30 (3)); a looser bound (2 P / 17) cost skewed 18 2.5 % in idle blocks. For nmin > c, the bound
- * P k' / n' at the n' of the largest ceil(n / c) / n (n' = nmin or the first c k + 1 above it). */
+ * from experts of nmin tokens (one item each, nmin <= c) and of c + 1 (two, if T > c): max over b of
+ * 2 b + (P - b (c + 1)) / nmin, exact (no other size gives more items per pair; checked against a search over
+ * every size). v30: the 2-tile launches used P / 9, which 6 experts of 17 tokens (12 items, P = 102) exceed: skewed
+ * 17 gave 32 blocks two items each and read 121 us against 18's 100 (bench/NOTES.md v30 (3)); a looser bound
+ * (2 P / 17) cost skewed 18 2.5 % in idle blocks. For nmin > c, the bound P k' / n' at the n' of the largest
+ * ceil(n / c) / n (n' = nmin or the first c k + 1 above it). */
 static long items_per_row_group(long P, int T, int nmin, int c)
 {
     if (nmin <= c) {
@@ -782,8 +783,8 @@ static long items_per_row_group(long P, int T, int nmin, int c)
     const long a = (P * k + nmin - 1) / nmin, b = (P * (k + 1) + n2 - 1) / n2;
     return a > b ? a : b;
 }
-/* 1-tile: one chunk per pair; 2-tile: experts with > 8 tokens (> tok1_max with v19's chunks: a subset), 16 per item,
- * or every expert (all2: tok1_max < 0); wide: > wide tokens, 8 * MOE_NTW per item. */
+/* 1-tile: one chunk per pair; 2-tile: experts with > 8 tokens (> tok1_max with v19's chunks: a subset), 16 per
+ * item, or every expert (all2: tok1_max < 0); wide: > wide tokens, 8 * MOE_NTW per item. */
 static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false, int wide = 0)
 {
     const long P = (long)T * topk;

@@ -457,11 +457,11 @@ int main(int argc, char **argv)
     run_case("nvfp4 skewed, v30 2-tile grid", &M, &L, &W, 17, 1);
     /* v30: the default shared gate/up before the lists at 3-4 tokens (fs_early_sh_max_t 4; was 2) */
     run_case("nvfp4, v30 early shared up to 4", &M, &L, &W, 3, 0);
+    run_case("nvfp4 skewed, v30 early shared up to 4", &M, &L, &W, 4, 1);
     /* v30: the defaults' wide launches from 224 (x4_min_t) and handed-out tiles up to 320 (dyn_max_t): 224 and 257
        in the fused path with wide gate/up early, 257 above the 256 of before */
     run_case("nvfp4, v30 X4 224 DM 320", &M, &L, &W, 224, 0);
     run_case("nvfp4 skewed, v30 X4 224 DM 320", &M, &L, &W, 224, 1);
-    run_case("nvfp4 skewed, v30 early shared up to 4", &M, &L, &W, 4, 1);
     test_logits_tc(&M, &L, &W);
     for (int ov = 1; ov <= 3; ov++) {   /* 2-tile launches overlapping the 1-tile ones (gate/up, down, both) */
         static const char *nm[3] = {"nvfp4, 2-tile overlap gate/up", "nvfp4, 2-tile overlap down", "nvfp4, 2-tile overlap both"};
