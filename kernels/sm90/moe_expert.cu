@@ -64,6 +64,7 @@
  */
 #include <stdint.h>
 #include "moe_kernels.h"
+#include "moe_grid.h"
 #include "common/moe_fp4_common.cuh"
 #include "common/moe_launch.cuh"
 #include "common/moe_l2.cuh"
@@ -760,37 +761,18 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
     return e != cudaSuccess ? e : occupancy_forms<2, 1>(fmt, E, gu, dn);
 }
 
-/* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid
- * whose idle blocks only wait and leave. An expert with n tokens has ceil(n / c) items per row group, c the
- * kernel's tokens per item. Over experts of nmin <= n <= T tokens that share at most P pairs, the most items come
- * from experts of nmin tokens (one item each, nmin <= c) and of c + 1 (two, if T > c): max over b of
- * 2 b + (P - b (c + 1)) / nmin, exact (no other size gives more items per pair; checked against a search over
- * every size). v30: the 2-tile launches used P / 9, which 6 experts of 17 tokens (12 items, P = 102) exceed: skewed
- * 17 gave 32 blocks two items each and read 121 us against 18's 100 (bench/NOTES.md v30 (3)); a looser bound
- * (2 P / 17) cost skewed 18 2.5 % in idle blocks. For nmin > c, the bound P k' / n' at the n' of the largest
- * ceil(n / c) / n (n' = nmin or the first c k + 1 above it). */
-static long items_per_row_group(long P, int T, int nmin, int c)
-{
-    if (nmin <= c) {
-        long best = 0;
-        for (long b = 0; b * (c + 1) <= (T > c ? P : 0); b++) {
-            const long v = 2 * b + (P - b * (c + 1)) / nmin;
-            best = v > best ? v : best;
-        }
-        return best;
-    }
-    const long k = (nmin + c - 1) / c, n2 = c * k + 1;
-    const long a = (P * k + nmin - 1) / nmin, b = (P * (k + 1) + n2 - 1) / n2;
-    return a > b ? a : b;
-}
-/* 1-tile: one chunk per pair; 2-tile: experts with > 8 tokens (> tok1_max with v19's chunks: a subset), 16 per
- * item, or every expert (all2: tok1_max < 0); wide: > wide tokens, 8 * MOE_NTW per item. */
+/* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid whose idle blocks
+ * only wait and leave: the 1-tile kernel has at most one item chunk per pair; the 2-tile kernel takes experts with
+ * > 8 tokens (> tok1_max with v19's chunks: a subset), 16 per item, or every expert (all2: tok1_max < 0); the wide
+ * kernel experts with > wide tokens, 8 * MOE_NTW per item (moe_items_bound, moe_grid.h; exact for the 2-tile
+ * launches since v30, whose P / 9 gave skewed 17 11 blocks per row group for 12 items, 121 us against 18's 100; a
+ * looser 2 P / 17 cost skewed 18 2.5 % in idle blocks, bench/NOTES.md v30 (3)). */
 static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false, int wide = 0)
 {
     const long P = (long)T * topk;
-    long cap = (nt >= 4   ? items_per_row_group(P, T, wide + 1, MOE_TOK_CHUNK * MOE_NTW)
+    long cap = (nt >= 4   ? moe_items_bound(P, T, wide + 1, MOE_TOK_CHUNK * MOE_NTW)
                 : nt == 1 || all2 ? P
-                                  : items_per_row_group(P, T, MOE_TOK_CHUNK + 1, MOE_TOK_CHUNK * 2)) *
+                                  : moe_items_bound(P, T, MOE_TOK_CHUNK + 1, MOE_TOK_CHUNK * 2)) *
                row_groups;
     if (has_shared && moe_tok_tiles(T) == nt)   /* + the shared expert's items: 16-row tiles x token chunks */
         cap += (long)((T + MOE_TOK_CHUNK * nt - 1) / (MOE_TOK_CHUNK * nt)) * row_groups * MOE_WARPS;
