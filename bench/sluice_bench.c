@@ -198,6 +198,26 @@ static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x
 
 #define NTUNE 43   /* fields of one --variants entry */
 #define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX,SW,SF,SN,X4,XT,XE,TB,LR,LG][/...]"
+/* The defaults of the --variants fields (moe_cuda_ws_init's), which fill a short entry */
+static const int variant_dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 9, 1, 1, 320, 0, 0, 8, 24, 3, 9, 4, 0, 8, 2, 1, 4, 2, 4, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 224, 32, 1, 1 << 30, 1 << 30, 0};
+
+/* --default-variant: the default entry as NAME=VALUE pairs named as in VARIANTS_USAGE (bench/runs/lib.sh's `variant`
+ * edits it); 1 if VARIANTS_USAGE does not name NTUNE fields */
+static int print_default_variant(void)
+{
+    const char *u = VARIANTS_USAGE;
+    for (int n = 0; n < NTUNE; n++) {
+        while (*u == ',' || *u == '[') u++;
+        const char *e = u;
+        while (*e && *e != ',' && *e != '[' && *e != ']') e++;
+        if (e == u) { fprintf(stderr, "sluice-bench: VARIANTS_USAGE names %d of %d fields\n", n, NTUNE); return 1; }
+        printf("%s%.*s=%d", n ? " " : "", (int)(e - u), u, variant_dflt[n]);
+        u = e;
+    }
+    printf("\n");
+    return 0;
+}
+
 /* --stages: one replay of each input set's graph with the stage trace on (moe_trace_set); per stage the
  * median over the sets of its first block start and last warp end, in us from the replay's first start */
 static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok,
@@ -395,7 +415,6 @@ static int bench_moe(int argc, char **argv)
              * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch), the tensor-core logits launch's shape LG
              * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch); each measured in turn,
              * the JSON holds the last */
-            static const int dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 9, 1, 1, 320, 0, 0, 8, 24, 3, 9, 4, 0, 8, 2, 1, 4, 2, 4, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 224, 32, 1, 1 << 30, 1 << 30, 0};
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {
@@ -403,9 +422,11 @@ static int bench_moe(int argc, char **argv)
                     if (e == c) { n = -1; break; }
                 }
                 if (n < 4) { fprintf(stderr, "sluice-bench: --variants " VARIANTS_USAGE "\n"); return 2; }
-                for (; n < NTUNE; n++) tune[ntune][n] = dflt[n];
+                for (; n < NTUNE; n++) tune[ntune][n] = variant_dflt[n];
                 ntune++;
             }
+        } else if (!strcmp(argv[i], "--default-variant")) {   /* the default --variants entry, named (no GPU) */
+            return print_default_variant();
         } else if (!strcmp(argv[i], "--stages")) {   /* per batch: each stage's start and end in the graph */
             stages = 1;
         } else if (!strcmp(argv[i], "--stream")) {   /* per batch also the forward outside a graph (v21) */
@@ -429,7 +450,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared] [--sustain R] [--row-cool MS]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared] [--sustain R] [--row-cool MS] [--default-variant]\n");
             return 2;
         }
     }
