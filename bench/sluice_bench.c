@@ -5,6 +5,7 @@
  * the same run (an 8 GiB read). The PyTorch peer's times come from bench/moe_peer.py (--peer FILE).
  * Writes one JSON object (--out FILE) and prints a table.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,10 +197,40 @@ static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x
     free(hbuf);
 }
 
-#define NTUNE 43   /* fields of one --variants entry */
-#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX,SW,SF,SN,X4,XT,XE,TB,LR,LG][/...]"
-/* The defaults of the --variants fields (moe_cuda_ws_init's), which fill a short entry */
-static const int variant_dflt[NTUNE] = {1, 16, 33, 4, 16, 0, 8, 0, 9, 1, 1, 320, 0, 0, 8, 24, 3, 9, 4, 0, 8, 2, 1, 4, 2, 4, 16, 128, 64, 0, 9, 4, 512, 512, 0, 1, 512, 224, 32, 1, 1 << 30, 1 << 30, 0};
+#define NTUNE 45   /* fields of one --variants entry */
+#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX,SW,SF,SN,X4,XT,XE,TB,LR,LG,FN,FX][/...]"
+/* The moe_cuda_ws field of each --variants field, in VARIANTS_USAGE's order; F (5) is fused_max_t + 100 fused_opt */
+#define TF(f) offsetof(moe_cuda_ws, f)
+static const size_t tune_field[NTUNE] = {
+    TF(early_pdl), TF(down_rm_min_t), TF(logits16_min_t), TF(logits_ks), TF(logits_ks_max_t), TF(fused_max_t),
+    TF(logits_tc_min_t), TF(nt2_overlap), TF(shared_min_t), TF(shared_fork), TF(dyn_items), TF(dyn_max_t),
+    TF(nt2_first), TF(pf), TF(pf_max_t), TF(pf_dn_mb), TF(fuse1), TF(fuse1_min_t), TF(topk_lists_max_t),
+    TF(side_prio), TF(fuse_small), TF(fs_ks_gu), TF(fs_ks_max_t), TF(fs_ks_sh), TF(fs_rm), TF(fs_early_sh_max_t),
+    TF(tok1_max), TF(tok1_max_t), TF(tok1_min_t), TF(topk_excl_max_t), TF(topk_excl_min_t), TF(topk_group_max_t),
+    TF(nt2_all_min_t), TF(shared_xl_min_t), TF(shared_wg_min_t), TF(shared_wg_fold), TF(shared_wg_n128_min_t),
+    TF(x4_min_t), TF(x4_tok), TF(x4_early), TF(topk_blocks_max_t), TF(lists_runs_max_t), TF(logits_tc_shape),
+    TF(fs_b5_min_t), TF(fs_b5_max_t)
+};
+#undef TF
+static int tune_get(const moe_cuda_ws *W, int n)
+{
+    const int v = *(const int *)((const char *)W + tune_field[n]);
+    return n == 5 ? v + 100 * W->fused_opt : v;
+}
+static void tune_set(moe_cuda_ws *W, int n, int v)
+{
+    if (n == 5) W->fused_opt = v / 100, v %= 100;
+    *(int *)((char *)W + tune_field[n]) = v;
+}
+/* The defaults of the --variants fields (moe_cuda_ws_defaults'), which fill a short entry */
+static int variant_dflt[NTUNE];
+static void variant_defaults(void)
+{
+    moe_cuda_ws D;
+    memset(&D, 0, sizeof D);
+    moe_cuda_ws_defaults(&D);
+    for (int n = 0; n < NTUNE; n++) variant_dflt[n] = tune_get(&D, n);
+}
 
 /* --default-variant: the default entry as NAME=VALUE pairs named as in VARIANTS_USAGE (bench/runs/lib.sh's `variant`
  * edits it); 1 if VARIANTS_USAGE does not name NTUNE fields */
@@ -378,6 +409,7 @@ static int bench_moe(int argc, char **argv)
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
     int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0, stages = 0,
         no_shared = 0, stream_mode = 0, placements = 0, sustain = 0, row_cool_ms = 0;
+    variant_defaults();
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
@@ -413,7 +445,8 @@ static int bench_moe(int argc, char **argv)
              * (moe_cuda_ws.x4_early), above batch TL each token's top-k one block of 8 warps up to batch TB
              * (moe_cuda_ws.topk_blocks_max_t, default every batch), the lists launch with its pairs in registers up to
              * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch), the tensor-core logits launch's shape LG
-             * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch); each measured in turn,
+             * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch), the one expert launch at 5
+             * blocks per SM from batch FN to FX (moe_cuda_ws.fs_b5_min_t, fs_b5_max_t, default 2-7); each measured in turn,
              * the JSON holds the last */
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
@@ -512,22 +545,13 @@ static int bench_moe(int argc, char **argv)
     int32_t *idx = malloc((size_t)MAXB * 6 * sizeof(int32_t));
     for (int v = 0; v < (ntune ? ntune : 1); v++) {
     if (ntune)
-        W.early_pdl = tune[v][0], W.down_rm_min_t = tune[v][1], W.logits16_min_t = tune[v][2], W.logits_ks = tune[v][3],
-        W.logits_ks_max_t = tune[v][4], W.fused_max_t = tune[v][5] % 100, W.fused_opt = tune[v][5] / 100,
-        W.logits_tc_min_t = tune[v][6], W.nt2_overlap = tune[v][7], W.shared_min_t = tune[v][8],
-        W.shared_fork = tune[v][9], W.dyn_items = tune[v][10], W.dyn_max_t = tune[v][11], W.nt2_first = tune[v][12],
-        W.pf = tune[v][13], W.pf_max_t = tune[v][14], W.pf_dn_mb = tune[v][15], W.fuse1 = tune[v][16], W.fuse1_min_t = tune[v][17], W.topk_lists_max_t = tune[v][18], W.side_prio = tune[v][19],
-        W.fuse_small = tune[v][20], W.fs_ks_gu = tune[v][21], W.fs_ks_max_t = tune[v][22], W.fs_ks_sh = tune[v][23], W.fs_rm = tune[v][24], W.fs_early_sh_max_t = tune[v][25],
-        W.tok1_max = tune[v][26], W.tok1_max_t = tune[v][27], W.tok1_min_t = tune[v][28],
-        W.topk_excl_max_t = tune[v][29], W.topk_excl_min_t = tune[v][30], W.topk_group_max_t = tune[v][31],
-        W.nt2_all_min_t = tune[v][32], W.shared_xl_min_t = tune[v][33], W.shared_wg_min_t = tune[v][34],
-        W.shared_wg_fold = tune[v][35], W.shared_wg_n128_min_t = tune[v][36], W.x4_min_t = tune[v][37], W.x4_tok = tune[v][38], W.x4_early = tune[v][39],
-        W.topk_blocks_max_t = tune[v][40], W.lists_runs_max_t = tune[v][41], W.logits_tc_shape = tune[v][42];
+        for (int n = 0; n < NTUNE; n++) tune_set(&W, n, tune[v][n]);
     printf("variant: early PDL %d, 128-row down items from batch %d, 16-token logits tiles from batch %d, logits K parts %d "
            "up to batch %d, one-launch layer up to batch %d (opt %d), tensor-core logits from batch %d, 2-tile overlap %d, "
-           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d (folded scales %d, 128-token blocks from %d), wide launches from batch %d for experts with > %d tokens (early %d), top-k blocks above the one-launch router up to batch %d, lists from registers up to batch %d, tensor-core logits shape %d\n",
+           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d (folded scales %d, 128-token blocks from %d), wide launches from batch %d for experts with > %d tokens (early %d), top-k blocks above the one-launch router up to batch %d, lists from registers up to batch %d, tensor-core logits shape %d, one expert launch at 5 blocks per SM at batches %d-%d\n",
            W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
-           W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t, W.shared_wg_fold, W.shared_wg_n128_min_t, W.x4_min_t, W.x4_tok, W.x4_early, W.topk_blocks_max_t, W.lists_runs_max_t, W.logits_tc_shape);
+           W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t, W.shared_wg_fold, W.shared_wg_n128_min_t, W.x4_min_t, W.x4_tok, W.x4_early, W.topk_blocks_max_t, W.lists_runs_max_t, W.logits_tc_shape,
+           W.fs_b5_min_t, W.fs_b5_max_t);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s %7s %9s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
            "queued", "SM MHz", "launch us");

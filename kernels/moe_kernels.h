@@ -203,6 +203,10 @@ typedef struct {
                                                  else >= 2 * MOE_TOK_CHUNK and >= tok1_max) take the wide
                                                  launches (items of 8 * MOE_NTW tokens, 64: each dequantised fragment
                                                  feeds 8 n-tiles), launched after the 2-tile ones of each stage */
+    int one_launch;                           /* v31, moe_experts_fused1 with T <= 8: 1, the whole expert work as one
+                                                 launch (v17, the shared expert's items in it; 2: its kernel for 5
+                                                 blocks per SM, grid_fused from moe_experts1_occupancy small 2); 0,
+                                                 the fused 1-tile stages as from 9 tokens (no shared items) */
     int wide_early;                           /* v27, moe_experts_fused1: its wide gate/up right after the 2-tile gate/up
                                                  (1: before the fused launch) or after the fused launch (2) instead of
                                                  after the 2-tile down (0) */
@@ -237,7 +241,8 @@ cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t 
 cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
                                const float *pair_w, int T, int topk, const int grid[3], int grid_fused, uint16_t *h,
                                float *y, cudaStream_t st);
-/* Blocks per SM that fused kernel reaches for T > 8 (small 0) or T <= 8 (small 1, both down_rm). */
+/* Blocks per SM that fused kernel reaches for T > 8 (small 0) or T <= 8 (small 1, or 2 for its 5-block form; both
+ * down_rm). */
 cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm);
 /* The FP8 shared expert for all T tokens as its own two launches (v14), for larger batches: gate/up
  * x -> h[T*topk + t] (swiglu), then down h[T*topk + t] -> y[T*topk + t] (the rows moe_build_lists gives

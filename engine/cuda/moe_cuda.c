@@ -255,37 +255,10 @@ out:
     return rc;
 }
 
-int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
+/* The defaults of moe_cuda_ws's tuning fields. No CUDA call: sluice-bench reads them before it has a GPU or a
+ * workspace (its --variants defaults). */
+void moe_cuda_ws_defaults(moe_cuda_ws *W)
 {
-    memset(W, 0, sizeof *W);
-    if (max_tokens < 1) return fail("max_tokens must be >= 1");
-    const int E = L->s.n_experts, K = L->s.topk, H = L->s.hidden, I = L->s.inter;
-    const size_t pairs = (size_t)max_tokens * K + (size_t)max_tokens;
-    W->max_tokens = max_tokens;
-    /* room for MOE_LOGITS_KS_MAX K parts of the logits at every batch (v12) */
-    CK(cudaMalloc((void **)&W->logits, (size_t)MOE_LOGITS_KS_MAX * max_tokens * E * sizeof(float)), "cudaMalloc(logits)");
-    CK(cudaMalloc((void **)&W->idx, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(idx)");
-    CK(cudaMalloc((void **)&W->w, (size_t)max_tokens * K * sizeof(float)), "cudaMalloc(w)");
-    CK(cudaMalloc((void **)&W->off, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(off)");
-    CK(cudaMalloc((void **)&W->items_gu, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(items)");
-    CK(cudaMalloc((void **)&W->items_dn, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(items)");
-    CK(cudaMalloc((void **)&W->pair_tok, pairs * sizeof(int32_t)), "cudaMalloc(pair_tok)");
-    CK(cudaMalloc((void **)&W->pair_w, pairs * sizeof(float)), "cudaMalloc(pair_w)");
-    CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
-    CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
-    CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
-    CK(cudaMalloc((void **)&W->fused_sync, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMalloc(fused sync)");
-    CK(cudaMemset(W->fused_sync, 0, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMemset(fused sync)");
-    /* the ticket counters and the token chunks' done counts (moe_expert_args.tickets) */
-    const size_t ntw = MOE_TICKET_WORDS(E, (size_t)max_tokens * K);
-    CK(cudaMalloc((void **)&W->tickets, ntw * sizeof(unsigned)), "cudaMalloc(tickets)");
-    CK(cudaMemset(W->tickets, 0, ntw * sizeof(unsigned)), "cudaMemset(tickets)");
-    /* v17: K-part partial sums of the T <= 8 fused launch: the shared expert's gate/up tiles, then those of
-     * at most 8 * topk routed experts (moe_expert_args.part, .pcnt) */
-    const size_t ptiles = (size_t)(I / MOE_TILE_ROWS) * (1 + (size_t)(8 * K < E ? 8 * K : E));
-    CK(cudaMalloc((void **)&W->part, ptiles * MOE_PARTS_MAX * 1024), "cudaMalloc(part)");
-    CK(cudaMalloc((void **)&W->pcnt, ptiles * sizeof(unsigned)), "cudaMalloc(pcnt)");
-    CK(cudaMemset(W->pcnt, 0, ptiles * sizeof(unsigned)), "cudaMemset(pcnt)");
     /* v11 defaults (bench/NOTES.md, runs 3-6) */
     W->early_pdl = 1;
     W->down_rm_min_t = 16;
@@ -316,6 +289,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->fs_early_sh_max_t = 4;  /* v18: shared gate/up before the lists (A/B: batch 1 -1.9 %, 2 -3.3 %, 4 +1.4 %,
                                   8 -1.9 %: kept up to 2); v30 (3), one process: up to 4, 3 -2 %, skewed 3-4 -3 %,
                                   4 -0.3 % */
+    W->fs_b5_min_t = 2;        /* v31 (3): 5 blocks per SM at 2-7 (two processes each: 4 -2.5 %, 6 -1.5 %, 7 -2.8 %, */
+    W->fs_b5_max_t = 7;        /* skewed 2-7 -3.7..6 %, 1-3 and 5 within 0.6 %; 8 +0.8 %, queued +2 %, skewed 8 -4 %) */
     W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
     W->tok1_min_t = 64;        /* ... at batches 64-128, where such experts are rare and the 2-tile launches they */
     W->tok1_max_t = 128;       /* needed made a tail (128: -1 %, bench/NOTES.md v19); where they carry much of the
@@ -354,11 +329,45 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->pf_dn_mb = 24;
     W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
                                   (1: forked before the router, 2: after it, beside the routed launches only) */
+    W->side_prio = 0;
+}
+
+int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
+{
+    memset(W, 0, sizeof *W);
+    if (max_tokens < 1) return fail("max_tokens must be >= 1");
+    const int E = L->s.n_experts, K = L->s.topk, H = L->s.hidden, I = L->s.inter;
+    const size_t pairs = (size_t)max_tokens * K + (size_t)max_tokens;
+    W->max_tokens = max_tokens;
+    /* room for MOE_LOGITS_KS_MAX K parts of the logits at every batch (v12) */
+    CK(cudaMalloc((void **)&W->logits, (size_t)MOE_LOGITS_KS_MAX * max_tokens * E * sizeof(float)), "cudaMalloc(logits)");
+    CK(cudaMalloc((void **)&W->idx, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(idx)");
+    CK(cudaMalloc((void **)&W->w, (size_t)max_tokens * K * sizeof(float)), "cudaMalloc(w)");
+    CK(cudaMalloc((void **)&W->off, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(off)");
+    CK(cudaMalloc((void **)&W->items_gu, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(items)");
+    CK(cudaMalloc((void **)&W->items_dn, (size_t)(E + 2) * sizeof(int32_t)), "cudaMalloc(items)");
+    CK(cudaMalloc((void **)&W->pair_tok, pairs * sizeof(int32_t)), "cudaMalloc(pair_tok)");
+    CK(cudaMalloc((void **)&W->pair_w, pairs * sizeof(float)), "cudaMalloc(pair_w)");
+    CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
+    CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
+    CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
+    CK(cudaMalloc((void **)&W->fused_sync, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMalloc(fused sync)");
+    CK(cudaMemset(W->fused_sync, 0, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMemset(fused sync)");
+    /* the ticket counters and the token chunks' done counts (moe_expert_args.tickets) */
+    const size_t ntw = MOE_TICKET_WORDS(E, (size_t)max_tokens * K);
+    CK(cudaMalloc((void **)&W->tickets, ntw * sizeof(unsigned)), "cudaMalloc(tickets)");
+    CK(cudaMemset(W->tickets, 0, ntw * sizeof(unsigned)), "cudaMemset(tickets)");
+    /* v17: K-part partial sums of the T <= 8 fused launch: the shared expert's gate/up tiles, then those of
+     * at most 8 * topk routed experts (moe_expert_args.part, .pcnt) */
+    const size_t ptiles = (size_t)(I / MOE_TILE_ROWS) * (1 + (size_t)(8 * K < E ? 8 * K : E));
+    CK(cudaMalloc((void **)&W->part, ptiles * MOE_PARTS_MAX * 1024), "cudaMalloc(part)");
+    CK(cudaMalloc((void **)&W->pcnt, ptiles * sizeof(unsigned)), "cudaMalloc(pcnt)");
+    CK(cudaMemset(W->pcnt, 0, ptiles * sizeof(unsigned)), "cudaMemset(pcnt)");
+    moe_cuda_ws_defaults(W);
     CK(cudaStreamCreateWithFlags(&W->side, cudaStreamNonBlocking), "cudaStreamCreate(side)");
     int prio_lo;
     CK(cudaDeviceGetStreamPriorityRange(&prio_lo, &W->prio_hi), "cudaDeviceGetStreamPriorityRange");
     CK(cudaStreamCreateWithPriority(&W->side_hi, cudaStreamNonBlocking, W->prio_hi), "cudaStreamCreate(side, high)");
-    W->side_prio = 0;
     CK(cudaEventCreateWithFlags(&W->ev_fork, cudaEventDisableTiming), "cudaEventCreate(fork)");
     CK(cudaEventCreateWithFlags(&W->ev_join, cudaEventDisableTiming), "cudaEventCreate(join)");
     int dev, sms, fb;
@@ -374,6 +383,9 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(moe_experts1_occupancy(L->kfmt, E, 1, &fb), "occupancy (one expert launch)");
     if (fb < 1) return fail("the fused expert kernel cannot be resident on this device");
     W->grid_f1s = sms * fb;
+    CK(moe_experts1_occupancy(L->kfmt, E, 2, &fb), "occupancy (one expert launch, 5 blocks per SM)");
+    if (fb < 1) return fail("the fused expert kernel cannot be resident on this device");
+    W->grid_f1s5 = sms * fb;
     for (int i = 0; i < 3; i++) {   /* 1, 2 tiles, the wide kernels */
         int gu, dn;
         CK(moe_expert_occupancy(L->kfmt, E, 1 << i, &gu, &dn), "occupancy");
@@ -543,10 +555,13 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         ar.pcnt = W->pcnt;
         ar.down_rm = W->fs_rm;
         ar.early_sh = T <= W->fs_early_sh_max_t;
-        CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->grid_f1s, W->h, W->y, st),
+        ar.one_launch = T >= W->fs_b5_min_t && T <= W->fs_b5_max_t ? 2 : 1;
+        CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu,
+                              ar.one_launch == 2 ? W->grid_f1s5 : W->grid_f1s, W->h, W->y, st),
            "experts (one launch)");
         MARK(4);
-    } else if (W->fuse1 && ar.tickets && T > MOE_TOK_CHUNK && T >= W->fuse1_min_t) {   /* v16: down items start per expert */
+    } else if (W->fuse1 && ar.tickets && T >= W->fuse1_min_t) {   /* v16: down items start per expert; v31: also at
+                                                                      T <= 8 above fuse_small (needs the shared launches) */
         ar.fuse_early = (W->fuse1 & 2) != 0;
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->grid_f1, W->h, W->y, st),
            "experts (fused 1-tile stages)");

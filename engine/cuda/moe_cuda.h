@@ -77,8 +77,9 @@ typedef struct {
                                          warps from counters (moe_expert_args.tickets, .dyn): bit 0 the
                                          1-tile launches, bit 1 the 2-tile ones */
     int dyn_max_t;                    /* ... up to this batch (v15: 256; at 512 they measured 3-5 % slower; v30: 320) */
-    int fuse1;                        /* v16: with handed-out tiles and T > 8, the 1-tile gate/up and down
-                                         as one launch whose down items wait per expert (moe_experts_fused1);
+    int fuse1;                        /* v16: with handed-out tiles and T > 8 (v31: T > fuse_small), the 1-tile
+                                         gate/up and down as one launch whose down items wait per expert
+                                         (moe_experts_fused1);
                                          bit 1: it releases the 2-tile down at its start, not its end */
     int fuse1_min_t;                  /* ... from this batch on (v16: 16, v29: 9; it needs the shared expert's own
                                          launches, shared_min_t <=, or the separate launches run) */
@@ -90,6 +91,7 @@ typedef struct {
     int fs_rm;                        /* ... and down items of fs_rm 16-row tiles (1 or 2) */
     int fs_early_sh_max_t;            /* v18: ... and up to this batch the shared gate/up tiles that are warps'
                                          first items start before the wait on the lists */
+    int fs_b5_min_t, fs_b5_max_t;     /* v31: ... at these batches with 5 blocks per SM (96 registers), else 4 */
     int tok1_max, tok1_min_t, tok1_max_t;   /* v19: at batches tok1_min_t..tok1_max_t, routed experts with up to
                                          tok1_max tokens take the 1-tile launches in token chunks of 8
                                          (moe_expert_args.tok1_max); 8: only those with <= 8 (v10-v18) */
@@ -108,7 +110,8 @@ typedef struct {
     int nt2_all_min_t;                /* v24: from this batch (0: never) every routed expert with tokens takes the
                                          2-tile launches (moe_expert_args.tok1_max -1), where the separate gate/up
                                          and down launches run (no handed-out tiles, above dyn_max_t) */
-    int grid_f1, grid_f1s;            /* resident blocks of the fused 1-tile launch, T > 8 and T <= 8 */
+    int grid_f1, grid_f1s, grid_f1s5; /* resident blocks of the fused 1-tile launch, T > 8 and T <= 8 (4 and 5
+                                         blocks per SM) */
     float *part;                      /* its K-part partial sums and their counts (moe_expert_args.part, .pcnt) */
     unsigned *pcnt;
     int side_prio;                    /* v16: 1: the shared expert's launches on the second stream at the
@@ -165,6 +168,8 @@ int moe_cuda_set_shared(moe_cuda_layer *L, const qtensor *w1, const qtensor *w3,
 int moe_cuda_set_shared_dev(moe_cuda_layer *L, const uint8_t *const w[3], const float *const s[3]);
 
 int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens);
+/* The tuning fields' defaults alone (moe_cuda_ws_init sets them too); no CUDA call. */
+void moe_cuda_ws_defaults(moe_cuda_ws *W);
 void moe_cuda_ws_free(moe_cuda_ws *W);
 int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x, const int32_t *token_ids, int T,
                      float *out, cudaStream_t st);

@@ -454,6 +454,9 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #ifndef MOE_MINB_S
 #define MOE_MINB_S 4
 #endif
+#ifndef MOE_MINB_S5   /* v31: the T <= 8 kernel's second form (SMALL 2, moe_expert_args.one_launch 2) */
+#define MOE_MINB_S5 5
+#endif
 #ifndef MOE_ROLL_S   /* the T <= 8 kernel's routed loop with 2 steps of code (fp4_rowtile ROLL) */
 #define MOE_ROLL_S 1
 #endif
@@ -469,7 +472,8 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #endif
 
 template <int FMT, int RM, int SMALL>
-__global__ void __launch_bounds__(128, SMALL ? MOE_MINB_S : MOE_MINB1) k_experts1(moe_expert_args a, const uint16_t *x, const int32_t *off,
+__global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MINB_S : MOE_MINB1)
+    k_experts1(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                              const int32_t *pair_tok, const float *pair_w, uint16_t *h,
                                                              float *y)
 {
@@ -866,10 +870,14 @@ extern "C" cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, con
 typedef void (*e1_fn)(moe_expert_args, const uint16_t *, const int32_t *, const int32_t *, const float *, uint16_t *,
                       float *);
 
-/* The fused kernel for format fmt, down tiles per warp-item rm, T <= 8 (small) or not (always 2 tiles). */
+/* The fused kernel for format fmt, down tiles per warp-item rm, T <= 8 (small: 1, MOE_MINB_S blocks per SM; 2,
+ * MOE_MINB_S5) or not (0: always 2 tiles). */
 static e1_fn experts1_fn(int fmt, int rm, int small)
 {
     const bool nv = fmt == MOE_FP4_NVFP4;
+    if (small == 2)
+        return rm == 1 ? (nv ? k_experts1<MOE_FP4_NVFP4, 1, 2> : k_experts1<MOE_FP4_MXFP4, 1, 2>)
+                       : (nv ? k_experts1<MOE_FP4_NVFP4, 2, 2> : k_experts1<MOE_FP4_MXFP4, 2, 2>);
     if (small)
         return rm == 1 ? (nv ? k_experts1<MOE_FP4_NVFP4, 1, 1> : k_experts1<MOE_FP4_MXFP4, 1, 1>)
                        : (nv ? k_experts1<MOE_FP4_NVFP4, 2, 1> : k_experts1<MOE_FP4_MXFP4, 2, 1>);
@@ -896,7 +904,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
                                           const int32_t *pair_tok, const float *pair_w, int T, int topk,
                                           const int grid[3], int grid_fused, uint16_t *h, float *y, cudaStream_t st)
 {
-    const bool small = T <= MOE_TOK_CHUNK;
+    const bool small = T <= MOE_TOK_CHUNK && a->one_launch;
     if (!a->tickets || a->tok1_max < 0 || (a->has_shared && (!small || !EX_FP8_OK)) || a->H % 128 || a->I % MOE_ROWS_PER_ITEM ||
         a->H % (2 * MOE_ROWS_PER_ITEM) || a->H > 8192 || a->I > 8192 || grid_fused < 1)
         return cudaErrorInvalidValue;
@@ -921,7 +929,8 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         const long P = (long)T * topk, tg = a->I / MOE_TILE_ROWS, td = a->H / MOE_TILE_ROWS;
         const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0);
         const int nb = (int)(items / MOE_WARPS + 1 < grid_fused ? items / MOE_WARPS + 1 : grid_fused);
-        return moe_launch(experts1_fn(a->fmt, rm, 1), dim3(nb), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
+        return moe_launch(experts1_fn(a->fmt, rm, a->one_launch == 2 ? 2 : 1), dim3(nb), dim3(128), sm, st, b, x, off,
+                          pair_tok, pair_w, h, y);
     }
     b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
@@ -1381,6 +1390,8 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 0), (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 1),
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 0),
         (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),
+        (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 2), (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 2),
+        (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 2), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 2),
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
         (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
@@ -1393,9 +1404,9 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         if (e != cudaSuccess) return e;
     }
     if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)
-        for (int fmt = 0; fmt < 2; fmt++)
+        for (int fmt = 0; fmt < 4; fmt++)   /* bit 1: the 5-block form */
             for (int rm = 1; rm <= 2; rm++) {
-                const void *f = (const void *)experts1_fn(fmt ? MOE_FP4_MXFP4 : MOE_FP4_NVFP4, rm, 1);
+                const void *f = (const void *)experts1_fn(fmt & 1 ? MOE_FP4_MXFP4 : MOE_FP4_NVFP4, rm, 1 + (fmt >> 1));
                 const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                            MOE_CARVEOUT_SMALL);
                 if (e != cudaSuccess) return e;

@@ -739,6 +739,17 @@ int main(int argc, char **argv)
             run_case(nm, &M, &L, &W, 8, 0);   /* back to back: the counts it leaves must be zero */
             run_case(nm, &M, &L, &W, 5, 1);   /* skewed: 6 experts, the rest none */
         }
+        {   /* v31: its 5-block form (default at 2-7) at 1 and 8, and the 4-block one at 3 and 5 */
+            const int b5n = W.fs_b5_min_t, b5x = W.fs_b5_max_t;
+            W.fs_b5_min_t = 1, W.fs_b5_max_t = 8;
+            run_case("nvfp4, one expert launch, 5 blocks per SM", &M, &L, &W, 1, 0);
+            run_case("nvfp4, one expert launch, 5 blocks per SM", &M, &L, &W, 8, 0);
+            run_case("nvfp4 skewed, one expert launch, 5 blocks per SM", &M, &L, &W, 8, 1);
+            W.fs_b5_min_t = 9;
+            run_case("nvfp4, one expert launch, 4 blocks per SM", &M, &L, &W, 3, 0);
+            run_case("nvfp4 skewed, one expert launch, 4 blocks per SM", &M, &L, &W, 5, 1);
+            W.fs_b5_min_t = b5n, W.fs_b5_max_t = b5x;
+        }
         W.shared_min_t = 1;   /* routed items only */
         run_case("nvfp4, one expert launch, shared launches", &M, &L, &W, 3, 0);
         run_case("nvfp4 skewed, one expert launch, shared launches", &M, &L, &W, 8, 1);
@@ -747,6 +758,16 @@ int main(int argc, char **argv)
         W.fuse_small = 0;
         for (int i = 0; i < 3; i++) run_case("nvfp4, v16 launches below 9", &M, &L, &W, batches[i], 0);
         run_case("nvfp4 skewed, v16 launches below 9", &M, &L, &W, 8, 1);
+        {   /* v31: T <= 8 through the fused 1-tile stages (moe_expert_args.one_launch 0), the shared launches beside */
+            const int fm = W.fuse1_min_t, f1 = W.fuse1;
+            W.fuse1_min_t = 1, W.shared_min_t = 1, W.fuse1 = 3;
+            run_case("nvfp4, fused 1-tile stages below 9", &M, &L, &W, 1, 0);
+            run_case("nvfp4, fused 1-tile stages below 9", &M, &L, &W, 5, 0);
+            run_case("nvfp4, fused 1-tile stages below 9", &M, &L, &W, 8, 0);
+            run_case("nvfp4, fused 1-tile stages below 9", &M, &L, &W, 8, 0);   /* back to back */
+            run_case("nvfp4 skewed, fused 1-tile stages below 9", &M, &L, &W, 8, 1);
+            W.fuse1_min_t = fm, W.shared_min_t = sh, W.fuse1 = f1;
+        }
         W.fuse_small = fs;
     }
     {   /* the shared expert's launches at the highest priority (v16) */
