@@ -289,8 +289,9 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->fs_early_sh_max_t = 4;  /* v18: shared gate/up before the lists (A/B: batch 1 -1.9 %, 2 -3.3 %, 4 +1.4 %,
                                   8 -1.9 %: kept up to 2); v30 (3), one process: up to 4, 3 -2 %, skewed 3-4 -3 %,
                                   4 -0.3 % */
-    W->fs_b5_min_t = 2;        /* v31 (3): 5 blocks per SM at 2-7 (two processes each: 4 -2.5 %, 6 -1.5 %, 7 -2.8 %, */
-    W->fs_b5_max_t = 7;        /* skewed 2-7 -3.7..6 %, 1-3 and 5 within 0.6 %; 8 +0.8 %, queued +2 %, skewed 8 -4 %) */
+    W->fs_b5_min_t = 2;        /* v31 (3)-(4): 5 blocks per SM (128-row down items only) at 2-7 (run 3, two */
+    W->fs_b5_max_t = 7;        /* processes each: 4 -2.5 %, 6 -1.5 %, 7 -2.8 %, skewed 2-7 -3.7..6 %, 1-3 and 5
+                                  within 0.6 %; 8 +0.8 %, queued +2 %, skewed 8 -4 %) */
     W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
     W->tok1_min_t = 64;        /* ... at batches 64-128, where such experts are rare and the 2-tile launches they */
     W->tok1_max_t = 128;       /* needed made a tail (128: -1 %, bench/NOTES.md v19); where they carry much of the
@@ -555,7 +556,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         ar.pcnt = W->pcnt;
         ar.down_rm = W->fs_rm;
         ar.early_sh = T <= W->fs_early_sh_max_t;
-        ar.one_launch = T >= W->fs_b5_min_t && T <= W->fs_b5_max_t ? 2 : 1;
+        ar.one_launch = T >= W->fs_b5_min_t && T <= W->fs_b5_max_t && W->fs_rm != 1 ? 2 : 1;   /* 5 blocks: rm 2 */
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu,
                               ar.one_launch == 2 ? W->grid_f1s5 : W->grid_f1s, W->h, W->y, st),
            "experts (one launch)");

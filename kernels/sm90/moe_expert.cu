@@ -871,13 +871,11 @@ typedef void (*e1_fn)(moe_expert_args, const uint16_t *, const int32_t *, const 
                       float *);
 
 /* The fused kernel for format fmt, down tiles per warp-item rm, T <= 8 (small: 1, MOE_MINB_S blocks per SM; 2,
- * MOE_MINB_S5) or not (0: always 2 tiles). */
+ * MOE_MINB_S5, rm 2 only: at 96 registers the rm 1 form spills) or not (0: always 2 tiles). */
 static e1_fn experts1_fn(int fmt, int rm, int small)
 {
     const bool nv = fmt == MOE_FP4_NVFP4;
-    if (small == 2)
-        return rm == 1 ? (nv ? k_experts1<MOE_FP4_NVFP4, 1, 2> : k_experts1<MOE_FP4_MXFP4, 1, 2>)
-                       : (nv ? k_experts1<MOE_FP4_NVFP4, 2, 2> : k_experts1<MOE_FP4_MXFP4, 2, 2>);
+    if (small == 2) return nv ? k_experts1<MOE_FP4_NVFP4, 2, 2> : k_experts1<MOE_FP4_MXFP4, 2, 2>;
     if (small)
         return rm == 1 ? (nv ? k_experts1<MOE_FP4_NVFP4, 1, 1> : k_experts1<MOE_FP4_MXFP4, 1, 1>)
                        : (nv ? k_experts1<MOE_FP4_NVFP4, 2, 1> : k_experts1<MOE_FP4_MXFP4, 2, 1>);
@@ -887,7 +885,7 @@ static e1_fn experts1_fn(int fmt, int rm, int small)
 extern "C" cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm)
 {
     int lo = 1 << 30;
-    for (int rm = small ? 1 : 2; rm <= 2; rm++) {
+    for (int rm = small == 1 ? 1 : 2; rm <= 2; rm++) {
         const void *f = (const void *)experts1_fn(fmt, rm, small);
         int per;
         cudaError_t e;
@@ -924,6 +922,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         b.ks_sh = kss;
         b.fuse_early = 0;
         const int rm = a->down_rm == 1 ? 1 : 2;
+        if (a->one_launch == 2 && rm != 2) return cudaErrorInvalidValue;   /* the 5-block form has rm 2 only */
         b.down_rm = rm;
         /* at most: every pair's gate/up tiles x K parts and down items, the shared expert's items */
         const long P = (long)T * topk, tg = a->I / MOE_TILE_ROWS, td = a->H / MOE_TILE_ROWS;
@@ -1390,8 +1389,7 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 0), (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 1),
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 0),
         (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 1), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 1),
-        (const void *)experts1_fn(MOE_FP4_NVFP4, 1, 2), (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 2),
-        (const void *)experts1_fn(MOE_FP4_MXFP4, 1, 2), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 2),
+        (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 2), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 2),
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
         (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
@@ -1404,8 +1402,8 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         if (e != cudaSuccess) return e;
     }
     if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)
-        for (int fmt = 0; fmt < 4; fmt++)   /* bit 1: the 5-block form */
-            for (int rm = 1; rm <= 2; rm++) {
+        for (int fmt = 0; fmt < 4; fmt++)   /* bit 1: the 5-block form (rm 2 only) */
+            for (int rm = fmt >> 1 ? 2 : 1; rm <= 2; rm++) {
                 const void *f = (const void *)experts1_fn(fmt & 1 ? MOE_FP4_MXFP4 : MOE_FP4_NVFP4, rm, 1 + (fmt >> 1));
                 const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                            MOE_CARVEOUT_SMALL);
