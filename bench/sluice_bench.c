@@ -263,6 +263,61 @@ static void stream_timeline(const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *c
 {
     stage_trace(NULL, L, W, x, tok, out, st, T, routing);
 }
+/* v32 --item-log (builds with -DMOE_TRACE_ITEMS=1): the first input set's replay also logs every warp-item of the
+ * T <= 8 kernel (moe_ilog_set); item_log_print: per item kind the count, duration quantiles and span, then per 5 us
+ * of the replay the warps busy with each kind and the bytes the items running then read (each item's bytes spread
+ * evenly over its span), as TB/s. t0: the stage trace's first start. */
+static int g_item_log;
+#define ILOG_CAP (1u << 20)
+static int cmp_u32(const void *a, const void *b)
+{
+    const unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return x < y ? -1 : x > y;
+}
+static void item_log_print(const unsigned long long *r, unsigned long long n, unsigned long long t0, int T,
+                           const char *routing)
+{
+    enum { BIN_NS = 5000, NB = 400 };
+    static const int kind[] = {MOE_TR_SH_GU, MOE_TR_GU1, MOE_TR_SH_DN, MOE_TR_DN1};
+    static const char *kn[] = {"sh-gu", "gu1", "sh-dn", "dn1"};
+    static double busy[4][NB], bytes[NB];
+    static unsigned dur[ILOG_CAP];
+    memset(busy, 0, sizeof busy);
+    memset(bytes, 0, sizeof bytes);
+    if (n > ILOG_CAP) n = ILOG_CAP;
+    int last = 0;
+    printf("  items %d %s: %llu records\n", T, routing, n);
+    for (int k = 0; k < 4; k++) {
+        unsigned m = 0;
+        double b0 = 1e30, e1 = 0, mb = 0;
+        for (unsigned long long i = 0; i < n; i++) {
+            if ((int)((r[2 * i + 1] >> 32) & 0xff) != kind[k]) continue;
+            const double s = ((double)r[2 * i] - (double)t0) / 1e3, d = (double)(r[2 * i + 1] & 0xffffffffu) / 1e3;
+            const double by = (double)((r[2 * i + 1] >> 40) & 0xffff) * 16;
+            dur[m++] = (unsigned)(r[2 * i + 1] & 0xffffffffu);
+            if (s < b0) b0 = s;
+            if (s + d > e1) e1 = s + d;
+            mb += by / 1e6;
+            for (int b = s / 5 < 0 ? 0 : (int)(s / 5); b < NB && b * 5.0 < s + d; b++) {
+                const double lo = b * 5.0 > s ? b * 5.0 : s, hi = (b + 1) * 5.0 < s + d ? (b + 1) * 5.0 : s + d;
+                if (hi <= lo) continue;
+                busy[k][b] += (hi - lo) / 5.0;
+                bytes[b] += d > 0 ? by * (hi - lo) / d : 0;
+                if (b > last) last = b;
+            }
+        }
+        if (!m) continue;
+        qsort(dur, m, sizeof *dur, cmp_u32);
+        printf("  items %d %s %s: %u, %.1f MB, us p10 %.1f p50 %.1f p90 %.1f max %.1f, span %.1f-%.1f\n", T, routing,
+               kn[k], m, mb, dur[m / 10] / 1e3, dur[m / 2] / 1e3, dur[m * 9 / 10] / 1e3, dur[m - 1] / 1e3, b0, e1);
+    }
+    printf("  items %d %s per 5 us (from us: warps busy sh-gu/gu1/sh-dn/dn1, TB/s):", T, routing);
+    for (int b = 0; b <= last && b < NB; b++)
+        printf(" %d: %.0f/%.0f/%.0f/%.0f %.2f;", b * 5, busy[0][b], busy[1][b], busy[2][b], busy[3][b],
+               bytes[b] / (BIN_NS * 1e-9) / 1e12);
+    printf("\n");
+}
+
 static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok,
                         float *out, cudaStream_t st, int T, const char *routing)
 {
@@ -276,6 +331,12 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
         for (int k = 0; k < MOE_TR_SLOTS; k++) h[2 * k] = ~0ull, h[2 * k + 1] = 0;
         CU(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
         CU(moe_trace_set(d));
+        unsigned long long *lg = NULL, lh[2] = {0, ILOG_CAP};
+        if (g_item_log && i == 0) {
+            CU(cudaMalloc((void **)&lg, (2 + 2 * (size_t)ILOG_CAP) * 8));
+            CU(cudaMemcpy(lg, lh, sizeof lh, cudaMemcpyHostToDevice));
+            CU(moe_ilog_set(lg));
+        }
         if (g) CU(cudaGraphLaunch(g[i], st));
         else if (moe_cuda_forward(&L[i % NLAYERS], W, x[i], tok, T, out, st)) exit(1);
         CU(cudaStreamSynchronize(st));
@@ -283,6 +344,17 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
         CU(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
         unsigned long long t0 = ~0ull;
         for (int k = 0; k < MOE_TR_SLOTS; k++) if (h[2 * k + 1] && h[2 * k] < t0) t0 = h[2 * k];
+        if (lg) {
+            CU(moe_ilog_set(NULL));
+            CU(cudaMemcpy(lh, lg, sizeof lh, cudaMemcpyDeviceToHost));
+            const unsigned long long n = lh[0] < ILOG_CAP ? lh[0] : ILOG_CAP;
+            unsigned long long *rec = malloc((2 * n + 1) * 8);
+            if (!rec) { fprintf(stderr, "item log: no memory\n"); exit(1); }
+            CU(cudaMemcpy(rec, lg + 2, 2 * n * 8, cudaMemcpyDeviceToHost));
+            item_log_print(rec, n, t0, T, routing);
+            free(rec);
+            CU(cudaFree(lg));
+        }
         for (int k = 0; k < MOE_TR_SLOTS; k++) {
             seen[k] = h[2 * k + 1] != 0;
             b[k][i] = seen[k] ? (float)(h[2 * k] - t0) / 1e3f : 0.f;
@@ -446,7 +518,7 @@ static int bench_moe(int argc, char **argv)
              * (moe_cuda_ws.topk_blocks_max_t, default every batch), the lists launch with its pairs in registers up to
              * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch), the tensor-core logits launch's shape LG
              * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch), the one expert launch at 5
-             * blocks per SM from batch FN to FX (moe_cuda_ws.fs_b5_min_t, fs_b5_max_t, default 2-7); each measured in turn,
+             * blocks per SM from batch FN to FX (moe_cuda_ws.fs_b5_min_t, fs_b5_max_t, default 0-0: none); each measured in turn,
              * the JSON holds the last */
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
@@ -462,6 +534,9 @@ static int bench_moe(int argc, char **argv)
             return print_default_variant();
         } else if (!strcmp(argv[i], "--stages")) {   /* per batch: each stage's start and end in the graph */
             stages = 1;
+        } else if (!strcmp(argv[i], "--item-log")) {   /* with --stages, MOE_TRACE_ITEMS builds: every T <= 8 item */
+            stages = 1;
+            g_item_log = 1;
         } else if (!strcmp(argv[i], "--stream")) {   /* per batch also the forward outside a graph (v21) */
             stream_mode = 1;
         } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places (v21) */
@@ -483,7 +558,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--stream] [--placements P] [--no-shared] [--sustain R] [--row-cool MS] [--default-variant]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--item-log] [--stream] [--placements P] [--no-shared] [--sustain R] [--row-cool MS] [--default-variant]\n");
             return 2;
         }
     }

@@ -312,6 +312,9 @@ enum { MOE_TR_LOGITS, MOE_TR_TOPK, MOE_TR_LISTS, MOE_TR_TOPK_LISTS, MOE_TR_GU1, 
  * "topk-ld" (v21, only in builds with -DMOE_TRACE_TL=1): from the top-k's loads landing (logits parts and
  * bias summed) to its end, per warp; "topk" then starts at the end of the PDL wait. */
 cudaError_t moe_trace_set(unsigned long long *buf);
+/* v32: the T <= 8 kernel's item log (kernels/common/moe_trace.cuh moe_trace_item; builds with -DMOE_TRACE_ITEMS=1 and
+ * the stage trace on): buf[0] = 0, buf[1] = capacity in records, then 2 words per record; NULL turns it off. */
+cudaError_t moe_ilog_set(unsigned long long *buf);
 
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */

@@ -289,9 +289,10 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->fs_early_sh_max_t = 4;  /* v18: shared gate/up before the lists (A/B: batch 1 -1.9 %, 2 -3.3 %, 4 +1.4 %,
                                   8 -1.9 %: kept up to 2); v30 (3), one process: up to 4, 3 -2 %, skewed 3-4 -3 %,
                                   4 -0.3 % */
-    W->fs_b5_min_t = 2;        /* v31 (3)-(4): 5 blocks per SM (128-row down items only) at 2-7 (run 3, two */
-    W->fs_b5_max_t = 7;        /* processes each: 4 -2.5 %, 6 -1.5 %, 7 -2.8 %, skewed 2-7 -3.7..6 %, 1-3 and 5
-                                  within 0.6 %; 8 +0.8 %, queued +2 %, skewed 8 -4 %) */
+    W->fs_b5_min_t = 0;        /* v31 (3)-(4): 5 blocks per SM (128-row down items only) at 2-7 (4 -2.5 %, 6 -1.5 %, */
+    W->fs_b5_max_t = 0;        /* 7 -2.8 %, skewed 2-7 -3.7..6 %); v32 (3)-(4): off (0-0), the 4-block form with the
+                                  early refill (MOE_ER_S) is faster at random 1-6 (1 -4 %, 2 -3 %, 3 -2.7 %, 4 -4 %,
+                                  5 -3.5 %, 6 -2.4 %, 8 -2 %), 7 equal, skewed 2-7 +1..2 %, skewed 8 -3 % */
     W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
     W->tok1_min_t = 64;        /* ... at batches 64-128, where such experts are rare and the 2-tile launches they */
     W->tok1_max_t = 128;       /* needed made a tail (128: -1 %, bench/NOTES.md v19); where they carry much of the

@@ -45,6 +45,34 @@ __device__ __forceinline__ void moe_trace_span(int slot, unsigned long long t0)
     }
 }
 
+/* v32 item log (bench, builds with -DMOE_TRACE_ITEMS=1; moe_ilog_set): every warp-item of the T <= 8 kernel as one
+ * record of 2 words, after a header (word 0: records written, word 1: capacity): its start (%globaltimer ns) and
+ * duration (ns, bits 0-31) | slot << 32 | (bytes / 16) << 40 | SM << 56. NULL (the default) records nothing. */
+static __device__ unsigned long long *g_moe_ilog;
+
+__device__ __forceinline__ unsigned moe_smid()
+{
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+
+/* moe_trace_span, and the item into the log when one is set */
+__device__ __forceinline__ void moe_trace_item(int slot, unsigned long long t0, size_t bytes)
+{
+    moe_trace_span(slot, t0);
+    unsigned long long *p = g_moe_ilog;
+    if (p && (threadIdx.x & 31) == 0) {
+        const unsigned long long n = atomicAdd(p, 1ull);
+        if (n < p[1]) {
+            const unsigned long long d = moe_now() - t0;
+            p[2 + 2 * n] = t0;
+            p[3 + 2 * n] = (d & 0xffffffffull) | (unsigned long long)slot << 32 |
+                           (unsigned long long)((bytes >> 4) & 0xffff) << 40 | (unsigned long long)(moe_smid() & 0xff) << 56;
+        }
+    }
+}
+
 /* Declared first in a kernel: the block's start now, each warp's end when the kernel body returns. */
 struct MoeTrace {
     unsigned long long *p;

@@ -463,6 +463,20 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #ifndef MOE_TRACE_ITEMS
 #define MOE_TRACE_ITEMS 0
 #endif
+/* v32 (A/B): 0 sends the T <= 8 kernel's routed items through the two loops of the T > 8 form (gate/up with x through
+ * L1, down with h through L2: each a copy of the FP4 loop) instead of the one copy that serves both (v17) */
+/* v32: fp4_rowtile's early refill (ER, moe_expert_dev.cuh) in k_experts1's 4-block T <= 8 form (SMALL 1: no spill at
+ * its 128 registers; bench/NOTES.md v32 (3): 1 -4 %, 4 -5 %, 8 -2 %) and, for an A/B, in the T > 8 form (SMALL 0);
+ * the 5-block form (SMALL 2) spills with it and keeps 0 */
+#ifndef MOE_ER_S
+#define MOE_ER_S 1
+#endif
+#ifndef MOE_ER_F1
+#define MOE_ER_F1 0
+#endif
+#ifndef MOE_SMALL_ONE_LOOP
+#define MOE_SMALL_ONE_LOOP 1
+#endif
 /* v18 (moe_expert_args.early_sh): in the T <= 8 launch a warp whose first item is a shared gate/up tile
  * part runs it before the launch's PDL wait on the lists: it reads only x, which is complete once this
  * launch runs (every router kernel releases its dependents only after its own wait, so the kernel that
@@ -480,6 +494,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
     const MoeTrace trace_(MOE_TR_FUSED1);
 #define DONE_KEY(e, p0) (SMALL ? (e) : (p0))
     constexpr int D = MOE_GU_D, DD = RM == 1 ? 2 * MOE_GU_D : MOE_GU_D;   /* ring depth of gate/up, down */
+    constexpr int ER = SMALL == 1 ? MOE_ER_S : SMALL == 0 ? MOE_ER_F1 : 0;   /* fp4_rowtile's refill point */
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     int32_t *s_ig = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_ig + (nE + 1), *s_id = s_off + (nE + 1);
@@ -514,7 +529,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                 atomicAdd(MOE_DONE(a.tickets, a.E), 1u);   /* T <= 8 only */
             }
         }
-        if (tr) moe_trace_span(MOE_TR_SH_GU, t_item);
+        if (tr) moe_trace_item(MOE_TR_SH_GU, t_item, (size_t)(ncg / kss) * 2 * MOE_FP8_CHUNK_BYTES);
 #else
         __trap();
 #endif
@@ -577,11 +592,11 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                 const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                 if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][0][i];
             }
-            if (tr) moe_trace_span(MOE_TR_SH_DN, t_item);
+            if (tr) moe_trace_item(MOE_TR_SH_DN, t_item, (size_t)ncd * MOE_FP8_CHUNK_BYTES);
 #else
             __trap();
 #endif
-        } else if (SMALL && RM == 2) {   /* routed gate/up (a K part) or down (2 tiles): one copy of the FP4 loop,
+        } else if (SMALL && RM == 2 && MOE_SMALL_ONE_LOOP) {   /* routed gate/up (a K part) or down (2 tiles): one copy of the FP4 loop,
                                             so the instruction cache holds one routed loop instead of two */
             const bool gu = wi < wg;
             int prow[1] = {p0 + (g < ntok ? g : 0)};
@@ -593,7 +608,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const uint8_t *nrt = !has_next ? NULL
                                  : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg + npart * pb
                                       : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd;
-            fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S>(
+            fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S, 0, ER>(
                 rt, gu ? ncp * 128 : a.I, ring, gu ? x + part * ncp * 128 : h, gu ? pair_tok : NULL, prow, acc, primed,
                 nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0, gu);
             primed = has_next;
@@ -615,7 +630,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                         atomicAdd(MOE_DONE(a.tickets, DONE_KEY(e, p0)), 1u);
                     }
                 }
-                if (tr) moe_trace_span(MOE_TR_GU1, t_item);
+                if (tr) moe_trace_item(MOE_TR_GU1, t_item, pb);
             } else {
                 const float post = a.post2[e];
 #pragma unroll
@@ -625,7 +640,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                         const int row = (r * 2 + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                         if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
                     }
-                if (tr) moe_trace_span(MOE_TR_DN1, t_item);
+                if (tr) moe_trace_item(MOE_TR_DN1, t_item, 2 * rtd);
             }
         } else if (wi < wg) {   /* gate/up: 16 rows of gate and of up for one <= 8-token chunk of the expert */
             const int part = SMALL ? (wi - nsg) % ksg : 0;
@@ -637,8 +652,8 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg +
                                                 (size_t)npart * ncp * 2 * moe_fp4_chunk_bytes(FMT)
                                           : NULL;
-            fp4_rowtile<FMT, 2, D, 1>(rt, ncp * 128, ring, x + part * ncp * 128, pair_tok, prow, acc, primed, nrt, 1,
-                                      nullptr, 0, a.H);
+            fp4_rowtile<FMT, 2, D, 1, 0, 0, MOE_ROLLED, 0, ER>(rt, ncp * 128, ring, x + part * ncp * 128, pair_tok, prow, acc,
+                                                             primed, nrt, 1, nullptr, 0, a.H);
             primed = has_next;
             const int tile = SMALL ? (wi - nsg) / ksg : 0;
             if (!SMALL || ksg == 1 ||
@@ -658,14 +673,14 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                     atomicAdd(MOE_DONE(a.tickets, DONE_KEY(e, p0)), 1u);
                 }
             }
-            if (tr && SMALL) moe_trace_span(MOE_TR_GU1, t_item);
+            if (tr && SMALL) moe_trace_item(MOE_TR_GU1, t_item, (size_t)ncp * 2 * moe_fp4_chunk_bytes(FMT));
         } else {   /* down: RM adjacent 16-row tiles of the expert's w2, once the h rows of its token chunk are
                       complete */
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             const bool has_next = wn < wtot && ncd % DD == 0;
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rtd;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rtd : NULL;
-            fp4_rowtile<FMT, RM, DD, 1, 1, 1>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, RM == 2 ? ncd : 1,
+            fp4_rowtile<FMT, RM, DD, 1, 1, 1, MOE_ROLLED, 0, ER>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, RM == 2 ? ncd : 1,
                                               MOE_DONE(a.tickets, DONE_KEY(e, p0)), need);
             primed = has_next;
             const float post = a.post2[e];
@@ -676,7 +691,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                     const int row = (r * RM + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                     if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
                 }
-            if (tr && SMALL) moe_trace_span(MOE_TR_DN1, t_item);
+            if (tr && SMALL) moe_trace_item(MOE_TR_DN1, t_item, RM * rtd);
         }
         wi = wn;
         cur = nxt;
@@ -1418,4 +1433,9 @@ extern "C" cudaError_t moe_trace_set(unsigned long long *buf)
 {
     const cudaError_t e = cudaMemcpyToSymbol(g_moe_trace, &buf, sizeof buf);
     return e != cudaSuccess ? e : moe_trace_set_router(buf);
+}
+
+extern "C" cudaError_t moe_ilog_set(unsigned long long *buf)
+{
+    return cudaMemcpyToSymbol(g_moe_ilog, &buf, sizeof buf);
 }

@@ -234,6 +234,15 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
     }
 }
 
+/* v32 (fp4_rowtile ER): where a step refills its ring slot. 0: after the chunk's compute (D - 1 chunks in flight
+ * while it computes); 1: right after the chunk's shared-memory reads, before its compute (D in flight; the slot's old
+ * bytes are in registers: this lane's reads of its own pieces issue before its cp.async to them, whose data arrives
+ * from L2 or HBM hundreds of cycles later); 2: between the compute's two halves. 1 in the T <= 8 kernel's 4-block
+ * form (bench/NOTES.md v32 (3): batch 8's steady stream 3.7-4.0 -> 4.2-4.3 TB/s); the other kernels keep 0, since
+ * ER 1 or 2 spills in them (8-256 B, their register caps); MOE_EARLY_REFILL sets their default for an A/B. */
+#ifndef MOE_EARLY_REFILL
+#define MOE_EARLY_REFILL 0
+#endif
 /* Streams the K/128 chunks of one 16-row tile; D even (the activation double buffer follows s & 1).
  * primed: the first D chunks were already issued (and committed) by the previous item's tail.
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
@@ -242,7 +251,7 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
  * first weight chunks are on their way; WW 1: by this warp alone, moe_wait_count_warp); kx: the
  * activation row stride when it is not K (a K part). */
 /* OR2 (v22): the one-LOP3 scale factors with NT 2 (the 2-tile kernels without the FP8 branch). */
-template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int OR2 = 0>
+template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int OR2 = 0, int ER = MOE_EARLY_REFILL>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul,
@@ -282,9 +291,12 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
-                fp4_compute<NM, NT, OR2>(st, xb[XSB ? 0 : u], acc);
+                if (ER == 1) fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
+                fp4_compute_u<NM, NT, 0, OR2>(st, xb[XSB ? 0 : u], acc);
+                if (ER == 2) fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
+                fp4_compute_u<NM, NT, 1, OR2>(st, xb[XSB ? 0 : u], acc);
             }
-            fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
+            if (!ER || c >= nc) fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
         }
     }
 }

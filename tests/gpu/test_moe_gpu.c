@@ -739,7 +739,7 @@ int main(int argc, char **argv)
             run_case(nm, &M, &L, &W, 8, 0);   /* back to back: the counts it leaves must be zero */
             run_case(nm, &M, &L, &W, 5, 1);   /* skewed: 6 experts, the rest none */
         }
-        {   /* v31: its 5-block form (default at 2-7) at 1 and 8, and the 4-block one at 3 and 5 */
+        {   /* v31: its 5-block form (v31's default at 2-7, off since v32) at 1 and 8, and the 4-block one at 3 and 5 */
             const int b5n = W.fs_b5_min_t, b5x = W.fs_b5_max_t;
             W.fs_b5_min_t = 1, W.fs_b5_max_t = 8;
             run_case("nvfp4, one expert launch, 5 blocks per SM", &M, &L, &W, 1, 0);
