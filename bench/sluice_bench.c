@@ -518,8 +518,8 @@ static int bench_moe(int argc, char **argv)
              * (moe_cuda_ws.topk_blocks_max_t, default every batch), the lists launch with its pairs in registers up to
              * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch), the tensor-core logits launch's shape LG
              * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch), the one expert launch at 5
-             * blocks per SM from batch FN to FX (moe_cuda_ws.fs_b5_min_t, fs_b5_max_t, default 0-0: none); each measured in turn,
-             * the JSON holds the last */
+             * blocks per SM from batch FN to FX (moe_cuda_ws.fs_b5_min_t, fs_b5_max_t, default 0-0: none); each measured
+             * in turn, the JSON holds the last */
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
                 for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {

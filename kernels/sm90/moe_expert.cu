@@ -463,17 +463,18 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #ifndef MOE_TRACE_ITEMS
 #define MOE_TRACE_ITEMS 0
 #endif
-/* v32 (A/B): 0 sends the T <= 8 kernel's routed items through the two loops of the T > 8 form (gate/up with x through
- * L1, down with h through L2: each a copy of the FP4 loop) instead of the one copy that serves both (v17) */
 /* v32: fp4_rowtile's early refill (ER, moe_expert_dev.cuh) in k_experts1's 4-block T <= 8 form (SMALL 1: no spill at
- * its 128 registers; bench/NOTES.md v32 (3): 1 -4 %, 4 -5 %, 8 -2 %) and, for an A/B, in the T > 8 form (SMALL 0);
- * the 5-block form (SMALL 2) spills with it and keeps 0 */
+ * its 128 registers; bench/NOTES.md v32 (3): 1 -4 %, 4 -5 %, 8 -2 %) and, for an A/B, in the T > 8 form (SMALL 0;
+ * v32 (4): at 4 blocks per SM no faster than 5 without it); the 5-block form (SMALL 2) spills with it and keeps 0 */
 #ifndef MOE_ER_S
 #define MOE_ER_S 1
 #endif
 #ifndef MOE_ER_F1
 #define MOE_ER_F1 0
 #endif
+/* v32 (A/B): 0 sends the T <= 8 kernel's routed items through the two loops of the T > 8 form (gate/up with x through
+ * L1, down with h through L2: each a copy of the FP4 loop) instead of the one copy that serves both (v17; v32 (1):
+ * 0 is 2-6 % slower at 1-6 and 8) */
 #ifndef MOE_SMALL_ONE_LOOP
 #define MOE_SMALL_ONE_LOOP 1
 #endif
@@ -596,8 +597,9 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
 #else
             __trap();
 #endif
-        } else if (SMALL && RM == 2 && MOE_SMALL_ONE_LOOP) {   /* routed gate/up (a K part) or down (2 tiles): one copy of the FP4 loop,
-                                            so the instruction cache holds one routed loop instead of two */
+        } else if (SMALL && RM == 2 && MOE_SMALL_ONE_LOOP) {   /* routed gate/up (a K part) or down (2 tiles): one
+                                                                  copy of the FP4 loop, so the instruction cache holds
+                                                                  one routed loop instead of two */
             const bool gu = wi < wg;
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             const int part = gu ? (wi - nsg) % ksg : 0, npart = (wn - nsg) % ksg;
@@ -652,8 +654,8 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg +
                                                 (size_t)npart * ncp * 2 * moe_fp4_chunk_bytes(FMT)
                                           : NULL;
-            fp4_rowtile<FMT, 2, D, 1, 0, 0, MOE_ROLLED, 0, ER>(rt, ncp * 128, ring, x + part * ncp * 128, pair_tok, prow, acc,
-                                                             primed, nrt, 1, nullptr, 0, a.H);
+            fp4_rowtile<FMT, 2, D, 1, 0, 0, MOE_ROLLED, 0, ER>(rt, ncp * 128, ring, x + part * ncp * 128, pair_tok,
+                                                               prow, acc, primed, nrt, 1, nullptr, 0, a.H);
             primed = has_next;
             const int tile = SMALL ? (wi - nsg) / ksg : 0;
             if (!SMALL || ksg == 1 ||
@@ -680,8 +682,9 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const bool has_next = wn < wtot && ncd % DD == 0;
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rtd;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rtd : NULL;
-            fp4_rowtile<FMT, RM, DD, 1, 1, 1, MOE_ROLLED, 0, ER>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, RM == 2 ? ncd : 1,
-                                              MOE_DONE(a.tickets, DONE_KEY(e, p0)), need);
+            fp4_rowtile<FMT, RM, DD, 1, 1, 1, MOE_ROLLED, 0, ER>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt,
+                                                                 RM == 2 ? ncd : 1,
+                                                                 MOE_DONE(a.tickets, DONE_KEY(e, p0)), need);
             primed = has_next;
             const float post = a.post2[e];
 #pragma unroll
@@ -897,10 +900,15 @@ static e1_fn experts1_fn(int fmt, int rm, int small)
     return nv ? k_experts1<MOE_FP4_NVFP4, 2, 0> : k_experts1<MOE_FP4_MXFP4, 2, 0>;
 }
 
+/* The lowest down tiles per warp-item (rm) a form of k_experts1 exists in (experts1_fn): 1 for the 4-block T <= 8
+ * form (small 1), 2 for the T > 8 form (small 0, its 128-row down items) and the 5-block form (small 2: its rm 1
+ * form spilled, bench/NOTES.md v31 (4)); every form has rm 2. */
+static int experts1_rm_lo(int small) { return small == 1 ? 1 : 2; }
+
 extern "C" cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm)
 {
     int lo = 1 << 30;
-    for (int rm = small == 1 ? 1 : 2; rm <= 2; rm++) {
+    for (int rm = experts1_rm_lo(small); rm <= 2; rm++) {
         const void *f = (const void *)experts1_fn(fmt, rm, small);
         int per;
         cudaError_t e;
@@ -1416,14 +1424,15 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);
         if (e != cudaSuccess) return e;
     }
-    if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)
-        for (int fmt = 0; fmt < 4; fmt++)   /* bit 1: the 5-block form (rm 2 only) */
-            for (int rm = fmt >> 1 ? 2 : 1; rm <= 2; rm++) {
-                const void *f = (const void *)experts1_fn(fmt & 1 ? MOE_FP4_MXFP4 : MOE_FP4_NVFP4, rm, 1 + (fmt >> 1));
-                const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                           MOE_CARVEOUT_SMALL);
-                if (e != cudaSuccess) return e;
-            }
+    if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)   /* the T <= 8 forms (small 1, 2) */
+        for (const int fmt : {MOE_FP4_NVFP4, MOE_FP4_MXFP4})
+            for (int small = 1; small <= 2; small++)
+                for (int rm = experts1_rm_lo(small); rm <= 2; rm++) {
+                    const void *f = (const void *)experts1_fn(fmt, rm, small);
+                    const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                               MOE_CARVEOUT_SMALL);
+                    if (e != cudaSuccess) return e;
+                }
     return moe_router_carveout(p);
 }
 
