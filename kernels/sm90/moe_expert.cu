@@ -1001,21 +1001,22 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         b.ks_sh = kss;
         b.fuse_early = 0;
         const int rm = a->down_rm == 1 ? 1 : 2;
-        if (a->one_launch == 2 && rm != 2) return cudaErrorInvalidValue;   /* the 5-block form has rm 2 only */
+        const int form = a->one_launch == 2 ? 2 : 1;   /* experts1_fn's small: the 4- or the 5-block form */
+        if (rm < experts1_rm_lo(form)) return cudaErrorInvalidValue;   /* the 5-block form has rm 2 only */
         b.down_rm = rm;
         /* at most: every pair's gate/up tiles x K parts and down items, the shared expert's items */
         const long P = (long)T * topk, tg = a->I / MOE_TILE_ROWS, td = a->H / MOE_TILE_ROWS;
         /* MOE_DN_SPLIT: with ks_gu 1, rm 2 and the 4-block form only, every K part at least D chunks (the ring's tail
            prefetch needs whole rounds), and no more split items than the routed tiles' part slots */
         const long dsl = (long)tg * (8 * topk < a->E ? 8 * topk : a->E);
-        b.dn_split = MOE_DN_SPLIT && ksg == 1 && rm == 2 && a->one_launch == 1 && (a->I / 128) % (2 * MOE_GU_D) == 0 &&
+        b.dn_split = MOE_DN_SPLIT && ksg == 1 && rm == 2 && form == 1 && (a->I / 128) % (2 * MOE_GU_D) == 0 &&
                              a->part && a->pcnt && a->dn_split > 0
                          ? (int)(a->dn_split < dsl ? a->dn_split : dsl)
                          : 0;
         const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0) + b.dn_split;
         const int nb = (int)(items / MOE_WARPS + 1 < grid_fused ? items / MOE_WARPS + 1 : grid_fused);
-        return moe_launch(experts1_fn(a->fmt, rm, a->one_launch == 2 ? 2 : 1), dim3(nb), dim3(128), sm, st, b, x, off,
-                          pair_tok, pair_w, h, y);
+        return moe_launch(experts1_fn(a->fmt, rm, form), dim3(nb), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h,
+                          y);
     }
     b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
