@@ -277,7 +277,8 @@ static int cmp_u32(const void *a, const void *b)
 static void item_log_print(const unsigned long long *r, unsigned long long n, unsigned long long t0, int T,
                            const char *routing)
 {
-    enum { BIN_NS = 5000, NB = 400 };
+    enum { NB = 400 };
+    const double bw = 5.0;   /* bin width, us */
     static const int kind[] = {MOE_TR_SH_GU, MOE_TR_GU1, MOE_TR_SH_DN, MOE_TR_DN1};
     static const char *kn[] = {"sh-gu", "gu1", "sh-dn", "dn1"};
     static double busy[4][NB], bytes[NB];
@@ -298,10 +299,10 @@ static void item_log_print(const unsigned long long *r, unsigned long long n, un
             if (s < b0) b0 = s;
             if (s + d > e1) e1 = s + d;
             mb += by / 1e6;
-            for (int b = s / 5 < 0 ? 0 : (int)(s / 5); b < NB && b * 5.0 < s + d; b++) {
-                const double lo = b * 5.0 > s ? b * 5.0 : s, hi = (b + 1) * 5.0 < s + d ? (b + 1) * 5.0 : s + d;
+            for (int b = s < 0 ? 0 : (int)(s / bw); b < NB && b * bw < s + d; b++) {
+                const double lo = b * bw > s ? b * bw : s, hi = (b + 1) * bw < s + d ? (b + 1) * bw : s + d;
                 if (hi <= lo) continue;
-                busy[k][b] += (hi - lo) / 5.0;
+                busy[k][b] += (hi - lo) / bw;
                 bytes[b] += d > 0 ? by * (hi - lo) / d : 0;
                 if (b > last) last = b;
             }
@@ -311,10 +312,10 @@ static void item_log_print(const unsigned long long *r, unsigned long long n, un
         printf("  items %d %s %s: %u, %.1f MB, us p10 %.1f p50 %.1f p90 %.1f max %.1f, span %.1f-%.1f\n", T, routing,
                kn[k], m, mb, dur[m / 10] / 1e3, dur[m / 2] / 1e3, dur[m * 9 / 10] / 1e3, dur[m - 1] / 1e3, b0, e1);
     }
-    printf("  items %d %s per 5 us (from us: warps busy sh-gu/gu1/sh-dn/dn1, TB/s):", T, routing);
+    printf("  items %d %s per %.0f us (from us: warps busy sh-gu/gu1/sh-dn/dn1, TB/s):", T, routing, bw);
     for (int b = 0; b <= last && b < NB; b++)
-        printf(" %d: %.0f/%.0f/%.0f/%.0f %.2f;", b * 5, busy[0][b], busy[1][b], busy[2][b], busy[3][b],
-               bytes[b] / (BIN_NS * 1e-9) / 1e12);
+        printf(" %.0f: %.0f/%.0f/%.0f/%.0f %.2f;", b * bw, busy[0][b], busy[1][b], busy[2][b], busy[3][b],
+               bytes[b] / (bw * 1e-6) / 1e12);
     printf("\n");
 }
 
