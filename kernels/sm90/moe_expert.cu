@@ -478,18 +478,6 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #ifndef MOE_SMALL_ONE_LOOP
 #define MOE_SMALL_ONE_LOOP 1
 #endif
-/* v32, prepared and not yet measured (moe_expert_args.dn_split): in the 4-block T <= 8 form the launch's last routed
- * down items in 2 K parts each. Why (bench/NOTES.md v32 (2)): at 8 tokens the launch ends with a ~10-12 us drain in
- * which fewer and fewer warps hold an item, every warp's last item being a whole 37 KB down item drawn at about the
- * same time; halves end it sooner. The last dsp = min(dn_split, routed down items) become 2 warp-items each, numbered
- * after every other item; part 1 starts ncd / 2 chunks on (h at I / 2, the second tile still ncd chunks on); the
- * parts' fp32 sums go through part_reduce into the routed gate/up tiles' part slots (unused with ks_gu 1) and the warp
- * that completes a pair writes y. 0 (the default) compiles it out: the default build's code is unchanged (checked
- * against c9ac796's cubin). */
-#ifndef MOE_DN_SPLIT
-#define MOE_DN_SPLIT 0
-#endif
-extern "C" int moe_dn_split_built(void) { return MOE_DN_SPLIT; }
 /* v18 (moe_expert_args.early_sh): in the T <= 8 launch a warp whose first item is a shared gate/up tile
  * part runs it before the launch's PDL wait on the lists: it reads only x, which is complete once this
  * launch runs (every router kernel releases its dependents only after its own wait, so the kernel that
@@ -557,13 +545,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                             moe_tok1(a.tok1_max));
     const int wg = nsg + s_ig[nE] * MOE_WARPS * ksg;          /* every gate/up warp-item */
     const int wsd = wg + (sh ? a.H / MOE_TILE_ROWS : 0);      /* + the shared down's */
-#if MOE_DN_SPLIT
-    const int nd = s_id[nE] * MOE_WARPS;   /* routed down warp-items (whole); the last dsp of them as 2 K parts each */
-    const int dsp = SMALL == 1 && RM == 2 && MOE_SMALL_ONE_LOOP ? min(a.dn_split, nd) : 0;
-    const int wtot = wsd + nd + dsp;
-#else
     const int wtot = wsd + s_id[nE] * MOE_WARPS;
-#endif
     const size_t rtg = (size_t)ncg * 2 * moe_fp4_chunk_bytes(FMT), rtd = (size_t)ncd * moe_fp4_chunk_bytes(FMT);
     const unsigned need = (unsigned)(a.I / MOE_TILE_ROWS);   /* gate/up tiles of one token chunk of an expert */
     constexpr int SF = SMALL ? MOE_STATIC_FIRST : MOE_STATIC_FIRST_L;
@@ -580,20 +562,8 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const int t = (w - nsg) / ksg;
             return decode_item<1>(s_ig, s_off, nE, t >> 2, t & 3, false);
         }
-#if MOE_DN_SPLIT
-        int t = w - wsd;
-        if (dsp && t >= nd - dsp) t = nd - dsp + ((t - (nd - dsp)) >> 1);   /* a K part: its whole item */
-        return decode_item<1>(s_id, s_off, nE, t >> 2, t & 3, false);
-#else
         return decode_item<1>(s_id, s_off, nE, (w - wsd) >> 2, (w - wsd) & 3, false);
-#endif
     };
-#if MOE_DN_SPLIT
-    auto dn_part = [&](int w) {   /* the K part (0, 1) of routed down warp-item w, -1 for a whole one */
-        const int t = w - wsd - (nd - dsp);
-        return dsp && t >= 0 ? t & 1 : -1;
-    };
-#endif
     if (a.fuse_early) moe_pdl_release();
     /* an early warp has taken its first own item (gw) already: its second (gw + nw) is next */
     int wi = SF >= 1 ? min(early ? gw + nw : gw, wtot) : take();
@@ -634,22 +604,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             const int part = gu ? (wi - nsg) % ksg : 0, npart = (wn - nsg) % ksg;
             const size_t pb = (size_t)ncp * 2 * moe_fp4_chunk_bytes(FMT);   /* bytes of a gate/up K part */
-#if MOE_DN_SPLIT   /* a down K part: half the chunks (the second 16-row tile still ncd chunks on: mmul ncd) */
-            const int dpart = gu ? -1 : dn_part(wi), ndpart = dn_part(wn), ncx = dpart < 0 ? ncd : ncd / 2;
-            const size_t dh = (size_t)(ncd / 2) * moe_fp4_chunk_bytes(FMT), d0 = dpart > 0 ? dh : 0,
-                         d1 = ndpart > 0 ? dh : 0;
-            const int dk = ncx * 128, dx = dpart > 0 ? ncd / 2 * 128 : 0, dkx = dpart < 0 ? 0 : a.I;
-            const bool has_next = gu ? wn < wg && ncp % D == 0 : wn < wtot && ncx % D == 0;
-            const uint8_t *rt = gu ? a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg + part * pb
-                                   : a.w2 + (size_t)e * a.w2_stride + (size_t)r * 2 * rtd + d0;
-            const uint8_t *nrt = !has_next ? NULL
-                                 : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg + npart * pb
-                                      : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd + d1;
-            fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S, 0, ER>(
-                rt, gu ? ncp * 128 : dk, ring, gu ? x + part * ncp * 128 : h + dx, gu ? pair_tok : NULL, prow, acc,
-                primed, nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : dkx,
-                gu);
-#else
             const bool has_next = gu ? wn < wg && ncp % D == 0 : wn < wtot && ncd % D == 0;
             const uint8_t *rt = gu ? a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg + part * pb
                                    : a.w2 + (size_t)e * a.w2_stride + (size_t)r * 2 * rtd;
@@ -659,7 +613,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S, 0, ER>(
                 rt, gu ? ncp * 128 : a.I, ring, gu ? x + part * ncp * 128 : h, gu ? pair_tok : NULL, prow, acc, primed,
                 nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0, gu);
-#endif
             primed = has_next;
             if (gu) {
                 const int tile = (wi - nsg) / ksg;
@@ -682,23 +635,14 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                 if (tr) moe_trace_item(MOE_TR_GU1, t_item, pb);
             } else {
                 const float post = a.post2[e];
-#if MOE_DN_SPLIT
-                const int dsi = (wi - wsd - (nd - dsp)) >> 1;   /* a K part's split item: its partial sums' slot */
-                if (dpart < 0 || part_reduce<2>(acc, a.part + (size_t)(tiles_sh + dsi) * MOE_PARTS_MAX * 256,
-                                                a.pcnt + tiles_sh + dsi, dpart, 2, lane))
-#endif
 #pragma unroll
-                    for (int m = 0; m < 2; m++)
+                for (int m = 0; m < 2; m++)
 #pragma unroll
-                        for (int i = 0; i < 4; i++) {
-                            const int row = (r * 2 + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
-                            if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
-                        }
-#if MOE_DN_SPLIT
-                if (tr) moe_trace_item(MOE_TR_DN1, t_item, dpart < 0 ? 2 * rtd : rtd);
-#else
+                    for (int i = 0; i < 4; i++) {
+                        const int row = (r * 2 + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+                        if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
+                    }
                 if (tr) moe_trace_item(MOE_TR_DN1, t_item, 2 * rtd);
-#endif
             }
         } else if (wi < wg) {   /* gate/up: 16 rows of gate and of up for one <= 8-token chunk of the expert */
             const int part = SMALL ? (wi - nsg) % ksg : 0;
@@ -1006,14 +950,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         b.down_rm = rm;
         /* at most: every pair's gate/up tiles x K parts and down items, the shared expert's items */
         const long P = (long)T * topk, tg = a->I / MOE_TILE_ROWS, td = a->H / MOE_TILE_ROWS;
-        /* MOE_DN_SPLIT: with ks_gu 1, rm 2 and the 4-block form only, every K part at least D chunks (the ring's tail
-           prefetch needs whole rounds), and no more split items than the routed tiles' part slots */
-        const long dsl = (long)tg * (8 * topk < a->E ? 8 * topk : a->E);
-        b.dn_split = MOE_DN_SPLIT && ksg == 1 && rm == 2 && form == 1 && (a->I / 128) % (2 * MOE_GU_D) == 0 &&
-                             a->part && a->pcnt && a->dn_split > 0
-                         ? (int)(a->dn_split < dsl ? a->dn_split : dsl)
-                         : 0;
-        const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0) + b.dn_split;
+        const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0);
         const int nb = (int)(items / MOE_WARPS + 1 < grid_fused ? items / MOE_WARPS + 1 : grid_fused);
         return moe_launch(experts1_fn(a->fmt, rm, form), dim3(nb), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h,
                           y);

@@ -750,7 +750,6 @@ int main(int argc, char **argv)
             run_case("nvfp4 skewed, one expert launch, 4 blocks per SM", &M, &L, &W, 5, 1);
             W.fs_b5_min_t = b5n, W.fs_b5_max_t = b5x;
         }
-
         W.shared_min_t = 1;   /* routed items only */
         run_case("nvfp4, one expert launch, shared launches", &M, &L, &W, 3, 0);
         run_case("nvfp4 skewed, one expert launch, shared launches", &M, &L, &W, 8, 1);
@@ -961,22 +960,6 @@ int main(int argc, char **argv)
         W.shared_min_t = 1;
         run_case("V4-Flash dims, shared launches", &M, &L, &W, 16, 0);
         W.shared_min_t = sh;
-    }
-    if (moe_dn_split_built()) {   /* v32 (MOE_DN_SPLIT builds; it needs I / 128 a multiple of 8 and ks_gu 1): the one
-                                     launch's last down items in K halves, some or all of them */
-        const int ds = W.fs_dn_split, kx = W.fs_ks_max_t;
-        W.fs_ks_max_t = 0;
-        for (int v = 0; v < 2; v++) {
-            W.fs_dn_split = v ? 1 << 20 : 96;
-            run_case("V4-Flash dims, one expert launch, last down items in K halves", &M, &L, &W, 1, 0);
-            run_case("V4-Flash dims, one expert launch, last down items in K halves", &M, &L, &W, 3, 0);
-            run_case("V4-Flash dims, one expert launch, last down items in K halves", &M, &L, &W, 8, 0);
-            run_case("V4-Flash dims, one expert launch, last down items in K halves", &M, &L, &W, 8, 0);   /* again */
-            run_case("V4-Flash dims skewed, one expert launch, last down items in K halves", &M, &L, &W, 8, 1);
-        }
-        W.fs_dn_split = ds, W.fs_ks_max_t = kx;
-    } else {
-        printf("  (V4-Flash dims, last down items in K halves: skipped, kernels built without MOE_DN_SPLIT)\n");
     }
     run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 7, 0);
     run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 1, 0);
