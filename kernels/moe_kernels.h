@@ -175,13 +175,10 @@ typedef struct {
                                                  at its start (the down's blocks then launch once every fused
                                                  block has started, and wait) instead of its end */
     int T;                                    /* tokens (set by moe_experts_fused1) */
-    int ks_gu, ks_sh;                         /* v17, moe_experts_fused1 with T <= 8: K parts (1..MOE_PARTS_MAX /
-                                                 1..MOE_SH_PARTS_MAX, dividing H/128) of a routed / the shared gate/up
-                                                 16-row tile */
+    int ks_gu, ks_sh;                         /* v17, moe_experts_fused1 with T <= 8: K parts (1..MOE_PARTS_MAX,
+                                                 dividing H/128) of a routed / the shared gate/up 16-row tile */
     float *part;                              /* with parts: fp32 partial sums, MOE_PARTS_MAX KB per tile of
-                                                 (I/16) * (1 + min(8 * topk, E)) tiles (routed tile t at I/16 + t) */
-    float *part_sh;                           /* v33: the shared gate/up tiles' partial sums, MOE_SH_PARTS_MAX KB per
-                                                 tile of I/16 (the first I/16 tiles of part stay unused) */
+                                                 (I/16) * (1 + min(8 * topk, E)) tiles */
     unsigned *pcnt;                           /* their arrival counts, one word per tile, zeroed (every completed
                                                  launch leaves them zero) */
     int sh_row0;                              /* set by moe_experts_fused1: the shared expert's first row in
@@ -216,8 +213,6 @@ typedef struct {
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4
-/* v33: the shared gate/up's K parts may be finer (16: 2112 warps each take one 8 KB part before the lists, KH) */
-#define MOE_SH_PARTS_MAX 16
 /* the ticket counters, and the fused launch's done counts, one 128-byte line per key: an expert (0..E, E the
  * shared expert) or a token chunk's first pair (0..P - 1, P = max tokens x topk; v19) */
 #define MOE_TICKET_WORDS(E, P) (32 + 32 * (((size_t)(E) > (size_t)(P) ? (size_t)(E) : (size_t)(P)) + 1))

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran at 7806118 (its KH code was reverted in the commit after it: check out 7806118 to rerun this).
 # v33 run 3 (bench/NOTES.md v33 (3)): the shared gate/up tiles in 8 or 16 K parts (KH; MOE_SH_PARTS_MAX 16, their
 # partial sums in moe_expert_args.part_sh), every part before the wait on the lists (ES 8). Why: v33 (2)'s item logs
 # have the one expert launch start ~5 us before its routed gate/up can (the lists), and with KH 4 only 512 warps use

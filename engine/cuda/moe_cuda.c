@@ -334,13 +334,6 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->side_prio = 0;
 }
 
-/* v17: the 16-row gate/up tiles with K-part slots in moe_expert_args.part (MOE_PARTS_MAX KB each): the shared
- * expert's, then those of at most 8 * topk routed experts (the T <= 8 launch) */
-static size_t ptiles_of(int I, int K, int E)
-{
-    return (size_t)(I / MOE_TILE_ROWS) * (1 + (size_t)(8 * K < E ? 8 * K : E));
-}
-
 int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 {
     memset(W, 0, sizeof *W);
@@ -366,11 +359,10 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     const size_t ntw = MOE_TICKET_WORDS(E, (size_t)max_tokens * K);
     CK(cudaMalloc((void **)&W->tickets, ntw * sizeof(unsigned)), "cudaMalloc(tickets)");
     CK(cudaMemset(W->tickets, 0, ntw * sizeof(unsigned)), "cudaMemset(tickets)");
-    /* v17: K-part partial sums of the T <= 8 fused launch (moe_expert_args.part, .pcnt); v33: after them the shared
-     * gate/up tiles' finer parts (.part_sh, MOE_SH_PARTS_MAX KB per tile) */
-    const size_t ptiles = ptiles_of(I, K, E);
-    CK(cudaMalloc((void **)&W->part, ptiles * MOE_PARTS_MAX * 1024 + (size_t)(I / MOE_TILE_ROWS) * MOE_SH_PARTS_MAX * 1024),
-       "cudaMalloc(part)");
+    /* v17: K-part partial sums of the T <= 8 fused launch: the shared expert's gate/up tiles, then those of
+     * at most 8 * topk routed experts (moe_expert_args.part, .pcnt) */
+    const size_t ptiles = (size_t)(I / MOE_TILE_ROWS) * (1 + (size_t)(8 * K < E ? 8 * K : E));
+    CK(cudaMalloc((void **)&W->part, ptiles * MOE_PARTS_MAX * 1024), "cudaMalloc(part)");
     CK(cudaMalloc((void **)&W->pcnt, ptiles * sizeof(unsigned)), "cudaMalloc(pcnt)");
     CK(cudaMemset(W->pcnt, 0, ptiles * sizeof(unsigned)), "cudaMemset(pcnt)");
     moe_cuda_ws_defaults(W);
@@ -425,10 +417,10 @@ int moe_cuda_forward(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16_t *x,
     return moe_cuda_forward_timed(L, W, x, token_ids, T, out, st, NULL);
 }
 
-/* K parts for a gate/up tile of nc = H/128 chunks: the largest count <= want (1..max) dividing nc */
-static int parts_fit(int want, int max, int nc)
+/* K parts for a gate/up tile of nc = H/128 chunks: the largest count <= want (1..MOE_PARTS_MAX) dividing nc */
+static int parts_fit(int want, int nc)
 {
-    int k = want < 1 ? 1 : want > max ? max : want;
+    int k = want < 1 ? 1 : want > MOE_PARTS_MAX ? MOE_PARTS_MAX : want;
     while (nc % k) k--;
     return k;
 }
@@ -559,10 +551,9 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     if (fork && W->shared_fork == 4) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");
     if (T <= W->fuse_small && T <= MOE_TOK_CHUNK) {   /* v17: the whole expert work, shared expert included, in one launch */
         ar.tickets = W->tickets;
-        ar.ks_gu = parts_fit(T <= W->fs_ks_max_t ? W->fs_ks_gu : 1, MOE_PARTS_MAX, H / 128);
-        ar.ks_sh = parts_fit(W->fs_ks_sh, MOE_SH_PARTS_MAX, H / 128);
+        ar.ks_gu = parts_fit(T <= W->fs_ks_max_t ? W->fs_ks_gu : 1, H / 128);
+        ar.ks_sh = parts_fit(W->fs_ks_sh, H / 128);
         ar.part = W->part;
-        ar.part_sh = W->part + ptiles_of(I, K, E) * MOE_PARTS_MAX * 256;
         ar.pcnt = W->pcnt;
         ar.down_rm = W->fs_rm;
         ar.early_sh = T <= W->fs_early_sh_max_t;

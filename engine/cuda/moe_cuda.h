@@ -87,7 +87,7 @@ typedef struct {
                                          shared expert's included (where its items can ride in the routed
                                          launches), as that one launch (moe_experts_fused1 with T <= 8) */
     int fs_ks_gu, fs_ks_max_t;        /* ... with routed gate/up tiles in fs_ks_gu K parts up to this batch */
-    int fs_ks_sh;                     /* ... and the shared gate/up tiles in this many (1..MOE_SH_PARTS_MAX) */
+    int fs_ks_sh;                     /* ... and the shared gate/up tiles in this many */
     int fs_rm;                        /* ... and down items of fs_rm 16-row tiles (1 or 2) */
     int fs_early_sh_max_t;            /* v18: ... and up to this batch the shared gate/up tiles that are warps'
                                          first items start before the wait on the lists */

@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
  * shared down (16-row FP8 tiles, full K), the routed down (RM 16-row tiles per warp-item). At batch 1
  * a routed gate/up warp-item is a chain of 64 dependent chunk steps (v16 NOTES: the stage is bounded by
  * that chain, not by bandwidth), so K parts shorten the chain and put more warps on the stream. A
- * K-part item stores its fp32 partial sums (a.part, a.part_sh for the shared tiles: 1 KB per part) and adds one to its tile's count
+ * K-part item stores its fp32 partial sums (a.part, 1 KB per part) and adds one to its tile's count
  * (a.pcnt); the last of the tile's parts to arrive sums all parts in part order (deterministic), applies
  * the swiglu, writes h, resets the count and signals the expert's done count. Nobody waits for a part,
  * so the no-deadlock argument above is unchanged. The shared expert's done count is MOE_DONE(tickets, E). */
@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
         fp8_rowtile<2, 2, 1>(a.sh_w13 + (size_t)r * ncg * 2 * MOE_FP8_CHUNK_BYTES, a.H, part * ncg / kss,
                              (part + 1) * ncg / kss, a.sh_s13 + (size_t)(r * MOE_TILE_ROWS / 128) * ncg,
                              (a.I / 128) * (a.H / 128), ring, x, NULL, prow, acc);
-        if (kss == 1 || part_reduce<2>(acc, a.part_sh + (size_t)r * MOE_SH_PARTS_MAX * 256, a.pcnt + r, part, kss, lane)) {
+        if (kss == 1 || part_reduce<2>(acc, a.part + (size_t)r * MOE_PARTS_MAX * 256, a.pcnt + r, part, kss, lane)) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
@@ -930,8 +930,8 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         a->H % (2 * MOE_ROWS_PER_ITEM) || a->H > 8192 || a->I > 8192 || grid_fused < 1)
         return cudaErrorInvalidValue;
     const int ksg = small ? a->ks_gu : 1, kss = small && a->has_shared ? a->ks_sh : 1;
-    if (ksg < 1 || ksg > MOE_PARTS_MAX || (a->H / 128) % ksg || kss < 1 || kss > MOE_SH_PARTS_MAX || (a->H / 128) % kss ||
-        (ksg > 1 && (!a->part || !a->pcnt)) || (kss > 1 && (!a->part_sh || !a->pcnt)) || !wide_ok(a) || (small && has_wide(a, T)) ||
+    if (ksg < 1 || ksg > MOE_PARTS_MAX || (a->H / 128) % ksg || kss < 1 || kss > MOE_PARTS_MAX || (a->H / 128) % kss ||
+        ((ksg > 1 || kss > 1) && (!a->part || !a->pcnt)) || !wide_ok(a) || (small && has_wide(a, T)) ||
         a->wide_early < 0 || a->wide_early > 2)
         return cudaErrorInvalidValue;
     const size_t sm = smem_for(a->E);

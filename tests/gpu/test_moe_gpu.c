@@ -955,23 +955,6 @@ int main(int argc, char **argv)
     W.fs_ks_gu = 4;
     run_case("V4-Flash dims, one expert launch, 4 K parts", &M, &L, &W, 2, 0);
     W.fs_ks_gu = 2;
-    {   /* v33: the shared gate/up tiles in 8 and 16 K parts (MOE_SH_PARTS_MAX), before the wait on the lists at every
-           batch, the routed tiles whole (ks_gu 1 from batch 2) or in 2 parts (batch 1) */
-        const int kh = W.fs_ks_sh, es = W.fs_early_sh_max_t;
-        W.fs_early_sh_max_t = 8;
-        for (int v = 0; v < 2; v++) {
-            char nm[96];
-            W.fs_ks_sh = v ? 16 : 8;
-            snprintf(nm, sizeof nm, "V4-Flash dims, one expert launch, shared gate/up in %d K parts", W.fs_ks_sh);
-            run_case(nm, &M, &L, &W, 1, 0);
-            run_case(nm, &M, &L, &W, 6, 0);
-            run_case(nm, &M, &L, &W, 8, 0);
-            run_case(nm, &M, &L, &W, 8, 0);   /* back to back: the counts it leaves must be zero */
-            snprintf(nm, sizeof nm, "V4-Flash dims skewed, one expert launch, shared gate/up in %d K parts", W.fs_ks_sh);
-            run_case(nm, &M, &L, &W, 8, 1);
-        }
-        W.fs_ks_sh = kh, W.fs_early_sh_max_t = es;
-    }
     {   /* the shared expert's own launches at full K (ring refills) */
         const int sh = W.shared_min_t;
         W.shared_min_t = 1;
