@@ -210,10 +210,6 @@ typedef struct {
     int wide_early;                           /* v27, moe_experts_fused1: its wide gate/up right after the 2-tile gate/up
                                                  (1: before the fused launch) or after the fused launch (2) instead of
                                                  after the 2-tile down (0) */
-    int gu_split;                             /* v33 (builds with -DMOE_GU_SPLIT=1; others ignore it, see
-                                                 moe_gu_split_built): in the one expert launch's 4-block form (T <= 8,
-                                                 128-row down items, ks_gu 1) its last gu_split routed gate/up tiles in
-                                                 2 K parts each, their sums through part / pcnt */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4
@@ -319,8 +315,6 @@ cudaError_t moe_trace_set(unsigned long long *buf);
 /* v32: the T <= 8 kernel's item log (kernels/common/moe_trace.cuh moe_trace_item; builds with -DMOE_TRACE_ITEMS=1 and
  * the stage trace on): buf[0] = 0, buf[1] = capacity in records, then 2 words per record; NULL turns it off. */
 cudaError_t moe_ilog_set(unsigned long long *buf);
-/* v33: 1 if the kernels were built with -DMOE_GU_SPLIT=1 (moe_expert_args.gu_split takes effect), else 0 */
-int moe_gu_split_built(void);
 
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */

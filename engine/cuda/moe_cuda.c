@@ -293,7 +293,6 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->fs_b5_max_t = 0;        /* 7 -2.8 %, skewed 2-7 -3.7..6 %); v32 (3)-(4): off (0-0), the 4-block form with the
                                   early refill (MOE_ER_S) is faster at random 1-6 (1 -4 %, 2 -3 %, 3 -2.7 %, 4 -4 %,
                                   5 -3.5 %, 6 -2.4 %, 8 -2 %), 7 equal, skewed 2-7 +1..2 %, skewed 8 -3 % */
-    W->fs_gu_split = 0;        /* v33: the one launch's last gate/up tiles in K halves (MOE_GU_SPLIT builds) */
     W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
     W->tok1_min_t = 64;        /* ... at batches 64-128, where such experts are rare and the 2-tile launches they */
     W->tok1_max_t = 128;       /* needed made a tail (128: -1 %, bench/NOTES.md v19); where they carry much of the
@@ -559,7 +558,6 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         ar.down_rm = W->fs_rm;
         ar.early_sh = T <= W->fs_early_sh_max_t;
         ar.one_launch = T >= W->fs_b5_min_t && T <= W->fs_b5_max_t && W->fs_rm != 1 ? 2 : 1;   /* 5 blocks: rm 2 */
-        ar.gu_split = W->fs_gu_split;
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu,
                               ar.one_launch == 2 ? W->grid_f1s5 : W->grid_f1s, W->h, W->y, st),
            "experts (one launch)");

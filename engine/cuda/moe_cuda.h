@@ -93,9 +93,6 @@ typedef struct {
                                          first items start before the wait on the lists */
     int fs_b5_min_t, fs_b5_max_t;     /* v31: ... at these batches with 5 blocks per SM (96 registers; fs_rm 2
                                          only), else 4 (v32: default 0-0, none) */
-    int fs_gu_split;                  /* v33: its last this many routed gate/up tiles in 2 K parts each
-                                         (moe_expert_args.gu_split; only in kernels built with -DMOE_GU_SPLIT=1,
-                                         moe_gu_split_built; default 0) */
     int tok1_max, tok1_min_t, tok1_max_t;   /* v19: at batches tok1_min_t..tok1_max_t, routed experts with up to
                                          tok1_max tokens take the 1-tile launches in token chunks of 8
                                          (moe_expert_args.tok1_max); 8: only those with <= 8 (v10-v18) */

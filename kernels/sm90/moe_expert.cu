@@ -478,16 +478,6 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #ifndef MOE_SMALL_ONE_LOOP
 #define MOE_SMALL_ONE_LOOP 1
 #endif
-/* v33 (moe_expert_args.gu_split): in the 4-block T <= 8 form (one FP4 loop, ks_gu 1) the launch's last gu_split routed
- * gate/up tiles in 2 K parts each. Why (bench/NOTES.md v33 (1)-(2)): the launch ends ~40 us (one whole gate/up tile)
- * after its last gate/up tiles are drawn, because the down items of their experts wait for them; halves end them
- * sooner, while the other experts' down items fill the warps. The parts are numbered last among the gate/up items,
- * part 1 starts ncg / 2 chunks on; their fp32 sums go through part_reduce into the tile's part slots. 0 (the default)
- * compiles it out. */
-#ifndef MOE_GU_SPLIT
-#define MOE_GU_SPLIT 0
-#endif
-extern "C" int moe_gu_split_built(void) { return MOE_GU_SPLIT; }
 /* A routed gate/up warp-item's tile (among the launch's routed gate/up tiles), its K part and the parts of its tile */
 struct GuPart {
     int tile, part, parts;
@@ -557,13 +547,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
     else
         item_tables1_chunks(s_ig, s_id, s_off, off, nE, a.I, MOE_ROWS_PER_ITEM, a.H, MOE_ROWS_PER_ITEM * RM,
                             moe_tok1(a.tok1_max));
-    const int ntg = s_ig[nE] * MOE_WARPS;                     /* routed gate/up tiles */
-#if MOE_GU_SPLIT
-    const int gsp = SMALL == 1 && RM == 2 && MOE_SMALL_ONE_LOOP ? min(a.gu_split, ntg) : 0;   /* the host: ksg 1 */
-#else
-    constexpr int gsp = 0;
-#endif
-    const int wg = nsg + ntg * ksg + gsp;                     /* every gate/up warp-item */
+    const int wg = nsg + s_ig[nE] * MOE_WARPS * ksg;          /* every gate/up warp-item */
     const int wsd = wg + (sh ? a.H / MOE_TILE_ROWS : 0);      /* + the shared down's */
     const int wtot = wsd + s_id[nE] * MOE_WARPS;
     const size_t rtg = (size_t)ncg * 2 * moe_fp4_chunk_bytes(FMT), rtd = (size_t)ncd * moe_fp4_chunk_bytes(FMT);
@@ -574,11 +558,8 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
         if (lane == 0) t = atomicAdd(draw, 1u);
         return min(SF * nw + (int)__shfl_sync(0xffffffffu, t, 0), wtot);
     };
-    /* routed gate/up warp-item w: its tile, K part and parts (the last gsp tiles in halves, after the whole ones) */
-    auto gu_part = [&](int w) {
-        const int u = w - nsg, s0 = ntg - gsp;
-        return gsp == 0 || u < s0 ? GuPart{u / ksg, u % ksg, ksg} : GuPart{s0 + ((u - s0) >> 1), (u - s0) & 1, 2};
-    };
+    /* routed gate/up warp-item w: its tile and K part */
+    auto gu_part = [&](int w) { return GuPart{(w - nsg) / ksg, (w - nsg) % ksg, ksg}; };
     /* warp-item w: the shared expert's items carry e = E, r = its 16-row tile, its T rows from sh_row0 */
     auto decode = [&](int w) {
         if (SMALL && (w < nsg || (w >= wg && w < wsd)))
@@ -628,18 +609,17 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const bool gu = wi < wg;
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             const GuPart gp = gu_part(wi), gq = gu_part(wn);   /* this item's and the next's (where gate/up) */
-            const int ncx = gsp ? ncg / gp.parts : ncp;         /* chunks of this gate/up K part */
             const size_t cb2 = (size_t)2 * moe_fp4_chunk_bytes(FMT);
-            const size_t pb = (size_t)ncx * cb2;                  /* bytes of a gate/up K part */
-            const bool has_next = gu ? wn < wg && ncx % D == 0 : wn < wtot && ncd % D == 0;
+            const size_t pb = (size_t)ncp * cb2;                  /* bytes of a gate/up K part */
+            const bool has_next = gu ? wn < wg && ncp % D == 0 : wn < wtot && ncd % D == 0;
             const uint8_t *rt = gu ? a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg + gp.part * pb
                                    : a.w2 + (size_t)e * a.w2_stride + (size_t)r * 2 * rtd;
             const uint8_t *nrt = !has_next ? NULL
                                  : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg +
-                                            (size_t)gq.part * (gsp ? ncg / gq.parts : ncp) * cb2
+                                            (size_t)gq.part * ncp * cb2
                                       : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd;
             fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S, 0, ER>(
-                rt, gu ? ncx * 128 : a.I, ring, gu ? x + gp.part * ncx * 128 : h, gu ? pair_tok : NULL, prow, acc,
+                rt, gu ? ncp * 128 : a.I, ring, gu ? x + gp.part * ncp * 128 : h, gu ? pair_tok : NULL, prow, acc,
                 primed, nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0, gu);
             primed = has_next;
             if (gu) {
@@ -977,12 +957,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         b.down_rm = rm;
         /* at most: every pair's gate/up tiles x K parts and down items, the shared expert's items */
         const long P = (long)T * topk, tg = a->I / MOE_TILE_ROWS, td = a->H / MOE_TILE_ROWS;
-        /* MOE_GU_SPLIT: with ks_gu 1, rm 2 and the 4-block form only, every half at least D chunks in whole ring rounds */
-        b.gu_split = MOE_GU_SPLIT && ksg == 1 && rm == 2 && form == 1 && (a->H / 128) % (2 * MOE_GU_D) == 0 &&
-                             a->part && a->pcnt && a->gu_split > 0
-                         ? (int)(a->gu_split < P * tg ? a->gu_split : P * tg)
-                         : 0;
-        const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0) + b.gu_split;
+        const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0);
         const int nb = (int)(items / MOE_WARPS + 1 < grid_fused ? items / MOE_WARPS + 1 : grid_fused);
         return moe_launch(experts1_fn(a->fmt, rm, form), dim3(nb), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h,
                           y);

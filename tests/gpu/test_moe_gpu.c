@@ -955,22 +955,6 @@ int main(int argc, char **argv)
     W.fs_ks_gu = 4;
     run_case("V4-Flash dims, one expert launch, 4 K parts", &M, &L, &W, 2, 0);
     W.fs_ks_gu = 2;
-    if (moe_gu_split_built()) {   /* v33 (MOE_GU_SPLIT builds; it needs H / 128 a multiple of 8 and ks_gu 1): the one
-                                     launch's last gate/up tiles in K halves, some or all of them */
-        const int gs = W.fs_gu_split, kx = W.fs_ks_max_t;
-        W.fs_ks_max_t = 0;
-        for (int v = 0; v < 2; v++) {
-            W.fs_gu_split = v ? 1 << 20 : 96;
-            run_case("V4-Flash dims, one expert launch, last gate/up tiles in K halves", &M, &L, &W, 1, 0);
-            run_case("V4-Flash dims, one expert launch, last gate/up tiles in K halves", &M, &L, &W, 3, 0);
-            run_case("V4-Flash dims, one expert launch, last gate/up tiles in K halves", &M, &L, &W, 8, 0);
-            run_case("V4-Flash dims, one expert launch, last gate/up tiles in K halves", &M, &L, &W, 8, 0);   /* again */
-            run_case("V4-Flash dims skewed, one expert launch, last gate/up tiles in K halves", &M, &L, &W, 8, 1);
-        }
-        W.fs_gu_split = gs, W.fs_ks_max_t = kx;
-    } else {
-        printf("  (V4-Flash dims, last gate/up tiles in K halves: skipped, kernels built without MOE_GU_SPLIT)\n");
-    }
     {   /* the shared expert's own launches at full K (ring refills) */
         const int sh = W.shared_min_t;
         W.shared_min_t = 1;
