@@ -254,9 +254,10 @@ cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm
 cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
                                cudaStream_t st);
 /* out[t][H] = sum_k y[inv[t][k]] + ysh[t] (fixed order: deterministic); ysh: the shared expert's
- * rows [T][H] or NULL */
-cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out,
-                        cudaStream_t st);
+ * rows [T][H] or NULL. inv_ready (v33): inv is complete whenever this launch starts (the launch before it releases
+ * its dependents only after its own wait on the lists), so it is read before the wait on that launch. */
+cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, int inv_ready,
+                        float *out, cudaStream_t st);
 /* Sets one shared-memory carveout on every kernel of the layer (MOE_CARVEOUT, moe_expert.cu: 100 % shared
  * memory; -1 leaves the driver's choice). */
 cudaError_t moe_kernels_carveout(void);

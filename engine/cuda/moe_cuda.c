@@ -293,6 +293,8 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->fs_b5_max_t = 0;        /* 7 -2.8 %, skewed 2-7 -3.7..6 %); v32 (3)-(4): off (0-0), the 4-block form with the
                                   early refill (MOE_ER_S) is faster at random 1-6 (1 -4 %, 2 -3 %, 3 -2.7 %, 4 -4 %,
                                   5 -3.5 %, 6 -2.4 %, 8 -2 %), 7 equal, skewed 2-7 +1..2 %, skewed 8 -3 % */
+    W->fs_cmb_early_max_t = 8; /* v33 (6): the one launch releasing the combine early (one process, two pairs: 1 -2.2 %,
+                                  skewed 1 -3.2 %, 2 -0.4 %, skewed 2 -1.6 %, 4 -0.7 %, 8 and skewed 4-8 equal) */
     W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
     W->tok1_min_t = 64;        /* ... at batches 64-128, where such experts are rare and the 2-tile launches they */
     W->tok1_max_t = 128;       /* needed made a tail (128: -1 %, bench/NOTES.md v19); where they carry much of the
@@ -480,7 +482,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         };
         CK(moe_fused_small(&f, W->grid_fused, st), "fused layer");
         MARK(1); MARK(2); MARK(3); MARK(4); MARK(5);
-        CK(moe_combine(W->y, W->inv, s->has_shared ? W->y + (size_t)T * K * H : NULL, T, H, K, out, st), "combine");
+        CK(moe_combine(W->y, W->inv, s->has_shared ? W->y + (size_t)T * K * H : NULL, T, H, K, 0, out, st), "combine");
         MARK(6);
         return 0;
     }
@@ -549,6 +551,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     /* forked before the router and joined before the routed launches (4): the shared expert overlaps only the
      * router, as it does in stream mode when the host's launches are slower than the router */
     if (fork && W->shared_fork == 4) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");
+    int inv_ready = 0;   /* moe_combine's: set where the launch before it releases it only after the lists */
     if (T <= W->fuse_small && T <= MOE_TOK_CHUNK) {   /* v17: the whole expert work, shared expert included, in one launch */
         ar.tickets = W->tickets;
         ar.ks_gu = parts_fit(T <= W->fs_ks_max_t ? W->fs_ks_gu : 1, H / 128);
@@ -558,6 +561,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         ar.down_rm = W->fs_rm;
         ar.early_sh = T <= W->fs_early_sh_max_t;
         ar.one_launch = T >= W->fs_b5_min_t && T <= W->fs_b5_max_t && W->fs_rm != 1 ? 2 : 1;   /* 5 blocks: rm 2 */
+        ar.fuse_early = inv_ready = T <= W->fs_cmb_early_max_t;   /* v33: the combine launched during the drain */
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu,
                               ar.one_launch == 2 ? W->grid_f1s5 : W->grid_f1s, W->h, W->y, st),
            "experts (one launch)");
@@ -578,7 +582,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     /* the shared expert's rows follow the routed pairs (off[E] = T * topk: every router index is valid) */
     const float *ysh = s->has_shared ? W->y + (size_t)T * K * H : NULL;
     if (fork) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");
-    CK(moe_combine(W->y, W->inv, ysh, T, H, K, out, st), "combine");
+    CK(moe_combine(W->y, W->inv, ysh, T, H, K, inv_ready, out, st), "combine");
     MARK(6);
 #undef MARK
     return 0;

@@ -93,6 +93,9 @@ typedef struct {
                                          first items start before the wait on the lists */
     int fs_b5_min_t, fs_b5_max_t;     /* v31: ... at these batches with 5 blocks per SM (96 registers; fs_rm 2
                                          only), else 4 (v32: default 0-0, none) */
+    int fs_cmb_early_max_t;           /* v33: ... up to this batch releasing the combine right after its wait on the
+                                         lists (moe_expert_args.fuse_early), so the combine's blocks take the SMs
+                                         its drain frees and read inv before their wait (moe_combine inv_ready) */
     int tok1_max, tok1_min_t, tok1_max_t;   /* v19: at batches tok1_min_t..tok1_max_t, routed experts with up to
                                          tok1_max tokens take the 1-tile launches in token chunks of 8
                                          (moe_expert_args.tok1_max); 8: only those with <= 8 (v10-v18) */

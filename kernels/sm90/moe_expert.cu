@@ -950,7 +950,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     if (small) {   /* v17: the whole expert work in one launch; it waits on the lists itself */
         b.ks_gu = ksg;
         b.ks_sh = kss;
-        b.fuse_early = 0;
+        b.fuse_early = a->fuse_early ? 1 : 0;   /* v33: release the combine right after the wait on the lists */
         const int rm = a->down_rm == 1 ? 1 : 2;
         const int form = a->one_launch == 2 ? 2 : 1;   /* experts1_fn's small: the 4- or the 5-block form */
         if (rm < experts1_rm_lo(form)) return cudaErrorInvalidValue;   /* the 5-block form has rm 2 only */
@@ -1337,20 +1337,26 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
 #define CMB_BATCH 1
 #endif
 #define CMB_MAXK 8
-__global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, float *out)
+__global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, int inv_ready,
+                          float *out)
 {
     const MoeTrace trace_(MOE_TR_COMBINE);
     const int t = blockIdx.y;
     const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const bool batch = CMB_BATCH && topk <= CMB_MAXK && t < T && c < H;
+    int p[CMB_MAXK];
+    if (batch && inv_ready)   /* v33: one dependent round trip fewer after the wait */
+#pragma unroll
+        for (int k = 0; k < CMB_MAXK; k++) p[k] = k < topk ? __ldcg(inv + (size_t)t * topk + k) : -1;
     moe_pdl_wait();
     moe_pdl_release();
     if (t >= T || c >= H) return;
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (CMB_BATCH && topk <= CMB_MAXK) {
-        int p[CMB_MAXK];
+    if (batch) {
         float4 v[CMB_MAXK];
+        if (!inv_ready)
 #pragma unroll
-        for (int k = 0; k < CMB_MAXK; k++) p[k] = k < topk ? inv[(size_t)t * topk + k] : -1;
+            for (int k = 0; k < CMB_MAXK; k++) p[k] = k < topk ? inv[(size_t)t * topk + k] : -1;
 #pragma unroll
         for (int k = 0; k < CMB_MAXK; k++)
             v[k] = p[k] >= 0 ? *(const float4 *)(y + (size_t)p[k] * H + c) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -1376,11 +1382,11 @@ __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, 
 }
 
 extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk,
-                                   float *out, cudaStream_t st)
+                                   int inv_ready, float *out, cudaStream_t st)
 {
     if (H % 4) return cudaErrorInvalidValue;
     dim3 grid((H / 4 + 255) / 256, T);
-    return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, ysh, T, H, topk, out);
+    return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, ysh, T, H, topk, inv_ready ? 1 : 0, out);
 }
 
 /* v16 (MOE_CARVEOUT = percent of the unified L1 / shared memory given to shared memory, -1: the

@@ -750,6 +750,18 @@ int main(int argc, char **argv)
             run_case("nvfp4 skewed, one expert launch, 4 blocks per SM", &M, &L, &W, 5, 1);
             W.fs_b5_min_t = b5n, W.fs_b5_max_t = b5x;
         }
+        {   /* v33: the combine released right after the launch's wait on the lists, reading inv before its own wait */
+            const int ce = W.fs_cmb_early_max_t;
+            W.fs_cmb_early_max_t = 8;
+            run_case("nvfp4, one expert launch, combine released early", &M, &L, &W, 1, 0);
+            run_case("nvfp4, one expert launch, combine released early", &M, &L, &W, 5, 0);
+            run_case("nvfp4, one expert launch, combine released early", &M, &L, &W, 8, 0);
+            run_case("nvfp4, one expert launch, combine released early", &M, &L, &W, 8, 0);   /* back to back */
+            run_case("nvfp4 skewed, one expert launch, combine released early", &M, &L, &W, 8, 1);
+            W.shared_min_t = 1;   /* the shared expert's launches between the lists and the one launch */
+            run_case("nvfp4, one expert launch, combine released early, shared launches", &M, &L, &W, 3, 0);
+            W.shared_min_t = sh, W.fs_cmb_early_max_t = ce;
+        }
         W.shared_min_t = 1;   /* routed items only */
         run_case("nvfp4, one expert launch, shared launches", &M, &L, &W, 3, 0);
         run_case("nvfp4 skewed, one expert launch, shared launches", &M, &L, &W, 8, 1);
@@ -955,6 +967,11 @@ int main(int argc, char **argv)
     W.fs_ks_gu = 4;
     run_case("V4-Flash dims, one expert launch, 4 K parts", &M, &L, &W, 2, 0);
     W.fs_ks_gu = 2;
+    W.fs_cmb_early_max_t = 8;   /* v33: the combine released early */
+    run_case("V4-Flash dims, one expert launch, combine released early", &M, &L, &W, 1, 0);
+    run_case("V4-Flash dims, one expert launch, combine released early", &M, &L, &W, 8, 0);
+    run_case("V4-Flash dims skewed, one expert launch, combine released early", &M, &L, &W, 8, 1);
+    W.fs_cmb_early_max_t = 0;
     {   /* the shared expert's own launches at full K (ring refills) */
         const int sh = W.shared_min_t;
         W.shared_min_t = 1;
