@@ -967,11 +967,19 @@ int main(int argc, char **argv)
     W.fs_ks_gu = 4;
     run_case("V4-Flash dims, one expert launch, 4 K parts", &M, &L, &W, 2, 0);
     W.fs_ks_gu = 2;
-    W.fs_cmb_early_max_t = 8;   /* v33: the combine released early */
-    run_case("V4-Flash dims, one expert launch, combine released early", &M, &L, &W, 1, 0);
-    run_case("V4-Flash dims, one expert launch, combine released early", &M, &L, &W, 8, 0);
-    run_case("V4-Flash dims skewed, one expert launch, combine released early", &M, &L, &W, 8, 1);
-    W.fs_cmb_early_max_t = 0;
+    {   /* v33: the combine released early (the default), and not */
+        const int ce = W.fs_cmb_early_max_t;
+        for (int v = 0; v < 2; v++) {
+            W.fs_cmb_early_max_t = v ? 0 : 8;
+            const char *nm = v ? "V4-Flash dims, one expert launch, combine after it"
+                               : "V4-Flash dims, one expert launch, combine released early";
+            run_case(nm, &M, &L, &W, 1, 0);
+            run_case(nm, &M, &L, &W, 8, 0);
+            run_case(v ? "V4-Flash dims skewed, one expert launch, combine after it"
+                       : "V4-Flash dims skewed, one expert launch, combine released early", &M, &L, &W, 8, 1);
+        }
+        W.fs_cmb_early_max_t = ce;
+    }
     {   /* the shared expert's own launches at full K (ring refills) */
         const int sh = W.shared_min_t;
         W.shared_min_t = 1;
