@@ -173,7 +173,8 @@ typedef struct {
                                                  blocks take 8 * SH_GU_NTT_XL (64) tokens instead of 32 */
     int fuse_early;                           /* moe_experts_fused1: its fused launch releases the 2-tile down
                                                  at its start (the down's blocks then launch once every fused
-                                                 block has started, and wait) instead of its end */
+                                                 block has started, and wait) instead of its end; v33, T <= 8 (the
+                                                 one launch): releases the combine right after its wait on the lists */
     int T;                                    /* tokens (set by moe_experts_fused1) */
     int ks_gu, ks_sh;                         /* v17, moe_experts_fused1 with T <= 8: K parts (1..MOE_PARTS_MAX,
                                                  dividing H/128) of a routed / the shared gate/up 16-row tile */
