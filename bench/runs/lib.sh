@@ -17,3 +17,13 @@ variant() {
   for i in "${!kv[@]}"; do out+=("${kv[$i]#*=}"); done
   local IFS=,; echo "${out[*]}"
 }
+# tests BIN TAG NAME...: BIN's test_moe_gpu cases whose names hold each NAME (MOE_TEST_ONLY), one log per NAME in $OUT,
+# a line with its exit code, last line and case count, and its first failures
+tests() {
+  local bin=$1 tag=$2 o f; shift 2
+  for o in "$@"; do
+    f="$OUT/t-$tag-${o%% *}.log"
+    timeout 150 env MOE_TEST_ONLY="$o" "$bin" > "$f" 2>&1
+    echo "test $tag '$o': rc $? $(tail -1 "$f") ($(grep -c rel_l2 "$f") cases)"; grep FAIL "$f" | head -5
+  done
+}

@@ -11,11 +11,7 @@ source bench/runs/lib.sh
 VARIANTS="new: ds:-DMOE_DN_SPLIT=1" TESTS="none" ROUNDS=0 bash bench/moe_ab.sh 2>&1 \
   | grep -vE "^NVIDIA|^batch routing|No such file" | cut -c1-200
 D=/tmp/moe-ab/ds
-for o in "K halves" "one expert launch" "sqrtsoftplus"; do
-  f="$OUT/t-ds-${o%% *}.log"
-  timeout 150 env MOE_TEST_ONLY="$o" $D/test_moe_gpu > "$f" 2>&1
-  echo "test ds '$o': rc $? $(tail -1 "$f") ($(grep -c rel_l2 "$f") cases)"; grep FAIL "$f" | head -5
-done
+tests $D/test_moe_gpu ds "K halves" "one expert launch" "sqrtsoftplus"
 B=$(variant) R1=$(variant SR=1)
 SB=$D/sluice-bench; DB=$(variant) DM=$(variant DS=-1) DA=$(variant DS=1048576)
 for r in 1 2; do
