@@ -493,9 +493,9 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #define MOE_DN_SPLIT 0
 #endif
 extern "C" int moe_dn_split_built(void) { return MOE_DN_SPLIT; }
-/* A routed gate/up warp-item's tile (among the launch's routed gate/up tiles), its K part and the parts of its tile */
+/* A routed gate/up warp-item's tile (among the launch's routed gate/up tiles) and its K part */
 struct GuPart {
-    int tile, part, parts;
+    int tile, part;
 };
 /* v18 (moe_expert_args.early_sh): in the T <= 8 launch a warp whose first item is a shared gate/up tile
  * part runs it before the launch's PDL wait on the lists: it reads only x, which is complete once this
@@ -582,7 +582,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
         return min(SF * nw + (int)__shfl_sync(0xffffffffu, t, 0), wtot);
     };
     /* routed gate/up warp-item w: its tile and K part */
-    auto gu_part = [&](int w) { return GuPart{(w - nsg) / ksg, (w - nsg) % ksg, ksg}; };
+    auto gu_part = [&](int w) { return GuPart{(w - nsg) / ksg, (w - nsg) % ksg}; };
     /* warp-item w: the shared expert's items carry e = E, r = its 16-row tile, its T rows from sh_row0 */
     auto decode = [&](int w) {
         if (SMALL && (w < nsg || (w >= wg && w < wsd)))
@@ -676,8 +676,8 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
 #endif
             primed = has_next;
             if (gu) {
-                if (gp.parts == 1 || part_reduce<2>(acc, a.part + (size_t)(tiles_sh + gp.tile) * MOE_PARTS_MAX * 256,
-                                                    a.pcnt + tiles_sh + gp.tile, gp.part, gp.parts, lane)) {
+                if (ksg == 1 || part_reduce<2>(acc, a.part + (size_t)(tiles_sh + gp.tile) * MOE_PARTS_MAX * 256,
+                                               a.pcnt + tiles_sh + gp.tile, gp.part, ksg, lane)) {
                     const float pg = a.post13[2 * e], pu = a.post13[2 * e + 1];
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
