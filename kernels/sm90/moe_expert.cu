@@ -1414,18 +1414,18 @@ __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, 
     const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
     const bool batch = CMB_BATCH && topk <= CMB_MAXK && t < T && c < H;
     int p[CMB_MAXK];
-    if (batch && inv_ready)   /* v33: one dependent round trip fewer after the wait */
+    auto load_inv = [&] {   /* token t's pairs (through L2: another launch wrote them) */
 #pragma unroll
         for (int k = 0; k < CMB_MAXK; k++) p[k] = k < topk ? __ldcg(inv + (size_t)t * topk + k) : -1;
+    };
+    if (batch && inv_ready) load_inv();   /* v33: one dependent round trip fewer after the wait */
     moe_pdl_wait();
     moe_pdl_release();
     if (t >= T || c >= H) return;
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
     if (batch) {
         float4 v[CMB_MAXK];
-        if (!inv_ready)
-#pragma unroll
-            for (int k = 0; k < CMB_MAXK; k++) p[k] = k < topk ? inv[(size_t)t * topk + k] : -1;
+        if (!inv_ready) load_inv();
 #pragma unroll
         for (int k = 0; k < CMB_MAXK; k++)
             v[k] = p[k] >= 0 ? *(const float4 *)(y + (size_t)p[k] * H + c) : make_float4(0.f, 0.f, 0.f, 0.f);
