@@ -179,7 +179,7 @@ typedef struct {
     int ks_gu, ks_sh;                         /* v17, moe_experts_fused1 with T <= 8: K parts (1..MOE_PARTS_MAX,
                                                  dividing H/128) of a routed / the shared gate/up 16-row tile */
     float *part;                              /* with parts: fp32 partial sums, MOE_PARTS_MAX KB per tile of
-                                                 (I/16) * (1 + min(8 * topk, E)) tiles */
+                                                 MOE_PART_TILES(I, topk, E) tiles */
     unsigned *pcnt;                           /* their arrival counts, one word per tile, zeroed (every completed
                                                  launch leaves them zero) */
     int sh_row0;                              /* set by moe_experts_fused1: the shared expert's first row in
@@ -220,7 +220,11 @@ typedef struct {
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4
-/* v34: the split down items' slots the one expert launch may use (one per warp of its grid of `grid` blocks) */
+/* moe_expert_args.part's (and pcnt's) gate/up tiles: the shared expert's I / 16, then those of at most 8 * topk routed
+ * experts (the T <= 8 launch) */
+#define MOE_PART_TILES(I, topk, E) ((size_t)((I) / MOE_TILE_ROWS) * (1 + (size_t)(8 * (topk) < (E) ? 8 * (topk) : (E))))
+/* v34: the split down items' slots the one expert launch may use after those (one per warp of its grid of `grid`
+ * blocks) */
 #define MOE_DN_SPLIT_SLOTS(grid) ((size_t)(grid) * MOE_WARPS)
 /* the ticket counters, and the fused launch's done counts, one 128-byte line per key: an expert (0..E, E the
  * shared expert) or a token chunk's first pair (0..P - 1, P = max tokens x topk; v19) */

@@ -384,8 +384,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     W->grid_f1s = sms * fb;
     {   /* v17: K-part partial sums of the T <= 8 fused launch (moe_expert_args.part, .pcnt): the shared expert's gate/up
            tiles, then those of at most 8 * topk routed experts; v34, MOE_DN_SPLIT builds: then the split down items' */
-        const size_t ptiles = (size_t)(I / MOE_TILE_ROWS) * (1 + (size_t)(8 * K < E ? 8 * K : E)) +
-                              (moe_dn_split_built() ? MOE_DN_SPLIT_SLOTS(W->grid_f1s) : 0);
+        const size_t ptiles =
+            MOE_PART_TILES(I, K, E) + (moe_dn_split_built() ? MOE_DN_SPLIT_SLOTS(W->grid_f1s) : 0);
         CK(cudaMalloc((void **)&W->part, ptiles * MOE_PARTS_MAX * 1024), "cudaMalloc(part)");
         CK(cudaMalloc((void **)&W->pcnt, ptiles * sizeof(unsigned)), "cudaMalloc(pcnt)");
         CK(cudaMemset(W->pcnt, 0, ptiles * sizeof(unsigned)), "cudaMemset(pcnt)");

@@ -696,9 +696,9 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             } else {
                 const float post = a.post2[e];
 #if MOE_DN_SPLIT
-                /* a K part's split item: its slot after part's tiles, I / 16 x (1 + min(8 topk, E)) (moe_cuda's) */
+                /* a K part's split item: its slot after part's tiles (sh_row0 = T x topk) */
                 const int dsi = (wi - wsd - (nd - dsp)) >> 1;
-                const size_t ptl = (size_t)tiles_sh * (1 + min(8 * (a.sh_row0 / a.T), nE)) + dsi;
+                const size_t ptl = MOE_PART_TILES(a.I, a.sh_row0 / a.T, nE) + dsi;
                 if (dpart < 0 || part_reduce<2>(acc, a.part + ptl * MOE_PARTS_MAX * 256, a.pcnt + ptl, dpart, 2, lane))
 #endif
 #pragma unroll

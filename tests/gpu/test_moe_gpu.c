@@ -991,13 +991,14 @@ int main(int argc, char **argv)
     {   /* v33: the combine released early (the default), and not */
         const int ce = W.fs_cmb_early_max_t;
         for (int v = 0; v < 2; v++) {
+            const char *how = v ? "after it" : "released early";
+            char nm[96], nms[96];
             W.fs_cmb_early_max_t = v ? 0 : 8;
-            const char *nm = v ? "V4-Flash dims, one expert launch, combine after it"
-                               : "V4-Flash dims, one expert launch, combine released early";
+            snprintf(nm, sizeof nm, "V4-Flash dims, one expert launch, combine %s", how);
+            snprintf(nms, sizeof nms, "V4-Flash dims skewed, one expert launch, combine %s", how);
             run_case(nm, &M, &L, &W, 1, 0);
             run_case(nm, &M, &L, &W, 8, 0);
-            run_case(v ? "V4-Flash dims skewed, one expert launch, combine after it"
-                       : "V4-Flash dims skewed, one expert launch, combine released early", &M, &L, &W, 8, 1);
+            run_case(nms, &M, &L, &W, 8, 1);
         }
         W.fs_cmb_early_max_t = ce;
     }
