@@ -211,21 +211,12 @@ typedef struct {
     int wide_early;                           /* v27, moe_experts_fused1: its wide gate/up right after the 2-tile gate/up
                                                  (1: before the fused launch) or after the fused launch (2) instead of
                                                  after the 2-tile down (0) */
-    int dn_split;                             /* v34, prepared (builds with -DMOE_DN_SPLIT=1; others ignore it, see
-                                                 moe_dn_split_built): in the one expert launch's 4-block form (T <= 8,
-                                                 128-row down items) some of its last routed down items in 2 K parts:
-                                                 < 0 as many as fill the warps the down items leave idle, > 0 at most
-                                                 this many. Their sums need MOE_DN_SPLIT_SLOTS(grid) more slots after
-                                                 part's and pcnt's tiles (2 KB and one word each) */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4
 /* moe_expert_args.part's (and pcnt's) gate/up tiles: the shared expert's I / 16, then those of at most 8 * topk routed
  * experts (the T <= 8 launch) */
 #define MOE_PART_TILES(I, topk, E) ((size_t)((I) / MOE_TILE_ROWS) * (1 + (size_t)(8 * (topk) < (E) ? 8 * (topk) : (E))))
-/* v34: the split down items' slots the one expert launch may use after those (one per warp of its grid of `grid`
- * blocks) */
-#define MOE_DN_SPLIT_SLOTS(grid) ((size_t)(grid) * MOE_WARPS)
 /* the ticket counters, and the fused launch's done counts, one 128-byte line per key: an expert (0..E, E the
  * shared expert) or a token chunk's first pair (0..P - 1, P = max tokens x topk; v19) */
 #define MOE_TICKET_WORDS(E, P) (32 + 32 * (((size_t)(E) > (size_t)(P) ? (size_t)(E) : (size_t)(P)) + 1))
@@ -329,8 +320,6 @@ cudaError_t moe_trace_set(unsigned long long *buf);
 /* v32: the T <= 8 kernel's item log (kernels/common/moe_trace.cuh moe_trace_item; builds with -DMOE_TRACE_ITEMS=1 and
  * the stage trace on): buf[0] = 0, buf[1] = capacity in records, then 2 words per record; NULL turns it off. */
 cudaError_t moe_ilog_set(unsigned long long *buf);
-/* v34: 1 if the kernels were built with -DMOE_DN_SPLIT=1 (moe_expert_args.dn_split takes effect), else 0 */
-int moe_dn_split_built(void);
 
 /* ---- bench helpers (moe_bench_kernels.cu) */
 /* Reads n bytes (multiple of 16) and writes one word per block to sink. */

@@ -293,7 +293,6 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->fs_b5_max_t = 0;        /* 7 -2.8 %, skewed 2-7 -3.7..6 %); v32 (3)-(4): off (0-0), the 4-block form with the
                                   early refill (MOE_ER_S) is faster at random 1-6 (1 -4 %, 2 -3 %, 3 -2.7 %, 4 -4 %,
                                   5 -3.5 %, 6 -2.4 %, 8 -2 %), 7 equal, skewed 2-7 +1..2 %, skewed 8 -3 % */
-    W->fs_dn_split = 0;        /* v34, prepared: the one launch's last down items in K halves (MOE_DN_SPLIT builds) */
     W->fs_cmb_early_max_t = 8; /* v33 (6): the one launch releasing the combine early (one process, two pairs: 1 -2.2 %,
                                   skewed 1 -3.2 %, 2 -0.4 %, skewed 2 -1.6 %, 4 -0.7 %, 8 and skewed 4-8 equal) */
     W->tok1_max = 16;          /* v19: experts with 9..16 tokens as two token chunks of the 1-tile launches ... */
@@ -383,9 +382,8 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     if (fb < 1) return fail("the fused expert kernel cannot be resident on this device");
     W->grid_f1s = sms * fb;
     {   /* v17: K-part partial sums of the T <= 8 fused launch (moe_expert_args.part, .pcnt): the shared expert's gate/up
-           tiles, then those of at most 8 * topk routed experts; v34, MOE_DN_SPLIT builds: then the split down items' */
-        const size_t ptiles =
-            MOE_PART_TILES(I, K, E) + (moe_dn_split_built() ? MOE_DN_SPLIT_SLOTS(W->grid_f1s) : 0);
+           tiles, then those of at most 8 * topk routed experts */
+        const size_t ptiles = MOE_PART_TILES(I, K, E);
         CK(cudaMalloc((void **)&W->part, ptiles * MOE_PARTS_MAX * 1024), "cudaMalloc(part)");
         CK(cudaMalloc((void **)&W->pcnt, ptiles * sizeof(unsigned)), "cudaMalloc(pcnt)");
         CK(cudaMemset(W->pcnt, 0, ptiles * sizeof(unsigned)), "cudaMemset(pcnt)");
@@ -565,7 +563,6 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         ar.early_sh = T <= W->fs_early_sh_max_t;
         ar.one_launch = T >= W->fs_b5_min_t && T <= W->fs_b5_max_t && W->fs_rm != 1 ? 2 : 1;   /* 5 blocks: rm 2 */
         ar.fuse_early = inv_ready = T <= W->fs_cmb_early_max_t;   /* v33: the combine launched during the drain */
-        ar.dn_split = W->fs_dn_split;
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu,
                               ar.one_launch == 2 ? W->grid_f1s5 : W->grid_f1s, W->h, W->y, st),
            "experts (one launch)");

@@ -93,9 +93,6 @@ typedef struct {
                                          first items start before the wait on the lists */
     int fs_b5_min_t, fs_b5_max_t;     /* v31: ... at these batches with 5 blocks per SM (96 registers; fs_rm 2
                                          only), else 4 (v32: default 0-0, none) */
-    int fs_dn_split;                  /* v34, prepared: some of its last routed down items in 2 K parts each, < 0 as
-                                         many as fill the idle warps, > 0 at most this many (moe_expert_args.dn_split;
-                                         only in kernels built with -DMOE_DN_SPLIT=1, moe_dn_split_built; default 0) */
     int fs_cmb_early_max_t;           /* v33: ... up to this batch releasing the combine right after its wait on the
                                          lists (moe_expert_args.fuse_early), so the combine's blocks take the SMs
                                          its drain frees and read inv before their wait (moe_combine inv_ready) */

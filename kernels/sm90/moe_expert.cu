@@ -478,21 +478,6 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
 #ifndef MOE_SMALL_ONE_LOOP
 #define MOE_SMALL_ONE_LOOP 1
 #endif
-/* v34, prepared and not yet measured (moe_expert_args.dn_split): in the 4-block T <= 8 form some of the launch's last
- * routed down items in 2 K parts each, where warps would otherwise sit idle. Why (bench/NOTES.md v33 (1)): v32's
- * halves (split the last DS items) lost at every random batch, where the down items outnumber the warps, and won 5-8 %
- * at skewed routing, where 768 down items leave most of 2112 warps idle; at batch 1 (768 down items) with whole gate/up
- * tiles (KX 0) they gave 65.1 -> 60.4 us, but needed ks_gu 1 (their sums used the routed gate/up tiles' part slots), so
- * batch 1's default (2 gate/up K parts) could not have them. Here the parts have slots of their own after part's and
- * pcnt's tiles (one per warp of the grid, MOE_DN_SPLIT_SLOTS), so any ks_gu goes, and dn_split < 0 splits only as many as fill the idle warps:
- * min(nd, nw - nd) of the nd down items for nw warps (0 where nd >= nw: random 3-8 unchanged); dn_split > 0 splits
- * min(dn_split, nd, nw) as v32 did. The split items are numbered after every other item; part 1 starts ncd / 2 chunks
- * on (h at I / 2, the second tile still ncd chunks on); the warp completing a pair writes y. 0 (the default) compiles it
- * out, so the default build's kernels are unchanged. */
-#ifndef MOE_DN_SPLIT
-#define MOE_DN_SPLIT 0
-#endif
-extern "C" int moe_dn_split_built(void) { return MOE_DN_SPLIT; }
 /* A routed gate/up warp-item's tile (among the launch's routed gate/up tiles) and its K part */
 struct GuPart {
     int tile, part;
@@ -564,15 +549,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                             moe_tok1(a.tok1_max));
     const int wg = nsg + s_ig[nE] * MOE_WARPS * ksg;          /* every gate/up warp-item */
     const int wsd = wg + (sh ? a.H / MOE_TILE_ROWS : 0);      /* + the shared down's */
-#if MOE_DN_SPLIT
-    const int nd = s_id[nE] * MOE_WARPS;   /* routed down warp-items (whole); the last dsp of them as 2 K parts each */
-    const int dsp = !(SMALL == 1 && RM == 2 && MOE_SMALL_ONE_LOOP) || a.dn_split == 0 ? 0
-                    : a.dn_split > 0 ? min(min(a.dn_split, nd), nw)
-                                     : max(0, min(nd, nw - nd));
-    const int wtot = wsd + nd + dsp;
-#else
     const int wtot = wsd + s_id[nE] * MOE_WARPS;
-#endif
     const size_t rtg = (size_t)ncg * 2 * moe_fp4_chunk_bytes(FMT), rtd = (size_t)ncd * moe_fp4_chunk_bytes(FMT);
     const unsigned need = (unsigned)(a.I / MOE_TILE_ROWS);   /* gate/up tiles of one token chunk of an expert */
     constexpr int SF = SMALL ? MOE_STATIC_FIRST : MOE_STATIC_FIRST_L;
@@ -591,20 +568,8 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const int t = gu_part(w).tile;
             return decode_item<1>(s_ig, s_off, nE, t >> 2, t & 3, false);
         }
-#if MOE_DN_SPLIT
-        int t = w - wsd;
-        if (dsp && t >= nd - dsp) t = nd - dsp + ((t - (nd - dsp)) >> 1);   /* a K part: its whole item */
-        return decode_item<1>(s_id, s_off, nE, t >> 2, t & 3, false);
-#else
         return decode_item<1>(s_id, s_off, nE, (w - wsd) >> 2, (w - wsd) & 3, false);
-#endif
     };
-#if MOE_DN_SPLIT
-    auto dn_part = [&](int w) {   /* the K part (0, 1) of routed down warp-item w, -1 for a whole one */
-        const int t = w - wsd - (nd - dsp);
-        return dsp && t >= 0 ? t & 1 : -1;
-    };
-#endif
     if (a.fuse_early) moe_pdl_release();
     /* an early warp has taken its first own item (gw) already: its second (gw + nw) is next */
     int wi = SF >= 1 ? min(early ? gw + nw : gw, wtot) : take();
@@ -646,23 +611,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const GuPart gp = gu_part(wi), gq = gu_part(wn);   /* this item's and the next's (where gate/up) */
             const size_t cb2 = (size_t)2 * moe_fp4_chunk_bytes(FMT);
             const size_t pb = (size_t)ncp * cb2;                  /* bytes of a gate/up K part */
-#if MOE_DN_SPLIT   /* a down K part: half the chunks (the second 16-row tile still ncd chunks on: mmul ncd) */
-            const int dpart = gu ? -1 : dn_part(wi), ndpart = dn_part(wn), ncx = dpart < 0 ? ncd : ncd / 2;
-            const size_t dh = (size_t)(ncd / 2) * moe_fp4_chunk_bytes(FMT), d0 = dpart > 0 ? dh : 0,
-                         d1 = ndpart > 0 ? dh : 0;
-            const int dk = ncx * 128, dx = dpart > 0 ? ncd / 2 * 128 : 0, dkx = dpart < 0 ? 0 : a.I;
-            const bool has_next = gu ? wn < wg && ncp % D == 0 : wn < wtot && ncx % D == 0;
-            const uint8_t *rt = gu ? a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg + gp.part * pb
-                                   : a.w2 + (size_t)e * a.w2_stride + (size_t)r * 2 * rtd + d0;
-            const uint8_t *nrt = !has_next ? NULL
-                                 : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg +
-                                            (size_t)gq.part * ncp * cb2
-                                      : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd + d1;
-            fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S, 0, ER>(
-                rt, gu ? ncp * 128 : dk, ring, gu ? x + gp.part * ncp * 128 : h + dx, gu ? pair_tok : NULL, prow, acc,
-                primed, nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : dkx,
-                gu);
-#else
             const bool has_next = gu ? wn < wg && ncp % D == 0 : wn < wtot && ncd % D == 0;
             const uint8_t *rt = gu ? a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg + gp.part * pb
                                    : a.w2 + (size_t)e * a.w2_stride + (size_t)r * 2 * rtd;
@@ -673,7 +621,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S, 0, ER>(
                 rt, gu ? ncp * 128 : a.I, ring, gu ? x + gp.part * ncp * 128 : h, gu ? pair_tok : NULL, prow, acc,
                 primed, nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0, gu);
-#endif
             primed = has_next;
             if (gu) {
                 if (ksg == 1 || part_reduce<2>(acc, a.part + (size_t)(tiles_sh + gp.tile) * MOE_PARTS_MAX * 256,
@@ -695,12 +642,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                 if (tr) moe_trace_item(MOE_TR_GU1, t_item, pb);
             } else {
                 const float post = a.post2[e];
-#if MOE_DN_SPLIT
-                /* a K part's split item: its slot after part's tiles (sh_row0 = T x topk) */
-                const int dsi = (wi - wsd - (nd - dsp)) >> 1;
-                const size_t ptl = MOE_PART_TILES(a.I, a.sh_row0 / a.T, nE) + dsi;
-                if (dpart < 0 || part_reduce<2>(acc, a.part + ptl * MOE_PARTS_MAX * 256, a.pcnt + ptl, dpart, 2, lane))
-#endif
 #pragma unroll
                 for (int m = 0; m < 2; m++)
 #pragma unroll
@@ -708,11 +649,7 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                         const int row = (r * 2 + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                         if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
                     }
-#if MOE_DN_SPLIT
-                if (tr) moe_trace_item(MOE_TR_DN1, t_item, dpart < 0 ? 2 * rtd : rtd);
-#else
                 if (tr) moe_trace_item(MOE_TR_DN1, t_item, 2 * rtd);
-#endif
             }
         } else if (wi < wg) {   /* gate/up: 16 rows of gate and of up for one <= 8-token chunk of the expert */
             const int part = SMALL ? (wi - nsg) % ksg : 0;
@@ -1020,13 +957,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
         b.down_rm = rm;
         /* at most: every pair's gate/up tiles x K parts and down items, the shared expert's items */
         const long P = (long)T * topk, tg = a->I / MOE_TILE_ROWS, td = a->H / MOE_TILE_ROWS;
-        /* MOE_DN_SPLIT: rm 2 and the 4-block form only, every K part at least D chunks in whole ring rounds (the ring's
-           tail prefetch); the caller's part / pcnt hold MOE_DN_SPLIT_SLOTS(grid_fused) more slots */
-        b.dn_split = MOE_DN_SPLIT && rm == 2 && form == 1 && (a->I / 128) % (2 * MOE_GU_D) == 0 && a->part && a->pcnt
-                         ? a->dn_split
-                         : 0;
-        const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0) +
-                           (b.dn_split ? P * (td / rm) : 0);
+        const long items = P * (tg * ksg + td / rm) + (a->has_shared ? tg * kss + td : 0);
         const int nb = (int)(items / MOE_WARPS + 1 < grid_fused ? items / MOE_WARPS + 1 : grid_fused);
         return moe_launch(experts1_fn(a->fmt, rm, form), dim3(nb), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h,
                           y);

@@ -967,27 +967,6 @@ int main(int argc, char **argv)
     W.fs_ks_gu = 4;
     run_case("V4-Flash dims, one expert launch, 4 K parts", &M, &L, &W, 2, 0);
     W.fs_ks_gu = 2;
-    if (moe_dn_split_built()) {   /* v34 (MOE_DN_SPLIT builds; it needs I / 128 a multiple of 8): the one launch's last
-                                     down items in K halves, those that fill idle warps (-1), at most 96, or all, with
-                                     the default K parts of gate/up (2 at batch 1) and with whole tiles */
-        const int ds = W.fs_dn_split, kx = W.fs_ks_max_t;
-        for (int v = 0; v < 4; v++) {
-            static const int dsv[4] = {-1, 96, 1 << 20, -1};
-            char nm[112];
-            W.fs_dn_split = dsv[v], W.fs_ks_max_t = v == 3 ? 0 : kx;
-            snprintf(nm, sizeof nm, "V4-Flash dims, one expert launch, last down items in K halves (DS %d, KX %d)",
-                     W.fs_dn_split, W.fs_ks_max_t);
-            run_case(nm, &M, &L, &W, 1, 0);
-            run_case(nm, &M, &L, &W, 2, 0);
-            run_case(nm, &M, &L, &W, 8, 0);
-            run_case(nm, &M, &L, &W, 8, 0);   /* back to back: the counts it leaves must be zero */
-            run_case(nm, &M, &L, &W, 1, 1);   /* skewed */
-            run_case(nm, &M, &L, &W, 8, 1);
-        }
-        W.fs_dn_split = ds, W.fs_ks_max_t = kx;
-    } else {
-        printf("  (V4-Flash dims, last down items in K halves: skipped, kernels built without MOE_DN_SPLIT)\n");
-    }
     {   /* v33: the combine released early (the default), and not */
         const int ce = W.fs_cmb_early_max_t;
         for (int v = 0; v < 2; v++) {
