@@ -500,7 +500,7 @@ static int bench_moe(int argc, char **argv)
              * NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF (moe_cuda_ws.pf, default 0) up to batch PM
              * (default 8) with PD MB of routed down weights (default 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 9),
              * top-k and lists as one launch up to batch TL (default 4), the shared launches at the highest
-             * priority SP (moe_cuda_ws.side_prio, default 0; 2: its down launch only), T <= FS (<= 8) as one expert launch (moe_cuda_ws.fuse_small,
+             * priority SP (moe_cuda_ws.side_prio, default 0), T <= FS (<= 8) as one expert launch (moe_cuda_ws.fuse_small,
              * default 8) with routed gate/up tiles in KG K parts (default 2) up to batch KX (default 1), the
              * shared gate/up tiles in KH (default 4) and SR 16-row tiles per down item (default 2), the shared gate/up
              * before the wait on the lists up to batch ES (moe_cuda_ws.fs_early_sh_max_t, default 4), routed experts with up to

@@ -168,8 +168,7 @@ typedef struct {
                                                  tokens, and (pf_sh_dn) the shared expert's, while it
                                                  streams its own: the down launch then reads them from L2 */
     int pf_sh_dn, pf_last;                    /* pf_last: evict_last policy (else evict_normal) */
-    int sh_prio_on, sh_prio;                  /* moe_shared_experts: its launches at priority sh_prio (v16; 1: both,
-                                                 2: the down launch only, v34) */
+    int sh_prio_on, sh_prio;                  /* moe_shared_experts: its launches at priority sh_prio (v16) */
     int sh_xl_min_t;                          /* v24, moe_shared_experts: from this many tokens (0: never) the gate/up
                                                  blocks take 8 * SH_GU_NTT_XL (64) tokens instead of 32 */
     int fuse_early;                           /* moe_experts_fused1: its fused launch releases the 2-tile down

@@ -431,9 +431,9 @@ static int parts_fit(int want, int nc)
 /* The shared expert's own launches on W->side, after what st has queued so far; ev_join marks their end. */
 static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t *x, int T, int topk, cudaStream_t st)
 {
-    cudaStream_t side = W->side_prio == 1 ? W->side_hi : W->side;   /* 2: the down launch's own priority */
+    cudaStream_t side = W->side_prio ? W->side_hi : W->side;
     moe_expert_args b = *a;
-    b.sh_prio_on = W->side_prio;
+    b.sh_prio_on = W->side_prio != 0;
     b.sh_prio = W->prio_hi;
     CK(cudaEventRecord(W->ev_fork, st), "cudaEventRecord(fork)");
     CK(cudaStreamWaitEvent(side, W->ev_fork, 0), "cudaStreamWaitEvent(fork)");

@@ -120,8 +120,7 @@ typedef struct {
     unsigned *pcnt;
     int side_prio;                    /* v16: 1: the shared expert's launches on the second stream at the
                                          highest priority, so their blocks take free SM slots before the
-                                         routed launches' early-launched (waiting) blocks; v34: 2: only its down
-                                         launch (moe_expert_args.sh_prio_on) */
+                                         routed launches' early-launched (waiting) blocks */
     int prio_hi;                      /* the device's highest priority */
     cudaStream_t side_hi;             /* the second stream at that priority */
     int topk_lists_max_t;             /* top-k and lists as one launch up to this batch (<= MOE_FUSED_ROUTER_MAX_T) */

@@ -1099,12 +1099,6 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     if (NM == 2 && !SH_EARLY) moe_pdl_release();
 }
 
-/* the shared launch's priority (moe_launch_prio): sh_prio_on 1 both, 2 the down launch (NM 1) only */
-static const int *sh_prio(const moe_expert_args *a, int nm)
-{
-    return a->sh_prio_on == 1 || (a->sh_prio_on == 2 && nm == 1) ? &a->sh_prio : (const int *)0;
-}
-
 template <int NM, int NTT>
 static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
                                  cudaStream_t st)
@@ -1119,7 +1113,7 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
     }
     const int rows = NM == 2 ? a->I : a->H;
     return moe_launch_prio(k_shared_fp8<NM, NTT>, dim3((T + 8 * NTT - 1) / (8 * NTT), rows / MOE_ROWS_PER_ITEM),
-                           dim3(128), sm, st, sh_prio(a, NM), *a, x, T, topk, h, y);
+                           dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
 /* SW (v25; moe_expert_args.sh_wg_min_t, bench/NOTES.md v25): the same two GEMMs as k_shared_fp8 on wgmma. One
@@ -1295,7 +1289,7 @@ static cudaError_t shared_launch_wg(const moe_expert_args *a, const uint16_t *x,
     }
     const int rows = NM == 2 ? a->I : a->H;
     return moe_launch_prio(k_shared_wg<NM, NT, FOLD>, dim3((T + 8 * NT - 1) / (8 * NT), rows / MOE_ROWS_PER_ITEM),
-                           dim3(128), sm, st, sh_prio(a, NM), *a, x, T, topk, h, y);
+                           dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
 /* SW's two launches, gate/up then down, with NT n-tiles (8 NT tokens) per block */
