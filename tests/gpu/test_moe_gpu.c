@@ -15,6 +15,9 @@
 #include "moe_kernels.h"
 
 static int g_fail = 0;
+/* v34: run_case also replays its forward from a CUDA graph (as sluice-bench times it), twice, on poisoned outputs and
+ * workspace, and asks for the stream run's output bit for bit (every reduction has a fixed order) */
+static int g_graph_check = 0;
 #define CHECK(c, ...) do { if (!(c)) { printf("FAIL: " __VA_ARGS__); printf("\n"); g_fail = 1; } } while (0)
 #define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     printf("FAIL: %s: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
@@ -310,14 +313,40 @@ static void run_case(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws 
             ref2 += y[o] * y[o];
         }
     }
+    int graph_diff = 0;
+    if (g_graph_check) {
+        cudaStream_t gst;
+        cudaGraph_t gr;
+        cudaGraphExec_t gx;
+        float *og = malloc((size_t)T * H * 4);
+        CU(cudaStreamCreateWithFlags(&gst, cudaStreamNonBlocking));
+        CU(cudaStreamBeginCapture(gst, cudaStreamCaptureModeThreadLocal));
+        if (moe_cuda_forward(L, W, dx, dtok, T, dout, gst)) exit(1);
+        CU(cudaStreamEndCapture(gst, &gr));
+        CU(cudaGraphInstantiateWithFlags(&gx, gr, cudaGraphInstantiateFlagUseNodePriority));
+        for (int r = 0; r < 2; r++) {
+            CU(cudaMemsetAsync(dout, 0xFF, (size_t)T * H * 4, gst));
+            CU(cudaMemsetAsync(W->y, 0xFF, (size_t)W->max_tokens * (K + 1) * H * 4, gst));
+            CU(cudaGraphLaunch(gx, gst));
+            CU(cudaStreamSynchronize(gst));
+            CU(cudaMemcpy(og, dout, (size_t)T * H * 4, cudaMemcpyDeviceToHost));
+            graph_diff += memcmp(og, out, (size_t)T * H * 4) != 0;
+        }
+        CU(cudaGraphExecDestroy(gx));
+        CU(cudaGraphDestroy(gr));
+        CU(cudaStreamDestroy(gst));
+        free(og);
+    }
     const double rel = sqrt(err2 / ref2);
     printf("%-34s T=%-4d rel_l2=%.3e  weight_err=%.1e  idx_mismatch=%d near_ties=%d nonfinite=%d\n", name, T, rel, werr,
            idx_mismatch, near_ties, nan_out);
+    if (g_graph_check) printf("  (2 graph replays: %s)\n", graph_diff ? "DIFFER" : "bit-identical to the stream run");
     CHECK(rel < 1e-2, "%s T=%d: relative L2 %.3e >= 1e-2", name, T, rel);
     CHECK(nan_out == 0, "%s T=%d: %d outputs not written / not finite", name, T, nan_out);
     CHECK(idx_mismatch == 0, "%s T=%d: %d tokens routed differently from the reference", name, T, idx_mismatch);
     CHECK(werr < 1e-4, "%s T=%d: routing weight error %.1e", name, T, werr);
     CHECK(near_ties <= T / 50 + 1, "%s T=%d: too many near ties (%d)", name, T, near_ties);
+    CHECK(graph_diff == 0, "%s T=%d: %d of 2 graph replays differ from the stream run", name, T, graph_diff);
     free(x); free(xb); free(tok); free(bias); free(out); free(gw); free(gi); free(y); free(sc); free(sel); free(ri);
     cudaFree(dx); cudaFree(dtok); cudaFree(dout);
 }
@@ -827,6 +856,24 @@ int main(int argc, char **argv)
         W.shared_fork = fk;
         W.shared_min_t = sh;
     }
+    {   /* v34: the combine joined to the shared launches through their down's programmatic event (JP), each case also
+           replayed from a graph; the default join once the same way */
+        const int fk = W.shared_fork;
+        g_graph_check = 1;
+        run_case("nvfp4, shared joined at completion", &M, &L, &W, 64, 0);
+        W.shared_join_pdl = 1;
+        static const int jt[] = {9, 16, 64, 128, 200};
+        for (int i = 0; i < 5; i++) run_case("nvfp4, shared joined programmatically", &M, &L, &W, jt[i], 0);
+        run_case("nvfp4 skewed, shared joined programmatically", &M, &L, &W, 257, 1);
+        W.shared_fork = 2;
+        run_case("nvfp4, shared joined programmatically, fork 2", &M, &L, &W, 64, 0);
+        W.shared_fork = 3;
+        run_case("nvfp4, shared joined programmatically, fork 3", &M, &L, &W, 64, 0);
+        W.shared_fork = 4;   /* joined before the routed launches: the completion join stays */
+        run_case("nvfp4, shared joined programmatically, fork 4", &M, &L, &W, 64, 0);
+        W.shared_fork = fk, W.shared_join_pdl = 0;
+        g_graph_check = 0;
+    }
     for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items;
                                        CUDA-core router logits at every batch) */
         static const char *nm[3] = {"nvfp4, v10 launch order", "nvfp4, 128-row down, logits 8-tok/4-part", "nvfp4, v10 order, 128-row down"};
@@ -981,10 +1028,14 @@ int main(int argc, char **argv)
         }
         W.fs_cmb_early_max_t = ce;
     }
-    {   /* the shared expert's own launches at full K (ring refills) */
+    {   /* the shared expert's own launches at full K (ring refills); v34: joined programmatically, from a graph too */
         const int sh = W.shared_min_t;
         W.shared_min_t = 1;
         run_case("V4-Flash dims, shared launches", &M, &L, &W, 16, 0);
+        W.shared_join_pdl = 1, g_graph_check = 1;
+        run_case("V4-Flash dims, shared joined programmatically", &M, &L, &W, 16, 0);
+        run_case("V4-Flash dims skewed, shared joined programmatically", &M, &L, &W, 12, 1);
+        W.shared_join_pdl = 0, g_graph_check = 0;
         W.shared_min_t = sh;
     }
     run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 7, 0);
