@@ -254,12 +254,9 @@ cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm
  * serves 16 tokens (T <= 64) or 32 (gate/up) / 64 (down) tokens instead of 8 or 16 in the routed
  * kernels' shared items, and the block's activation rows are staged once in shared memory for its 4
  * warps. Needs a->has_shared; same numerics as the shared items (bf16 products, fp32 accumulation, the
- * fp32 block scale applied per 128x128 chunk); every output has one owner: deterministic. dn_ev (v34): NULL, or an
- * event (cudaEventDisableTiming) the down launch records as a programmatic event, triggered as each of its blocks
- * starts (moe_launch_ex): a kernel that waits on it from another stream may start while the down runs and sees its
- * results after moe_pdl_wait (moe_combine). */
+ * fp32 block scale applied per 128x128 chunk); every output has one owner: deterministic. */
 cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                               cudaEvent_t dn_ev, cudaStream_t st);
+                               cudaStream_t st);
 /* out[t][H] = sum_k y[inv[t][k]] + ysh[t] (fixed order: deterministic); ysh: the shared expert's
  * rows [T][H] or NULL. inv_ready (v33): inv is complete whenever this launch starts (the launch before it releases
  * its dependents only after its own wait on the lists), so it is read before the wait on that launch. */

@@ -334,7 +334,6 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
                                   (1: forked before the router, 2: after it, beside the routed launches only) */
     W->side_prio = 0;
-    W->shared_join_pdl = 0;    /* v34 (4): prepared, measured in bench/NOTES.md */
 }
 
 int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
@@ -369,7 +368,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaStreamCreateWithPriority(&W->side_hi, cudaStreamNonBlocking, W->prio_hi), "cudaStreamCreate(side, high)");
     CK(cudaEventCreateWithFlags(&W->ev_fork, cudaEventDisableTiming), "cudaEventCreate(fork)");
     CK(cudaEventCreateWithFlags(&W->ev_join, cudaEventDisableTiming), "cudaEventCreate(join)");
-    CK(cudaEventCreateWithFlags(&W->ev_join_pdl, cudaEventDisableTiming), "cudaEventCreate(join, programmatic)");
     int dev, sms, fb;
     CK(cudaGetDevice(&dev), "cudaGetDevice");
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
@@ -411,7 +409,6 @@ void moe_cuda_ws_free(moe_cuda_ws *W)
         if (p[i]) cudaFree(p[i]);
     if (W->ev_fork) cudaEventDestroy(W->ev_fork);
     if (W->ev_join) cudaEventDestroy(W->ev_join);
-    if (W->ev_join_pdl) cudaEventDestroy(W->ev_join_pdl);
     if (W->side) cudaStreamDestroy(W->side);
     if (W->side_hi) cudaStreamDestroy(W->side_hi);
     memset(W, 0, sizeof *W);
@@ -431,8 +428,7 @@ static int parts_fit(int want, int nc)
     return k;
 }
 
-/* The shared expert's own launches on W->side, after what st has queued so far; ev_join marks their end, and with
- * shared_join_pdl ev_join_pdl the start of every block of their down launch (a programmatic event). */
+/* The shared expert's own launches on W->side, after what st has queued so far; ev_join marks their end. */
 static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t *x, int T, int topk, cudaStream_t st)
 {
     cudaStream_t side = W->side_prio ? W->side_hi : W->side;
@@ -441,8 +437,7 @@ static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t 
     b.sh_prio = W->prio_hi;
     CK(cudaEventRecord(W->ev_fork, st), "cudaEventRecord(fork)");
     CK(cudaStreamWaitEvent(side, W->ev_fork, 0), "cudaStreamWaitEvent(fork)");
-    CK(moe_shared_experts(&b, x, T, topk, W->h, W->y, W->shared_join_pdl ? W->ev_join_pdl : NULL, side),
-       "shared expert");
+    CK(moe_shared_experts(&b, x, T, topk, W->h, W->y, side), "shared expert");
     CK(cudaEventRecord(W->ev_join, side), "cudaEventRecord(join)");
     return 0;
 }
@@ -553,7 +548,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     MARK(3);
     /* forked after the router: beside the routed launches only */
     if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, st)) return -1;
-    if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, NULL, st), "shared expert");
+    if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
     /* forked before the router and joined before the routed launches (4): the shared expert overlaps only the
      * router, as it does in stream mode when the host's launches are slower than the router */
     if (fork && W->shared_fork == 4) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");
@@ -587,10 +582,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     MARK(5);
     /* the shared expert's rows follow the routed pairs (off[E] = T * topk: every router index is valid) */
     const float *ysh = s->has_shared ? W->y + (size_t)T * K * H : NULL;
-    if (fork && W->shared_join_pdl && W->shared_fork != 4)   /* v34: the combine may start while the down runs */
-        CK(cudaStreamWaitEvent(st, W->ev_join_pdl, 0), "cudaStreamWaitEvent(join, programmatic)");
-    else if (fork)
-        CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");
+    if (fork) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");
     CK(moe_combine(W->y, W->inv, ysh, T, H, K, inv_ready, out, st), "combine");
     MARK(6);
 #undef MARK

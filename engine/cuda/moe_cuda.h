@@ -73,10 +73,6 @@ typedef struct {
                                          the routed launches only), 3: after the logits (v19), 4: before
                                          the router and joined before the routed launches (v21), 0: in
                                          the layer's stream */
-    int shared_join_pdl;              /* v34: the combine joins them through the shared down's programmatic event
-                                         (ev_join_pdl, moe_expert_args.sh_dn_event) instead of their completion,
-                                         so it is launched while the down runs and waits in its griddepcontrol.wait
-                                         (forks 1-3) */
     int dyn_items;                    /* v15: routed launches without shared items hand out their tiles to
                                          warps from counters (moe_expert_args.tickets, .dyn): bit 0 the
                                          1-tile launches, bit 1 the 2-tile ones */
@@ -150,7 +146,7 @@ typedef struct {
     int pf_dn_mb;
     unsigned *tickets;                /* those counters, MOE_TICKET_WORDS(E, max_tokens * topk) words */
     cudaStream_t side;                /* that stream, and its fork / join events */
-    cudaEvent_t ev_fork, ev_join, ev_join_pdl;
+    cudaEvent_t ev_fork, ev_join;
     int fused_max_t;                  /* batches up to this (<= MOE_FUSED_MAX_T) run the one-launch layer
                                          (moe_fused_small); default 0: never (v13 measured it no faster
                                          than the launch sequence, bench/NOTES.md) */

@@ -14,44 +14,27 @@ __device__ __forceinline__ void moe_pdl_release() { asm volatile("griddepcontrol
 
 /* prio: NULL, or the launch's scheduling priority (cudaLaunchAttributePriority, in the range of
  * cudaDeviceGetStreamPriorityRange; a graph honours it when instantiated with
- * cudaGraphInstantiateFlagUseNodePriority): its blocks take free SM slots before lower-priority ones.
- * pev: NULL, or an event (created with cudaEventDisableTiming) this launch records as a programmatic event
- * (cudaLaunchAttributeProgrammaticEvent, triggered as each block starts): a kernel in another stream that waits on
- * it (cudaStreamWaitEvent) may be launched once every block of this one has started, and must call moe_pdl_wait()
- * before reading what this one writes (the wait covers it as it covers the previous kernel of its own stream). */
+ * cudaGraphInstantiateFlagUseNodePriority): its blocks take free SM slots before lower-priority ones. */
 template <typename... KArgs, typename... Args>
-static cudaError_t moe_launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                                 const int *prio, cudaEvent_t pev, Args &&...args)
+static cudaError_t moe_launch_prio(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                   const int *prio, Args &&...args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    cudaLaunchAttribute at[3];
-    int n = 0;
-    at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[n++].val.programmaticStreamSerializationAllowed = 1;
-    if (prio) {
-        at[n].id = cudaLaunchAttributePriority;
-        at[n++].val.priority = *prio;
-    }
-    if (pev) {
-        at[n].id = cudaLaunchAttributeProgrammaticEvent;
-        at[n].val.programmaticEvent.event = pev;
-        at[n].val.programmaticEvent.flags = 0;
-        at[n++].val.programmaticEvent.triggerAtBlockStart = 1;
-    }
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = n;
+    cfg.numAttrs = 1;
+    if (prio) {
+        at[1].id = cudaLaunchAttributePriority;
+        at[1].val.priority = *prio;
+        cfg.numAttrs = 2;
+    }
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
-}
-
-template <typename... KArgs, typename... Args>
-static cudaError_t moe_launch_prio(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                                   const int *prio, Args &&...args)
-{
-    return moe_launch_ex(kernel, grid, block, smem, st, prio, (cudaEvent_t)0, static_cast<Args &&>(args)...);
 }
 
 template <typename... KArgs, typename... Args>

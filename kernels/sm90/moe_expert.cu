@@ -1101,7 +1101,7 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
 
 template <int NM, int NTT>
 static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                 cudaEvent_t ev, cudaStream_t st)
+                                 cudaStream_t st)
 {
     static int raised;
     /* the warps' weight rings and the staged activations, SH_D chunks each */
@@ -1112,9 +1112,8 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
         raised = 1;
     }
     const int rows = NM == 2 ? a->I : a->H;
-    return moe_launch_ex(k_shared_fp8<NM, NTT>, dim3((T + 8 * NTT - 1) / (8 * NTT), rows / MOE_ROWS_PER_ITEM),
-                         dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0,
-                         ev, *a, x, T, topk, h, y);
+    return moe_launch_prio(k_shared_fp8<NM, NTT>, dim3((T + 8 * NTT - 1) / (8 * NTT), rows / MOE_ROWS_PER_ITEM),
+                           dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
 /* SW (v25; moe_expert_args.sh_wg_min_t, bench/NOTES.md v25): the same two GEMMs as k_shared_fp8 on wgmma. One
@@ -1279,7 +1278,7 @@ static size_t smem_wg()
 
 template <int NM, int NT, int FOLD>
 static cudaError_t shared_launch_wg(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                    cudaEvent_t ev, cudaStream_t st)
+                                    cudaStream_t st)
 {
     static int raised;
     const size_t sm = smem_wg<NM, NT, FOLD>();
@@ -1289,48 +1288,47 @@ static cudaError_t shared_launch_wg(const moe_expert_args *a, const uint16_t *x,
         raised = 1;
     }
     const int rows = NM == 2 ? a->I : a->H;
-    return moe_launch_ex(k_shared_wg<NM, NT, FOLD>, dim3((T + 8 * NT - 1) / (8 * NT), rows / MOE_ROWS_PER_ITEM),
-                         dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0,
-                         ev, *a, x, T, topk, h, y);
+    return moe_launch_prio(k_shared_wg<NM, NT, FOLD>, dim3((T + 8 * NT - 1) / (8 * NT), rows / MOE_ROWS_PER_ITEM),
+                           dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
 /* SW's two launches, gate/up then down, with NT n-tiles (8 NT tokens) per block */
 template <int NT, int FOLD>
 static cudaError_t shared_wg_pair(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                  cudaEvent_t dn_ev, cudaStream_t st)
+                                  cudaStream_t st)
 {
-    const cudaError_t e = shared_launch_wg<2, NT, FOLD>(a, x, T, topk, h, y, (cudaEvent_t)0, st);
-    return e != cudaSuccess ? e : shared_launch_wg<1, NT, FOLD>(a, h, T, topk, h, y, dn_ev, st);
+    const cudaError_t e = shared_launch_wg<2, NT, FOLD>(a, x, T, topk, h, y, st);
+    return e != cudaSuccess ? e : shared_launch_wg<1, NT, FOLD>(a, h, T, topk, h, y, st);
 }
 
 /* SW: the partials form (32-token blocks below 256 tokens, 64 from 256), or with folded scales (sh_wg_fold) 32 / 64 /
  * 128 tokens below 256 / from 256 / from sh_wg_n128_min_t */
 static cudaError_t shared_wg_launches(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                      cudaEvent_t dn_ev, cudaStream_t st)
+                                      cudaStream_t st)
 {
     if (a->sh_wg_fold)
-        return a->sh_wg_n128_min_t > 0 && T >= a->sh_wg_n128_min_t ? shared_wg_pair<16, 1>(a, x, T, topk, h, y, dn_ev, st)
-               : T >= 256                                            ? shared_wg_pair<8, 1>(a, x, T, topk, h, y, dn_ev, st)
-                                                                     : shared_wg_pair<4, 1>(a, x, T, topk, h, y, dn_ev, st);
-    return T >= 256 ? shared_wg_pair<8, 0>(a, x, T, topk, h, y, dn_ev, st) : shared_wg_pair<4, 0>(a, x, T, topk, h, y, dn_ev, st);
+        return a->sh_wg_n128_min_t > 0 && T >= a->sh_wg_n128_min_t ? shared_wg_pair<16, 1>(a, x, T, topk, h, y, st)
+               : T >= 256                                            ? shared_wg_pair<8, 1>(a, x, T, topk, h, y, st)
+                                                                     : shared_wg_pair<4, 1>(a, x, T, topk, h, y, st);
+    return T >= 256 ? shared_wg_pair<8, 0>(a, x, T, topk, h, y, st) : shared_wg_pair<4, 0>(a, x, T, topk, h, y, st);
 }
 
 extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h,
-                                          float *y, cudaEvent_t dn_ev, cudaStream_t st)
+                                          float *y, cudaStream_t st)
 {
     if (!a->has_shared || T < 1 || a->H % MOE_ROWS_PER_ITEM || a->I % MOE_ROWS_PER_ITEM || a->H % 128 || a->I % 128)
         return cudaErrorInvalidValue;
     /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
      * dequantised fragment at large T */
     if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok())   /* v25: on wgmma */
-        return shared_wg_launches(a, x, T, topk, h, y, dn_ev, st);
-    cudaError_t e = T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, nullptr, st)
-                    : a->sh_xl_min_t > 0 && T >= a->sh_xl_min_t ? shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, nullptr, st)
-                                                                : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, nullptr, st);
+        return shared_wg_launches(a, x, T, topk, h, y, st);
+    cudaError_t e = T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
+                    : a->sh_xl_min_t > 0 && T >= a->sh_xl_min_t ? shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, st)
+                                                                : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
     if (e != cudaSuccess) return e;
     const uint16_t *hs = h;
-    return T <= 64 ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, dn_ev, st)
-                   : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, dn_ev, st);
+    return T <= 64 ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, st)
+                   : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st);
 }
 
 /* CMB_BATCH 1 (v15): for topk <= 8 every pair index, then every y row, is loaded before any is added (two

@@ -856,22 +856,12 @@ int main(int argc, char **argv)
         W.shared_fork = fk;
         W.shared_min_t = sh;
     }
-    {   /* v34: the combine joined to the shared launches through their down's programmatic event (JP), each case also
-           replayed from a graph; the default join once the same way */
-        const int fk = W.shared_fork;
+    {   /* v34: the default launch sequence replayed from a CUDA graph (the one expert launch, the fused 1-tile stages with
+           the forked shared launches, the 2-tile launches), against the stream run bit for bit */
+        static const int gt[] = {1, 8, 9, 64, 200};
         g_graph_check = 1;
-        run_case("nvfp4, shared joined at completion", &M, &L, &W, 64, 0);
-        W.shared_join_pdl = 1;
-        static const int jt[] = {9, 16, 64, 128, 200};
-        for (int i = 0; i < 5; i++) run_case("nvfp4, shared joined programmatically", &M, &L, &W, jt[i], 0);
-        run_case("nvfp4 skewed, shared joined programmatically", &M, &L, &W, 257, 1);
-        W.shared_fork = 2;
-        run_case("nvfp4, shared joined programmatically, fork 2", &M, &L, &W, 64, 0);
-        W.shared_fork = 3;
-        run_case("nvfp4, shared joined programmatically, fork 3", &M, &L, &W, 64, 0);
-        W.shared_fork = 4;   /* joined before the routed launches: the completion join stays */
-        run_case("nvfp4, shared joined programmatically, fork 4", &M, &L, &W, 64, 0);
-        W.shared_fork = fk, W.shared_join_pdl = 0;
+        for (int i = 0; i < 5; i++) run_case("nvfp4, graph replay", &M, &L, &W, gt[i], 0);
+        run_case("nvfp4 skewed, graph replay", &M, &L, &W, 257, 1);
         g_graph_check = 0;
     }
     for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items;
@@ -1028,16 +1018,17 @@ int main(int argc, char **argv)
         }
         W.fs_cmb_early_max_t = ce;
     }
-    {   /* the shared expert's own launches at full K (ring refills); v34: joined programmatically, from a graph too */
+    {   /* the shared expert's own launches at full K (ring refills) */
         const int sh = W.shared_min_t;
         W.shared_min_t = 1;
         run_case("V4-Flash dims, shared launches", &M, &L, &W, 16, 0);
-        W.shared_join_pdl = 1, g_graph_check = 1;
-        run_case("V4-Flash dims, shared joined programmatically", &M, &L, &W, 16, 0);
-        run_case("V4-Flash dims skewed, shared joined programmatically", &M, &L, &W, 12, 1);
-        W.shared_join_pdl = 0, g_graph_check = 0;
         W.shared_min_t = sh;
     }
+    g_graph_check = 1;   /* v34: the one expert launch with CE, replayed from a graph */
+    run_case("V4-Flash dims, graph replay", &M, &L, &W, 1, 0);
+    run_case("V4-Flash dims, graph replay", &M, &L, &W, 8, 0);
+    run_case("V4-Flash dims skewed, graph replay", &M, &L, &W, 16, 1);
+    g_graph_check = 0;
     run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 7, 0);
     run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 1, 0);
     W.fused_opt = 3;   /* 64-row gate/up items (the path V4-Flash takes from batch ~4 with opt 1) */
