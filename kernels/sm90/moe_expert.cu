@@ -609,14 +609,12 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const bool gu = wi < wg;
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             const GuPart gp = gu_part(wi), gq = gu_part(wn);   /* this item's and the next's (where gate/up) */
-            const size_t cb2 = (size_t)2 * moe_fp4_chunk_bytes(FMT);
-            const size_t pb = (size_t)ncp * cb2;                  /* bytes of a gate/up K part */
+            const size_t pb = (size_t)ncp * 2 * moe_fp4_chunk_bytes(FMT);   /* bytes of a gate/up K part */
             const bool has_next = gu ? wn < wg && ncp % D == 0 : wn < wtot && ncd % D == 0;
             const uint8_t *rt = gu ? a.w13 + (size_t)e * a.w13_stride + (size_t)r * rtg + gp.part * pb
                                    : a.w2 + (size_t)e * a.w2_stride + (size_t)r * 2 * rtd;
             const uint8_t *nrt = !has_next ? NULL
-                                 : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg +
-                                            (size_t)gq.part * ncp * cb2
+                                 : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg + gq.part * pb
                                       : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd;
             fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S, 0, ER>(
                 rt, gu ? ncp * 128 : a.I, ring, gu ? x + gp.part * ncp * 128 : h, gu ? pair_tok : NULL, prow, acc,
