@@ -211,18 +211,11 @@ typedef struct {
     int wide_early;                           /* v27, moe_experts_fused1: its wide gate/up right after the 2-tile gate/up
                                                  (1: before the fused launch) or after the fused launch (2) instead of
                                                  after the 2-tile down (0) */
-    int sh_ks_gu, sh_ks_dn, sh_ks_max_t;      /* v35, moe_shared_experts (k_shared_fp8): K parts of its gate/up and down
-                                                 (1..MOE_SH_KS_MAX) up to sh_ks_max_t tokens (moe_shared_parts) */
-    int sh_ks_ntt;                            /* ... 1: up to sh_ks_max_t tokens the gate/up's token tile is T rounded up
-                                                 to 16, 32 or 64 */
-    float *sh_part;                           /* with gate/up parts: MOE_SH_PART_FLOATS(I, T) fp32 partial sums */
-    unsigned *sh_pcnt;                        /* ... and MOE_SH_PCNT_WORDS(I) arrival counts, zeroed (every completed
-                                                 launch leaves them zero) */
+    int sh_tile_max_t;                        /* v35, moe_shared_experts: up to this many tokens the gate/up's blocks take
+                                                 T rounded up to 16, 32 or 64 tokens, above 32 tokens 64 (at 17-64 tokens
+                                                 one block per 64-row group: each weight tile dequantised once, and the
+                                                 blocks on a quarter of the SMs) */
 } moe_expert_args;
-#define MOE_SH_KS_MAX 4
-#define MOE_SH_KS_MAX_T 256
-#define MOE_SH_PART_FLOATS(I, T) ((size_t)MOE_SH_KS_MAX * 2 * (I) * ((T) + 64))
-#define MOE_SH_PCNT_WORDS(I) ((size_t)((I) / 64) * ((MOE_SH_KS_MAX_T + 15) / 16))
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4
 /* moe_expert_args.part's (and pcnt's) gate/up tiles: the shared expert's I / 16, then those of at most 8 * topk routed
@@ -268,14 +261,11 @@ cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm
  * fp32 block scale applied per 128x128 chunk); every output has one owner: deterministic. */
 cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
                                cudaStream_t st);
-/* out[t][H] = sum_k y[inv[t][k]] + sum_z ysh[z][t] (fixed order: deterministic); ysh: the shared expert's
- * rows, ksh sets of [T][H] (its down's K parts, moe_shared_parts; 1 without parts), or NULL. inv_ready (v33): inv is
- * complete whenever this launch starts (the launch before it releases its dependents only after its own wait on the
- * lists), so it is read before the wait on that launch. */
-cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int ksh, int T, int H, int topk,
-                        int inv_ready, float *out, cudaStream_t st);
-/* v35: K parts the shared expert's gate/up (dn 0) or down (dn 1) launch of moe_shared_experts takes at T tokens. */
-int moe_shared_parts(const moe_expert_args *a, int T, int dn);
+/* out[t][H] = sum_k y[inv[t][k]] + ysh[t] (fixed order: deterministic); ysh: the shared expert's
+ * rows [T][H] or NULL. inv_ready (v33): inv is complete whenever this launch starts (the launch before it releases
+ * its dependents only after its own wait on the lists), so it is read before the wait on that launch. */
+cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, int inv_ready,
+                        float *out, cudaStream_t st);
 /* Sets one shared-memory carveout on every kernel of the layer (MOE_CARVEOUT, moe_expert.cu: 100 % shared
  * memory; -1 leaves the driver's choice). */
 cudaError_t moe_kernels_carveout(void);

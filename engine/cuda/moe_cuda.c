@@ -334,10 +334,8 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
                                   (1: forked before the router, 2: after it, beside the routed launches only) */
     W->side_prio = 0;
-    W->shared_ks_gu = 1;       /* v35: prepared, not yet measured (bench/NOTES.md v35) */
-    W->shared_ks_dn = 1;
-    W->shared_ks_max_t = MOE_SH_KS_MAX_T;
-    W->shared_ks_ntt = 0;
+    W->shared_tile_max_t = 64; /* v35: NOTES v35 (3)-(4): 64 -2.1 % (queued -2.6 %), skewed 64 -2.6 %, 32 equal; at 128
+                                  equal and skewed 128 +3.6 %, so not above 64 */
 }
 
 int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
@@ -358,15 +356,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaMalloc((void **)&W->pair_w, pairs * sizeof(float)), "cudaMalloc(pair_w)");
     CK(cudaMalloc((void **)&W->inv, (size_t)max_tokens * K * sizeof(int32_t)), "cudaMalloc(inv)");
     CK(cudaMalloc((void **)&W->h, pairs * I * sizeof(uint16_t)), "cudaMalloc(h)");
-    /* y: the routed pairs' rows, then the shared expert's, MOE_SH_KS_MAX sets of them up to MOE_SH_KS_MAX_T tokens (v35:
-       its down's K parts) */
-    const size_t tks = max_tokens < MOE_SH_KS_MAX_T ? (size_t)max_tokens : MOE_SH_KS_MAX_T;
-    CK(cudaMalloc((void **)&W->y, (pairs + (MOE_SH_KS_MAX - 1) * tks) * H * sizeof(float)), "cudaMalloc(y)");
-    if (L->s.has_shared) {
-        CK(cudaMalloc((void **)&W->sh_part, MOE_SH_PART_FLOATS(I, tks) * sizeof(float)), "cudaMalloc(shared parts)");
-        CK(cudaMalloc((void **)&W->sh_pcnt, MOE_SH_PCNT_WORDS(I) * sizeof(unsigned)), "cudaMalloc(shared counts)");
-        CK(cudaMemset(W->sh_pcnt, 0, MOE_SH_PCNT_WORDS(I) * sizeof(unsigned)), "cudaMemset(shared counts)");
-    }
+    CK(cudaMalloc((void **)&W->y, pairs * H * sizeof(float)), "cudaMalloc(y)");
     CK(cudaMalloc((void **)&W->fused_sync, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMalloc(fused sync)");
     CK(cudaMemset(W->fused_sync, 0, MOE_FUSED_SYNC_WORDS(E) * sizeof(unsigned)), "cudaMemset(fused sync)");
     /* the ticket counters and the token chunks' done counts (moe_expert_args.tickets) */
@@ -416,7 +406,7 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
 void moe_cuda_ws_free(moe_cuda_ws *W)
 {
     void *p[] = {W->logits, W->idx, W->w, W->off, W->items_gu, W->items_dn, W->pair_tok, W->pair_w, W->inv,
-                 W->h, W->y, W->fused_sync, W->tickets, W->part, W->pcnt, W->sh_part, W->sh_pcnt};
+                 W->h, W->y, W->fused_sync, W->tickets, W->part, W->pcnt};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
     if (W->ev_fork) cudaEventDestroy(W->ev_fork);
@@ -478,9 +468,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         .tok1_max = tok1,
         .sh_xl_min_t = W->shared_xl_min_t, .sh_wg_min_t = W->shared_wg_min_t,
         .sh_wg_fold = W->shared_wg_fold && L->sh_pow2, .sh_wg_n128_min_t = W->shared_wg_n128_min_t,
-        .wide_min = wide, .wide_early = W->x4_early,
-        .sh_ks_gu = W->shared_ks_gu, .sh_ks_dn = W->shared_ks_dn, .sh_ks_max_t = W->shared_ks_max_t,
-        .sh_ks_ntt = W->shared_ks_ntt, .sh_part = W->sh_part, .sh_pcnt = W->sh_pcnt,
+        .wide_min = wide, .wide_early = W->x4_early, .sh_tile_max_t = W->shared_tile_max_t,
     };
 #define MARK(i) do { if (ev) CK(cudaEventRecord(ev[i], st), "cudaEventRecord"); } while (0)
     MARK(0);
@@ -497,7 +485,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
         };
         CK(moe_fused_small(&f, W->grid_fused, st), "fused layer");
         MARK(1); MARK(2); MARK(3); MARK(4); MARK(5);
-        CK(moe_combine(W->y, W->inv, s->has_shared ? W->y + (size_t)T * K * H : NULL, 1, T, H, K, 0, out, st), "combine");
+        CK(moe_combine(W->y, W->inv, s->has_shared ? W->y + (size_t)T * K * H : NULL, T, H, K, 0, out, st), "combine");
         MARK(6);
         return 0;
     }
@@ -597,9 +585,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     /* the shared expert's rows follow the routed pairs (off[E] = T * topk: every router index is valid) */
     const float *ysh = s->has_shared ? W->y + (size_t)T * K * H : NULL;
     if (fork) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");
-    /* the shared down's K parts are row sets of their own (v35); the shared items of the routed launches have none */
-    const int ksh = own_shared ? moe_shared_parts(&a, T, 1) : 1;
-    CK(moe_combine(W->y, W->inv, ysh, ksh, T, H, K, inv_ready, out, st), "combine");
+    CK(moe_combine(W->y, W->inv, ysh, T, H, K, inv_ready, out, st), "combine");
     MARK(6);
 #undef MARK
     return 0;

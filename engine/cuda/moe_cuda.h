@@ -118,11 +118,8 @@ typedef struct {
                                          blocks per SM) */
     float *part;                      /* its K-part partial sums and their counts (moe_expert_args.part, .pcnt) */
     unsigned *pcnt;
-    int shared_ks_gu, shared_ks_dn;   /* v35: K parts of the shared expert's gate/up and down launches (1: none)... */
-    int shared_ks_max_t;              /* ... up to this batch (moe_expert_args.sh_ks_*; at most MOE_SH_KS_MAX_T) */
-    int shared_ks_ntt;                /* ... 1: the gate/up's token tile T rounded up to 16, 32 or 64 tokens */
-    float *sh_part;                   /* the gate/up parts' sums and counts (moe_expert_args.sh_part, .sh_pcnt) */
-    unsigned *sh_pcnt;
+    int shared_tile_max_t;            /* v35: up to this batch the shared gate/up's blocks take the batch rounded up to
+                                         16, 32 or 64 tokens (moe_expert_args.sh_tile_max_t; 0: 16 up to 64, v14-v34) */
     int side_prio;                    /* v16: 1: the shared expert's launches on the second stream at the
                                          highest priority, so their blocks take free SM slots before the
                                          routed launches' early-launched (waiting) blocks */

@@ -1039,13 +1039,6 @@ __device__ __forceinline__ void shared_store(const moe_expert_args &a, const flo
         }
 }
 
-/* K parts (v35, moe_expert_args.sh_ks_gu / sh_ks_dn; blockIdx.z = part z of gridDim.z, each nc / gridDim.z chunks):
- * a warp's chain of dependent chunk round trips is nc / D long, so at 16-128 tokens, where the launch has 128-256
- * blocks streaming beside the router and the routed launches, the whole chunk loop is ~8 loaded round trips (v34's
- * traces: the shared gate/up 0-40 us for 16.8 MB, the shared down 45 us at 128). Down (NM 1): part z's sums go to
- * their own y rows, T * topk + z * T + t, which moe_combine adds in part order. Gate/up (NM 2): each part stores its
- * fp32 sums in sh_part, and the block that completes a tile's count (sh_pcnt, reset by it) adds the parts in part
- * order and applies swiglu: deterministic whichever block is last. */
 template <int NM, int NTT>
 __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     k_shared_fp8(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
@@ -1054,10 +1047,9 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     constexpr int D = SH_D, XR = 8 * NTT;
     extern __shared__ __align__(16) uint8_t smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int K = NM == 2 ? a.H : a.I, r = blockIdx.y * MOE_WARPS + warp, t0 = blockIdx.x * XR;
-    const int ks = gridDim.z, z = blockIdx.z, ncp = K / 128 / ks, c0 = z * ncp, nc = c0 + ncp;   /* chunks c0 .. nc - 1 */
-    const uint8_t *rt = (NM == 2 ? a.sh_w13 : a.sh_w2) + (size_t)r * (K / 128) * NM * MOE_FP8_CHUNK_BYTES;
-    const float *bscale = (NM == 2 ? a.sh_s13 : a.sh_s2) + (size_t)(r * 16 / 128) * (K / 128);
+    const int K = NM == 2 ? a.H : a.I, nc = K / 128, r = blockIdx.y * MOE_WARPS + warp, t0 = blockIdx.x * XR;
+    const uint8_t *rt = (NM == 2 ? a.sh_w13 : a.sh_w2) + (size_t)r * nc * NM * MOE_FP8_CHUNK_BYTES;
+    const float *bscale = (NM == 2 ? a.sh_s13 : a.sh_s2) + (size_t)(r * 16 / 128) * nc;
     const int bstride = (a.I / 128) * (a.H / 128);
     uint8_t *ring = smem + warp * (D * NM * MOE_FP8_CHUNK_BYTES);
     uint16_t *xs = (uint16_t *)(smem + MOE_WARPS * D * NM * MOE_FP8_CHUNK_BYTES);   /* [D][XR][SH_XSTRIDE] */
@@ -1065,7 +1057,7 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     /* the weights do not depend on the previous kernel: the first D chunks go out before the wait */
 #pragma unroll
     for (int s = 0; s < D; s++)
-        if (s < ncp) fp8_issue<NM>(ring, s, rt, c0 + s, lane);
+        if (s < nc) fp8_issue<NM>(ring, s, rt, s, lane);
     moe_pdl_wait();
     if (NM == 1 || SH_EARLY) moe_pdl_release();
     /* the block's XR activation rows of chunk c into slot s, 16 bytes per thread and copy */
@@ -1080,13 +1072,13 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     /* group s: weight chunk s (issued above) + activation chunk s */
 #pragma unroll
     for (int s = 0; s < D; s++) {
-        if (s < ncp) stage_x(s, c0 + s);
+        if (s < nc) stage_x(s, s);
         cp_commit();
     }
     float acc[NM][NTT][4];
     acc_zero<NM, NTT>(acc);
-    for (int c = c0; c < nc; c++) {
-        const int s = (c - c0) % D;
+    for (int c = 0; c < nc; c++) {
+        const int s = c % D;
         cp_wait<D - 1>();
         __syncthreads();   /* every thread's activation copies of chunk c have landed */
         const uint16_t *xsl = xs + ((size_t)s * XR + g) * SH_XSTRIDE + 8 * q;
@@ -1101,45 +1093,13 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
         }
         cp_commit();
     }
-    if (ks > 1 && NM == 2) {   /* this part's sums out; the tile's last part adds them all */
-        __shared__ int last;
-        const size_t tile = (size_t)blockIdx.y * gridDim.x + blockIdx.x;
-        float4 *pp = (float4 *)a.sh_part + (tile * ks * NM * NTT) * 128 + threadIdx.x;
-#pragma unroll
-        for (int m = 0; m < NM; m++)
-#pragma unroll
-            for (int j = 0; j < NTT; j++)
-                pp[((size_t)z * NM * NTT + m * NTT + j) * 128] = make_float4(acc[m][j][0], acc[m][j][1], acc[m][j][2],
-                                                                            acc[m][j][3]);
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(a.sh_pcnt + tile, 1u) == (unsigned)ks - 1;
-        __syncthreads();
-        if (!last) {
-            if (!SH_EARLY) moe_pdl_release();
-            return;
-        }
-        __threadfence();
-#pragma unroll
-        for (int m = 0; m < NM; m++)
-#pragma unroll
-            for (int j = 0; j < NTT; j++) {
-                float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-                for (int p = 0; p < ks; p++) {
-                    const float4 v = __ldcg(pp + ((size_t)p * NM * NTT + m * NTT + j) * 128);
-                    sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-                }
-                acc[m][j][0] = sum.x, acc[m][j][1] = sum.y, acc[m][j][2] = sum.z, acc[m][j][3] = sum.w;
-            }
-        if (threadIdx.x == 0) a.sh_pcnt[tile] = 0;   /* for the next launch */
-    }
-    shared_store<NM, NTT>(a, acc, r, t0, T, topk, h, NM == 1 ? y + (size_t)z * T * a.H : y);
+    shared_store<NM, NTT>(a, acc, r, t0, T, topk, h, y);
     if (NM == 2 && !SH_EARLY) moe_pdl_release();
 }
 
 template <int NM, int NTT>
 static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                 cudaStream_t st, int ks = 1)
+                                 cudaStream_t st)
 {
     static int raised;
     /* the warps' weight rings and the staged activations, SH_D chunks each */
@@ -1150,7 +1110,7 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
         raised = 1;
     }
     const int rows = NM == 2 ? a->I : a->H;
-    return moe_launch_prio(k_shared_fp8<NM, NTT>, dim3((T + 8 * NTT - 1) / (8 * NTT), rows / MOE_ROWS_PER_ITEM, ks),
+    return moe_launch_prio(k_shared_fp8<NM, NTT>, dim3((T + 8 * NTT - 1) / (8 * NTT), rows / MOE_ROWS_PER_ITEM),
                            dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
@@ -1360,36 +1320,19 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
      * dequantised fragment at large T */
     if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok())   /* v25: on wgmma */
         return shared_wg_launches(a, x, T, topk, h, y, st);
-    const int kg = moe_shared_parts(a, T, 0), kd = moe_shared_parts(a, T, 1);
-    if (kg < 1 || kd < 1) return cudaErrorInvalidValue;
-    if (kg > 1 && (!a->sh_part || !a->sh_pcnt)) return cudaErrorInvalidValue;
     cudaError_t e;
-    if (a->sh_ks_ntt && T <= a->sh_ks_max_t && T <= MOE_SH_KS_MAX_T)   /* v35: the block's token tile T rounded up to
-                                                                              16, 32 or 64 (one dequantisation) */
-        e = T <= 16   ? shared_launch<2, 2>(a, x, T, topk, h, y, st, kg)
-            : T <= 32 ? shared_launch<2, 4>(a, x, T, topk, h, y, st, kg)
-                      : shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, st, kg);
+    if (T <= a->sh_tile_max_t)   /* v35: the gate/up's blocks take T rounded up to 16, 32 or 64 tokens */
+        e = T <= 16   ? shared_launch<2, 2>(a, x, T, topk, h, y, st)
+            : T <= 32 ? shared_launch<2, 4>(a, x, T, topk, h, y, st)
+                      : shared_launch<2, 8>(a, x, T, topk, h, y, st);
     else
-        e = T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st, kg)
-            : a->sh_xl_min_t > 0 && T >= a->sh_xl_min_t ? shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, st, kg)
-                                                        : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st, kg);
+        e = T <= 64                                      ? shared_launch<2, SH_GU_NTT_S>(a, x, T, topk, h, y, st)
+            : a->sh_xl_min_t > 0 && T >= a->sh_xl_min_t ? shared_launch<2, SH_GU_NTT_XL>(a, x, T, topk, h, y, st)
+                                                        : shared_launch<2, SH_GU_NTT_L>(a, x, T, topk, h, y, st);
     if (e != cudaSuccess) return e;
     const uint16_t *hs = h;
-    return T <= 64 ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, st, kd)
-                   : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st, kd);
-}
-
-/* v35: K parts of the shared expert's gate/up (dn 0) or down (dn 1) launch at T tokens: sh_ks_gu / sh_ks_dn up to
- * sh_ks_max_t (and MOE_SH_KS_MAX_T) tokens, else 1; lowered until it divides the chunks (H / 128, I / 128). The
- * down's parts are the shared y row sets moe_combine adds. */
-extern "C" int moe_shared_parts(const moe_expert_args *a, int T, int dn)
-{
-    int k = dn ? a->sh_ks_dn : a->sh_ks_gu;
-    if (k <= 1 || T > a->sh_ks_max_t || T > MOE_SH_KS_MAX_T || (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t)) return 1;
-    if (k > MOE_SH_KS_MAX) k = MOE_SH_KS_MAX;
-    const int nc = (dn ? a->I : a->H) / 128;
-    while (nc % k) k--;
-    return k;
+    return T <= 64 ? shared_launch<1, SH_DN_NTT_S>(a, hs, T, topk, h, y, st)
+                   : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st);
 }
 
 /* CMB_BATCH 1 (v15): for topk <= 8 every pair index, then every y row, is loaded before any is added (two
@@ -1398,8 +1341,8 @@ extern "C" int moe_shared_parts(const moe_expert_args *a, int T, int dn)
 #define CMB_BATCH 1
 #endif
 #define CMB_MAXK 8
-__global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int ksh, int T, int H, int topk,
-                          int inv_ready, float *out)
+__global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, int inv_ready,
+                          float *out)
 {
     const MoeTrace trace_(MOE_TR_COMBINE);
     const int t = blockIdx.y;
@@ -1421,16 +1364,11 @@ __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, 
 #pragma unroll
         for (int k = 0; k < CMB_MAXK; k++)
             v[k] = p[k] >= 0 ? *(const float4 *)(y + (size_t)p[k] * H + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-        float4 vs[MOE_SH_KS_MAX];   /* the shared rows: ksh K parts (v35) */
-#pragma unroll
-        for (int z = 0; z < MOE_SH_KS_MAX; z++)
-            vs[z] = ysh && z < ksh ? *(const float4 *)(ysh + ((size_t)z * T + t) * H + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 vs = ysh ? *(const float4 *)(ysh + (size_t)t * H + c) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int k = 0; k < CMB_MAXK; k++)
             if (p[k] >= 0) { s.x += v[k].x; s.y += v[k].y; s.z += v[k].z; s.w += v[k].w; }
-#pragma unroll
-        for (int z = 0; z < MOE_SH_KS_MAX; z++)
-            if (ysh && z < ksh) { s.x += vs[z].x; s.y += vs[z].y; s.z += vs[z].z; s.w += vs[z].w; }
+        if (ysh) { s.x += vs.x; s.y += vs.y; s.z += vs.z; s.w += vs.w; }
         *(float4 *)(out + (size_t)t * H + c) = s;
         return;
     }
@@ -1440,19 +1378,19 @@ __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, 
         const float4 v = *(const float4 *)(y + (size_t)p * H + c);
         s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
     }
-    for (int z = 0; ysh && z < ksh; z++) {
-        const float4 v = *(const float4 *)(ysh + ((size_t)z * T + t) * H + c);
+    if (ysh) {
+        const float4 v = *(const float4 *)(ysh + (size_t)t * H + c);
         s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
     }
     *(float4 *)(out + (size_t)t * H + c) = s;
 }
 
-extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int ksh, int T, int H, int topk,
+extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk,
                                    int inv_ready, float *out, cudaStream_t st)
 {
-    if (H % 4 || ksh < 1 || ksh > MOE_SH_KS_MAX) return cudaErrorInvalidValue;
+    if (H % 4) return cudaErrorInvalidValue;
     dim3 grid((H / 4 + 255) / 256, T);
-    return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, ysh, ksh, T, H, topk, inv_ready ? 1 : 0, out);
+    return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, ysh, T, H, topk, inv_ready ? 1 : 0, out);
 }
 
 /* v16 (MOE_CARVEOUT = percent of the unified L1 / shared memory given to shared memory, -1: the
@@ -1496,7 +1434,7 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
         (const void *)k_shared_fp8<2, SH_GU_NTT_XL>, (const void *)k_shared_fp8<2, 2>, (const void *)k_shared_fp8<2, 4>,
-        (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
+        (const void *)k_shared_fp8<2, 8>, (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
         (const void *)k_shared_wg<1, 8, 0>, (const void *)k_shared_wg<2, 4, 1>, (const void *)k_shared_wg<2, 8, 1>,
         (const void *)k_shared_wg<2, 16, 1>, (const void *)k_shared_wg<1, 4, 1>, (const void *)k_shared_wg<1, 8, 1>,
         (const void *)k_shared_wg<1, 16, 1>, (const void *)k_combine,

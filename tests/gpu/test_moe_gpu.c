@@ -864,26 +864,20 @@ int main(int argc, char **argv)
         run_case("nvfp4 skewed, graph replay", &M, &L, &W, 257, 1);
         g_graph_check = 0;
     }
-    {   /* v35: the shared expert's gate/up and down in K parts (hidden 1024: 8 gate/up chunks, inter 512: 4 down
-           chunks), the gate/up's tiles summed by their last part, the down's parts added by the combine; 257 is above
-           MOE_SH_KS_MAX_T (no parts); each case also replayed from a graph, bit for bit */
-        static const int kt[] = {9, 16, 33, 64, 128, 200, 257};
-        const int kg = W.shared_ks_gu, kd = W.shared_ks_dn, kn = W.shared_ks_ntt;
+    {   /* v35: the shared gate/up's blocks with the batch rounded up to 16, 32 or 64 tokens (the default up to 64), up to
+           256 tokens, and the 16-token blocks of v14-v34; each case also replayed from a graph, bit for bit */
+        static const int t64[] = {17, 32, 33, 48, 64}, t256[] = {65, 128, 200, 256}, t0[] = {33, 64};
+        const int ht = W.shared_tile_max_t;
         g_graph_check = 1;
-        for (int v = 0; v < 4; v++) {   /* 4/2; 4/4 and 1/4 with the tile rounded up; 2/1 */
-            char nm[96], nms[96];
-            W.shared_ks_gu = v == 3 ? 1 : v == 2 ? 2 : 4, W.shared_ks_dn = v == 2 ? 1 : (v ? 4 : 2);
-            W.shared_ks_ntt = v == 1 || v == 3;
-            snprintf(nm, sizeof nm, "nvfp4, v35 shared K parts %d/%d%s", W.shared_ks_gu, W.shared_ks_dn,
-                     W.shared_ks_ntt ? ", tile rounded up" : "");
-            snprintf(nms, sizeof nms, "nvfp4 skewed, v35 shared K parts %d/%d%s", W.shared_ks_gu, W.shared_ks_dn,
-                     W.shared_ks_ntt ? ", tile rounded up" : "");
-            for (int i = 0; i < 7; i++) run_case(nm, &M, &L, &W, kt[i], 0);
-            run_case(nm, &M, &L, &W, 64, 0);   /* back to back: the counts left at zero */
-            run_case(nms, &M, &L, &W, 64, 1);
-        }
+        for (int i = 0; i < 5; i++) run_case("nvfp4, v35 shared tile rounded up", &M, &L, &W, t64[i], 0);
+        run_case("nvfp4 skewed, v35 shared tile rounded up", &M, &L, &W, 33, 1);
+        W.shared_tile_max_t = 256;
+        for (int i = 0; i < 4; i++) run_case("nvfp4, v35 shared tile rounded up to 256", &M, &L, &W, t256[i], 0);
+        run_case("nvfp4 skewed, v35 shared tile rounded up to 256", &M, &L, &W, 128, 1);
+        W.shared_tile_max_t = 0;
+        for (int i = 0; i < 2; i++) run_case("nvfp4, v35 shared tile 16 (v34)", &M, &L, &W, t0[i], 0);
         g_graph_check = 0;
-        W.shared_ks_gu = kg, W.shared_ks_dn = kd, W.shared_ks_ntt = kn;
+        W.shared_tile_max_t = ht;
     }
     for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items;
                                        CUDA-core router logits at every batch) */
@@ -1039,19 +1033,10 @@ int main(int argc, char **argv)
         }
         W.fs_cmb_early_max_t = ce;
     }
-    {   /* the shared expert's own launches at full K (ring refills), and (v35) in K parts */
+    {   /* the shared expert's own launches at full K (ring refills) */
         const int sh = W.shared_min_t;
         W.shared_min_t = 1;
         run_case("V4-Flash dims, shared launches", &M, &L, &W, 16, 0);
-        W.shared_ks_gu = 4, W.shared_ks_dn = 2;
-        g_graph_check = 1;
-        run_case("V4-Flash dims, v35 shared K parts 4/2", &M, &L, &W, 3, 0);
-        run_case("V4-Flash dims, v35 shared K parts 4/2", &M, &L, &W, 16, 0);
-        W.shared_ks_ntt = 1;
-        run_case("V4-Flash dims, v35 shared K parts 4/2, tile rounded up", &M, &L, &W, 12, 0);
-        run_case("V4-Flash dims skewed, v35 shared K parts 4/2, tile rounded up", &M, &L, &W, 16, 1);
-        g_graph_check = 0;
-        W.shared_ks_gu = W.shared_ks_dn = 1, W.shared_ks_ntt = 0;
         W.shared_min_t = sh;
     }
     g_graph_check = 1;   /* v34: the one expert launch with CE, replayed from a graph */
