@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Its HG / HD / HN fields exist only in a8111d6, the K-parts build; 4e99dd9 removed them: check that commit out to rerun.)
 # v35 run 1 (bench/NOTES.md v35 (1)): the shared expert's launches in K parts (moe_cuda_ws.shared_ks_gu / _dn / _ntt,
 # bench fields HG HD HN, new, default off). Why: in 88680d4's stage traces the shared gate/up spans 0-40 us at 16-128 for
 # 16.8 MB and the shared down 45 us at 128 (its last 15 us past the fused launch): each warp's chunk loop is nc / D = 8

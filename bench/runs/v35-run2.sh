@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Its HG / HD / HN fields exist only in a8111d6, the K-parts build; 4e99dd9 removed them: check that commit out to rerun.)
 # v35 run 2 (bench/NOTES.md v35 (2)): run 1 refuted the gate/up parts (HG 4: at 32-64 its 4x blocks take the SMs
 # before the router's logits, which start 20 us late; at 16 the shared expert is done by 37 us and gains nothing:
 # its slow span sat in the head and the drain, where SMs idle anyway). What is left on the critical path is the shared

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Its HG / HD / HN fields exist only in a8111d6, the K-parts build; 4e99dd9 removed them: check that commit out to rerun.)
 # v35 run 3 (bench/NOTES.md v35 (3)): the shared gate/up on fewer SMs. Runs 1-2: what slows the router at 32-128 is the
 # shared gate/up's blocks on the same SMs (v29: without it the lists end 13-24 us earlier), and 4x its blocks (HG 4)
 # start the logits 20 us late. N1 (HN 1, no K parts): its token tile is T rounded up to 64, so at 64 tokens its 32 row

@@ -334,8 +334,9 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
                                   (1: forked before the router, 2: after it, beside the routed launches only) */
     W->side_prio = 0;
-    W->shared_tile_max_t = 64; /* v35: NOTES v35 (3)-(4): 64 -2.1 % (queued -2.6 %), skewed 64 -2.6 %, 32 equal; at 128
-                                  equal and skewed 128 +3.6 %, so not above 64 */
+    W->shared_tile_max_t = 64; /* v35: NOTES v35 (3)-(5): 64 -0.7..2.1 % (queued -2.6..3.4 %), 24 -0.9 %, 32 -0.4 %;
+                                  48 lost (skewed +6 %), so 33-48 keep 16-token blocks; 128 equal and skewed 128
+                                  +3.6..4.6 %, so not above 64 */
 }
 
 int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)

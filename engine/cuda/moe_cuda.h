@@ -119,7 +119,8 @@ typedef struct {
     float *part;                      /* its K-part partial sums and their counts (moe_expert_args.part, .pcnt) */
     unsigned *pcnt;
     int shared_tile_max_t;            /* v35: up to this batch the shared gate/up's blocks take the batch rounded up to
-                                         16, 32 or 64 tokens (moe_expert_args.sh_tile_max_t; 0: 16 up to 64, v14-v34) */
+                                         16, 32 or (above 48) 64 tokens (moe_expert_args.sh_tile_max_t; 0: 16 up to 64,
+                                         v14-v34) */
     int side_prio;                    /* v16: 1: the shared expert's launches on the second stream at the
                                          highest priority, so their blocks take free SM slots before the
                                          routed launches' early-launched (waiting) blocks */

@@ -1321,7 +1321,9 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
     if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok())   /* v25: on wgmma */
         return shared_wg_launches(a, x, T, topk, h, y, st);
     cudaError_t e;
-    if (T <= a->sh_tile_max_t)   /* v35: the gate/up's blocks take T rounded up to 16, 32 or 64 tokens */
+    /* v35: the gate/up's blocks take T rounded up to 16, 32 or 64 tokens, the 64-token ones only above 48 (NOTES v35
+       (4): at 48, a quarter of their work padding, random 48 +0.6 % and skewed 48 +6 % against 16-token blocks) */
+    if (T <= a->sh_tile_max_t && (T <= 32 || T > 48))
         e = T <= 16   ? shared_launch<2, 2>(a, x, T, topk, h, y, st)
             : T <= 32 ? shared_launch<2, 4>(a, x, T, topk, h, y, st)
                       : shared_launch<2, 8>(a, x, T, topk, h, y, st);

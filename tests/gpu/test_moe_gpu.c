@@ -866,11 +866,11 @@ int main(int argc, char **argv)
     }
     {   /* v35: the shared gate/up's blocks with the batch rounded up to 16, 32 or 64 tokens (the default up to 64), up to
            256 tokens, and the 16-token blocks of v14-v34; each case also replayed from a graph, bit for bit */
-        static const int t64[] = {17, 32, 33, 48, 64}, t256[] = {65, 128, 200, 256}, t0[] = {33, 64};
+        static const int t64[] = {17, 32, 48, 49, 64}, t256[] = {65, 128, 200, 256}, t0[] = {33, 64};
         const int ht = W.shared_tile_max_t;
         g_graph_check = 1;
         for (int i = 0; i < 5; i++) run_case("nvfp4, v35 shared tile rounded up", &M, &L, &W, t64[i], 0);
-        run_case("nvfp4 skewed, v35 shared tile rounded up", &M, &L, &W, 33, 1);
+        run_case("nvfp4 skewed, v35 shared tile rounded up", &M, &L, &W, 57, 1);
         W.shared_tile_max_t = 256;
         for (int i = 0; i < 4; i++) run_case("nvfp4, v35 shared tile rounded up to 256", &M, &L, &W, t256[i], 0);
         run_case("nvfp4 skewed, v35 shared tile rounded up to 256", &M, &L, &W, 128, 1);
