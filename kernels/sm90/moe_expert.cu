@@ -1435,8 +1435,9 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 2), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 2),
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
-        (const void *)k_shared_fp8<2, SH_GU_NTT_XL>, (const void *)k_shared_fp8<2, 2>, (const void *)k_shared_fp8<2, 4>,
-        (const void *)k_shared_fp8<2, 8>, (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
+        (const void *)k_shared_fp8<2, SH_GU_NTT_XL>,   /* v35: it had the driver's carveout (NOTES v35 (1): 512 equal) */
+        (const void *)k_shared_fp8<2, 2>, (const void *)k_shared_fp8<2, 4>, (const void *)k_shared_fp8<2, 8>,   /* HT */
+        (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
         (const void *)k_shared_wg<1, 8, 0>, (const void *)k_shared_wg<2, 4, 1>, (const void *)k_shared_wg<2, 8, 1>,
         (const void *)k_shared_wg<2, 16, 1>, (const void *)k_shared_wg<1, 4, 1>, (const void *)k_shared_wg<1, 8, 1>,
         (const void *)k_shared_wg<1, 16, 1>, (const void *)k_combine,

@@ -864,8 +864,9 @@ int main(int argc, char **argv)
         run_case("nvfp4 skewed, graph replay", &M, &L, &W, 257, 1);
         g_graph_check = 0;
     }
-    {   /* v35: the shared gate/up's blocks with the batch rounded up to 16, 32 or 64 tokens (the default up to 64), up to
-           256 tokens, and the 16-token blocks of v14-v34; each case also replayed from a graph, bit for bit */
+    {   /* v35: the shared gate/up's blocks with the batch rounded up to 16 or 32 tokens, or 64-token blocks above 48 (the
+           default up to 64), up to 256 tokens, and the 16-token blocks of v14-v34; each also replayed from a graph, bit
+           for bit */
         static const int t64[] = {17, 32, 48, 49, 64}, t256[] = {65, 128, 200, 256}, t0[] = {33, 64};
         const int ht = W.shared_tile_max_t;
         g_graph_check = 1;
