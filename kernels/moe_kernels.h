@@ -212,9 +212,9 @@ typedef struct {
                                                  (1: before the fused launch) or after the fused launch (2) instead of
                                                  after the 2-tile down (0) */
     int sh_tile_max_t;                        /* v35, moe_shared_experts: up to this many tokens the gate/up's blocks take
-                                                 T rounded up to 16 or 32 tokens, or 64-token blocks above 48 (33-48
-                                                 keep 16-token ones): up to 64 tokens one block per 64-row group, each
-                                                 weight tile dequantised once, the blocks on a quarter of the SMs */
+                                                 T rounded up to 16 or 32 tokens, or 64 tokens above 48 (33-48 keep
+                                                 16-token blocks): at 1-32 and 49-64 tokens one block per 64-row
+                                                 group, each weight tile dequantised once, on a quarter of the SMs */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4

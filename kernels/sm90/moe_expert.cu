@@ -1316,8 +1316,8 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
 {
     if (!a->has_shared || T < 1 || a->H % MOE_ROWS_PER_ITEM || a->I % MOE_ROWS_PER_ITEM || a->H % 128 || a->I % 128)
         return cudaErrorInvalidValue;
-    /* tokens per block: enough blocks to spread the weights over the SMs at small T, more reuse of each
-     * dequantised fragment at large T */
+    /* tokens per block: more reuse of each dequantised fragment at large T; at 1-32 and 49-64 tokens (v35,
+     * sh_tile_max_t) one block per 64-row group, so the router's launches beside it keep most SMs */
     if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok())   /* v25: on wgmma */
         return shared_wg_launches(a, x, T, topk, h, y, st);
     cudaError_t e;
