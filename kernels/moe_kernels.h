@@ -71,6 +71,11 @@ cudaError_t moe_repack_fp4(const uint8_t *q, const uint8_t *scales, int fmt, int
                            uint8_t *dst, int nm, int m, int *clamped_dev, cudaStream_t st);
 /* Repack one FP8 E4M3 matrix [n][k] into slot m of NM at dst. */
 cudaError_t moe_repack_fp8(const uint8_t *w, int n, int k, uint8_t *dst, int nm, int m, cudaStream_t st);
+/* v36: FP8 matrix w [n][k] (e4m3) -> bf16 rows of dst [n * nm][k]: row r to dst row r * nm + m (nm 2: the gate/up
+ * GEMM's interleaved w1 / w3 rows); each weight its e4m3 value (exact), times its block scale (s [n/128][k/128] on the
+ * device, rounded to bf16) where s is not NULL: moe_shared_gemms' fold, for power-of-two scales (exact then) */
+cudaError_t moe_shared_to_bf16(const uint8_t *w, const float *s, int n, int k, uint16_t *dst, int nm, int m,
+                               cudaStream_t st);
 /* NVFP4 quantiser (ModelOpt rounding): w [n][k] fp32 -> q [n][k/2], scale E4M3 [n][k/16], scale2.
  * work: 1 float of device scratch. */
 cudaError_t moe_quantize_nvfp4(const float *w, int n, int k, uint8_t *q, uint8_t *scale, float *scale2,
@@ -261,6 +266,12 @@ cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm
  * fp32 block scale applied per 128x128 chunk); every output has one owner: deterministic. */
 cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
                                cudaStream_t st);
+/* v36 (moe_shared_gemm.cuh): the same shared expert as two bf16 GEMMs on b13 ([2I][H], w1 / w3 rows interleaved) and b2
+ * ([H][I]) from moe_shared_to_bf16 (a gives H, I, the swiglu limit, the block scales and the launch priority); fold: the
+ * scales are in b13 / b2 (power-of-two scales, moe_cuda_layer.sh_pow2), else they multiply each 128-input block's fp32
+ * partial sums. Needs 2I, H multiples of 128 (as the scale blocks). */
+cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t *b13, const uint16_t *b2, int fold,
+                             const uint16_t *x, int T, int topk, uint16_t *h, float *y, cudaStream_t st);
 /* out[t][H] = sum_k y[inv[t][k]] + ysh[t] (fixed order: deterministic); ysh: the shared expert's
  * rows [T][H] or NULL. inv_ready (v33): inv is complete whenever this launch starts (the launch before it releases
  * its dependents only after its own wait on the lists), so it is read before the wait on that launch. */

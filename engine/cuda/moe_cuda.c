@@ -58,6 +58,10 @@ int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s)
         CK(cudaMalloc((void **)&L->sh_w2, (size_t)H * I), "cudaMalloc(shared w2)");
         CK(cudaMalloc((void **)&L->sh_s13, 2 * nb13 * sizeof(float)), "cudaMalloc(shared s13)");
         CK(cudaMalloc((void **)&L->sh_s2, nb2 * sizeof(float)), "cudaMalloc(shared s2)");
+        if (s->shared_bf16) {
+            CK(cudaMalloc((void **)&L->sh_b13, (size_t)2 * I * H * sizeof(uint16_t)), "cudaMalloc(shared w13 bf16)");
+            CK(cudaMalloc((void **)&L->sh_b2, (size_t)H * I * sizeof(uint16_t)), "cudaMalloc(shared w2 bf16)");
+        }
         L->shared_bytes = (size_t)3 * I * H + (2 * nb13 + nb2) * sizeof(float);
     }
     return 0;
@@ -66,7 +70,7 @@ int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s)
 void moe_cuda_layer_free(moe_cuda_layer *L)
 {
     void *p[] = {L->w13, L->w2, L->post13, L->post2, L->gate, L->gate_tc, L->bias, L->tid2eid,
-                 L->sh_w13, L->sh_w2, L->sh_s13, L->sh_s2};
+                 L->sh_w13, L->sh_w2, L->sh_s13, L->sh_s2, L->sh_b13, L->sh_b2};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) cudaFree(p[i]);
     memset(L, 0, sizeof *L);
@@ -217,6 +221,13 @@ int moe_cuda_set_shared_dev(moe_cuda_layer *L, const uint8_t *const w[3], const 
             const float fr = frexpf(s[m][i], &ex);   /* s = fr * 2^ex, fr in [0.5, 1) */
             L->sh_pow2 = isfinite(s[m][i]) && fr == 0.5f && ex - 1 >= -117 && ex - 1 <= 7;
         }
+    if (L->sh_b13) {   /* v36: the bf16 copy the shared GEMMs read (gate / up rows interleaved); scales folded if exact */
+        const float *f1 = L->sh_pow2 ? L->sh_s13 : NULL, *f3 = L->sh_pow2 ? L->sh_s13 + nb : NULL,
+                    *f2 = L->sh_pow2 ? L->sh_s2 : NULL;
+        CK(moe_shared_to_bf16(w[0], f1, I, H, L->sh_b13, 2, 0, 0), "shared w1 to bf16");
+        CK(moe_shared_to_bf16(w[1], f3, I, H, L->sh_b13, 2, 1, 0), "shared w3 to bf16");
+        CK(moe_shared_to_bf16(w[2], f2, H, I, L->sh_b2, 1, 0, 0), "shared w2 to bf16");
+    }
     CK(cudaDeviceSynchronize(), "shared expert repack");
     return 0;
 }
@@ -334,6 +345,9 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
                                   (1: forked before the router, 2: after it, beside the routed launches only) */
     W->side_prio = 0;
+    W->shared_gemm_min_t = 512;   /* v36: NOTES v36 (2)-(4): random 512 -2.3 / -2.9 % (queued -2.9 %), skewed 512 -7..8 %;
+                                     256 and 128 within the noise (-0.5 % queued at 256), 64 +2.5 % (half of its 128-token
+                                     tiles padding); needs moe_cuda_shape.shared_bf16 */
     W->shared_tile_max_t = 64; /* v35: NOTES v35 (3)-(5): 64 -0.7..2.1 % (queued -2.6..3.4 %), 24 -0.9 %, 32 -0.4 %;
                                   48 lost (skewed +6 %), so 33-48 keep 16-token blocks; 128 equal and skewed 128
                                   +3.6..4.6 %, so not above 64 */
@@ -431,8 +445,18 @@ static int parts_fit(int want, int nc)
     return k;
 }
 
+/* The shared expert's own launches: from shared_gemm_min_t tokens its two bf16 GEMMs (v36), else moe_shared_experts */
+static cudaError_t shared_launches(const moe_cuda_layer *L, const moe_cuda_ws *W, const moe_expert_args *a,
+                                   const uint16_t *x, int T, int topk, cudaStream_t st)
+{
+    if (W->shared_gemm_min_t > 0 && T >= W->shared_gemm_min_t && L->sh_b13)
+        return moe_shared_gemms(a, L->sh_b13, L->sh_b2, L->sh_pow2, x, T, topk, W->h, W->y, st);
+    return moe_shared_experts(a, x, T, topk, W->h, W->y, st);
+}
+
 /* The shared expert's own launches on W->side, after what st has queued so far; ev_join marks their end. */
-static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t *x, int T, int topk, cudaStream_t st)
+static int fork_shared(const moe_cuda_layer *L, moe_cuda_ws *W, const moe_expert_args *a, const uint16_t *x, int T,
+                       int topk, cudaStream_t st)
 {
     cudaStream_t side = W->side_prio ? W->side_hi : W->side;
     moe_expert_args b = *a;
@@ -440,7 +464,7 @@ static int fork_shared(moe_cuda_ws *W, const moe_expert_args *a, const uint16_t 
     b.sh_prio = W->prio_hi;
     CK(cudaEventRecord(W->ev_fork, st), "cudaEventRecord(fork)");
     CK(cudaStreamWaitEvent(side, W->ev_fork, 0), "cudaStreamWaitEvent(fork)");
-    CK(moe_shared_experts(&b, x, T, topk, W->h, W->y, side), "shared expert");
+    CK(shared_launches(L, W, &b, x, T, topk, side), "shared expert");
     CK(cudaEventRecord(W->ev_join, side), "cudaEventRecord(join)");
     return 0;
 }
@@ -512,7 +536,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     ar.pf_sh_dn = sh_in && (pf & 4) && !(pf & 2);
     ar.pf_dn = (pf & 8) ? (int)(((size_t)W->pf_dn_mb << 20) / L->w2_stride) : 0;
     ar.pf_last = (pf & 16) != 0;
-    if (fork && (W->shared_fork == 1 || W->shared_fork == 4) && fork_shared(W, &a, x, T, K, st)) return -1;
+    if (fork && (W->shared_fork == 1 || W->shared_fork == 4) && fork_shared(L, W, &a, x, T, K, st)) return -1;
     int ks = T <= W->logits_ks_max_t && W->logits_ks > 1 && W->logits_ks <= MOE_LOGITS_KS_MAX &&
                      H % (256 * W->logits_ks) == 0 ? W->logits_ks : 1;
     if (L->gate_tc && T >= W->logits_tc_min_t) {
@@ -532,7 +556,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     MARK(1);
     /* forked after the logits (3): the logits launch has the SMs to itself, the shared expert's blocks take
      * them while top-k and lists run on a few */
-    if (fork && W->shared_fork == 3 && fork_shared(W, &a, x, T, K, st)) return -1;
+    if (fork && W->shared_fork == 3 && fork_shared(L, W, &a, x, T, K, st)) return -1;
     const int nt = moe_tok_tiles(T), lsh = s->has_shared, excl = T >= W->topk_excl_min_t && T <= W->topk_excl_max_t ? MOE_TOPK_EXCL_MAX : 0;
     if (T <= W->topk_lists_max_t && T <= MOE_FUSED_ROUTER_MAX_T) {   /* one launch for top-k + lists (the "topk" stage reads ~0) */
         MARK(2);
@@ -550,8 +574,8 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     }
     MARK(3);
     /* forked after the router: beside the routed launches only */
-    if (fork && W->shared_fork == 2 && fork_shared(W, &a, x, T, K, st)) return -1;
-    if (own_shared && !fork) CK(moe_shared_experts(&a, x, T, K, W->h, W->y, st), "shared expert");
+    if (fork && W->shared_fork == 2 && fork_shared(L, W, &a, x, T, K, st)) return -1;
+    if (own_shared && !fork) CK(shared_launches(L, W, &a, x, T, K, st), "shared expert");
     /* forked before the router and joined before the routed launches (4): the shared expert overlaps only the
      * router, as it does in stream mode when the host's launches are slower than the router */
     if (fork && W->shared_fork == 4) CK(cudaStreamWaitEvent(st, W->ev_join, 0), "cudaStreamWaitEvent(join)");

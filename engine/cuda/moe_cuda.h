@@ -29,6 +29,8 @@ typedef struct {
     int vocab;               /* rows of tid2eid (hash layers) */
     int has_shared;
     int fp4_fmt;             /* QT_NVFP4 or QT_MXFP4 */
+    int shared_bf16;         /* v36: also keep the shared expert in bf16 (2x its 25 MB at V4-Flash) for its GEMMs
+                                (moe_cuda_ws.shared_gemm_min_t); 0: they never run */
 } moe_cuda_shape;
 
 typedef struct {
@@ -43,6 +45,8 @@ typedef struct {
     int32_t *tid2eid;                 /* [vocab][topk] or NULL */
     uint8_t *sh_w13, *sh_w2;          /* repacked FP8 shared expert */
     float *sh_s13, *sh_s2;            /* its block scales, fp32 */
+    uint16_t *sh_b13, *sh_b2;         /* v36 (shape.shared_bf16): the same in bf16 for its GEMMs (moe_shared_to_bf16),
+                                         or NULL; with sh_pow2 the block scales folded in (exact) */
     int sh_pow2;                      /* v25: every block scale a power of two in [2^-117, 2^7] (DeepSeek's ue8m0), so
                                          they fold into the dequantisation exactly (moe_expert_args.sh_wg_fold) */
     int clamped_scales;               /* scale codes clamped at repack (MXFP4 spanning > 32 binades) */
@@ -118,6 +122,8 @@ typedef struct {
                                          blocks per SM) */
     float *part;                      /* its K-part partial sums and their counts (moe_expert_args.part, .pcnt) */
     unsigned *pcnt;
+    int shared_gemm_min_t;            /* v36: from this batch (0: never) the shared expert runs as two bf16 GEMMs
+                                         (moe_expert_args.sh_gemm_min_t; where its own launches run, from shared_min_t) */
     int shared_tile_max_t;            /* v35: up to this batch the shared gate/up's blocks take the batch rounded up to
                                          16, 32 or (above 48) 64 tokens (moe_expert_args.sh_tile_max_t; 0: 16 up to 64,
                                          v14-v34) */

@@ -1311,6 +1311,8 @@ static cudaError_t shared_wg_launches(const moe_expert_args *a, const uint16_t *
     return T >= 256 ? shared_wg_pair<8, 0>(a, x, T, topk, h, y, st) : shared_wg_pair<4, 0>(a, x, T, topk, h, y, st);
 }
 
+#include "moe_shared_gemm.cuh"   /* v36 (SG): moe_shared_gemms */
+
 extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h,
                                           float *y, cudaStream_t st)
 {
@@ -1440,7 +1442,9 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
         (const void *)k_shared_wg<1, 8, 0>, (const void *)k_shared_wg<2, 4, 1>, (const void *)k_shared_wg<2, 8, 1>,
         (const void *)k_shared_wg<2, 16, 1>, (const void *)k_shared_wg<1, 4, 1>, (const void *)k_shared_wg<1, 8, 1>,
-        (const void *)k_shared_wg<1, 16, 1>, (const void *)k_combine,
+        (const void *)k_shared_wg<1, 16, 1>, (const void *)k_shared_gemm<1, 0>, (const void *)k_shared_gemm<0, 0>,
+        (const void *)k_shared_gemm<1, 1>, (const void *)k_shared_gemm<0, 1>,
+        (const void *)k_combine,
     };
     for (const void *f : fs) {
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);

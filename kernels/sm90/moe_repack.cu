@@ -205,6 +205,31 @@ __device__ static float e4m3_value(uint8_t v)
     return (v & 0x80) ? -mag : mag;
 }
 
+/* v36 (moe_shared_gemm.cuh): one thread per 8 weights, their e4m3 values as bf16 (exact: 4 significant bits), times the
+ * block scale where s is not NULL (rounded to nearest even; exact for power-of-two scales) */
+__global__ void k_shared_to_bf16(const uint8_t *w, const float *s, int n, int k, uint16_t *dst, int nm, int m)
+{
+    const size_t units = (size_t)n * (k / 8);
+    for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < units; id += (size_t)gridDim.x * blockDim.x) {
+        const int r = (int)(id / (k / 8)), c = (int)(id % (k / 8)) * 8;
+        const uint2 v = *(const uint2 *)(w + (size_t)r * k + c);
+        const float sc = s ? s[(size_t)(r / 128) * (k / 128) + c / 128] : 1.f;
+        uint16_t o[8];
+        for (int i = 0; i < 8; i++) o[i] = moe_f32_to_bf16(e4m3_value((uint8_t)((i < 4 ? v.x : v.y) >> (8 * (i & 3)))) * sc);
+        uint4 u;
+        memcpy(&u, o, 16);
+        *(uint4 *)(dst + ((size_t)r * nm + m) * k + c) = u;
+    }
+}
+
+extern "C" cudaError_t moe_shared_to_bf16(const uint8_t *w, const float *s, int n, int k, uint16_t *dst, int nm, int m,
+                                          cudaStream_t st)
+{
+    if (n % 128 || k % 128 || nm < 1 || m < 0 || m >= nm) return cudaErrorInvalidValue;
+    k_shared_to_bf16<<<grid_for((size_t)n * (k / 8)), 256, 0, st>>>(w, s, n, k, dst, nm, m);
+    return cudaGetLastError();
+}
+
 __device__ unsigned g_moe_amax_copy;   /* load-time scratch: quantisation is serialised on a stream */
 
 /* One thread per 16-input block. */

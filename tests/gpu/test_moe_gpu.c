@@ -18,6 +18,9 @@ static int g_fail = 0;
 /* v34: run_case also replays its forward from a CUDA graph (as sluice-bench times it), twice, on poisoned outputs and
  * workspace, and asks for the stream run's output bit for bit (every reduction has a fixed order) */
 static int g_graph_check = 0;
+/* v36: run_case also compares the shared expert's own y rows (the T rows after the T * topk routed pairs, where its
+ * own launches write them) with the float64 reference of the shared expert alone: relative L2 < 5e-3 */
+static int g_shared_check = 0;
 #define CHECK(c, ...) do { if (!(c)) { printf("FAIL: " __VA_ARGS__); printf("\n"); g_fail = 1; } } while (0)
 #define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     printf("FAIL: %s: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
@@ -313,6 +316,23 @@ static void run_case(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws 
             ref2 += y[o] * y[o];
         }
     }
+    double sh_rel = -1;
+    if (g_shared_check && s->has_shared) {
+        float *ys = malloc((size_t)T * H * 4);
+        CU(cudaMemcpy(ys, W->y + (size_t)T * K * H, (size_t)T * H * 4, cudaMemcpyDeviceToHost));
+        double e2 = 0, r2 = 0;
+        for (int t = 0; t < T; t++) {
+            memset(y, 0, H * sizeof(double));
+            ref_expert(s, M->sh, x + (size_t)t * H, 1.0, y);
+            for (int o = 0; o < H; o++) {
+                const double d = ys[(size_t)t * H + o] - y[o];
+                e2 += isfinite(d) ? d * d : 1e30;
+                r2 += y[o] * y[o];
+            }
+        }
+        sh_rel = sqrt(e2 / r2);
+        free(ys);
+    }
     int graph_diff = 0;
     if (g_graph_check) {
         cudaStream_t gst;
@@ -341,6 +361,8 @@ static void run_case(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws 
     printf("%-34s T=%-4d rel_l2=%.3e  weight_err=%.1e  idx_mismatch=%d near_ties=%d nonfinite=%d\n", name, T, rel, werr,
            idx_mismatch, near_ties, nan_out);
     if (g_graph_check) printf("  (2 graph replays: %s)\n", graph_diff ? "DIFFER" : "bit-identical to the stream run");
+    if (sh_rel >= 0) printf("  (the shared expert alone: rel_l2=%.3e)\n", sh_rel);
+    CHECK(sh_rel < 5e-3, "%s T=%d: the shared expert's own rows: relative L2 %.3e >= 5e-3", name, T, sh_rel);
     CHECK(rel < 1e-2, "%s T=%d: relative L2 %.3e >= 1e-2", name, T, rel);
     CHECK(nan_out == 0, "%s T=%d: %d outputs not written / not finite", name, T, nan_out);
     CHECK(idx_mismatch == 0, "%s T=%d: %d tokens routed differently from the reference", name, T, idx_mismatch);
@@ -472,7 +494,8 @@ int main(int argc, char **argv)
     model M;
     /* A: small V4-like layer, NVFP4 (host quantiser), sqrtsoftplus + bias, top-6, shared FP8, clamp */
     moe_cuda_shape a = {.n_experts = 32, .hidden = 1024, .inter = 512, .topk = 6, .score_func = MOE_SCORE_SQRTSOFTPLUS,
-                        .route_scale = 1.5f, .swiglu_limit = 1.0f, .has_shared = 1, .fp4_fmt = QT_NVFP4};
+                        .route_scale = 1.5f, .swiglu_limit = 1.0f, .has_shared = 1, .fp4_fmt = QT_NVFP4,
+                        .shared_bf16 = 1};
     make_model(&M, &L, &a, 0, 1);
     if (moe_cuda_ws_init(&W, &L, 257)) return 1;
     const int batches[] = {1, 2, 7, 64, 257, 8, 16};   /* 8, 16: the default one launch / fused stages (v18) */
@@ -670,6 +693,34 @@ int main(int argc, char **argv)
         run_case("nvfp4, shared expert k_shared_fp8, power-of-two scales", &M, &L, &W, 130, 0);
         run_case("nvfp4, shared expert k_shared_fp8, power-of-two scales", &M, &L, &W, 257, 0);
         make_shared(&M, &L, 0);   /* the rest as before: scales of any mantissa */
+    }
+    {   /* v36 (SG): the shared expert as two bf16 GEMMs (shared_gemm_min_t; its own launches from shared_min_t), its y
+           rows also checked alone: 128-token blocks with partial last ones, skewed routing, power-of-two scales (exact in
+           bf16) and any (one bf16 rounding per weight); then its stream run against 2 graph replays, and forked after
+           the router */
+        const int sg = W.shared_gemm_min_t, fk = W.shared_fork;
+        W.shared_gemm_min_t = 16;
+        g_shared_check = 1;
+        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 16, 0);    /* one block, 112 rows past T */
+        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 100, 0);
+        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 128, 0);   /* one whole block */
+        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 129, 0);   /* one token in the second */
+        run_case("nvfp4 skewed, shared expert bf16 GEMMs", &M, &L, &W, 200, 1);
+        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 257, 0);
+        g_graph_check = 1;
+        run_case("nvfp4, shared expert bf16 GEMMs, graph", &M, &L, &W, 257, 0);
+        W.shared_fork = 2;
+        run_case("nvfp4 skewed, shared expert bf16 GEMMs, graph, forked after the router", &M, &L, &W, 130, 1);
+        W.shared_fork = fk;
+        g_graph_check = 0;
+        make_shared(&M, &L, 1);
+        run_case("nvfp4, shared expert bf16 GEMMs, power-of-two scales", &M, &L, &W, 130, 0);
+        run_case("nvfp4 skewed, shared expert bf16 GEMMs, power-of-two scales", &M, &L, &W, 257, 1);
+        W.shared_gemm_min_t = sg;   /* k_shared_fp8 on the same scales, its rows checked alone as well */
+        run_case("nvfp4, shared expert k_shared_fp8 alone, power-of-two scales", &M, &L, &W, 130, 0);
+        make_shared(&M, &L, 0);
+        run_case("nvfp4, shared expert k_shared_fp8 alone", &M, &L, &W, 257, 0);
+        g_shared_check = 0;
     }
     {   /* v26 (X4): routed experts with more than x4_tok tokens in the wide launches (64-token items; partial last
            ones), in the fused path (T <= dyn_max_t; the wide gate/up where x4_early puts it), after each stage's
@@ -1038,6 +1089,13 @@ int main(int argc, char **argv)
         const int sh = W.shared_min_t;
         W.shared_min_t = 1;
         run_case("V4-Flash dims, shared launches", &M, &L, &W, 16, 0);
+        const int sg = W.shared_gemm_min_t;   /* v36: its bf16 GEMMs at full K (64 steps of 64 inputs) */
+        W.shared_gemm_min_t = 1;
+        g_shared_check = 1;
+        run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 3, 0);
+        run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 16, 0);
+        g_shared_check = 0;
+        W.shared_gemm_min_t = sg;
         W.shared_min_t = sh;
     }
     g_graph_check = 1;   /* v34: the one expert launch with CE, replayed from a graph */
