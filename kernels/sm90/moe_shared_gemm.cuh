@@ -2,22 +2,25 @@
  * moe_shared_gemms; included by moe_expert.cu, whose stage trace and carveout it shares).
  *
  * Why: from ~128 tokens the shared expert is a dense GEMM (T x 4096 x 4096, then T x 2048 x 4096), and k_shared_fp8
- * pays for it in dequantisation and latency: every 16-64-token block re-dequantises its FP8 weights, and its blocks
- * hold every SM for 60-110 us at 256-512 (bench/NOTES.md v36 (1): the layer without its shared expert is ~110 us
- * shorter at 512 for 25 MB of weights, ~5 us of HBM time). Here the weights are bf16, dequantised once at load time
- * (moe_shared_to_bf16), so a block's inner loop is ldmatrix + mma.sync only. FOLD 1 (power-of-two block scales, DeepSeek's
- * ue8m0: moe_cuda_layer.sh_pow2): the scales are folded into the bf16 weights, which is exact; FOLD 0: the weights are the
- * e4m3 values (exact) and the fp32 block scale multiplies each 128-input block's fp32 partial sums, k_shared_fp8's
- * numerics (v36 run 2: a fold of scales that are not powers of two gave the shared expert alone 6.5e-3 relative L2
- * against k_shared_fp8's 9.5e-4; run 3: the partials cost 72 -> 82 us at 512, FK 0). The price is 2x the shared expert's bytes (50 MB against 25; the JSON's bytes keep the FP8 floor).
+ * re-dequantises every FP8 weight once per 16-64-token block (bench/NOTES.md v36 (1): without the shared expert the
+ * layer is ~110 us shorter at 512, for 25 MB of weights, ~5 us of HBM time). Here the weights are dequantised once, at
+ * load time, into a bf16 copy (moe_shared_to_bf16; moe_cuda_shape.shared_bf16), so a block's inner loop is ldmatrix +
+ * mma.sync only; the price is 2x the shared expert's bytes (50 MB against 25; the JSON's bytes keep the FP8 floor).
+ * FOLD 1 (power-of-two block scales, DeepSeek's ue8m0: moe_cuda_layer.sh_pow2): the scales are folded into the bf16
+ * weights, exact. FOLD 0: the weights are the e4m3 values (exact) and the fp32 block scale multiplies each 128-input
+ * block's fp32 partial sums, k_shared_fp8's numerics (a fold of other scales gave the shared expert alone 6.5e-3
+ * relative L2 against k_shared_fp8's 9.5e-4: NOTES v36 (2)). Measured (NOTES v36 (2)-(4)): alone on the GPU the gate/up
+ * takes 72 us at 512 (FOLD 1; 82 with the partials) and the down 32-37, against k_shared_fp8's 107 and 69; bound by the
+ * L2 -> SM traffic of 128 x 128 tiles (~3.3 TB/s), not by the tensor pipe; the layer gains 2-3 % at 512 (skewed 512
+ * 7 %) and nothing at 128-256, so moe_cuda_ws uses it from 512.
  *
  * C[t][n] = sum_k A[t][k] B[n][k]: A the token rows (x for gate/up; the shared pairs' h rows for down), B the weights
  * ([n][k], k contiguous, "TN"). Block tile 128 tokens x 128 outputs, K in steps of 64; 8 warps as 2 (tokens) x 4
  * (outputs), each warp 64 x 32 (4 m16 x 4 n8 accumulators). Both tiles go global -> shared memory by 16-byte cp.async,
  * GM_STAGES - 1 steps in flight, rows of 128 bytes with the 16-byte chunk index XOR (row & 7) so ldmatrix reads are
  * conflict-free. Gate/up: B's rows interleave w1 and w3 (row 2i gate i, 2i + 1 up i), so each lane's accumulator pair
- * (c0, c1) is (gate, up) of one (token, i): swiglu in registers, h as bf16. Down: y rows (fp32) as float2 stores.
- * Token rows past T are read as row T - 1 and never stored. Deterministic: one owner per output, a fixed K order.
+ * (c0, c1) is (gate, up) of one (token, i): swiglu in registers, h as bf16. Down: y rows (fp32) as float2 stores. Token
+ * rows past T are read as row T - 1 and never stored. Deterministic: one owner per output, a fixed K order.
  */
 #ifndef SLUICE_MOE_SHARED_GEMM_CUH
 #define SLUICE_MOE_SHARED_GEMM_CUH
@@ -118,17 +121,18 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm(const uint16_t *wb, cons
 #pragma unroll
             for (int p = 0; p < 2; p++) {
                 uint32_t r[4];
-                gm_ldsm_x4(r, bs + gm_swz(wn * 32 + p * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+                const int n = wn * 32 + p * 16 + (lane & 7) + ((lane >> 4) << 3);
+                gm_ldsm_x4(r, bs + gm_swz(n, kk * 2 + ((lane >> 3) & 1)));
                 bf[2 * p][0] = r[0], bf[2 * p][1] = r[1], bf[2 * p + 1][0] = r[2], bf[2 * p + 1][1] = r[3];
             }
 #pragma unroll
             for (int mi = 0; mi < 4; mi++)
 #pragma unroll
                 for (int nj = 0; nj < 4; nj++)
-                    moe_mma_bf16(FOLD ? acc[mi][nj] : part[mi][nj], af[mi][0], af[mi][1], af[mi][2], af[mi][3], bf[nj][0],
-                                 bf[nj][1]);
+                    moe_mma_bf16(FOLD ? acc[mi][nj] : part[mi][nj], af[mi][0], af[mi][1], af[mi][2], af[mi][3],
+                                 bf[nj][0], bf[nj][1]);
         }
-        if (!FOLD && (kt & 1)) {   /* the end of 128-input block kt / 2: acc += part * scale (c0, c2 even columns, c1, c3 odd) */
+        if (!FOLD && (kt & 1)) {   /* end of 128-input block kt / 2: acc += part * scale (c0, c2: even columns) */
             const float fa = __ldg(s_a + kt / 2), fb = __ldg(s_b + kt / 2);
 #pragma unroll
             for (int mi = 0; mi < 4; mi++)
@@ -187,7 +191,8 @@ extern "C" cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t
     const cudaError_t e = fold ? shared_gemm_launch<1, 1>(a, b13, x, T, topk, h, y, st)
                                : shared_gemm_launch<1, 0>(a, b13, x, T, topk, h, y, st);
     if (e != cudaSuccess) return e;
-    return fold ? shared_gemm_launch<0, 1>(a, b2, h, T, topk, h, y, st) : shared_gemm_launch<0, 0>(a, b2, h, T, topk, h, y, st);
+    return fold ? shared_gemm_launch<0, 1>(a, b2, h, T, topk, h, y, st)
+                : shared_gemm_launch<0, 0>(a, b2, h, T, topk, h, y, st);
 }
 
 #endif
