@@ -695,8 +695,8 @@ int main(int argc, char **argv)
         make_shared(&M, &L, 0);   /* the rest as before: scales of any mantissa */
     }
     {   /* v36 (SG): the shared expert as two bf16 GEMMs (shared_gemm_min_t; its own launches from shared_min_t), its y
-           rows also checked alone: 128-token blocks with partial last ones, skewed routing, power-of-two scales (exact in
-           bf16) and any (one bf16 rounding per weight); then its stream run against 2 graph replays, and forked after
+           rows also checked alone: 128-token blocks with partial last ones, skewed routing, power-of-two scales (folded into
+           the bf16 weights: exact) and any (fp32 partials per 128-input block); then its stream run against 2 graph replays, and forked after
            the router */
         const int sg = W.shared_gemm_min_t, fk = W.shared_fork;
         W.shared_gemm_min_t = 16;
