@@ -186,8 +186,8 @@ static cudaError_t shared_gemm_launch(const moe_expert_args *a, const uint16_t *
 extern "C" cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t *b13, const uint16_t *b2, int fold,
                                         const uint16_t *x, int T, int topk, uint16_t *h, float *y, cudaStream_t st)
 {
-    if (!b13 || !b2 || T < 1 || (2 * a->I) % GM_BN || a->H % GM_BN || a->H % 128 || a->I % 128)
-        return cudaErrorInvalidValue;
+    /* H, I multiples of the 128-row scale blocks: then 2I and H are whole GM_BN tiles and K whole GM_BK steps */
+    if (!b13 || !b2 || T < 1 || a->H % 128 || a->I % 128) return cudaErrorInvalidValue;
     const cudaError_t e = fold ? shared_gemm_launch<1, 1>(a, b13, x, T, topk, h, y, st)
                                : shared_gemm_launch<1, 0>(a, b13, x, T, topk, h, y, st);
     if (e != cudaSuccess) return e;
