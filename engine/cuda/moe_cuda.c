@@ -348,6 +348,7 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->shared_gemm_min_t = 512;   /* v36: NOTES v36 (2)-(4): random 512 -2.3 / -2.9 % (queued -2.9 %), skewed 512 -7..8 %;
                                      256 and 128 within the noise (-0.5 % queued at 256), 64 +2.5 % (half of its 128-token
                                      tiles padding); needs moe_cuda_shape.shared_bf16 */
+    W->shared_gemm_wg = 0;     /* v37 (GW): measured in bench/NOTES.md v37 */
     W->shared_tile_max_t = 64; /* v35: NOTES v35 (3)-(5): 64 -0.7..2.1 % (queued -2.6..3.4 %), 24 -0.9 %, 32 -0.4 %;
                                   48 lost (skewed +6 %), so 33-48 keep 16-token blocks; 128 equal and skewed 128
                                   +3.6..4.6 %, so not above 64 */
@@ -450,7 +451,7 @@ static cudaError_t shared_launches(const moe_cuda_layer *L, const moe_cuda_ws *W
                                    const uint16_t *x, int T, int topk, cudaStream_t st)
 {
     if (W->shared_gemm_min_t > 0 && T >= W->shared_gemm_min_t && L->sh_b13)
-        return moe_shared_gemms(a, L->sh_b13, L->sh_b2, L->sh_pow2, x, T, topk, W->h, W->y, st);
+        return moe_shared_gemms(a, L->sh_b13, L->sh_b2, L->sh_pow2, W->shared_gemm_wg, x, T, topk, W->h, W->y, st);
     return moe_shared_experts(a, x, T, topk, W->h, W->y, st);
 }
 

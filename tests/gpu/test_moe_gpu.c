@@ -722,6 +722,33 @@ int main(int argc, char **argv)
         run_case("nvfp4, shared expert k_shared_fp8 alone", &M, &L, &W, 257, 0);
         g_shared_check = 0;
     }
+    {   /* v37 (GW): the same GEMMs on wgmma (shared_gemm_wg; folded power-of-two scales only, 128 x 256 tiles), its y rows
+           checked alone: one token tile with 112 padded rows, partial and whole tiles, three tiles, skewed; the graph
+           against the stream run, forked after the router; then scales of any mantissa, which stay on mma.sync */
+        const int sg = W.shared_gemm_min_t, gw = W.shared_gemm_wg, fk = W.shared_fork;
+        W.shared_gemm_min_t = 16;
+        W.shared_gemm_wg = 1;
+        g_shared_check = 1;
+        make_shared(&M, &L, 1);
+        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 16, 0);
+        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 100, 0);
+        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 128, 0);
+        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 129, 0);
+        run_case("nvfp4 skewed, shared expert wgmma GEMMs", &M, &L, &W, 200, 1);
+        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 257, 0);
+        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 257, 0);   /* back to back */
+        g_graph_check = 1;
+        run_case("nvfp4, shared expert wgmma GEMMs, graph", &M, &L, &W, 257, 0);
+        W.shared_fork = 2;
+        run_case("nvfp4 skewed, shared expert wgmma GEMMs, graph, forked after the router", &M, &L, &W, 130, 1);
+        W.shared_fork = fk;
+        g_graph_check = 0;
+        make_shared(&M, &L, 0);
+        run_case("nvfp4, shared expert wgmma GEMMs asked, any scales (mma.sync)", &M, &L, &W, 130, 0);
+        g_shared_check = 0;
+        W.shared_gemm_wg = gw;
+        W.shared_gemm_min_t = sg;
+    }
     {   /* v26 (X4): routed experts with more than x4_tok tokens in the wide launches (64-token items; partial last
            ones), in the fused path (T <= dyn_max_t; the wide gate/up where x4_early puts it), after each stage's
            2-tile launch in the separate one, and with every other expert 2-tile (nt2_all_min_t) */
@@ -1094,6 +1121,12 @@ int main(int argc, char **argv)
         g_shared_check = 1;
         run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 3, 0);
         run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 16, 0);
+        make_shared(&M, &L, 1);   /* v37 (GW): on wgmma at full K (64 and 32 steps: the ring's refills) */
+        W.shared_gemm_wg = 1;
+        run_case("V4-Flash dims, shared expert wgmma GEMMs", &M, &L, &W, 3, 0);
+        run_case("V4-Flash dims, shared expert wgmma GEMMs", &M, &L, &W, 16, 0);
+        W.shared_gemm_wg = 0;
+        make_shared(&M, &L, 0);
         g_shared_check = 0;
         W.shared_gemm_min_t = sg;
         W.shared_min_t = sh;
