@@ -13,6 +13,8 @@
  * takes 72 us at 512 (FOLD 1; 82 with the partials) and the down 32-37, against k_shared_fp8's 107 and 69; bound by the
  * L2 -> SM traffic of 128 x 128 tiles (~3.3 TB/s), not by the tensor pipe; the layer gains 2-3 % at 512 (skewed 512
  * 7 %) and nothing at 128-256, so moe_cuda_ws uses it from 512.
+ * v37 (GW, moe_shared_gemms' wg): the same GEMMs on wgmma with 128 x 256 tiles (k_shared_gemm_wg, below; folded scales
+ * only), opt-in until measured (bench/NOTES.md v37).
  *
  * C[t][n] = sum_k A[t][k] B[n][k]: A the token rows (x for gate/up; the shared pairs' h rows for down), B the weights
  * ([n][k], k contiguous, "TN"). Block tile 128 tokens x 128 outputs, K in steps of 64; 8 warps as 2 (tokens) x 4

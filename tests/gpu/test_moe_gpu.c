@@ -504,6 +504,8 @@ int main(int argc, char **argv)
     run_fused("nvfp4 skewed (one launch)", &M, &L, &W, 8, 1);
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 257, 1);
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 9, 1);    /* 2-tile routed, 1-tile shared */
+    W.shared_gemm_min_t = 0;   /* v37: from here the cases run k_shared_fp8 at 257 as they were written (SG from 256 is the
+                                  default now); the SG and GW blocks set it themselves */
     run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 64, 1);
     /* v30: 6 experts x 17 tokens, two 2-tile items per row group each (the launches' grid bound, routed_grid) */
     run_case("nvfp4 skewed, v30 2-tile grid", &M, &L, &W, 17, 1);
@@ -698,8 +700,9 @@ int main(int argc, char **argv)
            rows also checked alone: 128-token blocks with partial last ones, skewed routing, power-of-two scales (folded into
            the bf16 weights: exact) and any (fp32 partials per 128-input block); then its stream run against 2 graph replays, and forked after
            the router */
-        const int sg = W.shared_gemm_min_t, fk = W.shared_fork;
+        const int sg = W.shared_gemm_min_t, fk = W.shared_fork, gw0 = W.shared_gemm_wg;
         W.shared_gemm_min_t = 16;
+        W.shared_gemm_wg = 0;   /* v37: the mma.sync form (GW, on by default, has the block below) */
         g_shared_check = 1;
         run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 16, 0);    /* one block, 112 rows past T */
         run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 100, 0);
@@ -716,10 +719,12 @@ int main(int argc, char **argv)
         make_shared(&M, &L, 1);
         run_case("nvfp4, shared expert bf16 GEMMs, power-of-two scales", &M, &L, &W, 130, 0);
         run_case("nvfp4 skewed, shared expert bf16 GEMMs, power-of-two scales", &M, &L, &W, 257, 1);
-        W.shared_gemm_min_t = sg;   /* k_shared_fp8 on the same scales, its rows checked alone as well */
+        W.shared_gemm_wg = gw0;
+        W.shared_gemm_min_t = 0;   /* k_shared_fp8 on the same scales, its rows checked alone as well */
         run_case("nvfp4, shared expert k_shared_fp8 alone, power-of-two scales", &M, &L, &W, 130, 0);
         make_shared(&M, &L, 0);
         run_case("nvfp4, shared expert k_shared_fp8 alone", &M, &L, &W, 257, 0);
+        W.shared_gemm_min_t = sg;
         g_shared_check = 0;
     }
     {   /* v37 (GW): the same GEMMs on wgmma (shared_gemm_wg; folded power-of-two scales only, 128 x 256 tiles), its y rows
