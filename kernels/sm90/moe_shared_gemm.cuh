@@ -45,6 +45,17 @@ __device__ __forceinline__ void gm_ldsm_x4(uint32_t r[4], const uint16_t *p)
 /* element offset of (row, 16-byte chunk c) in a [rows][64] bf16 tile */
 __device__ __forceinline__ int gm_swz(int row, int c) { return row * GM_BK + ((c ^ (row & 7)) << 3); }
 
+/* output (t, n) and (t, n + 1) of a GEMM: gate/up the pair's swiglu as h (bf16), down two y floats (both GEMMs') */
+template <int GU>
+__device__ __forceinline__ void gm_store(float c0, float c1, int t, int n, int H, int I, float limit, int T, int topk,
+                                         uint16_t *h, float *y)
+{
+    if (GU)
+        h[((size_t)T * topk + t) * I + n / 2] = moe_f32_to_bf16(moe_swiglu(c0, c1, limit));
+    else
+        *(float2 *)(y + ((size_t)T * topk + t) * H + n) = make_float2(c0, c1);
+}
+
 /* GU 1: gate/up (A = xin rows 0..T-1 of K = H inputs, B = b13 [2I][H], -> h rows T*topk + t);
  * GU 0: down (A = h rows T*topk + t of K = I, B = b2 [H][I], -> y rows T*topk + t).
  * grid: (token tiles, N / GM_BN): the blocks of one weight tile are adjacent, so its bytes come from HBM once. */
@@ -158,10 +169,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm(const uint16_t *wb, cons
             for (int nj = 0; nj < 4; nj++) {
                 const int n = n0 + wn * 32 + nj * 8 + 2 * q;
                 const float c0 = acc[mi][nj][2 * half], c1 = acc[mi][nj][2 * half + 1];
-                if (GU)
-                    h[((size_t)T * topk + t) * I + n / 2] = moe_f32_to_bf16(moe_swiglu(c0, c1, limit));
-                else
-                    *(float2 *)(y + ((size_t)T * topk + t) * H + n) = make_float2(c0, c1);
+                gm_store<GU>(c0, c1, t, n, H, I, limit, T, topk, h, y);
             }
         }
     if (GU) moe_pdl_release();
@@ -314,10 +322,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm_wg(const uint16_t *wb, i
             for (int j = 0; j < 16; j++) {
                 const int n = n0 + hb * 128 + j * 8 + 2 * q;
                 const float c0 = acc[hb][4 * j + 2 * half], c1 = acc[hb][4 * j + 2 * half + 1];
-                if (GU)
-                    h[((size_t)T * topk + t) * I + n / 2] = moe_f32_to_bf16(moe_swiglu(c0, c1, limit));
-                else
-                    *(float2 *)(y + ((size_t)T * topk + t) * H + n) = make_float2(c0, c1);
+                gm_store<GU>(c0, c1, t, n, H, I, limit, T, topk, h, y);
             }
         }
     if (GU) moe_pdl_release();
