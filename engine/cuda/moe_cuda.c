@@ -345,7 +345,8 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
                                   (1: forked before the router, 2: after it, beside the routed launches only) */
     W->side_prio = 0;
-    W->shared_gemm_min_t = 256;   /* v37 (with GW): 256 -1.6 % (queued -1.4 %), skewed 256 +2.8 %; v36: NOTES v36 (2)-(4): random 512 -2.3 / -2.9 % (queued -2.9 %), skewed 512 -7..8 %;
+    W->shared_gemm_min_t = 256;   /* v37 (with GW): 256 -1.6 % (queued -1.4 %), skewed 256 +2.8 %; v36: NOTES v36
+                                     (2)-(4): random 512 -2.3 / -2.9 % (queued -2.9 %), skewed 512 -7..8 %;
                                      256 and 128 within the noise (-0.5 % queued at 256), 64 +2.5 % (half of its 128-token
                                      tiles padding); needs moe_cuda_shape.shared_bf16 */
     W->shared_gemm_wg = 1;     /* v37 (GW): on wgmma where the scales fold; NOTES v37 (1): 512 -0.5..1 %, 256 (with SG

@@ -12,9 +12,9 @@
  * relative L2 against k_shared_fp8's 9.5e-4: NOTES v36 (2)). Measured (NOTES v36 (2)-(4)): alone on the GPU the gate/up
  * takes 72 us at 512 (FOLD 1; 82 with the partials) and the down 32-37, against k_shared_fp8's 107 and 69; bound by the
  * L2 -> SM traffic of 128 x 128 tiles (~3.3 TB/s), not by the tensor pipe; the layer gains 2-3 % at 512 (skewed 512
- * 7 %) and nothing at 128-256, so moe_cuda_ws uses it from 512.
+ * 7 %) and nothing at 128-256, so v36 used it from 512.
  * v37 (GW, moe_shared_gemms' wg): the same GEMMs on wgmma with 128 x 256 tiles (k_shared_gemm_wg, below; folded scales
- * only), opt-in until measured (bench/NOTES.md v37).
+ * only); with it moe_cuda_ws runs them from 256 (bench/NOTES.md v37 (1): 256 -1.6 %, 512 -0.5..1 %).
  *
  * C[t][n] = sum_k A[t][k] B[n][k]: A the token rows (x for gate/up; the shared pairs' h rows for down), B the weights
  * ([n][k], k contiguous, "TN"). Block tile 128 tokens x 128 outputs, K in steps of 64; 8 warps as 2 (tokens) x 4
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm_wg(const uint16_t *wb, i
     const uint16_t *B = wb + (size_t)n0 * K;
     auto As = [&](int s) { return smem + (size_t)s * GW_STAGE_BYTES; };
     auto Bs = [&](int s) { return smem + (size_t)s * GW_STAGE_BYTES + GW_A_BYTES; };
-    auto swz = [](int row, int c) { return row * 128 + ((c ^ (row & 7)) << 4); };
+    auto swz = [](int row, int c) { return row * 128 + ((c ^ (row & 7)) << 4); };   /* gm_swz's layout, in bytes */
     auto load_b = [&](int s, int kt) {   /* 2048 16-byte chunks, 8 per thread */
 #pragma unroll
         for (int i = 0; i < 8; i++) {

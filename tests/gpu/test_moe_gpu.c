@@ -478,6 +478,32 @@ static void test_quantiser(void)
     cudaFree(dw); cudaFree(dq); cudaFree(ds); cudaFree(d2);
 }
 
+/* The shared expert's GEMMs (SG, and GW on wgmma), the form named by form ("bf16 GEMMs", "wgmma GEMMs"), with the scales
+ * the layer has now: one 128-token tile with 112 rows past T, partial and whole tiles, three tiles, skewed, back to back;
+ * the graph against the stream run, and forked after the router (v36, v37) */
+static void shared_gemm_cases(const char *form, model *M, moe_cuda_layer *L, moe_cuda_ws *W)
+{
+    char nm[128], nms[128], ng[128], nf[128];
+    snprintf(nm, sizeof nm, "nvfp4, shared expert %s", form);
+    snprintf(nms, sizeof nms, "nvfp4 skewed, shared expert %s", form);
+    snprintf(ng, sizeof ng, "nvfp4, shared expert %s, graph", form);
+    snprintf(nf, sizeof nf, "nvfp4 skewed, shared expert %s, graph, forked after the router", form);
+    const int fk = W->shared_fork;
+    run_case(nm, M, L, W, 16, 0);    /* one block, 112 rows past T */
+    run_case(nm, M, L, W, 100, 0);
+    run_case(nm, M, L, W, 128, 0);   /* one whole block */
+    run_case(nm, M, L, W, 129, 0);   /* one token in the second */
+    run_case(nms, M, L, W, 200, 1);
+    run_case(nm, M, L, W, 257, 0);
+    run_case(nm, M, L, W, 257, 0);   /* back to back */
+    g_graph_check = 1;
+    run_case(ng, M, L, W, 257, 0);
+    W->shared_fork = 2;
+    run_case(nf, M, L, W, 130, 1);
+    W->shared_fork = fk;
+    g_graph_check = 0;
+}
+
 int main(int argc, char **argv)
 {
     int ndev = 0;
@@ -700,22 +726,11 @@ int main(int argc, char **argv)
            rows also checked alone: 128-token blocks with partial last ones, skewed routing, power-of-two scales (folded into
            the bf16 weights: exact) and any (fp32 partials per 128-input block); then its stream run against 2 graph replays, and forked after
            the router */
-        const int sg = W.shared_gemm_min_t, fk = W.shared_fork, gw0 = W.shared_gemm_wg;
+        const int sg = W.shared_gemm_min_t, gw0 = W.shared_gemm_wg;
         W.shared_gemm_min_t = 16;
         W.shared_gemm_wg = 0;   /* v37: the mma.sync form (GW, on by default, has the block below) */
         g_shared_check = 1;
-        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 16, 0);    /* one block, 112 rows past T */
-        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 100, 0);
-        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 128, 0);   /* one whole block */
-        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 129, 0);   /* one token in the second */
-        run_case("nvfp4 skewed, shared expert bf16 GEMMs", &M, &L, &W, 200, 1);
-        run_case("nvfp4, shared expert bf16 GEMMs", &M, &L, &W, 257, 0);
-        g_graph_check = 1;
-        run_case("nvfp4, shared expert bf16 GEMMs, graph", &M, &L, &W, 257, 0);
-        W.shared_fork = 2;
-        run_case("nvfp4 skewed, shared expert bf16 GEMMs, graph, forked after the router", &M, &L, &W, 130, 1);
-        W.shared_fork = fk;
-        g_graph_check = 0;
+        shared_gemm_cases("bf16 GEMMs", &M, &L, &W);
         make_shared(&M, &L, 1);
         run_case("nvfp4, shared expert bf16 GEMMs, power-of-two scales", &M, &L, &W, 130, 0);
         run_case("nvfp4 skewed, shared expert bf16 GEMMs, power-of-two scales", &M, &L, &W, 257, 1);
@@ -730,24 +745,12 @@ int main(int argc, char **argv)
     {   /* v37 (GW): the same GEMMs on wgmma (shared_gemm_wg; folded power-of-two scales only, 128 x 256 tiles), its y rows
            checked alone: one token tile with 112 padded rows, partial and whole tiles, three tiles, skewed; the graph
            against the stream run, forked after the router; then scales of any mantissa, which stay on mma.sync */
-        const int sg = W.shared_gemm_min_t, gw = W.shared_gemm_wg, fk = W.shared_fork;
+        const int sg = W.shared_gemm_min_t, gw = W.shared_gemm_wg;
         W.shared_gemm_min_t = 16;
         W.shared_gemm_wg = 1;
         g_shared_check = 1;
         make_shared(&M, &L, 1);
-        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 16, 0);
-        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 100, 0);
-        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 128, 0);
-        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 129, 0);
-        run_case("nvfp4 skewed, shared expert wgmma GEMMs", &M, &L, &W, 200, 1);
-        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 257, 0);
-        run_case("nvfp4, shared expert wgmma GEMMs", &M, &L, &W, 257, 0);   /* back to back */
-        g_graph_check = 1;
-        run_case("nvfp4, shared expert wgmma GEMMs, graph", &M, &L, &W, 257, 0);
-        W.shared_fork = 2;
-        run_case("nvfp4 skewed, shared expert wgmma GEMMs, graph, forked after the router", &M, &L, &W, 130, 1);
-        W.shared_fork = fk;
-        g_graph_check = 0;
+        shared_gemm_cases("wgmma GEMMs", &M, &L, &W);
         make_shared(&M, &L, 0);
         run_case("nvfp4, shared expert wgmma GEMMs asked, any scales (mma.sync)", &M, &L, &W, 130, 0);
         g_shared_check = 0;
