@@ -1445,8 +1445,9 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)k_shared_wg<1, 8, 0>, (const void *)k_shared_wg<2, 4, 1>, (const void *)k_shared_wg<2, 8, 1>,
         (const void *)k_shared_wg<2, 16, 1>, (const void *)k_shared_wg<1, 4, 1>, (const void *)k_shared_wg<1, 8, 1>,
         (const void *)k_shared_wg<1, 16, 1>, (const void *)k_shared_gemm<1, 0>, (const void *)k_shared_gemm<0, 0>,
-        (const void *)k_shared_gemm<1, 1>, (const void *)k_shared_gemm<0, 1>, (const void *)k_shared_gemm_wg<1>,
-        (const void *)k_shared_gemm_wg<0>,
+        (const void *)k_shared_gemm<1, 1>, (const void *)k_shared_gemm<0, 1>, (const void *)k_shared_gemm_wg<1, 0>,
+        (const void *)k_shared_gemm_wg<0, 0>, (const void *)k_shared_gemm_wg<1, 1>, (const void *)k_shared_gemm_wg<0, 1>,
+        (const void *)k_shared_gemm_wg<1, 2>, (const void *)k_shared_gemm_wg<0, 2>,
         (const void *)k_combine,
     };
     for (const void *f : fs) {

@@ -204,7 +204,15 @@ static cudaError_t shared_gemm_launch(const moe_expert_args *a, const uint16_t *
  * fences them to the async proxy, and the block meets; then each warpgroup issues its 8 wgmmas, the block refills
  * the slot the previous step read (its wgmmas completed before the barrier), and waits for its wgmmas. FOLD 1 only
  * (the partials form would need 128 more registers); numerics as k_shared_gemm<., 1>: exact bf16 products, fp32
- * accumulation in a fixed order, one owner per output: deterministic. sm_90a only (sw_ok). */
+ * accumulation in a fixed order, one owner per output: deterministic. sm_90a only (sw_ok).
+ * FORM 1 (v38, moe_shared_gemms' wg 2): one wgmma group left in flight across steps. v37's form waits for its own
+ * wgmmas at the end of every step, so the tensor pipe drains once per 64 inputs while the block meets and the next
+ * step's copies are checked (~40 % of the tensor rate, bench/NOTES.md v37 (1)). Here each warpgroup waits only for
+ * the previous step's group (wait_group 1), and the slot a step refills is the one read two steps back: every warp
+ * waited for that group before the barrier it just passed. The price is one step less of copies in flight (2).
+ * FORM 2 (wg 3): INFL with one m64n256k16 per warpgroup and 16 inputs in place of two m64n128k16, so the warpgroup's
+ * 64 token rows are read from shared memory once per step, not twice (v37's step moves 96 KB of wgmma operands and
+ * 48 KB of copies through shared memory per 2M MACs: ~144 bytes per cycle at the tensor rate, past its ~128). */
 #define GW_BM 128
 #define GW_BN 256
 #ifndef GW_STAGES
@@ -239,7 +247,18 @@ __device__ __forceinline__ void gw_mma(float d[64], uint64_t da, uint64_t db)
                  : "memory");
 }
 
-template <int GU>
+/* the same over 256 weight rows (desc db: 256 rows, 8-row groups 1024 bytes apart): d is wgmma's m64n256 f32 fragment
+ * (d[4j + i]: row 16 (warp % 4) + g + 8 (i >> 1), column 8j + 2q + (i & 1)), i.e. gw_mma's two d arrays in order */
+__device__ __forceinline__ void gw_mma256(float *d, uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db), "r"(1)
+                 : "memory");
+}
+
+template <int GU, int FORM>
 __global__ void __launch_bounds__(256, 1) k_shared_gemm_wg(const uint16_t *wb, int H, int I, float limit,
                                                            const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
 {
@@ -272,14 +291,16 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm_wg(const uint16_t *wb, i
             cp16(As(s) + swz(row, c), xin + t * K + kt * GM_BK + c * 8);
         }
     };
-    /* as k_shared_gemm: the weights' first steps before the wait; group s holds B 0..GW_STAGES-2 (s = 0) and A s */
+    constexpr int INFL = FORM >= 1;                            /* v38: a wgmma group in flight across steps */
+    constexpr int LA = INFL ? GW_STAGES - 2 : GW_STAGES - 1;   /* steps of copies in flight */
+    /* as k_shared_gemm: the weights' first steps before the wait; group s holds B 0..LA-1 (s = 0) and A s */
 #pragma unroll
-    for (int s = 0; s < GW_STAGES - 1; s++)
+    for (int s = 0; s < LA; s++)
         if (s < nk) load_b(s, s);
     moe_pdl_wait();
     if (!GU) moe_pdl_release();
 #pragma unroll
-    for (int s = 0; s < GW_STAGES - 1; s++) {
+    for (int s = 0; s < LA; s++) {
         if (s < nk) load_a(s, s);
         cp_commit();
     }
@@ -289,28 +310,36 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm_wg(const uint16_t *wb, i
 #pragma unroll
         for (int i = 0; i < 64; i++) acc[hb][i] = 0.f;
     for (int kt = 0; kt < nk; kt++) {
-        cp_wait<GW_STAGES - 2>();
+        cp_wait<LA - 1>();
         wg_proxy_fence();   /* this thread's copies of step kt, before wgmma reads them */
-        __syncthreads();    /* every thread's; and every warpgroup's wgmmas of step kt - 1 are complete */
+        __syncthreads();    /* every thread's; and every warpgroup's wgmmas of step kt - 1 (INFL: kt - 2) are complete */
         const uint8_t *as = As(kt % GW_STAGES) + wg * 64 * 128, *bs = Bs(kt % GW_STAGES);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < GM_BK / 16; kk++) {
             const uint64_t da = gw_desc(as + kk * 32);
-            gw_mma(acc[0], da, gw_desc(bs + kk * 32));
-            gw_mma(acc[1], da, gw_desc(bs + 128 * 128 + kk * 32));
+            if (FORM == 2) {   /* one m64n256k16: the A rows read once (acc[2][64] is m64n256's fragment in order) */
+                gw_mma256(&acc[0][0], da, gw_desc(bs + kk * 32));
+            } else {
+                gw_mma(acc[0], da, gw_desc(bs + kk * 32));
+                gw_mma(acc[1], da, gw_desc(bs + 128 * 128 + kk * 32));
+            }
         }
         wg_commit();
-        {   /* slot (kt - 1) % GW_STAGES takes step kt + GW_STAGES - 1 while the wgmmas run */
-            const int kn = kt + GW_STAGES - 1, sn = kn % GW_STAGES;
+        {   /* slot (kt - 1) % GW_STAGES (INFL: (kt - 2) % GW_STAGES) takes step kt + LA while the wgmmas run */
+            const int kn = kt + LA, sn = kn % GW_STAGES;
             if (kn < nk) {
                 load_b(sn, kn);
                 load_a(sn, kn);
             }
             cp_commit();
         }
-        wg_wait<0>();
+        if (INFL)
+            wg_wait<1>();   /* step kt - 1's group: its slot is refilled next step, after the barrier */
+        else
+            wg_wait<0>();
     }
+    if (INFL) wg_wait<0>();
     cp_wait<0>();
 #pragma unroll
     for (int hb = 0; hb < 2; hb++)
@@ -329,19 +358,19 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm_wg(const uint16_t *wb, i
 #endif
 }
 
-template <int GU>
+template <int GU, int FORM>
 static cudaError_t shared_gemm_wg_launch(const moe_expert_args *a, const uint16_t *wb, const uint16_t *x, int T,
                                          int topk, uint16_t *h, float *y, cudaStream_t st)
 {
     static int raised;
     const size_t sm = (size_t)GW_STAGES * GW_STAGE_BYTES + 1024;   /* + the 1024-byte alignment */
     if (!raised) {
-        const cudaError_t e = raise_smem((const void *)k_shared_gemm_wg<GU>, sm);
+        const cudaError_t e = raise_smem((const void *)k_shared_gemm_wg<GU, FORM>, sm);
         if (e != cudaSuccess) return e;
         raised = 1;
     }
     const int n = GU ? 2 * a->I : a->H;
-    return moe_launch_prio(k_shared_gemm_wg<GU>, dim3((T + GW_BM - 1) / GW_BM, n / GW_BN), dim3(256), sm, st,
+    return moe_launch_prio(k_shared_gemm_wg<GU, FORM>, dim3((T + GW_BM - 1) / GW_BM, n / GW_BN), dim3(256), sm, st,
                            a->sh_prio_on ? &a->sh_prio : (const int *)0, wb, a->H, a->I, a->limit, x, T, topk, h, y);
 }
 
@@ -353,8 +382,16 @@ extern "C" cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t
     /* H, I multiples of the 128-row scale blocks: then 2I and H are whole GM_BN tiles and K whole GM_BK steps */
     if (!b13 || !b2 || T < 1 || a->H % 128 || a->I % 128) return cudaErrorInvalidValue;
     if (wg && fold && a->H % GW_BN == 0 && sw_ok()) {   /* v37 (GW); 2I is then a multiple of GW_BN too */
-        const cudaError_t e = shared_gemm_wg_launch<1>(a, b13, x, T, topk, h, y, st);
-        return e != cudaSuccess ? e : shared_gemm_wg_launch<0>(a, b2, h, T, topk, h, y, st);
+        if (wg == 2) {   /* v38: one wgmma group in flight across steps */
+            const cudaError_t e = shared_gemm_wg_launch<1, 1>(a, b13, x, T, topk, h, y, st);
+            return e != cudaSuccess ? e : shared_gemm_wg_launch<0, 1>(a, b2, h, T, topk, h, y, st);
+        }
+        if (wg == 3) {   /* v38: the same with one m64n256k16 per 16 inputs */
+            const cudaError_t e = shared_gemm_wg_launch<1, 2>(a, b13, x, T, topk, h, y, st);
+            return e != cudaSuccess ? e : shared_gemm_wg_launch<0, 2>(a, b2, h, T, topk, h, y, st);
+        }
+        const cudaError_t e = shared_gemm_wg_launch<1, 0>(a, b13, x, T, topk, h, y, st);
+        return e != cudaSuccess ? e : shared_gemm_wg_launch<0, 0>(a, b2, h, T, topk, h, y, st);
     }
     const cudaError_t e = fold ? shared_gemm_launch<1, 1>(a, b13, x, T, topk, h, y, st)
                                : shared_gemm_launch<1, 0>(a, b13, x, T, topk, h, y, st);

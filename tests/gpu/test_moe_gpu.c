@@ -751,6 +751,11 @@ int main(int argc, char **argv)
         g_shared_check = 1;
         make_shared(&M, &L, 1);
         shared_gemm_cases("wgmma GEMMs", &M, &L, &W);
+        W.shared_gemm_wg = 2;   /* v38: one wgmma group in flight across K steps */
+        shared_gemm_cases("wgmma GEMMs in flight", &M, &L, &W);
+        W.shared_gemm_wg = 3;   /* v38: the same with one m64n256k16 per 16 inputs */
+        shared_gemm_cases("wgmma GEMMs in flight, n256", &M, &L, &W);
+        W.shared_gemm_wg = 1;
         make_shared(&M, &L, 0);
         run_case("nvfp4, shared expert wgmma GEMMs asked, any scales (mma.sync)", &M, &L, &W, 130, 0);
         g_shared_check = 0;
@@ -1130,10 +1135,17 @@ int main(int argc, char **argv)
         run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 3, 0);
         run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 16, 0);
         make_shared(&M, &L, 1);   /* v37 (GW): on wgmma at full K (64 and 32 steps: the ring's refills) */
+        const int gw = W.shared_gemm_wg;
         W.shared_gemm_wg = 1;
         run_case("V4-Flash dims, shared expert wgmma GEMMs", &M, &L, &W, 3, 0);
         run_case("V4-Flash dims, shared expert wgmma GEMMs", &M, &L, &W, 16, 0);
-        W.shared_gemm_wg = 0;
+        W.shared_gemm_wg = 2;   /* v38: in flight */
+        run_case("V4-Flash dims, shared expert wgmma GEMMs in flight", &M, &L, &W, 3, 0);
+        run_case("V4-Flash dims, shared expert wgmma GEMMs in flight", &M, &L, &W, 16, 0);
+        W.shared_gemm_wg = 3;
+        run_case("V4-Flash dims, shared expert wgmma GEMMs in flight, n256", &M, &L, &W, 3, 0);
+        run_case("V4-Flash dims, shared expert wgmma GEMMs in flight, n256", &M, &L, &W, 16, 0);
+        W.shared_gemm_wg = gw;
         make_shared(&M, &L, 0);
         g_shared_check = 0;
         W.shared_gemm_min_t = sg;
