@@ -524,7 +524,7 @@ static int bench_moe(int argc, char **argv)
              * released early up to batch CE (moe_cuda_ws.fs_cmb_early_max_t, default 8), the shared gate/up's blocks
              * with the batch rounded up to 16, 32 or (above 48) 64 tokens up to batch HT (moe_cuda_ws.shared_tile_max_t, default 64;
              * 0: 16 tokens up to 64), the shared expert as two bf16 GEMMs from batch SG (moe_cuda_ws.shared_gemm_min_t,
-             * default 256; 0 = never), on wgmma where the scales fold GW (moe_cuda_ws.shared_gemm_wg, default 1; 2: a wgmma group in flight, 3: and one m64n256k16); each
+             * default 256; 0 = never), on wgmma where the scales fold GW (moe_cuda_ws.shared_gemm_wg, default 1; 2: a wgmma group in flight, 3: and one m64n256k16, 4: and the tiles by TMA); each
              * measured in turn, the JSON holds the last */
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;

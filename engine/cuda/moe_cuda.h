@@ -126,7 +126,7 @@ typedef struct {
                                          (moe_shared_gemms; where its own launches run, from shared_min_t, and the layer
                                          has its bf16 copy: moe_cuda_shape.shared_bf16) */
     int shared_gemm_wg;               /* v37: those GEMMs on wgmma where the scales fold (moe_shared_gemms' wg; v38: 2,
-                                         one wgmma group in flight across K steps; 3: and m64n256k16) */
+                                         one wgmma group in flight across K steps; 3: and m64n256k16; 4: and TMA) */
     int shared_tile_max_t;            /* v35: up to this batch the shared gate/up's blocks take the batch rounded up to
                                          16, 32 or (above 48) 64 tokens (moe_expert_args.sh_tile_max_t; 0: 16 up to 64,
                                          v14-v34) */

@@ -1448,6 +1448,7 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)k_shared_gemm<1, 1>, (const void *)k_shared_gemm<0, 1>, (const void *)k_shared_gemm_wg<1, 0>,
         (const void *)k_shared_gemm_wg<0, 0>, (const void *)k_shared_gemm_wg<1, 1>, (const void *)k_shared_gemm_wg<0, 1>,
         (const void *)k_shared_gemm_wg<1, 2>, (const void *)k_shared_gemm_wg<0, 2>,
+        (const void *)k_shared_gemm_tma<1>, (const void *)k_shared_gemm_tma<0>,
         (const void *)k_combine,
     };
     for (const void *f : fs) {

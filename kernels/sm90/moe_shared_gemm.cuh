@@ -27,6 +27,8 @@
 #ifndef SLUICE_MOE_SHARED_GEMM_CUH
 #define SLUICE_MOE_SHARED_GEMM_CUH
 
+#include <cudaTypedefs.h>   /* CUtensorMap, PFN_cuTensorMapEncodeTiled (GWT) */
+
 #define GM_BM 128
 #define GM_BN 128
 #define GM_BK 64
@@ -374,6 +376,178 @@ static cudaError_t shared_gemm_wg_launch(const moe_expert_args *a, const uint16_
                            a->sh_prio_on ? &a->sh_prio : (const int *)0, wb, a->H, a->I, a->limit, x, T, topk, h, y);
 }
 
+/* ---- GWT (v38, moe_shared_gemms' wg 4): GW's tiles fed by the tensor memory accelerator.
+ * Why: ncu of GW's gate/up alone at 512 (bench/NOTES.md v38 (2)): 295 warp-instructions per warp and step, issued at
+ * one per ~7 cycles (dispatch and dependency stalls, 2 warps per scheduler), so the 12 16-byte copies per thread and
+ * step and their address arithmetic take the whole step, whatever the wgmma form (v38 (1): in flight, m64n256: equal).
+ * Here one lane of a ninth warp (the producer) moves each step's two tiles with two cp.async.bulk.tensor copies (A:
+ * 128 token rows, B: 256 weight rows, 64 inputs each) into the same 128-byte-swizzled stage layout, completing on the
+ * stage's "full" mbarrier; the two consumer warpgroups wait on it, issue one m64n256k16 per 16 inputs, keep one group in
+ * flight, and arrive on the previous step's "empty" mbarrier, which the producer waits on before refilling that stage.
+ * GW_STAGES steps in flight, no block barrier in the loop. Token rows past T are the tensor map's out-of-bounds rows
+ * (zeros), never stored. Numerics and the epilogue as k_shared_gemm_wg: deterministic. The tensor maps (moe_tma_map)
+ * are encoded on the host per launch (x, T and h's shared rows change with the batch). */
+__device__ __forceinline__ uint32_t gwt_sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void gwt_mb_init(uint64_t *b, int n)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(gwt_sa(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void gwt_mb_expect(uint64_t *b, int bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(gwt_sa(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void gwt_mb_arrive(uint64_t *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gwt_sa(b)) : "memory");
+}
+/* until the phase of parity par has completed */
+__device__ __forceinline__ void gwt_mb_wait(uint64_t *b, int par)
+{
+    asm volatile("{\n.reg .pred p;\nGWT_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra GWT_WAIT;\n}" ::"r"(gwt_sa(b)), "r"(par) : "memory");
+}
+/* the box at (inner c0, row c1) of tensor map m into shared memory dst, completing on mbarrier b */
+__device__ __forceinline__ void gwt_tma(void *dst, const CUtensorMap *m, int c0, int c1, uint64_t *b)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(gwt_sa(dst)), "l"((uint64_t)m), "r"(c0), "r"(c1), "r"(gwt_sa(b)) : "memory");
+}
+
+#define GWT_THREADS 288   /* two consumer warpgroups + the producer warp */
+
+template <int GU>
+__global__ void __launch_bounds__(GWT_THREADS, 1) k_shared_gemm_tma(const __grid_constant__ CUtensorMap tm_a,
+                                                                    const __grid_constant__ CUtensorMap tm_b, int H,
+                                                                    int I, float limit, int T, int topk, uint16_t *h,
+                                                                    float *y)
+{
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __trap();   /* sm_90a's alone; the host never launches this elsewhere (sw_ok) */
+#else
+    const MoeTrace trace_(GU ? MOE_TR_SH_GU : MOE_TR_SH_DN);
+    extern __shared__ __align__(16) uint8_t gw_smem[];
+    uint8_t *smem = gw_smem + ((1024u - ((unsigned)__cvta_generic_to_shared(gw_smem) & 1023u)) & 1023u);
+    uint64_t *full = (uint64_t *)(smem + (size_t)GW_STAGES * GW_STAGE_BYTES), *empty = full + GW_STAGES;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int K = GU ? H : I, nk = K / GM_BK, pre = min(nk, GW_STAGES);
+    const int m0 = blockIdx.x * GW_BM, n0 = blockIdx.y * GW_BN;
+    auto As = [&](int s) { return smem + (size_t)s * GW_STAGE_BYTES; };
+    auto Bs = [&](int s) { return smem + (size_t)s * GW_STAGE_BYTES + GW_A_BYTES; };
+    const bool producer = wg == 2 && lane == 0;
+    if (tid == 0) {
+        for (int s = 0; s < GW_STAGES; s++) {
+            gwt_mb_init(&full[s], 1);
+            gwt_mb_init(&empty[s], 256);   /* every consumer thread, after its wait for the step's wgmmas */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    /* the weights do not depend on the previous kernel: their first steps go out before the wait */
+    if (producer)
+        for (int s = 0; s < pre; s++) {
+            gwt_mb_expect(&full[s], GW_STAGE_BYTES);
+            gwt_tma(Bs(s), &tm_b, s * GM_BK, n0, &full[s]);
+        }
+    moe_pdl_wait();
+    if (!GU) moe_pdl_release();
+    if (wg == 2) {
+        if (producer) {
+            for (int s = 0; s < pre; s++) gwt_tma(As(s), &tm_a, s * GM_BK, m0, &full[s]);
+            for (int kt = GW_STAGES; kt < nk; kt++) {
+                const int s = kt % GW_STAGES;
+                gwt_mb_wait(&empty[s], (kt / GW_STAGES - 1) & 1);   /* the consumers are done with step kt - S */
+                gwt_mb_expect(&full[s], GW_STAGE_BYTES);
+                gwt_tma(Bs(s), &tm_b, kt * GM_BK, n0, &full[s]);
+                gwt_tma(As(s), &tm_a, kt * GM_BK, m0, &full[s]);
+            }
+        }
+    } else {
+        float acc[2][64];
+#pragma unroll
+        for (int hb = 0; hb < 2; hb++)
+#pragma unroll
+            for (int i = 0; i < 64; i++) acc[hb][i] = 0.f;
+        for (int kt = 0; kt < nk; kt++) {
+            const int s = kt % GW_STAGES;
+            gwt_mb_wait(&full[s], (kt / GW_STAGES) & 1);
+            const uint8_t *as = As(s) + wg * 64 * 128, *bs = Bs(s);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < GM_BK / 16; kk++) gw_mma256(&acc[0][0], gw_desc(as + kk * 32), gw_desc(bs + kk * 32));
+            wg_commit();
+            wg_wait<1>();   /* step kt - 1's group is complete: its stage goes back to the producer */
+            if (kt > 0) gwt_mb_arrive(&empty[(kt - 1) % GW_STAGES]);
+        }
+        wg_wait<0>();
+#pragma unroll
+        for (int hb = 0; hb < 2; hb++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int t = m0 + wg * 64 + warp * 16 + g + half * 8;
+                if (t >= T) continue;
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    const int n = n0 + hb * 128 + j * 8 + 2 * q;
+                    const float c0 = acc[hb][4 * j + 2 * half], c1 = acc[hb][4 * j + 2 * half + 1];
+                    gm_store<GU>(c0, c1, t, n, H, I, limit, T, topk, h, y);
+                }
+            }
+    }
+    if (GU) moe_pdl_release();
+#endif
+}
+
+/* cuTensorMapEncodeTiled from the driver (no libcuda link), or NULL */
+static PFN_cuTensorMapEncodeTiled_v12000 gwt_encoder()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }
+    return fn;
+}
+
+/* a bf16 [rows][inner] row-major matrix as boxes of 64 inputs x box_rows rows, 128-byte swizzle, zeros out of bounds */
+static cudaError_t gwt_map(CUtensorMap *m, const uint16_t *base, uint64_t inner, uint64_t rows, uint32_t box_rows)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 enc = gwt_encoder();
+    if (!enc) return cudaErrorNotSupported;
+    const cuuint64_t dims[2] = {inner, rows}, strides[1] = {inner * 2};
+    const cuuint32_t box[2] = {GM_BK, box_rows}, es[2] = {1, 1};
+    const CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, es,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/* GU 1: A = x [T][H], B = b13 [2I][H]; GU 0: A = h's shared rows [T][I] (after the T * topk routed pairs), B = b2 [H][I] */
+template <int GU>
+static cudaError_t shared_gemm_tma_launch(const moe_expert_args *a, const uint16_t *wb, const uint16_t *x, int T,
+                                          int topk, uint16_t *h, float *y, cudaStream_t st)
+{
+    static int raised;
+    const size_t sm = (size_t)GW_STAGES * GW_STAGE_BYTES + 1024 + 2 * GW_STAGES * sizeof(uint64_t);
+    if (!raised) {
+        const cudaError_t e = raise_smem((const void *)k_shared_gemm_tma<GU>, sm);
+        if (e != cudaSuccess) return e;
+        raised = 1;
+    }
+    const int K = GU ? a->H : a->I, n = GU ? 2 * a->I : a->H;
+    CUtensorMap ma, mb;
+    cudaError_t e = gwt_map(&ma, GU ? x : h + (size_t)T * topk * a->I, K, T, GW_BM);
+    if (e == cudaSuccess) e = gwt_map(&mb, wb, K, n, GW_BN);
+    if (e != cudaSuccess) return e;
+    return moe_launch_prio(k_shared_gemm_tma<GU>, dim3((T + GW_BM - 1) / GW_BM, n / GW_BN), dim3(GWT_THREADS), sm, st,
+                           a->sh_prio_on ? &a->sh_prio : (const int *)0, ma, mb, a->H, a->I, a->limit, T, topk, h, y);
+}
+
 /* the shared expert's gate/up then down, into moe_shared_experts' rows (h and y after the T * topk routed pairs) */
 extern "C" cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t *b13, const uint16_t *b2, int fold,
                                         int wg, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
@@ -385,6 +559,10 @@ extern "C" cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t
         if (wg == 2) {   /* v38: one wgmma group in flight across steps */
             const cudaError_t e = shared_gemm_wg_launch<1, 1>(a, b13, x, T, topk, h, y, st);
             return e != cudaSuccess ? e : shared_gemm_wg_launch<0, 1>(a, b2, h, T, topk, h, y, st);
+        }
+        if (wg == 4) {   /* v38 (GWT): the tiles by TMA from a producer warp */
+            const cudaError_t e = shared_gemm_tma_launch<1>(a, b13, x, T, topk, h, y, st);
+            return e != cudaSuccess ? e : shared_gemm_tma_launch<0>(a, b2, h, T, topk, h, y, st);
         }
         if (wg == 3) {   /* v38: the same with one m64n256k16 per 16 inputs */
             const cudaError_t e = shared_gemm_wg_launch<1, 2>(a, b13, x, T, topk, h, y, st);

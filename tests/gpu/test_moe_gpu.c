@@ -755,6 +755,8 @@ int main(int argc, char **argv)
         shared_gemm_cases("wgmma GEMMs in flight", &M, &L, &W);
         W.shared_gemm_wg = 3;   /* v38: the same with one m64n256k16 per 16 inputs */
         shared_gemm_cases("wgmma GEMMs in flight, n256", &M, &L, &W);
+        W.shared_gemm_wg = 4;   /* v38 (GWT): its tiles by TMA from a producer warp, mbarriers */
+        shared_gemm_cases("wgmma GEMMs by TMA", &M, &L, &W);
         W.shared_gemm_wg = 1;
         make_shared(&M, &L, 0);
         run_case("nvfp4, shared expert wgmma GEMMs asked, any scales (mma.sync)", &M, &L, &W, 130, 0);
@@ -1145,6 +1147,9 @@ int main(int argc, char **argv)
         W.shared_gemm_wg = 3;
         run_case("V4-Flash dims, shared expert wgmma GEMMs in flight, n256", &M, &L, &W, 3, 0);
         run_case("V4-Flash dims, shared expert wgmma GEMMs in flight, n256", &M, &L, &W, 16, 0);
+        W.shared_gemm_wg = 4;   /* GWT: 64 and 32 steps through its 4 stages' mbarrier phases */
+        run_case("V4-Flash dims, shared expert wgmma GEMMs by TMA", &M, &L, &W, 3, 0);
+        run_case("V4-Flash dims, shared expert wgmma GEMMs by TMA", &M, &L, &W, 16, 0);
         W.shared_gemm_wg = gw;
         make_shared(&M, &L, 0);
         g_shared_check = 0;
