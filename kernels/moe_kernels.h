@@ -272,7 +272,7 @@ cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int 
  * partial sums. Needs 2I, H multiples of 128 (as the scale blocks). wg (v37): with fold, H a multiple of 256 and a
  * compute capability 9 device, the GEMMs run on wgmma (k_shared_gemm_wg, 128 x 256 tiles), else on mma.sync; wg 2
  * (v38): the same with one wgmma group in flight across K steps; wg 3: and one m64n256k16 per 16 inputs; wg 4 (GWT): and the
- * tiles moved by TMA from a producer warp (the tensor maps encoded per call; cudaErrorNotSupported without the driver's
+ * tiles moved by TMA from a producer warp (the tensor maps encoded per call; wg 3's form where the driver has no
  * encoder). */
 cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t *b13, const uint16_t *b2, int fold, int wg,
                              const uint16_t *x, int T, int topk, uint16_t *h, float *y, cudaStream_t st);

@@ -349,8 +349,9 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
                                      (2)-(4): random 512 -2.3 / -2.9 % (queued -2.9 %), skewed 512 -7..8 %;
                                      256 and 128 within the noise (-0.5 % queued at 256), 64 +2.5 % (half of its 128-token
                                      tiles padding); needs moe_cuda_shape.shared_bf16 */
-    W->shared_gemm_wg = 1;     /* v37 (GW): on wgmma where the scales fold; NOTES v37 (1): 512 -0.5..1 %, 256 (with SG
-                                  from 256) -1.6 %, 128 +1 % (so SG stays off there) */
+    W->shared_gemm_wg = 4;     /* v37 (GW): on wgmma where the scales fold; NOTES v37 (1): 512 -0.5..1 %, 256 (with SG
+                                  from 256) -1.6 %, 128 +1 % (so SG stays off there); v38 (3): 4, the tiles by TMA (GWT):
+                                  alone its gate/up 53 us at 512 against 71, in the layer 512 -1.2 %, 256 -0.4..0.6 % */
     W->shared_tile_max_t = 64; /* v35: NOTES v35 (3)-(5): 64 -0.7..2.1 % (queued -2.6..3.4 %), 24 -0.9 %, 32 -0.4 %;
                                   48 lost (skewed +6 %), so 33-48 keep 16-token blocks; 128 equal and skewed 128
                                   +3.6..4.6 %, so not above 64 */

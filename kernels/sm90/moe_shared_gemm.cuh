@@ -560,11 +560,11 @@ extern "C" cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t
             const cudaError_t e = shared_gemm_wg_launch<1, 1>(a, b13, x, T, topk, h, y, st);
             return e != cudaSuccess ? e : shared_gemm_wg_launch<0, 1>(a, b2, h, T, topk, h, y, st);
         }
-        if (wg == 4) {   /* v38 (GWT): the tiles by TMA from a producer warp */
+        if (wg == 4 && gwt_encoder()) {   /* v38 (GWT): the tiles by TMA from a producer warp (else wg 3's form) */
             const cudaError_t e = shared_gemm_tma_launch<1>(a, b13, x, T, topk, h, y, st);
             return e != cudaSuccess ? e : shared_gemm_tma_launch<0>(a, b2, h, T, topk, h, y, st);
         }
-        if (wg == 3) {   /* v38: the same with one m64n256k16 per 16 inputs */
+        if (wg >= 3) {   /* v38: the same with one m64n256k16 per 16 inputs */
             const cudaError_t e = shared_gemm_wg_launch<1, 2>(a, b13, x, T, topk, h, y, st);
             return e != cudaSuccess ? e : shared_gemm_wg_launch<0, 2>(a, b2, h, T, topk, h, y, st);
         }
