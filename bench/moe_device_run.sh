@@ -45,7 +45,7 @@ if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + ncu passes over th
   done
   exit 0
 fi
-echo "== test"; timeout ${TEST_TIMEOUT:-300} $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"   # v21: 150 s cut it once
+echo "== test"; timeout ${TEST_TIMEOUT:-480} $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"   # v21: 150 s cut it once; v38: 300 s (403 cases)
 if [ "${ENGINE:-1}" = 1 ]; then   # the engine with the "cuda" backend (MoE on the GPU, the rest on the CPU)
   INC="" LIBS=""
   if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ] || [ ! -f /usr/include/uninorm.h ]; then
