@@ -23,7 +23,7 @@
  * moe_cuda_ws.shared_min_t tokens (v15: 16) it has two launches of its own (k_shared_fp8: 16-64 tokens
  * per dequantised fragment), on a second stream beside the router and the routed launches; from
  * moe_cuda_ws.shared_gemm_min_t (v36: 512; v37: 256, on wgmma) those two launches are bf16 GEMMs on a bf16 copy of its weights
- * (moe_shared_gemm.cuh, moe_shared_gemms).
+ * (moe_shared_gemm.cuh, moe_shared_gemms; v38: their tiles by TMA).
  *
  * Up to 8 tokens (moe_cuda_ws.fuse_small; v17: up to 2, v18 with the cheaper dequant: up to 8) the whole
  * expert work, the shared expert's items included, is one launch (k_experts1 SMALL: K-split gate/up tiles,
