@@ -288,6 +288,27 @@ __device__ __forceinline__ void gw_mma256(float *d, uint64_t da, uint64_t db)
                  : "memory");
 }
 
+/* a lane's outputs of the 128 x 256 tile (m0, n0) from its warpgroup wg's m64n256 fragment acc (gw_mma's two halves):
+ * token rows 64 wg + 16 warp + g (+ 8), columns 8j + 2q (+ 1); rows past T are not stored */
+template <int GU>
+__device__ __forceinline__ void gw_epilogue(const float (&acc)[2][64], int m0, int n0, int wg, int warp, int g, int q,
+                                            int H, int I, float limit, int T, int topk, uint16_t *h, float *y)
+{
+#pragma unroll
+    for (int hb = 0; hb < 2; hb++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int t = m0 + wg * 64 + warp * 16 + g + half * 8;
+            if (t >= T) continue;
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const int n = n0 + hb * 128 + j * 8 + 2 * q;
+                const float c0 = acc[hb][4 * j + 2 * half], c1 = acc[hb][4 * j + 2 * half + 1];
+                gm_store<GU>(c0, c1, t, n, H, I, limit, T, topk, h, y);
+            }
+        }
+}
+
 template <int GU, int FORM>
 __global__ void __launch_bounds__(256, 1) k_shared_gemm_wg(const uint16_t *wb, int H, int I, float limit,
                                                            const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
@@ -371,19 +392,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm_wg(const uint16_t *wb, i
     }
     if (INFL) wg_wait<0>();
     cp_wait<0>();
-#pragma unroll
-    for (int hb = 0; hb < 2; hb++)
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int t = m0 + wg * 64 + warp * 16 + g + half * 8;
-            if (t >= T) continue;
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const int n = n0 + hb * 128 + j * 8 + 2 * q;
-                const float c0 = acc[hb][4 * j + 2 * half], c1 = acc[hb][4 * j + 2 * half + 1];
-                gm_store<GU>(c0, c1, t, n, H, I, limit, T, topk, h, y);
-            }
-        }
+    gw_epilogue<GU>(acc, m0, n0, wg, warp, g, q, H, I, limit, T, topk, h, y);
     if (GU) moe_pdl_release();
 #endif
 }
@@ -507,19 +516,7 @@ __global__ void __launch_bounds__(GWT_THREADS, 1) k_shared_gemm_tma(const __grid
             if (kt > 0) gwt_mb_arrive(&empty[(kt - 1) % GW_STAGES]);
         }
         wg_wait<0>();
-#pragma unroll
-        for (int hb = 0; hb < 2; hb++)
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int t = m0 + wg * 64 + warp * 16 + g + half * 8;
-                if (t >= T) continue;
-#pragma unroll
-                for (int j = 0; j < 16; j++) {
-                    const int n = n0 + hb * 128 + j * 8 + 2 * q;
-                    const float c0 = acc[hb][4 * j + 2 * half], c1 = acc[hb][4 * j + 2 * half + 1];
-                    gm_store<GU>(c0, c1, t, n, H, I, limit, T, topk, h, y);
-                }
-            }
+        gw_epilogue<GU>(acc, m0, n0, wg, warp, g, q, H, I, limit, T, topk, h, y);
     }
     if (GU) moe_pdl_release();
 #endif
