@@ -422,7 +422,7 @@ static cudaError_t shared_gemm_wg_launch(const moe_expert_args *a, const uint16_
  * stage's "full" mbarrier; the two consumer warpgroups wait on it, issue one m64n256k16 per 16 inputs, keep one group in
  * flight, and arrive on the previous step's "empty" mbarrier, which the producer waits on before refilling that stage.
  * GW_STAGES steps in flight, no block barrier in the loop. Token rows past T are the tensor map's out-of-bounds rows
- * (zeros), never stored. Numerics and the epilogue as k_shared_gemm_wg: deterministic. The tensor maps (moe_tma_map)
+ * (zeros), never stored. Numerics and the epilogue as k_shared_gemm_wg: deterministic. The tensor maps (gwt_map)
  * are encoded on the host per launch (x, T and h's shared rows change with the batch). */
 __device__ __forceinline__ uint32_t gwt_sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void gwt_mb_init(uint64_t *b, int n)
@@ -573,6 +573,18 @@ static cudaError_t shared_gemm_tma_launch(const moe_expert_args *a, const uint16
                            a->sh_prio_on ? &a->sh_prio : (const int *)0, ma, mb, a->H, a->I, a->limit, T, topk, h, y);
 }
 
+typedef cudaError_t (*gemm_launch_fn)(const moe_expert_args *, const uint16_t *, const uint16_t *, int, int, uint16_t *,
+                                      float *, cudaStream_t);
+
+/* gate/up (A = x, B = b13) then down (A = h's shared rows, B = b2) with one form's two launches */
+static cudaError_t gemm_pair(gemm_launch_fn gu, gemm_launch_fn dn, const moe_expert_args *a, const uint16_t *b13,
+                             const uint16_t *b2, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
+                             cudaStream_t st)
+{
+    const cudaError_t e = gu(a, b13, x, T, topk, h, y, st);
+    return e != cudaSuccess ? e : dn(a, b2, h, T, topk, h, y, st);
+}
+
 /* the shared expert's gate/up then down, into moe_shared_experts' rows (h and y after the T * topk routed pairs) */
 extern "C" cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t *b13, const uint16_t *b2, int fold,
                                         int wg, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
@@ -581,26 +593,16 @@ extern "C" cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t
     /* H, I multiples of the 128-row scale blocks: then 2I and H are whole GM_BN tiles and K whole GM_BK steps */
     if (!b13 || !b2 || T < 1 || a->H % 128 || a->I % 128) return cudaErrorInvalidValue;
     if (wg && fold && a->H % GW_BN == 0 && sw_ok()) {   /* v37 (GW); 2I is then a multiple of GW_BN too */
-        if (wg == 2) {   /* v38: one wgmma group in flight across steps */
-            const cudaError_t e = shared_gemm_wg_launch<1, 1>(a, b13, x, T, topk, h, y, st);
-            return e != cudaSuccess ? e : shared_gemm_wg_launch<0, 1>(a, b2, h, T, topk, h, y, st);
-        }
-        if (wg == 4 && gwt_encoder()) {   /* v38 (GWT): the tiles by TMA from a producer warp (else wg 3's form) */
-            const cudaError_t e = shared_gemm_tma_launch<1>(a, b13, x, T, topk, h, y, st);
-            return e != cudaSuccess ? e : shared_gemm_tma_launch<0>(a, b2, h, T, topk, h, y, st);
-        }
-        if (wg >= 3) {   /* v38: the same with one m64n256k16 per 16 inputs */
-            const cudaError_t e = shared_gemm_wg_launch<1, 2>(a, b13, x, T, topk, h, y, st);
-            return e != cudaSuccess ? e : shared_gemm_wg_launch<0, 2>(a, b2, h, T, topk, h, y, st);
-        }
-        const cudaError_t e = shared_gemm_wg_launch<1, 0>(a, b13, x, T, topk, h, y, st);
-        return e != cudaSuccess ? e : shared_gemm_wg_launch<0, 0>(a, b2, h, T, topk, h, y, st);
+        if (wg == 4 && gwt_encoder())   /* v38 (GWT): the tiles by TMA from a producer warp (else wg 3's form) */
+            return gemm_pair(shared_gemm_tma_launch<1>, shared_gemm_tma_launch<0>, a, b13, b2, x, T, topk, h, y, st);
+        if (wg == 2)   /* v38: one wgmma group in flight across steps */
+            return gemm_pair(shared_gemm_wg_launch<1, 1>, shared_gemm_wg_launch<0, 1>, a, b13, b2, x, T, topk, h, y, st);
+        if (wg >= 3)   /* v38: the same with one m64n256k16 per 16 inputs */
+            return gemm_pair(shared_gemm_wg_launch<1, 2>, shared_gemm_wg_launch<0, 2>, a, b13, b2, x, T, topk, h, y, st);
+        return gemm_pair(shared_gemm_wg_launch<1, 0>, shared_gemm_wg_launch<0, 0>, a, b13, b2, x, T, topk, h, y, st);
     }
-    const cudaError_t e = fold ? shared_gemm_launch<1, 1>(a, b13, x, T, topk, h, y, st)
-                               : shared_gemm_launch<1, 0>(a, b13, x, T, topk, h, y, st);
-    if (e != cudaSuccess) return e;
-    return fold ? shared_gemm_launch<0, 1>(a, b2, h, T, topk, h, y, st)
-                : shared_gemm_launch<0, 0>(a, b2, h, T, topk, h, y, st);
+    return fold ? gemm_pair(shared_gemm_launch<1, 1>, shared_gemm_launch<0, 1>, a, b13, b2, x, T, topk, h, y, st)
+                : gemm_pair(shared_gemm_launch<1, 0>, shared_gemm_launch<0, 0>, a, b13, b2, x, T, topk, h, y, st);
 }
 
 #endif

@@ -478,7 +478,11 @@ static void test_quantiser(void)
     cudaFree(dw); cudaFree(dq); cudaFree(ds); cudaFree(d2);
 }
 
-/* The shared expert's GEMMs (SG, and GW on wgmma), the form named by form ("bf16 GEMMs", "wgmma GEMMs"), with the scales
+/* moe_cuda_ws.shared_gemm_wg 1-4 (v37 GW, v38's in flight, n256, GWT by TMA), as the case names call them */
+static const char *const gw_forms[4] = {"wgmma GEMMs", "wgmma GEMMs in flight", "wgmma GEMMs in flight, n256",
+                                        "wgmma GEMMs by TMA"};
+
+/* The shared expert's GEMMs (SG, and GW on wgmma), the form named by form ("bf16 GEMMs", gw_forms), with the scales
  * the layer has now: one 128-token tile with 112 rows past T, partial and whole tiles, three tiles, skewed, back to back;
  * the graph against the stream run, and forked after the router (v36, v37) */
 static void shared_gemm_cases(const char *form, model *M, moe_cuda_layer *L, moe_cuda_ws *W)
@@ -747,16 +751,12 @@ int main(int argc, char **argv)
            against the stream run, forked after the router; then scales of any mantissa, which stay on mma.sync */
         const int sg = W.shared_gemm_min_t, gw = W.shared_gemm_wg;
         W.shared_gemm_min_t = 16;
-        W.shared_gemm_wg = 1;
         g_shared_check = 1;
         make_shared(&M, &L, 1);
-        shared_gemm_cases("wgmma GEMMs", &M, &L, &W);
-        W.shared_gemm_wg = 2;   /* v38: one wgmma group in flight across K steps */
-        shared_gemm_cases("wgmma GEMMs in flight", &M, &L, &W);
-        W.shared_gemm_wg = 3;   /* v38: the same with one m64n256k16 per 16 inputs */
-        shared_gemm_cases("wgmma GEMMs in flight, n256", &M, &L, &W);
-        W.shared_gemm_wg = 4;   /* v38 (GWT): its tiles by TMA from a producer warp, mbarriers */
-        shared_gemm_cases("wgmma GEMMs by TMA", &M, &L, &W);
+        for (int f = 0; f < 4; f++) {   /* shared_gemm_wg 1-4 */
+            W.shared_gemm_wg = f + 1;
+            shared_gemm_cases(gw_forms[f], &M, &L, &W);
+        }
         W.shared_gemm_wg = 1;
         make_shared(&M, &L, 0);
         run_case("nvfp4, shared expert wgmma GEMMs asked, any scales (mma.sync)", &M, &L, &W, 130, 0);
@@ -1138,18 +1138,13 @@ int main(int argc, char **argv)
         run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 16, 0);
         make_shared(&M, &L, 1);   /* v37 (GW): on wgmma at full K (64 and 32 steps: the ring's refills) */
         const int gw = W.shared_gemm_wg;
-        W.shared_gemm_wg = 1;
-        run_case("V4-Flash dims, shared expert wgmma GEMMs", &M, &L, &W, 3, 0);
-        run_case("V4-Flash dims, shared expert wgmma GEMMs", &M, &L, &W, 16, 0);
-        W.shared_gemm_wg = 2;   /* v38: in flight */
-        run_case("V4-Flash dims, shared expert wgmma GEMMs in flight", &M, &L, &W, 3, 0);
-        run_case("V4-Flash dims, shared expert wgmma GEMMs in flight", &M, &L, &W, 16, 0);
-        W.shared_gemm_wg = 3;
-        run_case("V4-Flash dims, shared expert wgmma GEMMs in flight, n256", &M, &L, &W, 3, 0);
-        run_case("V4-Flash dims, shared expert wgmma GEMMs in flight, n256", &M, &L, &W, 16, 0);
-        W.shared_gemm_wg = 4;   /* GWT: 64 and 32 steps through its 4 stages' mbarrier phases */
-        run_case("V4-Flash dims, shared expert wgmma GEMMs by TMA", &M, &L, &W, 3, 0);
-        run_case("V4-Flash dims, shared expert wgmma GEMMs by TMA", &M, &L, &W, 16, 0);
+        for (int f = 0; f < 4; f++) {   /* shared_gemm_wg 1-4; GWT: 64 and 32 steps through its 4 stages' mbarrier phases */
+            char nm[96];
+            snprintf(nm, sizeof nm, "V4-Flash dims, shared expert %s", gw_forms[f]);
+            W.shared_gemm_wg = f + 1;
+            run_case(nm, &M, &L, &W, 3, 0);
+            run_case(nm, &M, &L, &W, 16, 0);
+        }
         W.shared_gemm_wg = gw;
         make_shared(&M, &L, 0);
         g_shared_check = 0;
