@@ -197,8 +197,8 @@ static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x
     free(hbuf);
 }
 
-#define NTUNE 51   /* fields of one --variants entry */
-#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX,SW,SF,SN,X4,XT,XE,TB,LR,LG,FN,FX,CE,HT,SG,GW,DE,DN][/...]"
+#define NTUNE 49   /* fields of one --variants entry */
+#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX,SW,SF,SN,X4,XT,XE,TB,LR,LG,FN,FX,CE,HT,SG,GW][/...]"
 /* The moe_cuda_ws field of each --variants field, in VARIANTS_USAGE's order; F (5) is fused_max_t + 100 fused_opt */
 #define TF(f) offsetof(moe_cuda_ws, f)
 static const size_t tune_field[NTUNE] = {
@@ -210,7 +210,7 @@ static const size_t tune_field[NTUNE] = {
     TF(nt2_all_min_t), TF(shared_xl_min_t), TF(shared_wg_min_t), TF(shared_wg_fold), TF(shared_wg_n128_min_t),
     TF(x4_min_t), TF(x4_tok), TF(x4_early), TF(topk_blocks_max_t), TF(lists_runs_max_t), TF(logits_tc_shape),
     TF(fs_b5_min_t), TF(fs_b5_max_t), TF(fs_cmb_early_max_t), TF(shared_tile_max_t),
-    TF(shared_gemm_min_t), TF(shared_gemm_wg), TF(dn2_first_bps), TF(dn2_first_min_t)
+    TF(shared_gemm_min_t), TF(shared_gemm_wg)
 };
 #undef TF
 static int tune_get(const moe_cuda_ws *W, int n)
@@ -524,9 +524,7 @@ static int bench_moe(int argc, char **argv)
              * released early up to batch CE (moe_cuda_ws.fs_cmb_early_max_t, default 8), the shared gate/up's blocks
              * with the batch rounded up to 16, 32 or (above 48) 64 tokens up to batch HT (moe_cuda_ws.shared_tile_max_t, default 64;
              * 0: 16 tokens up to 64), the shared expert as two bf16 GEMMs from batch SG (moe_cuda_ws.shared_gemm_min_t,
-             * default 256; 0 = never), on wgmma where the scales fold GW (moe_cuda_ws.shared_gemm_wg, default 4; 2: a wgmma group in flight, 3: and one m64n256k16, 4: and the tiles by TMA), in the fused
-             * launches the 2-tile down before the fused launch on DE blocks per SM (moe_cuda_ws.dn2_first_bps, default 0: after
-             * it) from batch DN (default 9); each
+             * default 256; 0 = never), on wgmma where the scales fold GW (moe_cuda_ws.shared_gemm_wg, default 4; 2: a wgmma group in flight, 3: and one m64n256k16, 4: and the tiles by TMA); each
              * measured in turn, the JSON holds the last */
             for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
                 int n = 0;
@@ -632,11 +630,11 @@ static int bench_moe(int argc, char **argv)
         for (int n = 0; n < NTUNE; n++) tune_set(&W, n, tune[v][n]);
     printf("variant: early PDL %d, 128-row down items from batch %d, 16-token logits tiles from batch %d, logits K parts %d "
            "up to batch %d, one-launch layer up to batch %d (opt %d), tensor-core logits from batch %d, 2-tile overlap %d, "
-           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d (folded scales %d, 128-token blocks from %d), wide launches from batch %d for experts with > %d tokens (early %d), top-k blocks above the one-launch router up to batch %d, lists from registers up to batch %d, tensor-core logits shape %d, one expert launch at 5 blocks per SM at batches %d-%d, the combine released early up to batch %d, shared gate/up token tile rounded up (16, 32, above 48 64) up to batch %d, shared expert as bf16 GEMMs from batch %d (wgmma %d), the 2-tile down first on %d blocks per SM from batch %d\n",
+           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d (folded scales %d, 128-token blocks from %d), wide launches from batch %d for experts with > %d tokens (early %d), top-k blocks above the one-launch router up to batch %d, lists from registers up to batch %d, tensor-core logits shape %d, one expert launch at 5 blocks per SM at batches %d-%d, the combine released early up to batch %d, shared gate/up token tile rounded up (16, 32, above 48 64) up to batch %d, shared expert as bf16 GEMMs from batch %d (wgmma %d)\n",
            W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
            W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t, W.shared_wg_fold, W.shared_wg_n128_min_t, W.x4_min_t, W.x4_tok, W.x4_early, W.topk_blocks_max_t, W.lists_runs_max_t, W.logits_tc_shape,
            W.fs_b5_min_t, W.fs_b5_max_t, W.fs_cmb_early_max_t, W.shared_tile_max_t, W.shared_gemm_min_t,
-           W.shared_gemm_wg, W.dn2_first_bps, W.dn2_first_min_t);
+           W.shared_gemm_wg);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s %7s %9s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
            "queued", "SM MHz", "launch us");

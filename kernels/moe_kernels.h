@@ -220,14 +220,6 @@ typedef struct {
                                                  T rounded up to 16 or 32 tokens, or 64 tokens above 48 (33-48 keep
                                                  16-token blocks): at 1-32 and 49-64 tokens one block per 64-row
                                                  group, each weight tile dequantised once, on a quarter of the SMs */
-    int dn2_blocks;                           /* v39, moe_experts_fused1 with T > 8: > 0 launches the 2-tile down before
-                                                 the fused launch on at most this many blocks (after the wide gate/up
-                                                 where wide_early is 1; not with wide_early 2 or with 0 and wide
-                                                 experts), so its items run inside the fused launch's span instead of
-                                                 after it: it releases the fused launch at its start, then waits
-                                                 (PDL) on the gate/up before it; 0: after the fused launch */
-    int release_first;                        /* set by moe_experts_fused1 on that launch: k_down releases its
-                                                 dependents at its start, before its own wait */
 } moe_expert_args;
 #define MOE_TOK1_MAX 64
 #define MOE_PARTS_MAX 4

@@ -345,8 +345,6 @@ void moe_cuda_ws_defaults(moe_cuda_ws *W)
     W->shared_fork = 1;        /* v15: ... on a second stream beside the router and the routed launches
                                   (1: forked before the router, 2: after it, beside the routed launches only) */
     W->side_prio = 0;
-    W->dn2_first_bps = 0;      /* v39: measured in bench/NOTES.md v39 (4) */
-    W->dn2_first_min_t = 9;
     W->shared_gemm_min_t = 256;   /* v37 (with GW): 256 -1.6 % (queued -1.4 %), skewed 256 +2.8 %; v36: NOTES v36
                                      (2)-(4): random 512 -2.3 / -2.9 % (queued -2.9 %), skewed 512 -7..8 %;
                                      256 and 128 within the noise (-0.5 % queued at 256), 64 +2.5 % (half of its 128-token
@@ -396,7 +394,6 @@ int moe_cuda_ws_init(moe_cuda_ws *W, const moe_cuda_layer *L, int max_tokens)
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "device attributes");
     CK(moe_kernels_carveout(), "shared memory carveout");
     CK(moe_fused_occupancy(L->kfmt, &fb), "occupancy (fused)");
-    W->sms = sms;
     W->grid_fused = sms * fb;
     if (fb < 1) W->fused_max_t = 0;   /* the one-launch layer cannot be resident: never take it */
     CK(moe_experts1_occupancy(L->kfmt, E, 0, &fb), "occupancy (fused 1-tile stages)");
@@ -604,7 +601,6 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
     } else if (W->fuse1 && ar.tickets && T >= W->fuse1_min_t) {   /* v16: down items start per expert; v31: also at
                                                                       T <= 8 above fuse_small (needs the shared launches) */
         ar.fuse_early = (W->fuse1 & 2) != 0;
-        ar.dn2_blocks = T >= W->dn2_first_min_t ? W->sms * W->dn2_first_bps : 0;
         CK(moe_experts_fused1(&ar, x, W->off, W->pair_tok, W->pair_w, T, K, W->grid_gu, W->grid_f1, W->h, W->y, st),
            "experts (fused 1-tile stages)");
         MARK(4);

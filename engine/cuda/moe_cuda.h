@@ -130,10 +130,6 @@ typedef struct {
     int shared_tile_max_t;            /* v35: up to this batch the shared gate/up's blocks take the batch rounded up to
                                          16, 32 or (above 48) 64 tokens (moe_expert_args.sh_tile_max_t; 0: 16 up to 64,
                                          v14-v34) */
-    int dn2_first_bps, dn2_first_min_t; /* v39: from batch dn2_first_min_t, in the fused launches (fuse1) the 2-tile
-                                         down before the fused launch on dn2_first_bps blocks per SM (0: after it;
-                                         moe_expert_args.dn2_blocks) */
-    int sms;                          /* the device's SMs */
     int side_prio;                    /* v16: 1: the shared expert's launches on the second stream at the
                                          highest priority, so their blocks take free SM slots before the
                                          routed launches' early-launched (waiting) blocks */

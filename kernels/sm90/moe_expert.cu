@@ -285,9 +285,6 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
      * before the previous kernel could release us) and the first D weight chunks of this warp's first
      * item (weights do not depend on the previous kernel); h is read only after the wait. */
     const bool second = NT == 2 && a.early && (a.overlap & 2);   /* as in k_gate_up */
-    /* v39 (release_first, the 2-tile down before the fused launch): the fused launch needs nothing of ours, so it may
-       launch now; it waits for our completion at its end, which keeps the next kernel's wait covering us */
-    if (a.release_first) moe_pdl_release();
     if (!a.early) moe_pdl_wait();
     item_table<NT>(s_items, s_off, off, nE, a.E, a.H, MOE_ROWS_PER_ITEM * RM, moe_tok1(a.tok1_max), a.wide_min);
     const int total = s_items[nE], nc = a.I / 128;
@@ -947,7 +944,6 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     const size_t sm = smem_for(a->E);
     moe_expert_args b = *a;
     b.overlap = 0;
-    b.release_first = 0;
     b.early = 1;
     b.T = T;
     b.sh_row0 = T * topk;   /* the shared expert's rows follow the routed pairs, as moe_cuda's ysh */
@@ -983,24 +979,12 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     const bool wide = has_wide(&b, T);
     const int at = wide && MOE_IDLE_EXIT ? b.wide_early : 0;   /* 0: after the 2-tile down (b.early is 1 here) */
     auto gu_wide = [&] { return gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st); };
-    /* v39 (dn2_blocks): the 2-tile down right after the gate/up launches, on a few blocks. Its blocks take the slots
-       the 2-tile gate/up frees beside the fused launch's, wait (PDL) on that gate/up and stream beside the fused launch;
-       the fused launch, released at the down's start, waits for it at its end. After the fused launch (the default) its
-       blocks find slots only as the fused launch exits, and it waits on that launch: the layer's tail at 144-320. */
-    const bool dn_first = b.dn2_blocks > 0 && (!wide || at == 1);
-    auto dn2 = [&](bool first) {
-        moe_expert_args d = b;
-        d.release_first = first;
-        const int g = routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0);
-        return moe_launch(dn2_pick(a->fmt, 2, 0), dim3(first && b.dn2_blocks < g ? b.dn2_blocks : g), dim3(128), sm,
-                          st, d, (const uint16_t *)h, off, y);
-    };
     if (at == 1 && (e = gu_wide()) != cudaSuccess) return e;
-    if (dn_first && (e = dn2(true)) != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
     if (e != cudaSuccess || (at == 2 && (e = gu_wide()) != cudaSuccess)) return e;
-    if (!dn_first && (e = dn2(false)) != cudaSuccess) return e;
-    if (!wide || (at == 0 && (e = gu_wide()) != cudaSuccess)) return e;
+    e = moe_launch(dn2_pick(a->fmt, 2, 0), dim3(routed_grid(grid[1], 2, T, topk, a->H / (MOE_ROWS_PER_ITEM * 2), 0)),
+                   dim3(128), sm, st, b, (const uint16_t *)h, off, y);
+    if (e != cudaSuccess || !wide || (at == 0 && (e = gu_wide()) != cudaSuccess)) return e;
     return down_wide(&b, (const uint16_t *)h, off, T, topk, grid, 2, y, st);
 }
 

@@ -949,45 +949,6 @@ int main(int argc, char **argv)
         W.shared_fork = fk;
         W.shared_min_t = sh;
     }
-    {   /* v39 (dn2_first_bps): in the fused launches the 2-tile down before the fused launch on 1 or 2 blocks per SM (it
-           releases the fused launch at its start and waits on the 2-tile gate/up; the fused launch waits for it at its
-           end), with and without wide experts (x4_early 1: the wide gate/up before it; 2 and 0 keep the 2-tile down after
-           the fused launch), back to back and replayed from a graph, bit for bit */
-        const int bps = W.dn2_first_bps, dnt = W.dn2_first_min_t, x4 = W.x4_min_t, xt = W.x4_tok, xe = W.x4_early;
-        W.dn2_first_min_t = 9;
-        for (int b = 1; b <= 2; b++) {
-            char nm[96], sk[96];
-            snprintf(nm, sizeof nm, "nvfp4, 2-tile down first on %d blocks per SM", b);
-            snprintf(sk, sizeof sk, "nvfp4 skewed, 2-tile down first on %d blocks per SM", b);
-            W.dn2_first_bps = b;
-            run_case(nm, &M, &L, &W, 9, 0);
-            run_case(nm, &M, &L, &W, 130, 0);
-            run_case(nm, &M, &L, &W, 257, 0);
-            run_case(nm, &M, &L, &W, 257, 0);   /* back to back */
-            run_case(sk, &M, &L, &W, 64, 1);
-            run_case(sk, &M, &L, &W, 257, 1);
-        }
-        W.dn2_first_bps = 1;
-        W.x4_min_t = 9;
-        W.x4_tok = 16;
-        for (int e = 0; e < 3; e++) {
-            char nm[112], sk[112];
-            snprintf(nm, sizeof nm, "nvfp4, 2-tile down first, wide experts above 16, x4_early %d", (e + 1) % 3);
-            snprintf(sk, sizeof sk, "nvfp4 skewed, 2-tile down first, wide experts above 16, x4_early %d", (e + 1) % 3);
-            W.x4_early = (e + 1) % 3;
-            run_case(nm, &M, &L, &W, 64, 0);
-            run_case(nm, &M, &L, &W, 200, 0);
-            run_case(sk, &M, &L, &W, 64, 1);
-            run_case(sk, &M, &L, &W, 130, 1);
-        }
-        W.x4_min_t = x4, W.x4_tok = xt, W.x4_early = xe;
-        g_graph_check = 1;
-        run_case("nvfp4, 2-tile down first, graph replay", &M, &L, &W, 200, 0);
-        run_case("nvfp4, 2-tile down first, graph replay", &M, &L, &W, 257, 0);
-        run_case("nvfp4 skewed, 2-tile down first, graph replay", &M, &L, &W, 257, 1);
-        g_graph_check = 0;
-        W.dn2_first_bps = bps, W.dn2_first_min_t = dnt;
-    }
     {   /* v34: the default launch sequence replayed from a CUDA graph (the one expert launch, the fused 1-tile stages with
            the forked shared launches, the 2-tile launches), against the stream run bit for bit */
         static const int gt[] = {1, 8, 9, 64, 200};
