@@ -7,6 +7,11 @@ N=/tmp/moe-ab/new   # what build_new builds: test_moe_gpu and sluice-bench of th
 build_new() { VARIANTS="new:" TESTS="none" ROUNDS=0 bash bench/moe_ab.sh 2>&1 | grep -vE "^NVIDIA|^batch routing|No such file"; }
 # row LOG: each reading of a `sluice-bench moe --variants` log as " vV BATCH{r|s} ms/queued@MHz;"
 row() { awk '/^variant:/{v++} /^ +[0-9]+ +(random|skewed)/{printf " v%d %s%s %s/%s@%s;", v, $1, substr($2,1,1), $3, $9, $(NF-1)}' "$1"; }
+# table LOG...: one line per batch and routing of `sluice-bench moe --variants` logs, every variant's reading in turn as
+# " us_unqueued/us_queued@MHz"
+table() {
+  cat "$@" | awk '/^variant:/{v++} /^ +[0-9]+ +(random|skewed)/{k=$1 substr($2,1,1); r[k]=r[k] sprintf(" %.1f/%.1f@%s", $3*1000, $9*1000, $(NF-1)); if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i], r[key[i]]}'
+}
 # variant FIELD=VALUE ...: the default --variants entry with the named fields set, e.g. `variant TL=8 SH=16`; the
 # defaults and field names come from `sluice-bench moe --default-variant` (of $N, or $SB), so build first
 variant() {

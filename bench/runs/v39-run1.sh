@@ -15,6 +15,6 @@ B=$(variant) P1=$(variant PF=1) P3=$(variant PF=3)
 timeout 200 $N/sluice-bench moe --batches 1,2,4,6,7,8 --routing random --reps 10 --variants "$B/$P1/$P3/$B/$P1/$P3" > $OUT/pf.log 2>&1
 timeout 60 $N/sluice-bench moe --batches 8 --routing skewed --reps 10 --variants "$B/$P1/$P3/$B/$P1/$P3" > $OUT/pfs.log 2>&1
 echo "(us unqueued/queued@MHz: B P1 P3 B P1 P3)"
-cat $OUT/pf.log $OUT/pfs.log | awk '/^variant:/{v++} /^ +[0-9]+ +(random|skewed)/{k=$1 substr($2,1,1); r[k]=r[k] sprintf(" %.1f/%.1f@%s", $3*1000, $9*1000, $(NF-1)); if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i], r[key[i]]}'
+table $OUT/pf.log $OUT/pfs.log
 timeout 60 $N/sluice-bench moe --batches 1,8 --routing random --reps 4 --stages --variants "$B/$P1" > $OUT/pft.log 2>&1
 grep -E "stages (1|8) random" $OUT/pft.log | cut -c1-300

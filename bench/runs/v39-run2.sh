@@ -15,6 +15,6 @@ timeout 240 $N/sluice-bench moe --batches 192,224,256,288 --routing random --rep
 timeout 90 $N/sluice-bench moe --batches 256 --routing skewed --reps 10 --variants "$B/$C/$B/$C" > $OUT/tts.log 2>&1
 grep -m1 ceiling $OUT/tt.log
 echo "(us unqueued/queued@MHz: B C B C)"
-cat $OUT/tt.log $OUT/tts.log | awk '/^variant:/{v++} /^ +[0-9]+ +(random|skewed)/{k=$1 substr($2,1,1); r[k]=r[k] sprintf(" %.1f/%.1f@%s", $3*1000, $9*1000, $(NF-1)); if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i], r[key[i]]}'
+table $OUT/tt.log $OUT/tts.log
 timeout 90 $N/sluice-bench moe --batches 256 --routing random --reps 4 --stages --variants "$B/$C" > $OUT/ttt.log 2>&1
 grep -E "stages 256 random" $OUT/ttt.log | cut -c1-330

@@ -16,6 +16,6 @@ timeout 300 $N/sluice-bench moe --batches 144,192,256,320 --routing random --rep
 timeout 100 $N/sluice-bench moe --batches 256 --routing skewed --reps 10 --variants "$B/$D1/$D2/$B/$D1/$D2" > $OUT/des.log 2>&1
 grep -m1 ceiling $OUT/de.log
 echo "(us unqueued/queued@MHz: B D1 D2 B D1 D2)"
-cat $OUT/de.log $OUT/des.log | awk '/^variant:/{v++} /^ +[0-9]+ +(random|skewed)/{k=$1 substr($2,1,1); r[k]=r[k] sprintf(" %.1f/%.1f@%s", $3*1000, $9*1000, $(NF-1)); if(!(k in o)){o[k]=++n; key[n]=k}} END{for(i=1;i<=n;i++) print key[i], r[key[i]]}'
+table $OUT/de.log $OUT/des.log
 timeout 90 $N/sluice-bench moe --batches 192,256 --routing random --reps 4 --stages --variants "$B/$D1" > $OUT/det.log 2>&1
 grep -E "stages (192|256) random" $OUT/det.log | cut -c1-330
