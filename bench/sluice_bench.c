@@ -328,6 +328,9 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
     unsigned long long *d, h[2 * MOE_TR_SLOTS];
     float b[MOE_TR_SLOTS][NSETS], e[MOE_TR_SLOTS][NSETS];
     int seen[MOE_TR_SLOTS] = {0};
+    float evms[NSETS], span[NSETS];   /* v40: each traced replay between events (ms) and its kernels' span (us) */
+    cudaEvent_t ev[2];
+    CU(cudaEventCreate(&ev[0])); CU(cudaEventCreate(&ev[1]));
     CU(cudaMalloc((void **)&d, sizeof h));
     for (int i = 0; i < NSETS; i++) {
         for (int k = 0; k < MOE_TR_SLOTS; k++) h[2 * k] = ~0ull, h[2 * k + 1] = 0;
@@ -339,13 +342,18 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
             CU(cudaMemcpy(lg, lh, sizeof lh, cudaMemcpyHostToDevice));
             CU(moe_ilog_set(lg));
         }
+        CU(cudaEventRecord(ev[0], st));
         if (g) CU(cudaGraphLaunch(g[i], st));
         else if (moe_cuda_forward(&L[i % NLAYERS], W, x[i], tok, T, out, st)) exit(1);
+        CU(cudaEventRecord(ev[1], st));
         CU(cudaStreamSynchronize(st));
+        CU(cudaEventElapsedTime(&evms[i], ev[0], ev[1]));
         CU(moe_trace_set(NULL));
         CU(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
-        unsigned long long t0 = ~0ull;
+        unsigned long long t0 = ~0ull, t1 = 0;
         for (int k = 0; k < MOE_TR_SLOTS; k++) if (h[2 * k + 1] && h[2 * k] < t0) t0 = h[2 * k];
+        for (int k = 0; k < MOE_TR_SLOTS; k++) if (h[2 * k + 1] > t1) t1 = h[2 * k + 1];
+        span[i] = (float)(t1 - t0) / 1e3f;
         if (lg) {
             CU(moe_ilog_set(NULL));
             CU(cudaMemcpy(lh, lg, sizeof lh, cudaMemcpyDeviceToHost));
@@ -367,6 +375,11 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
     for (int k = 0; k < MOE_TR_SLOTS; k++)
         if (seen[k]) printf(" %s %.1f-%.1f", nm[k], median(b[k], NSETS), median(e[k], NSETS));
     printf("\n");
+    printf("  stage gaps%s %d %s (per set, us: the replay between events less its kernels' first start to last end):",
+           g ? "" : "-stream", T, routing);
+    for (int i = 0; i < NSETS; i++) printf(" %.1f", evms[i] * 1e3f - span[i]);
+    printf("\n");
+    CU(cudaEventDestroy(ev[0])); CU(cudaEventDestroy(ev[1]));
     CU(cudaFree(d));
 }
 
@@ -409,7 +422,11 @@ static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cud
         CU(cudaEventSynchronize(e1)); CU(cudaEventElapsedTime(&tm[rr], e0, e1));
     }
     g_launch_us = median(lu, nl);
-    return median(tm, n);
+    const double med = median(tm, n);   /* sorts tm */
+    if (getenv("SLUICE_BENCH_SPREAD"))   /* v40: where a row's readings lie (tm and lu sorted by median) */
+        printf("  spread%s (ms p10 p50 p90 max; launch us p50 p90 max): %.4f %.4f %.4f %.4f; %.1f %.1f %.1f\n",
+               hold ? " queued" : "", tm[n / 10], tm[n / 2], tm[n * 9 / 10], tm[n - 1], lu[nl / 2], lu[nl * 9 / 10], lu[nl - 1]);
+    return med;
 }
 
 /* --placements P (v21): does where the weights land decide the 5 % spread between bench processes (batch 64
