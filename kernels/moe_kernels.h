@@ -8,7 +8,7 @@
  *   A matrix W [N, K] (N = out, K = in) is cut into chunks of 16 rows x 128 inputs. A chunk is
  *   1024 bytes of FP4 codes + the chunk's scale codes (128 bytes NVFP4: 16 rows x 8 blocks of 16,
  *   as [g][q>>1][8 codes]; 64 bytes MXFP4: 16 rows x 4 blocks of 32, as [g][8 codes], so each lane
- *   reads its 8 codes (rows g, g+8 x 4 blocks; bit order moe_fp4_scale_pos) in one 8-byte load). Chunk (r, c, m)
+ *   reads its 8 codes (rows g, g+8 x 4 blocks; byte order moe_fp4_scale_byte) in one 8-byte load). Chunk (r, c, m)
  *   sits at ((r * K/128 + c) * NM + m)
  *   * chunk_bytes, where NM = 2 for the fused gate/up weight (m = 0 gate w1, 1 up w3) and 1 for w2.
  *   Inside a chunk, lane t = 4g+q of the warp that owns the 16 rows loads 16 bytes at t*16 and

@@ -14,12 +14,9 @@
  * The bf16 pair is then multiplied (exact) by the block's scale factor, a bf16 whose bits are
  * code * 16 + (F0 << 7), built from the E5M3 scale code:
  *   MOE_DQ 1: F0 = 192 (no bits below 12, so the sum is an OR). A lane's 8 codes (4 k32 blocks x rows g,
- *     g+8) sit in two words, blocks 0-1 and 2-3, and one LOP3 (even block) or one rotate and one LOP3 (odd
- *     block) give two factors at once (row g in the low lane, g+8 in the high one), which the bf16x2
- *     multiply takes with a half broadcast (moe_bf16x2_mul_lo/_hi). MOE_SCL 1 (v40): an even block's codes
- *     are stored in place at bits 4-11 (row g) and 20-27 (g+8), an odd block's at 12-19 and 28-3 (wrapping),
- *     where a rotate by 8 brings them: 3 operations per two blocks. MOE_SCL 0 (v18-v39): bytes [g b0, g b1,
- *     g+8 b0, g+8 b1][g b2, g b3, g+8 b2, g+8 b3] and a shift for either block: 4.
+ *     g+8) are stored [g b0, g b1, g+8 b0, g+8 b1][g b2, g b3, g+8 b2, g+8 b3], so one shift and one
+ *     LOP3 give two factors at once (row g in the low lane, g+8 in the high one), which the bf16x2
+ *     multiply takes with a half broadcast (moe_bf16x2_mul_lo/_hi).
  *   MOE_DQ 0: F0 = 190, codes stored [g b0..b3][g+8 b0..b3], one shift + mask + IMAD per factor.
  * Net: w_bf16 = e2m1 * scale * 2^(F0-253-emin); the fp32 accumulator is multiplied by
  * post = 2^(253+emin-F0) * weight_scale_2 once at the end (moe_repack_f0() gives F0 to the host).
@@ -31,9 +28,6 @@
 
 #ifndef MOE_DQ
 #define MOE_DQ 1
-#endif
-#ifndef MOE_SCL
-#define MOE_SCL 1                       /* the scale codes' layout under MOE_DQ 1 (above) */
 #endif
 #if MOE_DQ
 #define MOE_F0 192                      /* bf16 exponent bias of scale code 0 */
@@ -62,16 +56,13 @@ __host__ __device__ static inline int moe_fp4_bitpos(int j, int L, int b)
 #endif
 }
 
-/* Bit (0..63) of a lane's 8 scale codes (two 32-bit words) where the code of row half hi (0: row g, 1: g+8) of
- * k32 block ug (0..3) starts; a code starting at bit 28 of a word wraps to bits 0-3 of the same word. */
-__host__ __device__ static inline int moe_fp4_scale_pos(int hi, int ug)
+/* Byte (0..7) of a lane's 8 scale codes holding row half hi (0: row g, 1: g+8) of k32 block ug (0..3). */
+__host__ __device__ static inline int moe_fp4_scale_byte(int hi, int ug)
 {
-#if MOE_DQ && MOE_SCL
-    return 32 * (ug >> 1) + ((ug & 1) ? 12 : 4) + 16 * hi;
-#elif MOE_DQ
-    return 32 * (ug >> 1) + 8 * (2 * hi + (ug & 1));
+#if MOE_DQ
+    return (ug >> 1) * 4 + hi * 2 + (ug & 1);
 #else
-    return 8 * (4 * hi + ug);
+    return hi * 4 + ug;
 #endif
 }
 
@@ -113,12 +104,7 @@ __constant__ uint32_t moe_f0_bits = MOE_F0_BITS;
 template <bool ORS>
 __device__ __forceinline__ uint32_t moe_scale_factors2(uint32_t sx, uint32_t sy, int ug)
 {
-    const uint32_t s = ug < 2 ? sx : sy;
-#if MOE_SCL
-    const uint32_t m = (ug & 1 ? moe_rotr(s, 8) : s) & 0x0FF00FF0u;
-#else
-    const uint32_t m = (ug & 1 ? s >> 4 : s << 4) & 0x0FF00FF0u;
-#endif
+    const uint32_t s = ug < 2 ? sx : sy, m = (ug & 1 ? s >> 4 : s << 4) & 0x0FF00FF0u;
     return m | (ORS ? moe_f0_bits : MOE_F0_BITS);
 }
 

@@ -83,40 +83,37 @@ __global__ void k_repack_fp4_w(const uint8_t *q, const uint8_t *sc, int fmt, int
     }
 }
 
-/* One thread per lane's 8-byte group of a chunk's scale region: the codes of rows g and g+8 for its 4 (k64 unit
- * u, k32 group grp) blocks, each at bit moe_fp4_scale_pos(row half, 2u + grp) of the group's two words.
+/* One thread per scale code in the chunk's scale region. Lane (g, q) reads 8 bytes: the codes of
+ * rows g and g+8 for its 4 (k64 unit u, k32 group grp) blocks, at moe_fp4_scale_byte(row half, 2u + grp).
  * MXFP4 (block 32): region [g][8]. NVFP4 (block 16): region [g][q>>1][8], block = 4u + 2grp + (q>>1). */
 __global__ void k_repack_fp4_s(const uint8_t *sc, int fmt, int n, int k, int emin, uint8_t *dst, int nm,
                                int m, int *clamped)
 {
-    const int nc = k / 128, sb = fmt == MOE_FP4_NVFP4 ? 16 : 32, nsc = k / sb, groups = 2 * (128 / sb);
+    const int nc = k / 128, sb = fmt == MOE_FP4_NVFP4 ? 16 : 32, nsc = k / sb, per_chunk = 16 * (128 / sb);
     const size_t chunk_bytes = moe_fp4_chunk_bytes(fmt);
-    const size_t total = (size_t)(n / 16) * nc * groups;
+    const size_t total = (size_t)(n / 16) * nc * per_chunk;
     for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < total; id += (size_t)gridDim.x * blockDim.x) {
-        const int i = (int)(id % groups);
-        const size_t rc = id / groups;
+        const int i = (int)(id % per_chunk);
+        const size_t rc = id / per_chunk;
         const int r = (int)(rc / nc), c = (int)(rc % nc);
-        const int g = fmt == MOE_FP4_NVFP4 ? i >> 1 : i, hq = fmt == MOE_FP4_NVFP4 ? i & 1 : 0;
-        uint32_t wd[2] = {0u, 0u};
-        for (int hi = 0; hi < 2; hi++)
-            for (int ug = 0; ug < 4; ug++) {
-                const int blk = fmt == MOE_FP4_NVFP4 ? 2 * ug + hq : ug;
-                const int row = 16 * r + g + 8 * hi;
-                int E = 0, m3 = 0;
-                const int kind = scale_split(sc[(size_t)row * nsc + c * (128 / sb) + blk], fmt, &E, &m3);
-                uint32_t code = 0;
-                if (kind == 1) {
-                    int d = E - emin;
-                    if (d > 31) { d = 31; m3 = 7; atomicAdd(clamped, 1); }
-                    code = (uint32_t)(d << 3 | m3);
-                } else if (kind < 0) {
-                    code = 255;
-                    atomicAdd(clamped, 1);
-                }
-                const int p = moe_fp4_scale_pos(hi, ug);
-                wd[p >> 5] |= __funnelshift_l(code, code, p & 31);   /* code < 256: the rotate wraps only bits 28-31 */
-            }
-        *(uint2 *)(dst + (((size_t)r * nc + c) * nm + m) * chunk_bytes + 1024 + (size_t)i * 8) = make_uint2(wd[0], wd[1]);
+        int g, hq;
+        if (fmt == MOE_FP4_NVFP4) g = i >> 4, hq = (i >> 3) & 1;
+        else g = i >> 3, hq = 0;
+        const int hi = (i >> 2) & 1, ug = i & 3;          /* ug = 2u + grp; stored at moe_fp4_scale_byte */
+        const int blk = fmt == MOE_FP4_NVFP4 ? 2 * ug + hq : ug;
+        const int row = 16 * r + g + 8 * hi;
+        int E = 0, m3 = 0;
+        const int kind = scale_split(sc[(size_t)row * nsc + c * (128 / sb) + blk], fmt, &E, &m3);
+        uint32_t code = 0;
+        if (kind == 1) {
+            int d = E - emin;
+            if (d > 31) { d = 31; m3 = 7; atomicAdd(clamped, 1); }
+            code = (uint32_t)(d << 3 | m3);
+        } else if (kind < 0) {
+            code = 255;
+            atomicAdd(clamped, 1);
+        }
+        dst[(((size_t)r * nc + c) * nm + m) * chunk_bytes + 1024 + (i & ~7) + moe_fp4_scale_byte(hi, ug)] = (uint8_t)code;
     }
 }
 
@@ -136,7 +133,7 @@ extern "C" cudaError_t moe_repack_fp4(const uint8_t *q, const uint8_t *scales, i
     k_repack_fp4_w<<<grid_for(units), 256, 0, st>>>(q, scales, fmt, n, k, dst, nm, m);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    const size_t sn = (size_t)(n / 16) * (k / 128) * (fmt == MOE_FP4_NVFP4 ? 16 : 8);
+    const size_t sn = (size_t)(n / 16) * (k / 128) * 16 * (fmt == MOE_FP4_NVFP4 ? 8 : 4);
     k_repack_fp4_s<<<grid_for(sn), 256, 0, st>>>(scales, fmt, n, k, emin, dst, nm, m, clamped_dev);
     return cudaGetLastError();
 }
