@@ -32,3 +32,13 @@ tests() {
     echo "test $tag '$o': rc $? $(tail -1 "$f") ($(grep -c rel_l2 "$f") cases)"; grep FAIL "$f" | head -5
   done
 }
+# procs I0 "ARGS" NAME...: one `sluice-bench moe ARGS` process per NAME in turn, each with /tmp/moe-ab/NAME's build (the
+# order is the A/B's: e.g. old new new old), logs $OUT/bI-NAME.log numbered from I0 + 1, and a line with each exit code
+procs() {
+  local i=$1 args=$2 n; shift 2
+  for n in "$@"; do
+    i=$((i + 1))
+    timeout 110 /tmp/moe-ab/$n/sluice-bench moe $args > $OUT/b$i-$n.log 2>&1
+    echo "bench $i $n: rc $?"
+  done
+}

@@ -16,12 +16,7 @@ for n in old new; do
   done
 done
 tests /tmp/moe-ab/new new "V4-Flash dims" "mxfp4" "wide experts" "nvfp4, experts with" "one expert launch"
-i=0
-for n in old new new old; do
-  i=$((i + 1))
-  timeout 110 /tmp/moe-ab/$n/sluice-bench moe --batches 1,8,64,128,256,512 --routing random --reps 8 > $OUT/b$i-$n.log 2>&1
-  echo "bench $i $n: rc $?"
-done
+procs 0 "--batches 1,8,64,128,256,512 --routing random --reps 8" old new new old
 grep -m1 ceiling $OUT/b1-old.log
 echo "(us unqueued/queued@MHz: old new new old)"
 table $OUT/b1-old.log $OUT/b2-new.log $OUT/b3-new.log $OUT/b4-old.log

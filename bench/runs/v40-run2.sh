@@ -7,10 +7,5 @@ for n in old new; do
   cuobjdump -sass /tmp/moe-ab/$n/moe_expert.o | awk '/Function : /{f = ($0 ~ /k_experts1ILi0ELi2ELi0E/)} f' > $OUT/sx-$n.txt
   echo "sass $n k_experts1<0,2,0>: $(grep -cE '^ +/\*[0-9a-f]+\*/ ' $OUT/sx-$n.txt) instructions; $(bash bench/sass_hist.sh $OUT/sx-$n.txt 10 | tr -s ' ' | tr '\n' ' ')"
 done
-i=4
-for n in new old old new; do
-  i=$((i + 1))
-  timeout 110 /tmp/moe-ab/$n/sluice-bench moe --batches 1,8,64,128,256,512 --routing random --reps 8 > $OUT/b$i-$n.log 2>&1
-  echo "bench $i $n: rc $?"
-done
+procs 4 "--batches 1,8,64,128,256,512 --routing random --reps 8" new old old new
 grep -m1 ceiling $OUT/b5-new.log; echo "(new old old new)"; table $OUT/b5-new.log $OUT/b6-old.log $OUT/b7-old.log $OUT/b8-new.log
