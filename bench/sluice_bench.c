@@ -353,7 +353,7 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
         unsigned long long t0 = ~0ull, t1 = 0;
         for (int k = 0; k < MOE_TR_SLOTS; k++) if (h[2 * k + 1] && h[2 * k] < t0) t0 = h[2 * k];
         for (int k = 0; k < MOE_TR_SLOTS; k++) if (h[2 * k + 1] > t1) t1 = h[2 * k + 1];
-        span[i] = (float)(t1 - t0) / 1e3f;
+        span[i] = t1 > t0 ? (float)(t1 - t0) / 1e3f : 0.f;
         if (lg) {
             CU(moe_ilog_set(NULL));
             CU(cudaMemcpy(lh, lg, sizeof lh, cudaMemcpyDeviceToHost));
