@@ -36,6 +36,8 @@ def merge(paths):
             out_row["ms_queued"] = round(statistics.median([o["ms_queued"] for o in others]), 5)
         if all("sm_mhz" in o for o in others):   # v25: the SM clock each run's replays left
             out_row["sm_mhz_runs"] = [o["sm_mhz"] for o in others]
+        if all("sm_mhz_during" in o for o in others):   # v40: the SM clock during one more replay
+            out_row["sm_mhz_during_runs"] = [o["sm_mhz_during"] for o in others]
         if row.get("peer_ms_queued") is not None:
             out_row["peer_ms_queued"] = row["peer_ms_queued"]
         rows.append(out_row)
@@ -51,11 +53,13 @@ def merge(paths):
 def table(path):
     d = json.load(open(path))
     print("read ceiling %.3f TB/s (runs %s)" % (d["read_ceiling_tb_per_s"], d.get("read_ceiling_runs")))
-    print("batch routing     ms   %ceil  x peer    queued  readings (ms) [SM MHz]")
+    print("batch routing     ms   %ceil  x peer    queued  readings (ms) [SM MHz after] {SM MHz during}")
     for r in d["rows"]:
         x = r["peer_ms"] / r["ms"] if r["peer_ms"] and r["peer_ms"] > 0 else 0.0
         u = "%.4f" % r["ms_queued"] if "ms_queued" in r else "-"
         mhz = " [%s]" % " ".join("%d" % v for v in r["sm_mhz_runs"]) if "sm_mhz_runs" in r else ""
+        if "sm_mhz_during_runs" in r:
+            mhz += " {%s}" % " ".join("%d" % v for v in r["sm_mhz_during_runs"])
         print("%5d %-7s %.4f %5.1f%% %6.2f  %8s  %s%s" % (r["batch"], r["routing"], r["ms"], r["pct_of_ceiling"], x, u,
                                                         " ".join("%.4f" % v for v in r.get("ms_runs", [])), mhz))
 

@@ -37,12 +37,30 @@ static float median(float *v, int n) { qsort(v, n, sizeof *v, cmp_f); return n %
  * weigh most), so ms stays the unqueued reading every run before v25 made and ms_queued goes beside it. */
 #define HOLD_NS 50000ull
 
-/* v25: the SM clock (MHz) the work queued on st before it left: moe_sm_mhz over 50 us, into d (one float) */
+/* v25: the SM clock (MHz) the work queued on st before it left: moe_sm_mhz over 50 us, into d (one float). v40: st is
+ * non-blocking, so the legacy-stream cudaMemcpy did not wait for the probe and every reading was the one before it
+ * (the JSON's sm_mhz from v25 to v39: the previous row's, or the process's warm-up for the first); now it waits. */
 static float sm_mhz_now(float *d, cudaStream_t st)
 {
     float mhz;
     CU(moe_sm_mhz(50000ull, d, st));
+    CU(cudaStreamSynchronize(st));
     CU(cudaMemcpy(&mhz, d, sizeof mhz, cudaMemcpyDeviceToHost));
+    return mhz;
+}
+/* v40: the SM clock while graph g replays (ms long): moe_sm_mhz over 80 % of ms on a side stream, launched first so
+ * it starts as the replay does (one thread: one SM slot of the replay's grids) */
+static float sm_mhz_during(cudaGraphExec_t g, double ms, float *d, cudaStream_t st)
+{
+    cudaStream_t side;
+    float mhz;
+    CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CU(moe_sm_mhz((unsigned long long)(ms * 0.8e6), d, side));
+    CU(cudaGraphLaunch(g, st));
+    CU(cudaStreamSynchronize(st));
+    CU(cudaStreamSynchronize(side));
+    CU(cudaMemcpy(&mhz, d, sizeof mhz, cudaMemcpyDeviceToHost));
+    CU(cudaStreamDestroy(side));
     return mhz;
 }
 /* HBM read ceiling in 10^12 bytes/s: n bytes at p read by moe_hbm_read, one warm-up, median of 7. */
@@ -600,7 +618,7 @@ static int bench_moe(int argc, char **argv)
     CU(cudaMemset(big, 0x5a, nread));
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
-    float *mhz_d;   /* moe_sm_mhz's result (its first reading in a process came out 0 in v25 run 5: one warm-up) */
+    float *mhz_d;   /* moe_sm_mhz's result (the warm-up: v25 run 5's first reading came out 0, the race v40 fixed) */
     CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
     (void)sm_mhz_now(mhz_d, 0);
     const double ceiling = read_ceiling(big, nread, sink, e0, e1);
@@ -685,6 +703,12 @@ static int bench_moe(int argc, char **argv)
             /* v25: the SM clock the replays leave (run 4: under sustained load the 700 W cap takes it from ~1.98
                GHz to 1.1-1.6, and batches 64-512 slow with it) */
             const float mhz = sm_mhz_now(mhz_d, st);
+            /* v40: the clock during one more replay (a one-thread probe on a side stream over 80 % of the reading,
+               launched just before it): under the power cap the clock after a reading has drained is not the one it
+               ran at (bench/NOTES.md v40 (5)) */
+            const float mhz_in = sm_mhz_during(g[0], ms, mhz_d, st);
+            if (getenv("SLUICE_BENCH_SPREAD"))
+                printf("  clock %d %s: %.0f MHz during a replay, %.0f after the reading\n", T, routing, mhz_in, mhz);
             const double msq = replay_ms(g, st, e0, e1, reps, tm, 1);
             const double pm = peer_ms(T, routing, 0), pmq = peer_ms(T, routing, 1);
             printf("%6d %8s %10.4f %10.1f %8.3f %6.1f%% %9.4f %7.2f %10.4f %7.0f %9.1f\n", T, routing, ms, bytes / 1e6, tbs,
@@ -694,8 +718,9 @@ static int bench_moe(int argc, char **argv)
             if (pmq > 0) snprintf(pmqs, sizeof pmqs, ", \"peer_ms_queued\": %.5f", pmq);
             rl += (size_t)snprintf(rows + rl, (1 << 16) - rl,
                                    "%s\n  {\"batch\": %d, \"routing\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, "
-                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_queued\": %.5f, \"sm_mhz\": %.0f, \"host_launch_us\": %.1f%s}",
-                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, mhz, launch_us, pmqs);
+                                   "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f, \"peer_ms\": %s, \"ms_queued\": %.5f, \"sm_mhz\": %.0f, \"sm_mhz_during\": %.0f, \"host_launch_us\": %.1f%s}",
+                                   rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, mhz, mhz_in, launch_us,
+                                   pmqs);
             if (stages) stage_timeline(g, st, T, routing);
             if (sustain > 0) {   /* v25: does sustained load slow the replays (the power cap)? each round's median
                                     of 8 back-to-back replays, then the SM clock it leaves */
@@ -772,7 +797,8 @@ static int bench_moe(int argc, char **argv)
         fprintf(f, "{\"gpu\": \"%s\", \"commit\": \"%s\", \"command\": \"%s\",\n \"read_ceiling_tb_per_s\": %.4f,\n"
                    " \"timing\": \"%s\",\n \"rows\": [%s\n ]}\n", prop.name, commit, cmd, ceiling,
                 "ms: each replay launched onto an idle stream between its events; ms_queued: the same replays each "
-                "queued behind a 50 us hold kernel (no host submission gap)",
+                "queued behind a 50 us hold kernel (no host submission gap); sm_mhz: the SM clock over 50 us once the "
+                "ms replays have drained; sm_mhz_during: over one more replay",
                 rows);
         if (fclose(f) != 0) { fprintf(stderr, "sluice-bench: writing %s failed\n", out_path); return 1; }
     }

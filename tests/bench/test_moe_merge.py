@@ -26,6 +26,8 @@ def run(n, commit="abc1234", tweak=None):
              "rows": json.loads(json.dumps(rows))}
         for row in r["rows"]:
             row["ms"] = round(rng.uniform(0.05, 2.0), 5)
+            row["sm_mhz"] = rng.randrange(1100, 1981)
+            row["sm_mhz_during"] = rng.randrange(1100, 1981)
         out.append(r)
     if tweak:
         tweak(out)
@@ -57,12 +59,16 @@ with tempfile.TemporaryDirectory() as d:
         check(abs(row["tb_per_s"] - tb) < 1e-3 and abs(row["pct_of_ceiling"] - 100 * tb / m["read_ceiling_tb_per_s"]) < 0.02,
               "row %d TB/s and %% from the medians" % i)
         check(row["peer_ms"] == runs[0]["rows"][i]["peer_ms"], "row %d peer" % i)
+        for k in ("sm_mhz", "sm_mhz_during"):
+            check(row.get(k + "_runs") == [r["rows"][i][k] for r in runs], "row %d %s of every run in run order" % (i, k))
     for k in ("gpu", "commit", "command"):
         check(m[k] == runs[0][k], "key %s kept" % k)
     out = os.path.join(d, "merged.json")
     json.dump(m, open(out, "w"))
     res = subprocess.run([sys.executable, merge, "--table", out], capture_output=True, text=True)
     check(res.returncode == 0 and len(res.stdout.splitlines()) == 2 + len(m["rows"]), "--table prints every row")
+    line = res.stdout.splitlines()[2]
+    check("{%s}" % " ".join("%d" % r["rows"][0]["sm_mhz_during"] for r in runs) in line, "--table shows the clocks during")
 
     def other_commit(rs):
         rs[1]["commit"] = "def5678"
