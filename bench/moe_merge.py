@@ -34,10 +34,10 @@ def merge(paths):
                    "peer_ms": row["peer_ms"], "ms_runs": ms_runs}
         if all("ms_queued" in o for o in others):   # v25: the same replays queued behind the hold kernel
             out_row["ms_queued"] = round(statistics.median([o["ms_queued"] for o in others]), 5)
-        if all("sm_mhz" in o for o in others):   # v25: the SM clock each run's replays left
-            out_row["sm_mhz_runs"] = [o["sm_mhz"] for o in others]
-        if all("sm_mhz_during" in o for o in others):   # v40: the SM clock during one more replay
-            out_row["sm_mhz_during_runs"] = [o["sm_mhz_during"] for o in others]
+        # v25: the SM clock each run's replays left; v40: the SM clock during one more replay
+        for k in ("sm_mhz", "sm_mhz_during"):
+            if all(k in o for o in others):
+                out_row[k + "_runs"] = [o[k] for o in others]
         if row.get("peer_ms_queued") is not None:
             out_row["peer_ms_queued"] = row["peer_ms_queued"]
         rows.append(out_row)

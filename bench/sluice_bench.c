@@ -48,19 +48,16 @@ static float sm_mhz_now(float *d, cudaStream_t st)
     CU(cudaMemcpy(&mhz, d, sizeof mhz, cudaMemcpyDeviceToHost));
     return mhz;
 }
-/* v40: the SM clock while graph g replays (ms long): moe_sm_mhz over 80 % of ms on a side stream, launched first so
- * it starts as the replay does (one thread: one SM slot of the replay's grids) */
-static float sm_mhz_during(cudaGraphExec_t g, double ms, float *d, cudaStream_t st)
+/* v40: the SM clock while graph g replays (ms long) on st: moe_sm_mhz over 80 % of ms on the side stream, launched
+ * first so it starts as the replay does (one thread: one SM slot of the replay's grids) */
+static float sm_mhz_during(cudaGraphExec_t g, double ms, float *d, cudaStream_t st, cudaStream_t side)
 {
-    cudaStream_t side;
     float mhz;
-    CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     CU(moe_sm_mhz((unsigned long long)(ms * 0.8e6), d, side));
     CU(cudaGraphLaunch(g, st));
     CU(cudaStreamSynchronize(st));
     CU(cudaStreamSynchronize(side));
     CU(cudaMemcpy(&mhz, d, sizeof mhz, cudaMemcpyDeviceToHost));
-    CU(cudaStreamDestroy(side));
     return mhz;
 }
 /* HBM read ceiling in 10^12 bytes/s: n bytes at p read by moe_hbm_read, one warm-up, median of 7. */
@@ -368,9 +365,11 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
         CU(cudaEventElapsedTime(&evms[i], ev[0], ev[1]));
         CU(moe_trace_set(NULL));
         CU(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
-        unsigned long long t0 = ~0ull, t1 = 0;
-        for (int k = 0; k < MOE_TR_SLOTS; k++) if (h[2 * k + 1] && h[2 * k] < t0) t0 = h[2 * k];
-        for (int k = 0; k < MOE_TR_SLOTS; k++) if (h[2 * k + 1] > t1) t1 = h[2 * k + 1];
+        unsigned long long t0 = ~0ull, t1 = 0;   /* the first start and the last end of the replay's stages */
+        for (int k = 0; k < MOE_TR_SLOTS; k++) {
+            if (h[2 * k + 1] && h[2 * k] < t0) t0 = h[2 * k];
+            if (h[2 * k + 1] > t1) t1 = h[2 * k + 1];
+        }
         span[i] = t1 > t0 ? (float)(t1 - t0) / 1e3f : 0.f;
         if (lg) {
             CU(moe_ilog_set(NULL));
@@ -648,8 +647,9 @@ static int bench_moe(int argc, char **argv)
            E, L[0].expert_bytes / 1e6, L[0].shared_bytes / 1e6, NLAYERS, NSETS, W.grid_gu[0], W.grid_gu[1],
            W.grid_gu[2], W.grid_dn[0], W.grid_dn[1], W.grid_dn[2]);
 
-    cudaStream_t st;
+    cudaStream_t st, side;   /* side: sm_mhz_during's probe */
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     if (placements) {   /* only the placement experiment (random routing, the default launch variant) */
         const int rc = bench_placements(L, &s, gate, bias, &W, x, tok, out, st, e0, e1, batches, nb, reps, placements);
         for (int l = 0; l < NLAYERS; l++) moe_cuda_layer_free(&L[l]);
@@ -706,7 +706,7 @@ static int bench_moe(int argc, char **argv)
             /* v40: the clock during one more replay (a one-thread probe on a side stream over 80 % of the reading,
                launched just before it): under the power cap the clock after a reading has drained is not the one it
                ran at (bench/NOTES.md v40 (5)) */
-            const float mhz_in = sm_mhz_during(g[0], ms, mhz_d, st);
+            const float mhz_in = sm_mhz_during(g[0], ms, mhz_d, st, side);
             if (getenv("SLUICE_BENCH_SPREAD"))
                 printf("  clock %d %s: %.0f MHz during a replay, %.0f after the reading\n", T, routing, mhz_in, mhz);
             const double msq = replay_ms(g, st, e0, e1, reps, tm, 1);
