@@ -4,7 +4,7 @@
 # bench/tokenizer_peer.sh), run the GPU MoE test, the "cuda" engine backend test (test_backend_cuda)
 # and `sluice-generate --backend cuda` on the hub fixture, then the PyTorch peer and `sluice-bench moe`.
 # Usage (repo root, on the GPU machine): COMMIT=<sha> bash bench/moe_device_run.sh   -> files in $OUT
-# (ENGINE=0 skips the engine build and its tests, PEER=0 the PyTorch peer, COOL=N sleeps N s before the bench;
+# (TEST=0 skips test_moe_gpu, ENGINE=0 the engine build and its tests, PEER=0 the PyTorch peer, COOL=N sleeps N s before the bench;
 #  BENCH_ARGS go to sluice-bench,
 #  e.g. "--batches 1,64 --tune 0,0,0/4,64,4" to compare launch thresholds in one process.)
 set -uo pipefail
@@ -45,7 +45,7 @@ if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + ncu passes over th
   done
   exit 0
 fi
-echo "== test"; timeout ${TEST_TIMEOUT:-480} $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"   # v21: 150 s cut it once; v38: 300 s (403 cases)
+[ "${TEST:-1}" = 1 ] && { echo "== test"; timeout ${TEST_TIMEOUT:-480} $B/test_moe_gpu ${SEED:-} 2>&1 | tee "$OUT/test.log"; }   # v21: 150 s cut it once; v38: 300 s (403 cases)
 if [ "${ENGINE:-1}" = 1 ]; then   # the engine with the "cuda" backend (MoE on the GPU, the rest on the CPU)
   INC="" LIBS=""
   if [ ! -f /usr/include/oniguruma.h ] || [ ! -f /usr/include/jansson.h ] || [ ! -f /usr/include/uninorm.h ]; then
