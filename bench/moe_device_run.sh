@@ -74,7 +74,7 @@ fi
 # slow down with it: in one process the same configuration read 0.855 ms at batch 64 first and 0.929 ms
 # ~60 s of load later, bench/NOTES.md v12)
 [ -n "${COOL:-}" ] && echo "== cool-down ${COOL} s" && sleep "$COOL"
-# REPEAT=N: N bench processes one after another (each with its own read ceiling), merged by
+# REPEAT=N: N bench processes one after another (0: none) (each with its own read ceiling), merged by
 # bench/moe_merge.py into moe-h200.json: per row the median time of the N (the readings in ms_runs), so a
 # goal that sits within the run-to-run spread (+-2 %, bench/NOTES.md v19) is decided by the median
 CMD="COMMIT=${COMMIT:-unknown} BENCH_ARGS='${BENCH_ARGS:-}' bash bench/moe_device_run.sh (python3 bench/moe_peer.py --out peer.txt; sluice-bench moe --peer peer.txt --out moe-h200.json ${BENCH_ARGS:-})"
@@ -94,7 +94,7 @@ for i in $(seq 1 "$N"); do
   date +%s.%N > "$OUT/bench-t$i.end"
 done
 kill $SMI 2> /dev/null
-python3 bench/smi_summary.py "$OUT" "$N" | tee "$OUT/clocks.txt"
+[ "$N" -gt 0 ] && python3 bench/smi_summary.py "$OUT" "$N" | tee "$OUT/clocks.txt"
 [ "$N" -gt 1 ] && python3 bench/moe_merge.py "$OUT"/moe-h200-run*.json > "$OUT/moe-h200.json" && cat "$OUT"/bench-run*.log > "$OUT/bench.log" &&
   python3 bench/moe_merge.py --table "$OUT/moe-h200.json"
 # the run tool brings back only a few files per call (a 3-process run writes ~20): all but the result, the clock

@@ -20,7 +20,8 @@
  * copied back and the stream synchronised: that copy-back is the only host sync. Every buffer is
  * sized at open for SL_CUDA_MOE_MAX_TOKENS tokens (env SLUICE_CUDA_MOE_TOKENS overrides, 1..65536);
  * a step with more tokens runs its MoE in chunks of that many (the MoE is per token), so a step
- * never allocates.
+ * never allocates. Last at open, where it fits, each layer's shared expert also in bf16, so steps of >= 256 MoE
+ * tokens run it as GEMMs (add_shared_bf16; env SLUICE_CUDA_SHARED_BF16 0 / 1 / auto).
  */
 #include <math.h>
 #include <stdio.h>
@@ -276,6 +277,54 @@ static int load_layer(cuda_impl *c, const v4_weights *w, int l, quant_scratch *q
     return 0;
 }
 
+/* v41 (bench/NOTES.md v41 (2)): the shared expert's bf16 copy (moe_cuda_alloc_shared_bf16), with which steps of at least
+ * moe_cuda_ws.shared_gemm_min_t (256) MoE tokens run it as two bf16 GEMMs (moe_shared_gemms, the path sluice-bench
+ * measures from 256) instead of the FP8 kernels; 2 bytes per weight beside the FP8 copy (+50 MB per V4-Flash layer).
+ * Added last, after every buffer the backend needs, layer by layer while the GPU keeps SHARED_BF16_RESERVE (or 1/20
+ * of its memory, the larger) free. SLUICE_CUDA_SHARED_BF16: 0 never, 1 every layer (an open error if one does not
+ * fit), unset or "auto": as far as it fits. */
+#define SHARED_BF16_RESERVE ((size_t)1 << 30)
+
+static int add_shared_bf16(cuda_impl *c, const v4_weights *w, char *err, size_t errlen)
+{
+    const char *ev = getenv("SLUICE_CUDA_SHARED_BF16");
+    int mode = -1;
+    if (ev && *ev && strcmp(ev, "auto")) {
+        if (strcmp(ev, "0") && strcmp(ev, "1")) {
+            snprintf(err, errlen, "cuda backend: SLUICE_CUDA_SHARED_BF16='%s' must be 0, 1 or auto", ev);
+            return -1;
+        }
+        mode = ev[0] == '1';
+    }
+    if (!mode) return 0;
+    int n = 0, done = 0;
+    for (int l = 0; l < c->n_layers; l++) n += c->on_gpu[l] && c->L[l].s.has_shared;
+    for (int l = 0; l < c->n_layers; l++) {
+        moe_cuda_layer *L = &c->L[l];
+        if (!c->on_gpu[l] || !L->s.has_shared) continue;
+        /* the copy, and the FP8 upload moe_cuda_set_shared stages it from */
+        const size_t need = (size_t)9 * L->s.inter * L->s.hidden;
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
+        const size_t reserve = tot / 20 > SHARED_BF16_RESERVE ? tot / 20 : SHARED_BF16_RESERVE;
+        if (fr < need + reserve) {
+            if (mode < 0) break;
+            snprintf(err, errlen, "cuda backend: layer %d: no GPU memory for the shared expert's bf16 copy (%zu MiB free; "
+                     "SLUICE_CUDA_SHARED_BF16=1)", l, fr >> 20);
+            return -1;
+        }
+        if (moe_cuda_alloc_shared_bf16(L) || load_shared(L, &w->layers[l].shared)) {
+            snprintf(err, errlen, "cuda backend: layer %d: the shared expert's bf16 copy failed (see the line above)", l);
+            return -1;
+        }
+        done++;
+    }
+    if (done < n)
+        fprintf(stderr, "cuda backend: the shared expert's bf16 copy fits %d of %d layers (the GPU keeps 1/20 of its "
+                "memory free); the others run it on the FP8 kernels at every batch\n", done, n);
+    return 0;
+}
+
 /* One line naming the first constraint of the GPU MoE kernels the model does not meet; 0 = fits. */
 static int check_shape(const v4_weights *w, char *err, size_t errlen)
 {
@@ -368,6 +417,7 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, cha
         snprintf(err, errlen, "cuda backend: out of host-pinned or GPU memory for %d-token staging buffers", c->cap);
         goto fail;
     }
+    if (add_shared_bf16(c, w, err, errlen)) goto fail;
     if ((ce = cudaDeviceSynchronize()) != cudaSuccess) {
         snprintf(err, errlen, "cuda backend: loading the MoE weights failed on the GPU (%s)", cudaGetErrorString(ce));
         goto fail;

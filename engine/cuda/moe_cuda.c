@@ -58,12 +58,25 @@ int moe_cuda_layer_init(moe_cuda_layer *L, const moe_cuda_shape *s)
         CK(cudaMalloc((void **)&L->sh_w2, (size_t)H * I), "cudaMalloc(shared w2)");
         CK(cudaMalloc((void **)&L->sh_s13, 2 * nb13 * sizeof(float)), "cudaMalloc(shared s13)");
         CK(cudaMalloc((void **)&L->sh_s2, nb2 * sizeof(float)), "cudaMalloc(shared s2)");
-        if (s->shared_bf16) {
-            CK(cudaMalloc((void **)&L->sh_b13, (size_t)2 * I * H * sizeof(uint16_t)), "cudaMalloc(shared w13 bf16)");
-            CK(cudaMalloc((void **)&L->sh_b2, (size_t)H * I * sizeof(uint16_t)), "cudaMalloc(shared w2 bf16)");
-        }
+        if (s->shared_bf16 && moe_cuda_alloc_shared_bf16(L)) return -1;
         L->shared_bytes = (size_t)3 * I * H + (2 * nb13 + nb2) * sizeof(float);
     }
+    return 0;
+}
+
+int moe_cuda_alloc_shared_bf16(moe_cuda_layer *L)
+{
+    if (!L->s.has_shared) return fail("layer was created without a shared expert");
+    if (L->sh_b13) return 0;
+    const size_t n = (size_t)L->s.inter * L->s.hidden;
+    if (cudaMalloc((void **)&L->sh_b13, 2 * n * sizeof(uint16_t)) != cudaSuccess ||
+        cudaMalloc((void **)&L->sh_b2, n * sizeof(uint16_t)) != cudaSuccess) {
+        cudaGetLastError();   /* the failed allocation is not sticky; clear it for the caller's next check */
+        if (L->sh_b13) cudaFree(L->sh_b13);
+        L->sh_b13 = NULL;
+        return fail("cudaMalloc(shared expert bf16 copy)");
+    }
+    L->s.shared_bf16 = 1;
     return 0;
 }
 

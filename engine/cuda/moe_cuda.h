@@ -180,6 +180,10 @@ int moe_cuda_set_expert_dev(moe_cuda_layer *L, int e, const uint8_t *const q[3],
                             const float scale2[3]);
 /* Shared expert from host QT_FP8_B128 qtensors (E8M0 or F32 block scales). */
 int moe_cuda_set_shared(moe_cuda_layer *L, const qtensor *w1, const qtensor *w3, const qtensor *w2);
+/* v41: allocate the layer's bf16 copy of the shared expert (what moe_cuda_shape.shared_bf16 allocates at init) after
+ * the fact; the next moe_cuda_set_shared fills it. 0 = done (or already there); -1 = no GPU memory for it, one line on
+ * stderr, the layer unchanged (its FP8 shared kernels stay in use). */
+int moe_cuda_alloc_shared_bf16(moe_cuda_layer *L);
 /* Same from device E4M3 bytes and host fp32 block scales [ceil(n/128)][ceil(k/128)]. */
 int moe_cuda_set_shared_dev(moe_cuda_layer *L, const uint8_t *const w[3], const float *const s[3]);
 

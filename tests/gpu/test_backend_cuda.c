@@ -9,7 +9,10 @@
  * The GPU path feeds bf16 activations to the MoE (the CPU keeps fp32) and can flip a near-tie in
  * the router, so it is held to bounds, printed with the numbers. Also: token-by-token decode on
  * cuda (batch 1) vs cpu; a 16-token MoE chunking (SLUICE_CUDA_MOE_TOKENS) gives the same rows as
- * unchunked; the engine with backend "cuda" generates greedy tokens (compared with the oracle);
+ * unchunked; every prompt as one span of a single step (a MoE batch of all rows, >= 256: the shared expert's bf16
+ * GEMMs, v41) within the same bounds, differing from the FP8 shared kernels (SLUICE_CUDA_SHARED_BF16=0), which give
+ * the rows of each prompt alone bit for bit; a bad SLUICE_CUDA_SHARED_BF16 fails to open with a line naming it;
+ * the engine with backend "cuda" generates greedy tokens (compared with the oracle);
  * a model the kernels cannot take (tiny-v4-public, hidden 64) fails to open with a line naming
  * the constraint. Exit 77 without a CUDA device.
  */
@@ -58,6 +61,27 @@ static int run(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int chun
     }
     v4_seq_free(pool, &st);
     return 0;
+}
+
+/* Every prompt of f as its own span of one step (rows of prompt k at out + offset of k): one MoE call of all their
+ * rows per layer. */
+static int run_one_step(sl_backend *be, v4_state_pool *pool, const fx_fixture *f, int V, float *out)
+{
+    v4_seq_state st[FX_MAX_PROMPTS];
+    sl_seq_span sp[FX_MAX_PROMPTS];
+    char err[256];
+    int k, rc = -1;
+    size_t off = 0;
+    for (k = 0; k < f->n; k++) {
+        if (v4_seq_init(pool, &st[k]) || v4_seq_reserve(pool, &st[k], f->p[k].rows)) { FAIL("state alloc"); goto out; }
+        sp[k] = (sl_seq_span){f->p[k].seq, f->p[k].rows, &st[k], 0, out + off};
+        off += (size_t)f->p[k].rows * V;
+    }
+    if (be->ops->forward(be, sp, f->n, err, sizeof err)) FAIL("%s forward of %d spans: %s", be->ops->name, f->n, err);
+    else rc = 0;
+out:
+    while (k-- > 0) v4_seq_free(pool, &st[k]);
+    return rc;
 }
 
 typedef struct { double max_abs, sum_row; long rows, top1, greedy_rows, greedy_ok; } stats;
@@ -157,7 +181,19 @@ static void test_fixture(const char *name)
     setenv("SLUICE_CUDA_MOE_TOKENS", "16", 1);
     sl_backend *gpu16 = gpu ? sl_backend_cuda_create(&w, &pool, err, sizeof err) : NULL;
     unsetenv("SLUICE_CUDA_MOE_TOKENS");
-    if (!gpu || !cpu || !gpu16) {
+    setenv("SLUICE_CUDA_SHARED_BF16", "0", 1);
+    sl_backend *gpu_fp8 = gpu ? sl_backend_cuda_create(&w, &pool, err, sizeof err) : NULL;
+    setenv("SLUICE_CUDA_SHARED_BF16", "2", 1);   /* a bad value: one line naming it, no backend */
+    char err2[256] = "";
+    sl_backend *bad = gpu ? sl_backend_cuda_create(&w, &pool, err2, sizeof err2) : NULL;
+    unsetenv("SLUICE_CUDA_SHARED_BF16");
+    if (bad) {
+        FAIL("%s: SLUICE_CUDA_SHARED_BF16=2 opened", name);
+        bad->ops->destroy(bad);
+    } else if (gpu && !strstr(err2, "SLUICE_CUDA_SHARED_BF16='2'")) {
+        FAIL("%s: unclear error for SLUICE_CUDA_SHARED_BF16=2: '%s'", name, err2);
+    }
+    if (!gpu || !cpu || !gpu16 || !gpu_fp8) {
         FAIL("%s: backend create: %s", name, err);
     } else {
         printf("%-24s cuda backend open (upload + repack) %.2f s; experts %s\n", name, t_open,
@@ -186,6 +222,32 @@ static void test_fixture(const char *name)
         next:
             free(rc); free(rg); free(r1);
         }
+        /* v41: all prompts in one step, a MoE batch of every row (295 >= moe_cuda_ws.shared_gemm_min_t 256): with the
+         * shared expert's bf16 copy (the default where it fits) the shared GEMMs run; without it (gpu_fp8) the FP8
+         * kernels, which give each token's rows bit for bit whatever the batch (as the 16-token chunks do). */
+        long rows = 0;
+        for (int k = 0; k < f.n; k++) rows += f.p[k].rows;
+        float *all_c = malloc((size_t)rows * V * sizeof(float)), *all_g = malloc((size_t)rows * V * sizeof(float));
+        float *all_8 = malloc((size_t)rows * V * sizeof(float)), *all_w = malloc((size_t)rows * V * sizeof(float));
+        if (!all_c || !all_g || !all_8 || !all_w) FAIL("out of memory");
+        else if (!run_one_step(cpu, &pool, &f, V, all_c) && !run_one_step(gpu, &pool, &f, V, all_g) &&
+                 !run_one_step(gpu_fp8, &pool, &f, V, all_8)) {
+            stats one = {0};
+            size_t off = 0;
+            for (int k = 0; k < f.n; k++) {   /* each prompt alone on gpu (T < 256: the FP8 kernels) */
+                compare(&one, &f.p[k], all_g + off, all_c + off, V);
+                if (run(gpu, &pool, &f.p[k], 0, V, all_w + off)) break;
+                off += (size_t)f.p[k].rows * V;
+            }
+            const double d8 = fx_maxdiff(all_8, all_w, (int)(rows * V)), dg = fx_maxdiff(all_g, all_8, (int)(rows * V));
+            printf("%-24s one step of %ld MoE tokens: shared GEMMs vs FP8 kernels max |d| %.3g (must be > 0), FP8 "
+                   "kernels vs each prompt alone %.3g (bound %.0e)\n", name, rows, dg, d8, MAX_CHUNKED);
+            check_stats(name, "one step", &one);
+            if (!(d8 <= MAX_CHUNKED)) FAIL("%s: the FP8 shared kernels' rows depend on the batch (%.3g)", name, d8);
+            if (!(dg > 0)) FAIL("%s: a %ld-token step gave the FP8 kernels' rows bit for bit: the shared GEMMs did not run",
+                                name, rows);
+        }
+        free(all_c); free(all_g); free(all_8); free(all_w);
         check_stats(name, "whole prefill", &whole);
         check_stats(name, "token by token", &tok);
         printf("%-24s MoE chunked by 16 vs whole: max |d| %.3g (bound %.0e); forward time cpu %.2f s, cuda %.2f s\n",
@@ -194,6 +256,7 @@ static void test_fixture(const char *name)
     }
     if (gpu) gpu->ops->destroy(gpu);
     if (gpu16) gpu16->ops->destroy(gpu16);
+    if (gpu_fp8) gpu_fp8->ops->destroy(gpu_fp8);
     if (cpu) cpu->ops->destroy(cpu);
     v4_pool_free(&pool);
     v4_weights_free(&w);
