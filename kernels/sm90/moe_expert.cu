@@ -62,7 +62,7 @@
  *
  * Roofline (V4-Flash, H200, 4.5 TB/s read ceiling measured): one NVFP4 expert is 14.2 MB (weights
  * 12.6 + scales 1.6), the FP8 shared expert 25.2 MB: batch 1 reads 114 MB -> 25 us; batch 64 (~200
- * experts touched) 2.86 GB -> 0.63 ms. Measured (bench/results/moe-h200.json, v38): 58.4 us and 0.721 ms.
+ * experts touched) 2.86 GB -> 0.63 ms. Measured (bench/results/moe-h200.json, v41): 58.8 us and 0.721 ms.
  */
 #include <stdint.h>
 #include "moe_kernels.h"
