@@ -29,7 +29,7 @@ for v in ${VARIANTS:-base:}; do
     gcc $CF -c engine/cuda/moe_cuda.c -o $B/moe_cuda.o && gcc $CF -c engine/quant.c -o $B/quant.o && gcc $CF -c tests/gpu/test_moe_gpu.c -o $B/t.o &&
     gcc $CF -c bench/sluice_bench.c -o $B/b.o || exit 1
     KO="$B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_fused.o $B/moe_bench_kernels.o $B/moe_cuda.o $B/quant.o"
-    $NVCC $ARCH -o $B/test_moe_gpu $B/t.o $KO -lm && $NVCC $ARCH -o $B/sluice-bench $B/b.o $KO -lm ) &
+    $NVCC $ARCH -o $B/test_moe_gpu $B/t.o $KO -lm && $NVCC $ARCH -o $B/sluice-bench $B/b.o $KO -lm -ldl ) &
 done
 wait
 if [ "${STREAM:-0}" = 1 ]; then   # the compute-free streaming probe instead (sluice-bench stream)

@@ -24,7 +24,7 @@ gcc $CF -c tests/gpu/test_moe_gpu.c -o $B/test_moe_gpu.o || exit 1
 gcc $CF -c bench/sluice_bench.c -o $B/sluice_bench.o || exit 1
 KO="$B/moe_repack.o $B/moe_router.o $B/moe_expert.o $B/moe_fused.o $B/moe_bench_kernels.o $B/moe_cuda.o $B/quant.o"
 $NVCC $ARCH -o $B/test_moe_gpu $B/test_moe_gpu.o $KO -lm || exit 1
-$NVCC $ARCH -o $B/sluice-bench $B/sluice_bench.o $KO -lm || exit 1
+$NVCC $ARCH -o $B/sluice-bench $B/sluice_bench.o $KO -lm -ldl || exit 1
 if [ "${MODE:-}" = profile ]; then   # SASS instruction mix + ncu passes over the expert kernels
   # SASS_FN: mangled-name regex of the kernel whose SASS histogram is printed; NCU_SPECS: "batch:kernel-regex ..."
   # profiled with the source counters, each exported as a per-SASS-instruction CSV (ncu-B.csv)

@@ -19,6 +19,7 @@ int main(int argc, char **argv)
     return 77;
 }
 #else
+#include <dlfcn.h>
 #include <cuda_runtime_api.h>
 #include "moe_cuda.h"
 #include "moe_kernels.h"
@@ -422,6 +423,94 @@ static double now_us(void)
     return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
+/* ---- v41 (--power MS): energy per replay under sustained load. NVML (libnvidia-ml, which ships with the driver) is
+ * opened at run time, so the bench links nothing new; its board energy counter (mJ) is read around MS milliseconds of
+ * back-to-back replays, its SM clock every >= 20 ms during them. */
+typedef struct {
+    void *dev;
+    int (*energy)(void *, unsigned long long *);   /* nvmlDeviceGetTotalEnergyConsumption */
+    int (*clock)(void *, int, unsigned *);         /* nvmlDeviceGetClockInfo */
+} nvml_t;
+
+static int nvml_open(nvml_t *n)
+{
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!h) return -1;
+    int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+    int (*by_bus)(const char *, void **) = (int (*)(const char *, void **))dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
+    n->energy = (int (*)(void *, unsigned long long *))dlsym(h, "nvmlDeviceGetTotalEnergyConsumption");
+    n->clock = (int (*)(void *, int, unsigned *))dlsym(h, "nvmlDeviceGetClockInfo");
+    char bus[32];
+    if (!init || !by_bus || !n->energy || !n->clock || init() || cudaDeviceGetPCIBusId(bus, sizeof bus, 0) != cudaSuccess ||
+        by_bus(bus, &n->dev))
+        return -1;
+    unsigned long long e;
+    return n->energy(n->dev, &e) ? -1 : 0;   /* NVML_SUCCESS is 0 */
+}
+
+static double now_s_wall(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* One launch of the work whose energy power_run measures: replay i of the row's graphs, or one 8 GiB read. */
+typedef struct { cudaGraphExec_t *g; const void *big; size_t n; unsigned *sink; } power_work;
+static void power_launch(const power_work *w, int i, cudaStream_t st)
+{
+    if (w->g) CU(cudaGraphLaunch(w->g[i % NSETS], st));
+    else CU(moe_hbm_read(w->big, w->n, w->sink, st));
+}
+
+typedef struct { int n; double s, ms_per, watts, j_per, nvml_mhz, probe_mhz; } power_row;
+/* w launched back to back on st for ms milliseconds, k launches per group, one group queued ahead of the one the host
+ * waits on (so the GPU never idles between them); the one-thread clock probe (moe_sm_mhz) on side over 60 % of it.
+ * k 0: nothing launched, the GPU idle for ms (the board's idle power). */
+static power_row power_run(const nvml_t *nv, const power_work *w, int k, double ms, cudaStream_t st, cudaStream_t side,
+                           float *mhz_d)
+{
+    power_row r = {0};
+    cudaEvent_t ea, eb, eg[2];
+    CU(cudaEventCreate(&ea)); CU(cudaEventCreate(&eb)); CU(cudaEventCreate(&eg[0])); CU(cudaEventCreate(&eg[1]));
+    unsigned long long j0 = 0, j1 = 0;
+    double mhz_sum = 0, t_smp = 0;
+    int smp = 0;
+    CU(cudaDeviceSynchronize());
+    nv->energy(nv->dev, &j0);
+    const double t0 = now_s_wall();
+    CU(cudaEventRecord(ea, st));
+    for (int grp = 0; k > 0; grp++) {
+        for (int i = 0; i < k; i++) power_launch(w, r.n++, st);
+        CU(cudaEventRecord(eg[grp & 1], st));
+        if (grp == 0) CU(moe_sm_mhz((unsigned long long)(ms * 0.6e6), mhz_d, side));
+        if (grp > 0) CU(cudaEventSynchronize(eg[(grp - 1) & 1]));
+        const double t = now_s_wall();
+        unsigned c;
+        if (t - t_smp >= 0.02 && !nv->clock(nv->dev, 1, &c)) mhz_sum += c, smp++, t_smp = t;   /* NVML_CLOCK_SM */
+        if ((t - t0) * 1e3 >= ms) break;
+    }
+    if (k == 0) {
+        const struct timespec ts = {(time_t)(ms / 1000), (long)((ms - 1000 * (long)(ms / 1000)) * 1e6)};
+        nanosleep(&ts, NULL);
+    }
+    CU(cudaEventRecord(eb, st));
+    CU(cudaEventSynchronize(eb));
+    CU(cudaStreamSynchronize(side));
+    nv->energy(nv->dev, &j1);
+    r.s = now_s_wall() - t0;
+    float gms = 0;
+    CU(cudaEventElapsedTime(&gms, ea, eb));
+    CU(cudaMemcpy(&r.probe_mhz, mhz_d, sizeof(float), cudaMemcpyDeviceToHost));
+    if (k == 0) r.probe_mhz = 0;
+    r.ms_per = r.n ? gms / r.n : 0;
+    r.watts = (j1 - j0) * 1e-3 / r.s;
+    r.j_per = r.n ? (j1 - j0) * 1e-3 / r.n : 0;
+    r.nvml_mhz = smp ? mhz_sum / smp : 0;
+    CU(cudaEventDestroy(ea)); CU(cudaEventDestroy(eb)); CU(cudaEventDestroy(eg[0])); CU(cudaEventDestroy(eg[1]));
+    return r;
+}
+
 /* Median ms of reps x NSETS replays rotating over the sets' graphs, each queued behind the hold if hold;
  * tm: reps * NSETS floats of scratch. g_launch_us: the median over its first 4096 launches. */
 static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int reps, float *tm,
@@ -516,7 +605,7 @@ static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
     int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0, stages = 0,
-        no_shared = 0, stream_mode = 0, placements = 0, sustain = 0, row_cool_ms = 0;
+        no_shared = 0, stream_mode = 0, placements = 0, sustain = 0, row_cool_ms = 0, power_ms = 0;
     variant_defaults();
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
@@ -582,6 +671,8 @@ static int bench_moe(int argc, char **argv)
         } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places (v21) */
             placements = atoi(argv[++i]);
             if (placements < 2 || placements > 8) { fprintf(stderr, "sluice-bench: --placements 2..8\n"); return 2; }
+        } else if (!strcmp(argv[i], "--power") && i + 1 < argc) {   /* v41: energy per replay over MS ms */
+            power_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--sustain") && i + 1 < argc) {   /* per row R rounds of 8 replays (v25) */
             sustain = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--row-cool") && i + 1 < argc) {   /* ms of idle GPU before each row (v25) */
@@ -598,7 +689,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--item-log] [--stream] [--placements P] [--no-shared] [--sustain R] [--row-cool MS] [--default-variant]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--item-log] [--stream] [--placements P] [--no-shared] [--sustain R] [--row-cool MS] [--power MS] [--default-variant]\n");
             return 2;
         }
     }
@@ -621,8 +712,25 @@ static int bench_moe(int argc, char **argv)
     CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
     (void)sm_mhz_now(mhz_d, 0);
     const double ceiling = read_ceiling(big, nread, sink, e0, e1);
-    CU(cudaFree(big));
     printf("gpu %s, HBM read ceiling %.3f TB/s (8 GiB read)\n", prop.name, ceiling);
+    nvml_t nv = {0};
+    if (power_ms > 0 && nvml_open(&nv)) {
+        fprintf(stderr, "sluice-bench: --power needs NVML (libnvidia-ml.so.1 with an energy counter)\n");
+        return 1;
+    }
+    cudaStream_t pside = NULL;   /* v41 --power: the read kernel's and the idle GPU's energy, then each row's */
+    if (power_ms > 0) {
+        cudaStream_t pst;
+        CU(cudaStreamCreateWithFlags(&pst, cudaStreamNonBlocking));
+        CU(cudaStreamCreateWithFlags(&pside, cudaStreamNonBlocking));
+        const power_work rd = {NULL, big, nread, sink};
+        const power_row idle = power_run(&nv, &rd, 0, 1000, pst, pside, mhz_d), r = power_run(&nv, &rd, 1, power_ms, pst, pside, mhz_d);
+        printf("  power idle: %.0f W over %.2f s\n", idle.watts, idle.s);
+        printf("  power read: %d reads of 8 GiB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per byte; SM %.0f MHz (NVML), %.0f "
+               "(probe)\n", r.n, r.s, nread / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per / nread * 1e12, r.nvml_mhz,
+               r.probe_mhz);
+    }
+    CU(cudaFree(big));
 
     moe_cuda_shape s = {.n_experts = 256, .hidden = 4096, .inter = 2048, .topk = 6, .score_func = MOE_SCORE_SQRTSOFTPLUS,
                         .route_scale = 1.5f, .swiglu_limit = 10.f, .has_shared = !no_shared, .fp4_fmt = QT_NVFP4,
@@ -722,6 +830,13 @@ static int bench_moe(int argc, char **argv)
                                    rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, mhz, mhz_in, launch_us,
                                    pmqs);
             if (stages) stage_timeline(g, st, T, routing);
+            if (power_ms > 0) {   /* v41: the row's graphs back to back: power, energy per replay and per byte */
+                const power_work pw = {g, NULL, 0, NULL};
+                const power_row r = power_run(&nv, &pw, NSETS, power_ms, st, pside, mhz_d);
+                printf("  power %d %s: %d replays in %.2f s, %.4f ms each (%.3f TB/s), %.0f W, %.4f J per replay, %.1f pJ per "
+                       "byte; SM %.0f MHz (NVML), %.0f (probe)\n", T, routing, r.n, r.s, r.ms_per,
+                       bytes / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per, r.j_per / bytes * 1e12, r.nvml_mhz, r.probe_mhz);
+            }
             if (sustain > 0) {   /* v25: does sustained load slow the replays (the power cap)? each round's median
                                     of 8 back-to-back replays, then the SM clock it leaves */
                 float *rt = malloc((size_t)sustain * 2 * sizeof(float));
