@@ -501,8 +501,9 @@ static power_row power_run(const nvml_t *nv, const power_work *w, int k, double 
     r.s = now_s_wall() - t0;
     float gms = 0;
     CU(cudaEventElapsedTime(&gms, ea, eb));
-    CU(cudaMemcpy(&r.probe_mhz, mhz_d, sizeof(float), cudaMemcpyDeviceToHost));
-    if (k == 0) r.probe_mhz = 0;
+    float pm = 0;
+    CU(cudaMemcpy(&pm, mhz_d, sizeof pm, cudaMemcpyDeviceToHost));
+    r.probe_mhz = k ? pm : 0;
     r.ms_per = r.n ? gms / r.n : 0;
     r.watts = (j1 - j0) * 1e-3 / r.s;
     r.j_per = r.n ? (j1 - j0) * 1e-3 / r.n : 0;
