@@ -463,7 +463,14 @@ static void power_launch(const power_work *w, int i, cudaStream_t st)
     else CU(moe_hbm_read(w->big, w->n, w->sink, st));
 }
 
-typedef struct { int n; double s, ms_per, watts, j_per, nvml_mhz, probe_mhz; } power_row;
+typedef struct { int n; double s, ms_per, watts, j_per, nvml_mhz, probe_mhz, w0, w1; } power_row;   /* w0, w1: the
+                                                                   window in CLOCK_REALTIME s (nvidia-smi's timestamps) */
+static double now_realtime(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
 /* w launched back to back on st for ms milliseconds, k launches per group, one group queued ahead of the one the host
  * waits on (so the GPU never idles between them); the one-thread clock probe (moe_sm_mhz) on side over 60 % of it.
  * k 0: nothing launched, the GPU idle for ms (the board's idle power). */
@@ -479,6 +486,7 @@ static power_row power_run(const nvml_t *nv, const power_work *w, int k, double 
     CU(cudaDeviceSynchronize());
     nv->energy(nv->dev, &j0);
     const double t0 = now_s_wall();
+    r.w0 = now_realtime();
     CU(cudaEventRecord(ea, st));
     for (int grp = 0; k > 0; grp++) {
         for (int i = 0; i < k; i++) power_launch(w, r.n++, st);
@@ -499,6 +507,7 @@ static power_row power_run(const nvml_t *nv, const power_work *w, int k, double 
     CU(cudaStreamSynchronize(side));
     nv->energy(nv->dev, &j1);
     r.s = now_s_wall() - t0;
+    r.w1 = now_realtime();
     float gms = 0;
     CU(cudaEventElapsedTime(&gms, ea, eb));
     float pm = 0;
@@ -835,8 +844,9 @@ static int bench_moe(int argc, char **argv)
                 const power_work pw = {g, NULL, 0, NULL};
                 const power_row r = power_run(&nv, &pw, NSETS, power_ms, st, pside, mhz_d);
                 printf("  power %d %s: %d replays in %.2f s, %.4f ms each (%.3f TB/s), %.0f W, %.4f J per replay, %.1f pJ per "
-                       "byte; SM %.0f MHz (NVML), %.0f (probe)\n", T, routing, r.n, r.s, r.ms_per,
-                       bytes / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per, r.j_per / bytes * 1e12, r.nvml_mhz, r.probe_mhz);
+                       "byte; SM %.0f MHz (NVML), %.0f (probe); window %.3f %.3f\n", T, routing, r.n, r.s, r.ms_per,
+                       bytes / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per, r.j_per / bytes * 1e12, r.nvml_mhz, r.probe_mhz,
+                       r.w0, r.w1);
             }
             if (sustain > 0) {   /* v25: does sustained load slow the replays (the power cap)? each round's median
                                     of 8 back-to-back replays, then the SM clock it leaves */
