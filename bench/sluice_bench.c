@@ -739,6 +739,7 @@ static int bench_moe(int argc, char **argv)
         printf("  power read: %d reads of 8 GiB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per byte; SM %.0f MHz (NVML), %.0f "
                "(probe)\n", r.n, r.s, nread / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per / nread * 1e12, r.nvml_mhz,
                r.probe_mhz);
+        CU(cudaStreamDestroy(pst));
     }
     CU(cudaFree(big));
 

@@ -69,13 +69,15 @@ int moe_cuda_alloc_shared_bf16(moe_cuda_layer *L)
     if (!L->s.has_shared) return fail("layer was created without a shared expert");
     if (L->sh_b13) return 0;
     const size_t n = (size_t)L->s.inter * L->s.hidden;
-    if (cudaMalloc((void **)&L->sh_b13, 2 * n * sizeof(uint16_t)) != cudaSuccess ||
-        cudaMalloc((void **)&L->sh_b2, n * sizeof(uint16_t)) != cudaSuccess) {
+    uint16_t *b13 = NULL, *b2 = NULL;
+    if (cudaMalloc((void **)&b13, 2 * n * sizeof(uint16_t)) != cudaSuccess ||
+        cudaMalloc((void **)&b2, n * sizeof(uint16_t)) != cudaSuccess) {
         cudaGetLastError();   /* the failed allocation is not sticky; clear it for the caller's next check */
-        if (L->sh_b13) cudaFree(L->sh_b13);
-        L->sh_b13 = NULL;
+        if (b13) cudaFree(b13);
         return fail("cudaMalloc(shared expert bf16 copy)");
     }
+    L->sh_b13 = b13;
+    L->sh_b2 = b2;
     L->s.shared_bf16 = 1;
     return 0;
 }
