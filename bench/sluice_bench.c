@@ -448,13 +448,6 @@ static int nvml_open(nvml_t *n)
     return n->energy(n->dev, &e) ? -1 : 0;   /* NVML_SUCCESS is 0 */
 }
 
-static double now_s_wall(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* One launch of the work whose energy power_run measures: replay i of the row's graphs, or one 8 GiB read. */
 typedef struct { cudaGraphExec_t *g; const void *big; size_t n; unsigned *sink; } power_work;
 static void power_launch(const power_work *w, int i, cudaStream_t st)
@@ -485,7 +478,7 @@ static power_row power_run(const nvml_t *nv, const power_work *w, int k, double 
     int smp = 0;
     CU(cudaDeviceSynchronize());
     nv->energy(nv->dev, &j0);
-    const double t0 = now_s_wall();
+    const double t0 = now_us() * 1e-6;
     r.w0 = now_realtime();
     CU(cudaEventRecord(ea, st));
     for (int grp = 0; k > 0; grp++) {
@@ -493,7 +486,7 @@ static power_row power_run(const nvml_t *nv, const power_work *w, int k, double 
         CU(cudaEventRecord(eg[grp & 1], st));
         if (grp == 0) CU(moe_sm_mhz((unsigned long long)(ms * 0.6e6), mhz_d, side));
         if (grp > 0) CU(cudaEventSynchronize(eg[(grp - 1) & 1]));
-        const double t = now_s_wall();
+        const double t = now_us() * 1e-6;
         unsigned c;
         if (t - t_smp >= 0.02 && !nv->clock(nv->dev, 1, &c)) mhz_sum += c, smp++, t_smp = t;   /* NVML_CLOCK_SM */
         if ((t - t0) * 1e3 >= ms) break;
@@ -506,7 +499,7 @@ static power_row power_run(const nvml_t *nv, const power_work *w, int k, double 
     CU(cudaEventSynchronize(eb));
     CU(cudaStreamSynchronize(side));
     nv->energy(nv->dev, &j1);
-    r.s = now_s_wall() - t0;
+    r.s = now_us() * 1e-6 - t0;
     r.w1 = now_realtime();
     float gms = 0;
     CU(cudaEventElapsedTime(&gms, ea, eb));
@@ -728,18 +721,16 @@ static int bench_moe(int argc, char **argv)
         fprintf(stderr, "sluice-bench: --power needs NVML (libnvidia-ml.so.1 with an energy counter)\n");
         return 1;
     }
-    cudaStream_t pside = NULL;   /* v41 --power: the read kernel's and the idle GPU's energy, then each row's */
-    if (power_ms > 0) {
-        cudaStream_t pst;
-        CU(cudaStreamCreateWithFlags(&pst, cudaStreamNonBlocking));
-        CU(cudaStreamCreateWithFlags(&pside, cudaStreamNonBlocking));
+    cudaStream_t st, side;   /* side: sm_mhz_during's probe, and --power's */
+    CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    if (power_ms > 0) {   /* v41: the read kernel's and the idle GPU's energy, then each row's */
         const power_work rd = {NULL, big, nread, sink};
-        const power_row idle = power_run(&nv, &rd, 0, 1000, pst, pside, mhz_d), r = power_run(&nv, &rd, 1, power_ms, pst, pside, mhz_d);
+        const power_row idle = power_run(&nv, &rd, 0, 1000, st, side, mhz_d), r = power_run(&nv, &rd, 1, power_ms, st, side, mhz_d);
         printf("  power idle: %.0f W over %.2f s\n", idle.watts, idle.s);
         printf("  power read: %d reads of 8 GiB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per byte; SM %.0f MHz (NVML), %.0f "
                "(probe)\n", r.n, r.s, nread / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per / nread * 1e12, r.nvml_mhz,
                r.probe_mhz);
-        CU(cudaStreamDestroy(pst));
     }
     CU(cudaFree(big));
 
@@ -766,9 +757,6 @@ static int bench_moe(int argc, char **argv)
            E, L[0].expert_bytes / 1e6, L[0].shared_bytes / 1e6, NLAYERS, NSETS, W.grid_gu[0], W.grid_gu[1],
            W.grid_gu[2], W.grid_dn[0], W.grid_dn[1], W.grid_dn[2]);
 
-    cudaStream_t st, side;   /* side: sm_mhz_during's probe */
-    CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     if (placements) {   /* only the placement experiment (random routing, the default launch variant) */
         const int rc = bench_placements(L, &s, gate, bias, &W, x, tok, out, st, e0, e1, batches, nb, reps, placements);
         for (int l = 0; l < NLAYERS; l++) moe_cuda_layer_free(&L[l]);
@@ -843,7 +831,7 @@ static int bench_moe(int argc, char **argv)
             if (stages) stage_timeline(g, st, T, routing);
             if (power_ms > 0) {   /* v41: the row's graphs back to back: power, energy per replay and per byte */
                 const power_work pw = {g, NULL, 0, NULL};
-                const power_row r = power_run(&nv, &pw, NSETS, power_ms, st, pside, mhz_d);
+                const power_row r = power_run(&nv, &pw, NSETS, power_ms, st, side, mhz_d);
                 printf("  power %d %s: %d replays in %.2f s, %.4f ms each (%.3f TB/s), %.0f W, %.4f J per replay, %.1f pJ per "
                        "byte; SM %.0f MHz (NVML), %.0f (probe); window %.3f %.3f\n", T, routing, r.n, r.s, r.ms_per,
                        bytes / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per, r.j_per / bytes * 1e12, r.nvml_mhz, r.probe_mhz,
