@@ -448,12 +448,18 @@ static int nvml_open(nvml_t *n)
     return n->energy(n->dev, &e) ? -1 : 0;   /* NVML_SUCCESS is 0 */
 }
 
-/* One launch of the work whose energy power_run measures: replay i of the row's graphs, or one 8 GiB read. */
-typedef struct { cudaGraphExec_t *g; const void *big; size_t n; unsigned *sink; } power_work;
+/* One launch of the work whose energy power_run measures: replay i of the row's graphs, one 8 GiB read, or (sw > 0,
+ * v42: sluice-bench stream --power) one moe_stream_read of sw warps x sn chunks, depth sd, mode sm, from a place in the
+ * n-byte buffer big that moves with i (so L2 holds none of it). */
+typedef struct { cudaGraphExec_t *g; const void *big; size_t n; unsigned *sink; int sw, sn, sd, sm; } power_work;
 static void power_launch(const power_work *w, int i, cudaStream_t st)
 {
     if (w->g) CU(cudaGraphLaunch(w->g[i % NSETS], st));
-    else CU(moe_hbm_read(w->big, w->n, w->sink, st));
+    else if (w->sw) {
+        const size_t stride = (size_t)w->sn * 1152, bytes = stride * w->sw;
+        const size_t off = ((size_t)i * 997 * 1000 * 1000) % (w->n - bytes) & ~(size_t)4095;
+        CU(moe_stream_read((const uint8_t *)w->big + off, w->sw, stride, w->sn, w->sd, w->sm, w->sink, st));
+    } else CU(moe_hbm_read(w->big, w->n, w->sink, st));
 }
 
 typedef struct { int n; double s, ms_per, watts, j_per, nvml_mhz, probe_mhz, w0, w1; } power_row;   /* w0, w1: the
@@ -725,7 +731,7 @@ static int bench_moe(int argc, char **argv)
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     if (power_ms > 0) {   /* v41: the read kernel's and the idle GPU's energy, then each row's */
-        const power_work rd = {NULL, big, nread, sink};
+        const power_work rd = {NULL, big, nread, sink, 0, 0, 0, 0};
         const power_row idle = power_run(&nv, &rd, 0, 1000, st, side, mhz_d), r = power_run(&nv, &rd, 1, power_ms, st, side, mhz_d);
         printf("  power idle: %.0f W over %.2f s\n", idle.watts, idle.s);
         printf("  power read: %d reads of 8 GiB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per byte; SM %.0f MHz (NVML), %.0f "
@@ -830,7 +836,7 @@ static int bench_moe(int argc, char **argv)
                                    pmqs);
             if (stages) stage_timeline(g, st, T, routing);
             if (power_ms > 0) {   /* v41: the row's graphs back to back: power, energy per replay and per byte */
-                const power_work pw = {g, NULL, 0, NULL};
+                const power_work pw = {g, NULL, 0, NULL, 0, 0, 0, 0};
                 const power_row r = power_run(&nv, &pw, NSETS, power_ms, st, side, mhz_d);
                 printf("  power %d %s: %d replays in %.2f s, %.4f ms each (%.3f TB/s), %.0f W, %.4f J per replay, %.1f pJ per "
                        "byte; SM %.0f MHz (NVML), %.0f (probe); window %.3f %.3f\n", T, routing, r.n, r.s, r.ms_per,
@@ -930,7 +936,16 @@ static int bench_moe(int argc, char **argv)
  * contiguous per warp and move through an 8 GiB buffer between repeats so L2 never holds them. */
 static int bench_stream(int argc, char **argv)
 {
-    const char *out_path = argc >= 4 && !strcmp(argv[2], "--out") ? argv[3] : NULL;
+    const char *out_path = NULL;
+    int power_ms = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+        else if (!strcmp(argv[i], "--power") && i + 1 < argc) power_ms = atoi(argv[++i]);   /* v42 */
+        else {
+            fprintf(stderr, "usage: sluice-bench stream [--out FILE] [--power MS]\n");
+            return 2;
+        }
+    }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { fprintf(stderr, "sluice-bench: no CUDA device\n"); return 77; }
     const size_t nbuf = (size_t)8 << 30;
@@ -942,6 +957,34 @@ static int bench_stream(int argc, char **argv)
     float tv[16];
     const double ceiling = read_ceiling(big, nbuf, sink, e0, e1);
     printf("HBM read ceiling %.3f TB/s (8 GiB read)\n", ceiling);
+    if (power_ms > 0) {   /* v42: energy per byte of the read kernel and of the steady streams, by how they read */
+        nvml_t nv = {0};
+        if (nvml_open(&nv)) {
+            fprintf(stderr, "sluice-bench: --power needs NVML (libnvidia-ml.so.1 with an energy counter)\n");
+            return 1;
+        }
+        cudaStream_t st, side;
+        float *mhz_d;
+        CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
+        const power_work rd = {NULL, big, nbuf, sink, 0, 0, 0, 0};
+        const power_row idle = power_run(&nv, &rd, 0, 1000, st, side, mhz_d);
+        printf("  power idle: %.0f W over %.2f s\n", idle.watts, idle.s);
+        static const int pcfg[][4] = {{0, 0, 0, 0},      {2640, 512, 4, 0}, {2640, 512, 4, 1},
+                                      {2640, 512, 4, 2}, {2640, 512, 8, 2}, {0, 0, 0, 0}};   /* {warps, chunks, depth, mode} */
+        static const char *mname[] = {"ring, one word read back", "ring, every byte read back", "registers, no ring"};
+        for (int c = 0; c < (int)(sizeof pcfg / sizeof pcfg[0]); c++) {
+            const power_work w = {NULL, big, nbuf, sink, pcfg[c][0], pcfg[c][1], pcfg[c][2], pcfg[c][3]};
+            const size_t bytes = w.sw ? (size_t)w.sw * w.sn * 1152 : nbuf;
+            const power_row r = power_run(&nv, &w, 4, power_ms, st, side, mhz_d);
+            printf("  power %s: %d launches of %.1f MB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per byte; SM %.0f MHz (NVML), "
+                   "%.0f (probe)\n", w.sw ? "stream" : "read kernel", r.n, bytes / 1e6, r.s, bytes / (r.ms_per * 1e-3) / 1e12,
+                   r.watts, r.j_per / bytes * 1e12, r.nvml_mhz, r.probe_mhz);
+            if (w.sw) printf("    (%d warps x %d chunks, depth %d, %s)\n", w.sw, w.sn, w.sd, mname[w.sm]);
+        }
+        CU(cudaStreamDestroy(st)); CU(cudaStreamDestroy(side)); CU(cudaFree(mhz_d));
+    }
     /* {warps, chunks per warp, ring depth}: 768 x 64 = routed gate/up tiles at batch 1 (6 experts x 128
      * tiles of 16 rows, 73.7 KB each), 3072 x 16 = the same bytes K-split in four, 2640 = every warp of
      * the 5-blocks/SM grid, 512 chunks = steady state */
@@ -958,7 +1001,7 @@ static int bench_stream(int argc, char **argv)
         for (int r = 0; r < 8; r++) {
             const size_t off = ((size_t)r * 997 * 1000 * 1000) % (nbuf - bytes) & ~(size_t)4095;
             CU(cudaEventRecord(e0, 0));
-            CU(moe_stream_read((const uint8_t *)big + off, w, stride, n, d, sink, 0));
+            CU(moe_stream_read((const uint8_t *)big + off, w, stride, n, d, 0, sink, 0));
             CU(cudaEventRecord(e1, 0));
             CU(cudaEventSynchronize(e1));
             if (r) CU(cudaEventElapsedTime(&tv[r - 1], e0, e1));
@@ -991,7 +1034,7 @@ static int bench_stream(int argc, char **argv)
                 if (mode == 2) { t0 = off > span / 2 ? off - span / 2 : 0; tn = t0 + span <= nbuf ? span : nbuf - t0; }
                 CU(moe_touch((const uint8_t *)big + t0, tn, 65536, sink, 0));
                 CU(cudaEventRecord(e0, 0));
-                CU(moe_stream_read((const uint8_t *)big + off, w, stride, n, d, sink, 0));
+                CU(moe_stream_read((const uint8_t *)big + off, w, stride, n, d, 0, sink, 0));
                 CU(cudaEventRecord(e1, 0));
                 CU(cudaEventSynchronize(e1));
                 if (r) CU(cudaEventElapsedTime(&tv[r - 1], e0, e1));
@@ -1021,7 +1064,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && !strcmp(argv[1], "moe")) return bench_moe(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "stream")) return bench_stream(argc, argv);
     fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N]\n"
-                    "       sluice-bench stream [--out FILE]\n");
+                    "       sluice-bench stream [--out FILE] [--power MS]\n");
     return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
 }
 #endif

@@ -347,10 +347,11 @@ cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t s
 cudaError_t moe_hold(unsigned long long ns, cudaStream_t st);
 /* the SM clock (MHz) over ns nanoseconds of the global timer into *mhz_dev (sluice-bench --sustain) */
 cudaError_t moe_sm_mhz(unsigned long long ns, float *mhz_dev, cudaStream_t st);
-/* Streaming probe: warps (multiple of 4) each read nchunks chunks of 1152 bytes from base + w * stride
- * through a cp.async ring of depth (4, 8 or 16) chunks; no arithmetic. */
-cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth, unsigned *sink,
-                            cudaStream_t st);
+/* Streaming probe: warps (multiple of 4) each read nchunks chunks of 1152 bytes from base + w * stride, depth
+ * chunks in flight, no arithmetic. mode 0: through a cp.async ring of depth (4, 8 or 16), one word per lane read back;
+ * 1: the ring (depth 4 or 8), every byte read back; 2: straight into registers (depth 4 or 8), no shared memory. */
+cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth, int mode,
+                            unsigned *sink, cudaStream_t st);
 /* v24: reads one 4-byte word every stride bytes of [p, p + n) (the address translations of a region, ~nothing of
  * its bytes: 32 B of L2 per stride); one word per block to sink. */
 cudaError_t moe_touch(const void *p, size_t n, size_t stride, unsigned *sink, cudaStream_t st);

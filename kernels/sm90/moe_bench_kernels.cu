@@ -122,9 +122,12 @@ extern "C" cudaError_t moe_touch(const void *p, size_t n, size_t stride, unsigne
 }
 
 /* Compute-free streaming probe (sluice-bench stream): warp w of the grid reads the region
- * base + w * stride (nchunks chunks of 1152 bytes, the expert kernels' FP4 chunk) through a per-warp
- * cp.async ring of D chunks, touching one word per lane per chunk: what the memory system delivers for
- * that many concurrent streams, ring depth and stream length, with no arithmetic in the way. */
+ * base + w * stride (nchunks chunks of 1152 bytes, the expert kernels' FP4 chunk) with D chunks in flight per warp and
+ * no arithmetic: what the memory system delivers for that many concurrent streams, ring depth and stream length.
+ * MODE 0: through a per-warp cp.async ring, one word per lane per chunk read back (v13); 1 (v42): the same ring, every
+ * byte read back into registers as fp4_read does (2 x 16 B and the scale word per lane); 2 (v42): no shared memory,
+ * each lane's 36 bytes per chunk loaded straight into registers (ld.global.nc, D chunks of registers in flight).
+ * Under sluice-bench stream --power, 0-2 against each other price the ring's shared-memory write and read per byte. */
 __device__ __forceinline__ void stream_issue(uint8_t *slot, const uint8_t *g, int lane)
 {
     const unsigned s = (unsigned)__cvta_generic_to_shared(slot);
@@ -134,47 +137,76 @@ __device__ __forceinline__ void stream_issue(uint8_t *slot, const uint8_t *g, in
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s + 1024 + lane * 16), "l"(g + 1024 + lane * 16) : "memory");
 }
 
-template <int D>
+struct StreamRegs { uint4 a, b; unsigned c; };
+__device__ __forceinline__ void stream_load(StreamRegs &r, const uint8_t *g, int lane)
+{
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.a.x), "=r"(r.a.y), "=r"(r.a.z), "=r"(r.a.w) : "l"(g + lane * 16));
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.b.x), "=r"(r.b.y), "=r"(r.b.z), "=r"(r.b.w) : "l"(g + 512 + lane * 16));
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r.c) : "l"(g + 1024 + lane * 4));
+}
+
+template <int D, int MODE>
 __global__ void __launch_bounds__(128) k_stream(const uint8_t *base, size_t stride, int nchunks, unsigned *sink)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint8_t *src = base + ((size_t)blockIdx.x * 4 + warp) * stride;
-    uint8_t *ring = smem + warp * D * 1152;
     unsigned acc = 0;
+    if constexpr (MODE == 2) {
+        StreamRegs r[D];
 #pragma unroll
-    for (int s = 0; s < D; s++) {
-        if (s < nchunks) stream_issue(ring + s * 1152, src + (size_t)s * 1152, lane);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-    for (int c = 0; c < nchunks; c++) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(D - 1) : "memory");
-        const int slot = c % D;
-        acc ^= *(const unsigned *)(ring + slot * 1152 + lane * 16);
-        if (c + D < nchunks) stream_issue(ring + slot * 1152, src + (size_t)(c + D) * 1152, lane);
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        for (int s = 0; s < D; s++)
+            if (s < nchunks) stream_load(r[s], src + (size_t)s * 1152, lane);
+        for (int c0 = 0; c0 < nchunks; c0 += D)
+#pragma unroll
+            for (int s = 0; s < D; s++)
+                if (c0 + s < nchunks) {
+                    acc ^= r[s].a.x ^ r[s].a.y ^ r[s].a.z ^ r[s].a.w ^ r[s].b.x ^ r[s].b.y ^ r[s].b.z ^ r[s].b.w ^ r[s].c;
+                    if (c0 + s + D < nchunks) stream_load(r[s], src + (size_t)(c0 + s + D) * 1152, lane);
+                }
+    } else {
+        uint8_t *ring = smem + warp * D * 1152;
+#pragma unroll
+        for (int s = 0; s < D; s++) {
+            if (s < nchunks) stream_issue(ring + s * 1152, src + (size_t)s * 1152, lane);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
+        for (int c = 0; c < nchunks; c++) {
+            asm volatile("cp.async.wait_group %0;" ::"n"(D - 1) : "memory");
+            const uint8_t *slot = ring + (c % D) * 1152;
+            if (MODE == 1) {
+                const uint4 a = *(const uint4 *)(slot + lane * 16), b = *(const uint4 *)(slot + 512 + lane * 16);
+                acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ *(const unsigned *)(slot + 1024 + lane * 4);
+            } else {
+                acc ^= *(const unsigned *)(slot + lane * 16);
+            }
+            if (c + D < nchunks) stream_issue(ring + (c % D) * 1152, src + (size_t)(c + D) * 1152, lane);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
     }
     if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
 }
 
-extern "C" cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth,
+extern "C" cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth, int mode,
                                        unsigned *sink, cudaStream_t st)
 {
-    if (warps < 4 || warps % 4 || stride < (size_t)nchunks * 1152 || nchunks < 1) return cudaErrorInvalidValue;
-    const size_t smem = (size_t)4 * depth * 1152;
+    if (warps < 4 || warps % 4 || stride < (size_t)nchunks * 1152 || nchunks < 1 || mode < 0 || mode > 2)
+        return cudaErrorInvalidValue;
+    const size_t smem = mode == 2 ? 0 : (size_t)4 * depth * 1152;
     cudaError_t e;
-#define STREAM_CASE(DD)                                                                                      \
-    case DD:                                                                                                 \
-        if ((e = cudaFuncSetAttribute(k_stream<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != \
-            cudaSuccess)                                                                                     \
-            return e;                                                                                        \
-        k_stream<DD><<<warps / 4, 128, smem, st>>>((const uint8_t *)base, stride, nchunks, sink);            \
-        return cudaGetLastError();
-    switch (depth) {
-        STREAM_CASE(4)
-        STREAM_CASE(8)
-        STREAM_CASE(16)
-    default: return cudaErrorInvalidValue;
+#define STREAM_CASE(DD, MM)                                                                                      \
+    if (depth == DD && mode == MM) {                                                                             \
+        if ((e = cudaFuncSetAttribute(k_stream<DD, MM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != \
+            cudaSuccess)                                                                                         \
+            return e;                                                                                            \
+        k_stream<DD, MM><<<warps / 4, 128, smem, st>>>((const uint8_t *)base, stride, nchunks, sink);            \
+        return cudaGetLastError();                                                                               \
     }
+    STREAM_CASE(4, 0) STREAM_CASE(8, 0) STREAM_CASE(16, 0)
+    STREAM_CASE(4, 1) STREAM_CASE(8, 1)
+    STREAM_CASE(4, 2) STREAM_CASE(8, 2)
 #undef STREAM_CASE
+    return cudaErrorInvalidValue;
 }

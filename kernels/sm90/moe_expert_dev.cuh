@@ -155,7 +155,8 @@ __device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, 
  * loaded and used), bit 1 no scale multiply (the raw pairs), bit 2 no FP4 decode (the word under two masks as the
  * four pairs: 2 LOP3 instead of 7 + 1 IMAD, the 4 multiplies kept), bit 3 (fp4_rowtile) no activation loads after
  * the item's first two chunks (every chunk multiplies theirs: the L2 -> SM activation traffic gone). Each
- * leaves one stage out, so its time against the full body prices that stage. */
+ * leaves one stage out, so its time against the full body prices that stage. Bit 4 (v42): the probes in every FP4 body
+ * (any NT), not only the 2-tile one; v42 runs them under --power, so each stage is priced in energy per byte too. */
 #ifndef MOE_PROBE
 #define MOE_PROBE 0
 #endif
@@ -179,7 +180,7 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
 #pragma unroll
                 for (int step = 0; step < 2; step++) {
                     uint32_t p[4];
-                    constexpr int PR = NT == 2 ? MOE_PROBE : 0;
+                    constexpr int PR = NT == 2 || (MOE_PROBE & 16) ? MOE_PROBE : 0;
                     if (PR & 4) {
                         const uint32_t w = u4get(st.w[m][u], grp * 2 + step);
                         p[0] = p[1] = w & MOE_FP4_MASK;
@@ -276,7 +277,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     constexpr int XSB = NT >= 4 && MOE_XSB;
     XFrag<NT> xb[XSB ? 1 : 2];
     if (!XSB) load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
-    constexpr int PX = NT == 2 ? MOE_PROBE : 0;
+    constexpr int PX = (NT == 2 || (MOE_PROBE & 16)) && !XSB ? MOE_PROBE : 0;
     if (PX & 8) load_x<NT, XL>(xb[1], xrow, nc > 1 ? 1 : 0, q, xnc);   /* the probe's only other loads */
     acc_zero<NM, NT>(acc);
     /* ROLL: two steps per iteration (the activation double buffer's parity stays static), the ring slot
