@@ -737,6 +737,14 @@ static int bench_moe(int argc, char **argv)
         printf("  power read: %d reads of 8 GiB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per byte; SM %.0f MHz (NVML), %.0f "
                "(probe)\n", r.n, r.s, nread / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per / nread * 1e12, r.nvml_mhz,
                r.probe_mhz);
+        /* v42 (1): the same read over random bytes, as the expert weights are: the ceiling's buffer holds one byte
+           value (memset), and moving random bits costs ~40 % more energy per byte at the same rate */
+        CU(moe_fill_bytes((uint8_t *)big, nread, 4242u, 0, 0, 0, 0));
+        const double cr = read_ceiling(big, nread, sink, e0, e1);
+        const power_row rr = power_run(&nv, &rd, 1, power_ms, st, side, mhz_d);
+        printf("  power read, random bytes: burst %.3f TB/s; %d reads of 8 GiB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per "
+               "byte; SM %.0f MHz (NVML), %.0f (probe)\n", cr, rr.n, rr.s, nread / (rr.ms_per * 1e-3) / 1e12, rr.watts,
+               rr.j_per / nread * 1e12, rr.nvml_mhz, rr.probe_mhz);
     }
     CU(cudaFree(big));
 
