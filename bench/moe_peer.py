@@ -7,11 +7,16 @@ Router, sort by expert, grouped gate/up GEMM, SwiGLU, grouped down GEMM, weighte
 the dense shared expert, captured in a CUDA graph when possible; median of replays rotating among
 8 input sets. Prints and writes lines "batch routing ms ms_queued" (v25: the second time with each replay
 queued behind a spin; sluice-bench --peer reads both).
-Usage: python3 bench/moe_peer.py [--out FILE] [--batches 1,4,...]
+v42: --power MS also replays each row's graphs back to back for MS ms between two reads of NVML's board energy
+counter (libnvidia-ml through ctypes), as `sluice-bench moe --power` does, and prints the sustained time per replay,
+the board's watts and the joules per replay.
+Usage: python3 bench/moe_peer.py [--out FILE] [--batches 1,4,...] [--power MS]
 """
 import argparse
+import ctypes
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -23,13 +28,64 @@ E, H, I, K, LIMIT, SCALE = 256, 4096, 2048, 6, 10.0, 1.5
 HOLD_CYCLES = 200_000
 
 
+class Nvml:
+    """The board energy counter (mJ) of the GPU torch uses, through libnvidia-ml (ships with the driver)."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if self.lib.nvmlInit_v2() != 0:
+            raise RuntimeError("nvmlInit_v2 failed")
+        self.dev = ctypes.c_void_p()
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        bus = (f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+               if all(hasattr(p, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")) else None)
+        if bus is None or self.lib.nvmlDeviceGetHandleByPciBusId_v2(bus.encode(), ctypes.byref(self.dev)) != 0:
+            if self.lib.nvmlDeviceGetHandleByIndex_v2(torch.cuda.current_device(), ctypes.byref(self.dev)) != 0:
+                raise RuntimeError("no NVML handle for the CUDA device")
+        self.mj()
+
+    def mj(self):
+        e = ctypes.c_ulonglong()
+        if self.lib.nvmlDeviceGetTotalEnergyConsumption(self.dev, ctypes.byref(e)) != 0:
+            raise RuntimeError("nvmlDeviceGetTotalEnergyConsumption failed")
+        return e.value
+
+
+def power_run(nv, runs, ms):
+    """runs back to back (one group of len(runs) queued ahead of the one waited on) for ms milliseconds: (replays,
+    seconds, ms per replay by events, watts, joules per replay)."""
+    torch.cuda.synchronize()
+    j0, t0 = nv.mj(), time.monotonic()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    n, prev = 0, None
+    while True:
+        for r in runs:
+            r()
+        n += len(runs)
+        ev = torch.cuda.Event()
+        ev.record()
+        if prev is not None:
+            prev.synchronize()
+        prev = ev
+        if (time.monotonic() - t0) * 1e3 >= ms:
+            break
+    b.record()
+    b.synchronize()
+    s = time.monotonic() - t0
+    j = (nv.mj() - j0) * 1e-3
+    return n, s, a.elapsed_time(b) / n, j / s, j / n
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--batches", default="1,4,8,16,32,64,128,256,512")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--power", type=int, default=0, help="ms of back-to-back replays per row under NVML's energy counter")
     args = ap.parse_args()
     dev = torch.device("cuda")
+    nv = Nvml() if args.power > 0 else None
     torch.manual_seed(0)
     # expert weights: [E, N, K] stored, used transposed (column-major B, what _grouped_mm wants)
     w13 = (torch.randn(E, 2 * I, H, device=dev, dtype=torch.bfloat16) * 0.02)
@@ -110,6 +166,10 @@ def main():
             line = f"{T} {routing} {ms:.5f} {msq:.5f}"
             print(line, f"# {mode}", flush=True)
             lines.append(line)
+            if nv is not None:
+                n, sec, msp, w, jr = power_run(nv, runs, args.power)
+                print(f"# power {T} {routing}: {n} replays in {sec:.2f} s, {msp:.4f} ms each, {w:.0f} W, {jr:.4f} J per replay",
+                      flush=True)
     if args.out:
         with open(args.out, "w") as f:
             f.write("# batch routing ms ms_queued  (torch %s, torch._grouped_mm bf16)\n" % torch.__version__)

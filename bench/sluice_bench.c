@@ -738,7 +738,7 @@ static int bench_moe(int argc, char **argv)
                "(probe)\n", r.n, r.s, nread / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per / nread * 1e12, r.nvml_mhz,
                r.probe_mhz);
         /* v42 (1): the same read over random bytes, as the expert weights are: the ceiling's buffer holds one byte
-           value (memset), and moving random bits costs ~40 % more energy per byte at the same rate */
+           value (memset), and moving random bits costs ~40-55 % more energy per byte at the same rate */
         CU(moe_fill_bytes((uint8_t *)big, nread, 4242u, 0, 0, 0, 0));
         const double cr = read_ceiling(big, nread, sink, e0, e1);
         const power_row rr = power_run(&nv, &rd, 1, power_ms, st, side, mhz_d);
