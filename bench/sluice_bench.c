@@ -544,6 +544,30 @@ static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cud
     return med;
 }
 
+/* v42: the floor under every row's replay, the graph's own start and end: graphs of n empty kernels (moe_empty),
+ * plain or under programmatic dependent launch as the layer's kernels are, replayed as the rows are (unqueued, and
+ * queued behind the hold); us, median of 64 x NSETS replays. */
+static void graph_floor(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, float *tm)
+{
+    static const int cfg[][2] = {{1, 0}, {4, 0}, {4, 1}, {8, 1}};   /* {kernels, pdl} */
+    printf("graph floor (us per replay of empty kernels, unqueued / queued):");
+    for (int c = 0; c < (int)(sizeof cfg / sizeof cfg[0]); c++) {
+        cudaGraphExec_t g[NSETS];
+        for (int i = 0; i < NSETS; i++) {
+            cudaGraph_t gr;
+            CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            for (int k = 0; k < cfg[c][0]; k++) CU(moe_empty(cfg[c][1], st));
+            CU(cudaStreamEndCapture(st, &gr));
+            CU(cudaGraphInstantiate(&g[i], gr, 0));
+            CU(cudaGraphDestroy(gr));
+        }
+        const double u = replay_ms(g, st, e0, e1, 64, tm, 0) * 1e3, q = replay_ms(g, st, e0, e1, 64, tm, 1) * 1e3;
+        printf(" %d%s %.1f / %.1f;", cfg[c][0], cfg[c][1] ? " PDL" : "", u, q);
+        for (int i = 0; i < NSETS; i++) CU(cudaGraphExecDestroy(g[i]));
+    }
+    printf("\n");
+}
+
 /* --placements P (v21): does where the weights land decide the 5 % spread between bench processes (batch 64
  * read 0.768 / 0.783 / 0.810 ms in the three processes of one call, NOTES v19 (8); not the SM clock, v20
  * (4))? Placement 0 is the weight sets already made (L); placements 1..P-1 make the same NLAYERS weight sets
@@ -730,6 +754,11 @@ static int bench_moe(int argc, char **argv)
     cudaStream_t st, side;   /* side: sm_mhz_during's probe, and --power's */
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    {   /* v42: what a replay costs with no work in it */
+        float *ftm = malloc((size_t)64 * NSETS * sizeof(float));
+        graph_floor(st, e0, e1, ftm);
+        free(ftm);
+    }
     if (power_ms > 0) {   /* v41: the read kernel's and the idle GPU's energy, then each row's */
         const power_work rd = {NULL, big, nread, sink, 0, 0, 0, 0};
         const power_row idle = power_run(&nv, &rd, 0, 1000, st, side, mhz_d), r = power_run(&nv, &rd, 1, power_ms, st, side, mhz_d);

@@ -345,6 +345,9 @@ cudaError_t moe_ilog_set(unsigned long long *buf);
 cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t st);
 /* a 1-thread kernel that keeps the stream busy for ns nanoseconds (sluice-bench: replays queued before timing) */
 cudaError_t moe_hold(unsigned long long ns, cudaStream_t st);
+/* v42: one launch of a kernel that does nothing (1 x 32 threads); pdl: under programmatic dependent launch, releasing
+ * its dependents at once and waiting for its predecessor (sluice-bench moe's graph floor) */
+cudaError_t moe_empty(int pdl, cudaStream_t st);
 /* the SM clock (MHz) over ns nanoseconds of the global timer into *mhz_dev (sluice-bench --sustain) */
 cudaError_t moe_sm_mhz(unsigned long long ns, float *mhz_dev, cudaStream_t st);
 /* Streaming probe: warps (multiple of 4) each read nchunks chunks of 1152 bytes from base + w * stride, depth

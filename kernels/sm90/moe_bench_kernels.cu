@@ -68,6 +68,31 @@ extern "C" cudaError_t moe_sm_mhz(unsigned long long ns, float *mhz_dev, cudaStr
     return cudaGetLastError();
 }
 
+/* v42 (sluice-bench moe's graph floor): a kernel that does nothing, one block of one warp; with pdl it releases its
+ * dependent launch at once and waits for its own predecessor, as the layer's kernels do under programmatic
+ * dependent launch. Graphs of these give the cost of a replay's own start and end and of each node in it. */
+__global__ void k_empty(int pdl)
+{
+    if (pdl) {
+        asm volatile("griddepcontrol.launch_dependents;");
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    }
+}
+
+extern "C" cudaError_t moe_empty(int pdl, cudaStream_t st)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = dim3(1);
+    cfg.blockDim = dim3(32);
+    cfg.stream = st;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k_empty, pdl);
+}
+
 __device__ static uint32_t hash32(uint32_t x)
 {
     x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
