@@ -432,7 +432,7 @@ typedef struct {
     int (*clock)(void *, int, unsigned *);         /* nvmlDeviceGetClockInfo */
 } nvml_t;
 
-static int nvml_open(nvml_t *n)
+static int nvml_load(nvml_t *n)
 {
     void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
     if (!h) return -1;
@@ -447,6 +447,20 @@ static int nvml_open(nvml_t *n)
     unsigned long long e;
     return n->energy(n->dev, &e) ? -1 : 0;   /* NVML_SUCCESS is 0 */
 }
+/* --power's NVML, or one line on stderr and -1 */
+static int nvml_open(nvml_t *n)
+{
+    if (!nvml_load(n)) return 0;
+    fprintf(stderr, "sluice-bench: --power needs NVML (libnvidia-ml.so.1 with an energy counter)\n");
+    return -1;
+}
+
+/* Where repeat r of a one-shot read of bytes starts in an nbuf-byte buffer (plus extra), 4 KiB aligned: the places
+ * move by ~1 GB per repeat, so L2 holds none of the last one's bytes. */
+static size_t region_off(int r, size_t extra, size_t nbuf, size_t bytes)
+{
+    return ((size_t)r * 997 * 1000 * 1000 + extra) % (nbuf - bytes) & ~(size_t)4095;
+}
 
 /* One launch of the work whose energy power_run measures: replay i of the row's graphs, one 8 GiB read, or (sw > 0,
  * v42: sluice-bench stream --power) one moe_stream_read of sw warps x sn chunks, depth sd, mode sm, from a place in the
@@ -457,7 +471,7 @@ static void power_launch(const power_work *w, int i, cudaStream_t st)
     if (w->g) CU(cudaGraphLaunch(w->g[i % NSETS], st));
     else if (w->sw) {
         const size_t stride = (size_t)w->sn * 1152, bytes = stride * w->sw;
-        const size_t off = ((size_t)i * 997 * 1000 * 1000) % (w->n - bytes) & ~(size_t)4095;
+        const size_t off = region_off(i, 0, w->n, bytes);
         CU(moe_stream_read((const uint8_t *)w->big + off, w->sw, stride, w->sn, w->sd, w->sm, w->sink, st));
     } else CU(moe_hbm_read(w->big, w->n, w->sink, st));
 }
@@ -518,6 +532,13 @@ static power_row power_run(const nvml_t *nv, const power_work *w, int k, double 
     r.nvml_mhz = smp ? mhz_sum / smp : 0;
     CU(cudaEventDestroy(ea)); CU(cudaEventDestroy(eb)); CU(cudaEventDestroy(eg[0])); CU(cudaEventDestroy(eg[1]));
     return r;
+}
+/* One power_run of launches that read bytes each: rate, power, energy per byte and the clocks. */
+static void power_print(const char *what, const power_row *r, size_t bytes)
+{
+    printf("  power %s: %d launches of %.1f MB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per byte; SM %.0f MHz (NVML), %.0f "
+           "(probe)\n", what, r->n, bytes / 1e6, r->s, bytes / (r->ms_per * 1e-3) / 1e12, r->watts, r->j_per / bytes * 1e12,
+           r->nvml_mhz, r->probe_mhz);
 }
 
 /* Median ms of reps x NSETS replays rotating over the sets' graphs, each queued behind the hold if hold;
@@ -747,10 +768,7 @@ static int bench_moe(int argc, char **argv)
     const double ceiling = read_ceiling(big, nread, sink, e0, e1);
     printf("gpu %s, HBM read ceiling %.3f TB/s (8 GiB read)\n", prop.name, ceiling);
     nvml_t nv = {0};
-    if (power_ms > 0 && nvml_open(&nv)) {
-        fprintf(stderr, "sluice-bench: --power needs NVML (libnvidia-ml.so.1 with an energy counter)\n");
-        return 1;
-    }
+    if (power_ms > 0 && nvml_open(&nv)) return 1;
     cudaStream_t st, side;   /* side: sm_mhz_during's probe, and --power's */
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
@@ -763,17 +781,15 @@ static int bench_moe(int argc, char **argv)
         const power_work rd = {NULL, big, nread, sink, 0, 0, 0, 0};
         const power_row idle = power_run(&nv, &rd, 0, 1000, st, side, mhz_d), r = power_run(&nv, &rd, 1, power_ms, st, side, mhz_d);
         printf("  power idle: %.0f W over %.2f s\n", idle.watts, idle.s);
-        printf("  power read: %d reads of 8 GiB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per byte; SM %.0f MHz (NVML), %.0f "
-               "(probe)\n", r.n, r.s, nread / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per / nread * 1e12, r.nvml_mhz,
-               r.probe_mhz);
+        power_print("read", &r, nread);
         /* v42 (1): the same read over random bytes, as the expert weights are: the ceiling's buffer holds one byte
            value (memset), and moving random bits costs ~40-55 % more energy per byte at the same rate */
         CU(moe_fill_bytes((uint8_t *)big, nread, 4242u, 0, 0, 0, 0));
         const double cr = read_ceiling(big, nread, sink, e0, e1);
         const power_row rr = power_run(&nv, &rd, 1, power_ms, st, side, mhz_d);
-        printf("  power read, random bytes: burst %.3f TB/s; %d reads of 8 GiB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per "
-               "byte; SM %.0f MHz (NVML), %.0f (probe)\n", cr, rr.n, rr.s, nread / (rr.ms_per * 1e-3) / 1e12, rr.watts,
-               rr.j_per / nread * 1e12, rr.nvml_mhz, rr.probe_mhz);
+        char what[64];
+        snprintf(what, sizeof what, "read, random bytes (burst %.3f TB/s)", cr);
+        power_print(what, &rr, nread);
     }
     CU(cudaFree(big));
 
@@ -996,10 +1012,7 @@ static int bench_stream(int argc, char **argv)
     printf("HBM read ceiling %.3f TB/s (8 GiB read)\n", ceiling);
     if (power_ms > 0) {   /* v42: energy per byte of the read kernel and of the steady streams, by how they read */
         nvml_t nv = {0};
-        if (nvml_open(&nv)) {
-            fprintf(stderr, "sluice-bench: --power needs NVML (libnvidia-ml.so.1 with an energy counter)\n");
-            return 1;
-        }
+        if (nvml_open(&nv)) return 1;
         cudaStream_t st, side;
         float *mhz_d;
         CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -1015,9 +1028,7 @@ static int bench_stream(int argc, char **argv)
             const power_work w = {NULL, big, nbuf, sink, pcfg[c][0], pcfg[c][1], pcfg[c][2], pcfg[c][3]};
             const size_t bytes = w.sw ? (size_t)w.sw * w.sn * 1152 : nbuf;
             const power_row r = power_run(&nv, &w, 4, power_ms, st, side, mhz_d);
-            printf("  power %s: %d launches of %.1f MB in %.2f s, %.3f TB/s, %.0f W, %.1f pJ per byte; SM %.0f MHz (NVML), "
-                   "%.0f (probe)\n", w.sw ? "stream" : "read kernel", r.n, bytes / 1e6, r.s, bytes / (r.ms_per * 1e-3) / 1e12,
-                   r.watts, r.j_per / bytes * 1e12, r.nvml_mhz, r.probe_mhz);
+            power_print(w.sw ? "stream" : "read kernel", &r, bytes);
             if (w.sw) printf("    (%d warps x %d chunks, depth %d, %s)\n", w.sw, w.sn, w.sd, mname[w.sm]);
         }
         CU(cudaStreamDestroy(st)); CU(cudaStreamDestroy(side)); CU(cudaFree(mhz_d));
@@ -1036,7 +1047,7 @@ static int bench_stream(int argc, char **argv)
         const int w = cfg[c][0], n = cfg[c][1], d = cfg[c][2];
         const size_t stride = (size_t)n * 1152, bytes = stride * w;
         for (int r = 0; r < 8; r++) {
-            const size_t off = ((size_t)r * 997 * 1000 * 1000) % (nbuf - bytes) & ~(size_t)4095;
+            const size_t off = region_off(r, 0, nbuf, bytes);
             CU(cudaEventRecord(e0, 0));
             CU(moe_stream_read((const uint8_t *)big + off, w, stride, n, d, 0, sink, 0));
             CU(cudaEventRecord(e1, 0));
@@ -1064,7 +1075,7 @@ static int bench_stream(int argc, char **argv)
         double us[3];
         for (int mode = 0; mode < 3; mode++) {
             for (int r = 0; r < 8; r++) {
-                const size_t off = ((size_t)r * 997 * 1000 * 1000 + ((size_t)3 << 30)) % (nbuf - bytes) & ~(size_t)4095;
+                const size_t off = region_off(r, (size_t)3 << 30, nbuf, bytes);
                 const size_t other = (off + nbuf / 2) % (nbuf - bytes) & ~(size_t)4095;
                 size_t t0 = off, tn = bytes;
                 if (mode == 0) t0 = other;
