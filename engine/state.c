@@ -65,19 +65,34 @@ void v4_pool_free(v4_state_pool *p) {
     memset(p, 0, sizeof *p);
 }
 
-static size_t page_bytes(const v4_state_pool *p) { return p->page_floats * sizeof(float); }
+void v4_pool_set_store(v4_state_pool *p, const v4_state_store *store, void *ctx) {
+    p->store = store;
+    p->store_ctx = ctx;
+}
+
+static size_t page_bytes(const v4_state_pool *p) {
+    return p->store ? p->store->page_bytes : p->page_floats * sizeof(float);
+}
+static size_t fixed_bytes(const v4_state_pool *p) {
+    return p->store ? p->store->fixed_bytes : p->fixed_floats * sizeof(float);
+}
 
 size_t v4_pool_bytes_for(const v4_state_pool *p, int n_tokens) {
     size_t pages = p->page_floats ? (size_t)(n_tokens + p->block_tokens - 1) / p->block_tokens : 0;
-    return p->fixed_floats * sizeof(float) + pages * page_bytes(p);
+    return fixed_bytes(p) + pages * page_bytes(p);
 }
 
 int v4_seq_init(v4_state_pool *p, v4_seq_state *s) {
     memset(s, 0, sizeof *s);
-    size_t b = p->fixed_floats * sizeof(float);
+    size_t b = fixed_bytes(p);
     if (p->used + b > p->budget) return -1;
-    s->fixed = calloc(p->fixed_floats ? p->fixed_floats : 1, sizeof(float));
-    if (!s->fixed) return -1;
+    if (p->store) {
+        if (p->store->seq_open(p->store_ctx, s)) return -1;
+    } else {
+        s->fixed = calloc(p->fixed_floats ? p->fixed_floats : 1, sizeof(float));
+        if (!s->fixed) return -1;
+    }
+    s->open = 1;
     p->used += b;
     return 0;
 }
@@ -99,8 +114,12 @@ static int page_take(v4_state_pool *p) {
             p->free_ids = f;
             p->cap_ids = cap;
         }
-        float *pg = malloc(page_bytes(p));
-        if (!pg) return -1;
+        float *pg = NULL;
+        if (p->store) {
+            if (p->store->page_add(p->store_ctx, p->n_ids)) return -1;
+        } else if (!(pg = malloc(page_bytes(p)))) {
+            return -1;
+        }
         id = p->n_ids++;
         p->mem[id] = pg;
     }
@@ -132,7 +151,10 @@ void v4_seq_free(v4_state_pool *p, v4_seq_state *s) {
         p->free_ids[p->n_free++] = s->blocks[i];
         p->used -= page_bytes(p);
     }
-    if (s->fixed) p->used -= p->fixed_floats * sizeof(float);
+    if (s->open) {
+        p->used -= fixed_bytes(p);
+        if (p->store) p->store->seq_close(p->store_ctx, s);
+    }
     free(s->fixed);
     free(s->blocks);
     memset(s, 0, sizeof *s);

@@ -14,8 +14,11 @@
  *   - the position counter `pos` (tokens already consumed; the entry index is pos div ratio).
  *
  * The pool accounts everything (fixed parts and pages) against one byte budget; the scheduler asks
- * v4_seq_reserve() before each step and preempts when it fails. All state is float32 host memory
- * (the CPU reference backend reads it directly).
+ * v4_seq_reserve() before each step and preempts when it fails. The scheduler owns the accounting
+ * (budget, page ids, block tables); the backend owns the storage. By default the storage is float32
+ * host memory in the layout above (the CPU reference backend reads it through the accessors below);
+ * a backend that keeps state elsewhere (device memory) registers a v4_state_store, whose sizes then
+ * drive the accounting and whose ops open/close a sequence's fixed part and back each page id.
  */
 #ifndef SLUICE_STATE_H
 #define SLUICE_STATE_H
@@ -34,6 +37,20 @@ typedef struct {
     size_t ipage_off;     /* page: (block_tokens/4) x index_head_dim     indexer keys (CSA only) */
 } v4_layer_layout;
 
+typedef struct v4_seq_state v4_seq_state;
+
+/* Storage owned by a backend. Page ids are dense from 0 and are reused through the pool's free list,
+ * never handed back to the store. */
+typedef struct {
+    /* Fresh zeroed storage for s's fixed part (set s->slot). 0, or -1 when none is left. */
+    int (*seq_open)(void *ctx, v4_seq_state *s);
+    void (*seq_close)(void *ctx, v4_seq_state *s);
+    /* Back page id `id` (called once per id, ids in increasing order). 0, or -1 when none is left. */
+    int (*page_add)(void *ctx, int id);
+    size_t fixed_bytes;   /* one sequence's fixed part */
+    size_t page_bytes;    /* one page */
+} v4_state_store;
+
 typedef struct {
     const v4_config *cfg;
     int block_tokens;     /* positions per page */
@@ -47,18 +64,24 @@ typedef struct {
     int n_ids, cap_ids;
     int *free_ids;
     int n_free;
+    const v4_state_store *store;   /* NULL: float32 host memory (mem[], fixed) */
+    void *store_ctx;
 } v4_state_pool;
 
-typedef struct {
+struct v4_seq_state {
     int pos;              /* tokens consumed */
-    float *fixed;         /* fixed_floats, NULL while not admitted */
+    int open;             /* 1 while admitted (fixed part held) */
+    float *fixed;         /* host store: fixed_floats, NULL while not admitted */
+    int slot;             /* backend store: its index of the fixed part */
     int *blocks;          /* page ids, one per block_tokens positions */
     int n_blocks, cap_blocks;
-} v4_seq_state;
+};
 
 /* Lay out the state for `cfg` (kept by pointer) under a budget of `budget_bytes`. 0 or -1. */
 int v4_pool_init(v4_state_pool *p, const v4_config *cfg, size_t budget_bytes, char *err, size_t errlen);
 void v4_pool_free(v4_state_pool *p);
+/* Hand the storage to a backend (before any sequence is opened). */
+void v4_pool_set_store(v4_state_pool *p, const v4_state_store *store, void *ctx);
 /* Bytes a sequence of n_tokens positions needs in total (fixed part + pages). */
 size_t v4_pool_bytes_for(const v4_state_pool *p, int n_tokens);
 
