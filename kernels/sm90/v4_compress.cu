@@ -1,0 +1,150 @@
+/* v4_compress.cu — the CSA / HCA compressors (V4_SPEC 2.5) with an online per-dim softmax.
+ *
+ * A window's entry is, per feature dim j, softmax over its slots of Z (scores) applied to C. Instead
+ * of keeping the open window's rows, each window keeps (m, s, a) per dim: the running max of Z, the
+ * sum of e^(Z-m) and the sum of e^(Z-m)*C, so state is O(d) whatever the ratio. HCA (ratio r != 4):
+ * one accumulator over the window's r rows. CSA (ratio 4, coff 2): entry w pools the "a" halves of
+ * window w-1 with the "b" halves of window w, so three accumulators: the previous window's "a"
+ * (complete), the open window's "a" and "b". When window w closes ((t+1) mod r == 0) the entry is
+ * the combination of its accumulators, then RMSNorm (norm_w) and RoPE at position w*r, stored bf16.
+ *
+ * One block per span; thread j owns dims j, j+blockDim.x, ...; the span's rows are folded in order,
+ * so chunked prefill and token-by-token decode fold the same values in the same order.
+ */
+#include <math.h>
+
+#include "common/v4_dev.cuh"
+
+#define CMP_THREADS 256
+#define CMP_DPT 4        /* dims per thread: d <= 1024 */
+
+struct acc3 {
+    float m, s, a;
+};
+
+__device__ __forceinline__ void acc_push(acc3 &q, float z, float c)
+{
+    if (q.s == 0.0f) {
+        q.m = z; q.s = 1.0f; q.a = c;
+    } else if (z > q.m) {
+        const float f = expf(q.m - z);
+        q.s = q.s * f + 1.0f;
+        q.a = q.a * f + c;
+        q.m = z;
+    } else {
+        const float e = expf(z - q.m);
+        q.s += e;
+        q.a += e * c;
+    }
+}
+
+/* pooled value of the union of two accumulators (either may be empty) */
+__device__ __forceinline__ float acc_pool(const acc3 &p, const acc3 &q)
+{
+    if (p.s == 0.0f) return q.a / q.s;
+    if (q.s == 0.0f) return p.a / p.s;
+    const float m = fmaxf(p.m, q.m), fp = expf(p.m - m), fq = expf(q.m - m);
+    return (p.a * fp + q.a * fq) / (p.s * fp + q.s * fq);
+}
+
+__global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar, size_t state_off, size_t page_off,
+                                                          int ratio, int d, const float *C, const float *Z,
+                                                          const float *ape, const float *norm_w, float eps,
+                                                          int rope_half, const double *inv_freq)
+{
+    __shared__ float red[33];
+    __shared__ float ent[CMP_DPT * CMP_THREADS];
+    const int sp = blockIdx.x, csa = ratio == 4, coff = csa ? 2 : 1, width = coff * d;
+    const int row0 = s.span_row0[sp], n = s.span_n[sp], pos0 = s.span_pos0[sp];
+    float *state = (float *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + state_off);
+    const int groups = csa ? 3 : 1;   /* CSA: 0 prev a, 1 open a, 2 open b; HCA: 0 open */
+
+    acc3 q[3][CMP_DPT];
+#pragma unroll
+    for (int u = 0; u < CMP_DPT; u++) {
+        const int j = threadIdx.x + u * CMP_THREADS;
+        for (int g = 0; g < 3; g++) q[g][u] = acc3{0.0f, 0.0f, 0.0f};
+        if (j < d)
+            for (int g = 0; g < groups; g++) {
+                q[g][u].m = state[((size_t)g * 3 + 0) * d + j];
+                q[g][u].s = state[((size_t)g * 3 + 1) * d + j];
+                q[g][u].a = state[((size_t)g * 3 + 2) * d + j];
+            }
+    }
+    const int r0 = d - 2 * rope_half;
+    for (int k = 0; k < n; k++) {
+        const long t = pos0 + k;
+        const float *c = C + (size_t)(row0 + k) * width, *z = Z + (size_t)(row0 + k) * width;
+        const float *ap = ape + (size_t)(t % ratio) * width;
+#pragma unroll
+        for (int u = 0; u < CMP_DPT; u++) {
+            const int j = threadIdx.x + u * CMP_THREADS;
+            if (j >= d) continue;
+            if (csa) {
+                acc_push(q[1][u], z[j] + ap[j], c[j]);
+                acc_push(q[2][u], z[d + j] + ap[d + j], c[d + j]);
+            } else {
+                acc_push(q[0][u], z[j] + ap[j], c[j]);
+            }
+        }
+        if ((t + 1) % ratio) continue;
+        const int w = (int)(t / ratio);
+        float ss = 0.0f;
+#pragma unroll
+        for (int u = 0; u < CMP_DPT; u++) {
+            const int j = threadIdx.x + u * CMP_THREADS;
+            if (j >= d) continue;
+            float v;
+            if (csa) {
+                v = acc_pool(q[0][u], q[2][u]);
+                q[0][u] = q[1][u];
+                q[1][u] = acc3{0.0f, 0.0f, 0.0f};
+                q[2][u] = acc3{0.0f, 0.0f, 0.0f};
+            } else {
+                v = q[0][u].a / q[0][u].s;
+                q[0][u] = acc3{0.0f, 0.0f, 0.0f};
+            }
+            ent[j] = v;
+            ss += v * v;
+        }
+        ss = block_sum(ss, red);   /* its barriers also publish ent[] */
+        const float rs = rsqrtf(ss / (float)d + eps);
+        uint16_t *out = v4_entry_ptr(s, ar, page_off, sp, w, ratio, d);
+        const long epos = (long)w * ratio;
+        for (int p = threadIdx.x; 2 * p < d; p += blockDim.x) {
+            const int j = 2 * p;
+            float a = ent[j] * rs * norm_w[j], b = ent[j + 1] * rs * norm_w[j + 1];
+            if (rope_half > 0 && j >= r0) {
+                float cs, sn;
+                v4_rope_cs(epos, inv_freq[(j - r0) >> 1], &cs, &sn);
+                const float re = a, im = b;
+                a = re * cs - im * sn;
+                b = re * sn + im * cs;
+            }
+            out[j] = f2bf(a);
+            out[j + 1] = f2bf(b);
+        }
+        __syncthreads();   /* ent[] is rewritten by the next closing window */
+    }
+#pragma unroll
+    for (int u = 0; u < CMP_DPT; u++) {
+        const int j = threadIdx.x + u * CMP_THREADS;
+        if (j < d)
+            for (int g = 0; g < groups; g++) {
+                state[((size_t)g * 3 + 0) * d + j] = q[g][u].m;
+                state[((size_t)g * 3 + 1) * d + j] = q[g][u].s;
+                state[((size_t)g * 3 + 2) * d + j] = q[g][u].a;
+            }
+    }
+}
+
+extern "C" cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, size_t page_off, int ratio,
+                                   int d, const float *C, const float *Z, const float *ape, const float *norm_w,
+                                   float eps, int rope_half, const double *inv_freq, cudaStream_t st)
+{
+    if (d > CMP_DPT * CMP_THREADS || d % 2 || ratio <= 0) return cudaErrorInvalidValue;
+    if (s->n_spans <= 0) return cudaSuccess;
+    k_compress<<<s->n_spans, CMP_THREADS, 0, st>>>(*s, *a, state_off, page_off, ratio, d, C, Z, ape, norm_w, eps,
+                                                   rope_half, inv_freq);
+    return cudaGetLastError();
+}

@@ -1,0 +1,139 @@
+/* v4_ops.h — launchers for the DeepSeek-V4 layer's kernels other than the dense projections
+ * (dense_gemm.h) and the MoE fast path (moe_kernels.h), callable from C. V4_SPEC.md is the
+ * contract; engine/cpu/ is the reference each kernel is tested against (tests/gpu/test_v4_ops.c).
+ *
+ * Families (one file each in kernels/sm90/):
+ *   v4_mhc.cu        embedding, mHC pre (mixes, Sinkhorn, collapse) fused with the sublayer's
+ *                    RMSNorm, mHC post, the head's mHC collapse, RMSNorm + RoPE on rows, fp32->bf16
+ *   v4_compress.cu   the CSA/HCA compressors with an online per-dim softmax (O(d) state per window)
+ *   v4_attention.cu  the lightning indexer's scores, top-k selection, sparse attention with sinks
+ *                    over window + compressed entries, the sliding-window ring store
+ *   v4_moe_ref.cu    a generic MoE (router + experts, fp32 weights) for shapes the MoE fast path
+ *                    does not take (tiny test models)
+ *   v4_synth.cu      random weight bytes for synthetic models, drawn on the GPU at load
+ *
+ * Every launcher only enqueues on `st` (no allocation, no host sync) and returns the launch's
+ * cudaError_t. Activations: fp32 unless named bf16 (uint16_t storage). Pointers are device pointers.
+ *
+ * Per-sequence state the kernels read and write lives in two arenas owned by the backend:
+ *   slots: one fixed part per sequence (slot_bytes each): per layer the sliding ring, bf16
+ *          [window][head_dim] (slot p mod window), and per compressor its online-softmax state,
+ *          fp32 [groups][3][d] (m, s, a = running max, Σe, Σe·C; s == 0 means empty): 1 group for
+ *          HCA, 3 for CSA (the previous window's "a" halves, the open window's "a" and "b" halves).
+ *   pages: block_tokens positions of compressed entries for every layer (page_bytes each): entry w
+ *          of a layer with ratio r sits in page blocks[w*r / block_tokens] at the layer's offset,
+ *          row (w*r mod block_tokens) / r, bf16 [d].
+ */
+#ifndef SLUICE_V4_OPS_H
+#define SLUICE_V4_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One step's token layout (device arrays, uploaded once per step). Tokens of a span are
+ * consecutive rows in position order; spans are sequences. */
+typedef struct {
+    int n;                      /* token rows */
+    int n_spans;
+    const int32_t *tok_id;      /* [n] token ids */
+    const int32_t *tok_pos;     /* [n] absolute positions */
+    const int32_t *tok_span;    /* [n] span of each row */
+    const int32_t *span_slot;   /* [n_spans] fixed-part slot */
+    const int32_t *span_pos0;   /* [n_spans] position of the span's first row */
+    const int32_t *span_row0;   /* [n_spans] its first row */
+    const int32_t *span_n;      /* [n_spans] its rows */
+    const int32_t *blocks;      /* [n_spans][max_blocks] page ids */
+    int max_blocks;
+} v4_step;
+
+typedef struct {
+    uint8_t *slots;
+    size_t slot_bytes;
+    uint8_t *pages;
+    size_t page_bytes;
+    int block_tokens;
+} v4_arena;
+
+/* ---- v4_mhc.cu */
+/* X[i][j][:] = E[tok_id[i]] for every stream j < hc; E fp32 or bf16 [vocab][dim]. */
+cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int dim, int hc, float *X, cudaStream_t st);
+/* mHC pre for every row: mixes = (fn @ X_i) * rsqrt(mean(X_i^2)+norm_eps), pre/post/comb (Sinkhorn),
+ * x = sum_j pre_j X_i[j], then xn = RMSNorm_w(x) written as bf16 [n][dim]; post [n][hc], comb
+ * [n][hc][hc] fp32. head != 0: the head's collapse (fn [hc][hc*dim], pre only; post/comb unused) over the
+ * rows listed in `rows` (nr of them; NULL = 0..nr-1), xn row r for rows[r]. hc <= 8. */
+cudaError_t v4_hc_pre(const float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn,
+                      const float *scale, const float *base, int sinkhorn_iters, float hc_eps, float norm_eps,
+                      const float *norm_w, int head, uint16_t *xn, float *post, float *comb, cudaStream_t st);
+/* X'[k] = post_k f + sum_j comb[j][k] X[j], in place, every row. */
+cudaError_t v4_hc_post(float *X, const float *f, const float *post, const float *comb, int n, int dim, int hc,
+                       cudaStream_t st);
+/* For r < rows: out[r] (bf16, row stride ld_out) = RoPE(norm(in[r])) with in row stride ld_in, d floats a row;
+ * norm: 0 none, 1 RMSNorm (weight w, NULL = unweighted); rope_half > 0: interleaved pairs on the last
+ * 2*rope_half dims at the position of token r / rows_per_tok (s->tok_pos), angles pos*inv_freq[i] in
+ * double; inverse: rotate by -angle. */
+cudaError_t v4_norm_rope(const v4_step *s, const float *in, int ld_in, int rows, int rows_per_tok, int d,
+                         int norm, const float *w, float eps, int rope_half, const double *inv_freq, int inverse,
+                         uint16_t *out, int ld_out, cudaStream_t st);
+/* out[i] = bf16(in[i] * scale), count elements. */
+cudaError_t v4_to_bf16(const float *in, size_t count, float scale, uint16_t *out, cudaStream_t st);
+
+/* ---- v4_compress.cu */
+/* Push every row's compressor inputs (C, Z without ape, fp32 [n][coff*d]; coff 2 for ratio 4) into
+ * its sequence's window state (slot offset state_off); when (t+1) mod ratio == 0 the pooled entry
+ * e = norm_w * rms(e) with RoPE (last 2*rope_half dims, position w*ratio) is written as bf16 to its
+ * page (layer offset page_off). Rows of one span are folded in position order. d <= 1024. */
+cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, size_t page_off, int ratio,
+                        int d, const float *C, const float *Z, const float *ape, const float *norm_w, float eps,
+                        int rope_half, const double *inv_freq, cudaStream_t st);
+
+/* ---- v4_attention.cu */
+/* Lightning indexer + top-k for rows r0..r0+nr-1 (a CSA layer): for row i at position t the
+ * candidates are entries e < (t+1)/4 (index keys bf16 [dI] at page_off); k = min(topk, (t+1)/4) of
+ * them are chosen by score(e) = sum_h w_h ReLU(q_h . K_e), w_h = wI[i][h] * w_scale, higher first,
+ * equal scores -> lower index; sel[i][0..k) (any order), the rest -1. q: bf16 [n][nI][dI] roped.
+ * scores: scratch fp32 [nr][max_entries], max_entries >= the largest candidate count of these rows. */
+cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int r0, int nr,
+                       const uint16_t *q, int nI, int dI, const float *wI, float w_scale, int topk, int32_t *sel,
+                       float *scores, int max_entries, cudaStream_t st);
+/* Sparse attention for every row i (position t, span s): keys = the window (positions
+ * max(0,t-W+1)..t: this step's rows from kv (bf16 [n][hd]) where the position is in the step, else the
+ * ring at ring_off) + compressed entries at page_off: ratio 4: the rows of sel[i] (topk per row,
+ * -1 = none); other ratio r > 0: every entry w < (t+1)/r; 0: none. K = V; scores (q_h . k) * scale,
+ * sink[h] in the denominator, fp32 softmax. q bf16 [n][H][hd]; o fp32 [n][H][hd]. max_keys >= W + the
+ * largest compressed count of the step (shared memory). */
+cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, int W, size_t page_off, int ratio,
+                         const int32_t *sel, int topk, const uint16_t *q, const uint16_t *kv, int H, int hd,
+                         float scale, const float *sink, int max_keys, float *o, cudaStream_t st);
+/* Store the last min(n, W) rows of every span's kv into its ring (after the attention read it). */
+cudaError_t v4_ring_store(const v4_step *s, const v4_arena *a, size_t ring_off, int W, const uint16_t *kv, int hd,
+                          cudaStream_t st);
+
+/* ---- v4_moe_ref.cu */
+typedef struct {
+    int dim, inter, shared_inter, n_experts, topk;
+    int score_func;             /* 0 sqrtsoftplus, 1 softmax, 2 sigmoid */
+    float route_scale, swiglu_limit;
+    const float *gate;          /* [E][dim] */
+    const float *bias;          /* [E] or NULL */
+    const int32_t *tid2eid;     /* [vocab][topk] or NULL (hash routing) */
+    const float *w1, *w3;       /* [E][inter][dim] */
+    const float *w2;            /* [E][dim][inter] */
+    const float *s1, *s3, *s2;  /* shared expert [si][dim], [si][dim], [dim][si]; NULL = none */
+} v4_moe_ref_w;
+/* f[i] = shared(x_i) + sum of the routed experts (V4_SPEC 2.7), x bf16 [n][dim], f fp32 [n][dim];
+ * experts are added in increasing expert order (as the CPU reference). */
+cudaError_t v4_moe_ref(const v4_step *s, const v4_moe_ref_w *w, const uint16_t *x, float *f, cudaStream_t st);
+
+/* ---- v4_synth.cu */
+/* dst[i] = lo + h(seed, i) mod span (span >= 256: the raw hash byte): a synthetic model's weight bytes. */
+cudaError_t v4_fill_random(uint8_t *dst, size_t n, uint64_t seed, int lo, int span, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,290 @@
+/* test_v4_ops.c — the V4 layer kernels (kernels/v4_ops.h) against plain CPU references on fresh
+ * random inputs, at V4-Flash sizes the tiny fixtures cannot reach:
+ *   - indexer top-k: 512 of N candidates (N up to 65536) with many exactly tied scores and -0 / +0
+ *     zeros: the chosen set must be the reference's (higher score first, ties -> lower index);
+ *   - compressors: CSA (ratio 4, d 512, overlapping windows) and HCA (ratio 128), 700 tokens fed in
+ *     uneven chunks, against the two-pass softmax of engine/cpu/attention.c (fp32), entries bf16;
+ *   - sparse attention: 64 heads x 512, window 128 split between the ring and this step's rows, plus
+ *     HCA entries, against a double-precision reference.
+ * Exit 77 without a CUDA device.
+ */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "v4_ops.h"
+
+static int failures = 0;
+#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); failures++; } while (0)
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA: %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); exit(1); } } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t next_u32(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float urand(void) { return (float)(next_u32() & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f; }
+static uint16_t bf(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFF + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+static float fb(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void *dup_dev(const void *h, size_t bytes)
+{
+    void *d;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* A step of one span (slot 0) of n rows at positions pos0.., pages 0.. in order. */
+typedef struct {
+    v4_step s;
+    int32_t *dbuf;
+} one_span;
+static void span_make(one_span *o, int n, int pos0, int max_blocks)
+{
+    int32_t *h = calloc((size_t)3 * n + 4 + max_blocks, sizeof(int32_t));
+    for (int i = 0; i < n; i++) { h[i] = 0; h[n + i] = pos0 + i; h[2 * n + i] = 0; }
+    int32_t *sp = h + 3 * n;
+    sp[0] = 0; sp[1] = pos0; sp[2] = 0; sp[3] = n;
+    for (int b = 0; b < max_blocks; b++) sp[4 + b] = b;
+    o->dbuf = dup_dev(h, ((size_t)3 * n + 4 + max_blocks) * sizeof(int32_t));
+    free(h);
+    const int32_t *d = o->dbuf;
+    o->s = (v4_step){n, 1, d, d + n, d + 2 * n, d + 3 * n, d + 3 * n + 1, d + 3 * n + 2, d + 3 * n + 3, d + 3 * n + 4,
+                     max_blocks};
+}
+
+/* ------------------------------------------------------------------------------ top-k */
+static const float *g_sc;
+static int cmp_desc(const void *a, const void *b)
+{
+    const int x = *(const int *)a, y = *(const int *)b;
+    const float sx = g_sc[x] == 0.0f ? 0.0f : g_sc[x], sy = g_sc[y] == 0.0f ? 0.0f : g_sc[y];
+    if (sx != sy) return sx > sy ? -1 : 1;
+    return x < y ? -1 : 1;
+}
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+static void test_topk(int N, int topk)
+{
+    /* scores with ties: values from a small set, half of the zeros negative */
+    float *sc = malloc((size_t)N * sizeof(float));
+    for (int e = 0; e < N; e++) {
+        const uint32_t r = next_u32();
+        sc[e] = (r & 3) == 0 ? ((r >> 2) & 1 ? -0.0f : 0.0f) : (float)((int)(r % 61) - 20) * 0.25f;
+    }
+    /* one row at position t with (t+1)/4 == N candidates */
+    const int t = 4 * N - 1;
+    one_span o;
+    span_make(&o, 1, t, 1);
+    float *dsc = dup_dev(sc, (size_t)N * sizeof(float));
+    int32_t *dsel;
+    CK(cudaMalloc((void **)&dsel, (size_t)topk * sizeof(int32_t)));
+    v4_arena ar = {0};
+    /* scores given directly: max_entries <= topk would skip scoring, so call with scores prefilled and
+     * nI = 0 heads is not allowed; use the top-k only path: the kernel scores only when asked to */
+    CK(v4_indexer(&o.s, &ar, 0, 0, 1, NULL, 0, 0, NULL, 0.0f, topk, dsel, dsc, 0, 0));
+    CK(cudaDeviceSynchronize());
+    int k = N < topk ? N : topk;
+    int32_t *got = malloc((size_t)topk * sizeof(int32_t));
+    CK(cudaMemcpy(got, dsel, (size_t)topk * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    int *ref = malloc((size_t)N * sizeof(int));
+    for (int e = 0; e < N; e++) ref[e] = e;
+    g_sc = sc;
+    qsort(ref, (size_t)N, sizeof(int), cmp_desc);
+    qsort(ref, (size_t)k, sizeof(int), cmp_int);
+    int *g = malloc((size_t)topk * sizeof(int));
+    for (int j = 0; j < topk; j++) g[j] = got[j];
+    qsort(g, (size_t)k, sizeof(int), cmp_int);
+    int bad = memcmp(g, ref, (size_t)k * sizeof(int)) != 0;
+    for (int j = k; j < topk; j++) bad |= got[j] != -1;
+    printf("top-%d of %6d candidates (ties, +-0): %s\n", topk, N, bad ? "DIFFERENT" : "the reference's set");
+    if (bad) FAIL("top-k of %d differs from the reference", N);
+    free(sc); free(got); free(ref); free(g);
+    cudaFree(dsc); cudaFree(dsel); cudaFree(o.dbuf);
+}
+
+/* ------------------------------------------------------------------------- compressor */
+/* engine/cpu/attention.c's compress_push without RoPE/norm: pooled entry of window w */
+static void cpu_pool_entry(int r, int d, const float *C, const float *Z, const float *ape, long w, float *out)
+{
+    const int csa = r == 4, width = (csa ? 2 : 1) * d;
+    for (int j = 0; j < d; j++) {
+        double mx = -INFINITY, z = 0, acc = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int half = 0; half < (csa ? 2 : 1); half++) {
+                const long ww = csa ? (half ? w : w - 1) : w;
+                if (ww < 0) continue;
+                for (int s = 0; s < r; s++) {
+                    const long t = ww * r + s;
+                    const int col = csa ? (half ? d + j : j) : j;
+                    const double zz = (double)Z[(size_t)t * width + col] + ape[(size_t)s * width + col];
+                    if (pass == 0) mx = zz > mx ? zz : mx;
+                    else { const double e = exp(zz - mx); z += e; acc += e * C[(size_t)t * width + col]; }
+                }
+            }
+        out[j] = (float)(acc / z);
+    }
+}
+
+static void test_compress(int r, int d, int T, int bt)
+{
+    const int csa = r == 4, width = (csa ? 2 : 1) * d, half = 32;
+    float *C = malloc((size_t)T * width * 4), *Z = malloc((size_t)T * width * 4), *ape = malloc((size_t)r * width * 4);
+    float *nw = malloc((size_t)d * 4);
+    for (size_t i = 0; i < (size_t)T * width; i++) { C[i] = urand(); Z[i] = 3.0f * urand(); }
+    for (size_t i = 0; i < (size_t)r * width; i++) ape[i] = urand();
+    for (int j = 0; j < d; j++) nw[j] = 1.0f + 0.5f * urand();
+    double inv[32];
+    for (int i = 0; i < half; i++) inv[i] = pow(160000.0, -2.0 * i / 64.0);
+    const int n_ent = T / r, max_blocks = (T + bt - 1) / bt;
+    const size_t page_bytes = (size_t)(bt / r) * d * 2;
+    v4_arena ar = {0};
+    CK(cudaMalloc((void **)&ar.slots, (size_t)9 * d * 4));
+    CK(cudaMemset(ar.slots, 0, (size_t)9 * d * 4));
+    CK(cudaMalloc((void **)&ar.pages, (size_t)max_blocks * page_bytes));
+    ar.slot_bytes = (size_t)9 * d * 4;
+    ar.page_bytes = page_bytes;
+    ar.block_tokens = bt;
+    float *dC = dup_dev(C, (size_t)T * width * 4), *dZ = dup_dev(Z, (size_t)T * width * 4);
+    float *dape = dup_dev(ape, (size_t)r * width * 4), *dnw = dup_dev(nw, (size_t)d * 4);
+    double *dinv = dup_dev(inv, sizeof inv);
+    /* uneven chunks: 1, 7, 3, 130, 1, ... */
+    const int steps[] = {1, 7, 3, 130, 1, 64, 5, 200};
+    for (int t0 = 0, k = 0; t0 < T; k++) {
+        const int n = t0 + steps[k % 8] <= T ? steps[k % 8] : T - t0;
+        one_span o;
+        span_make(&o, n, t0, max_blocks);
+        CK(v4_compress(&o.s, &ar, 0, 0, r, d, dC + (size_t)t0 * width, dZ + (size_t)t0 * width, dape, dnw, 1e-6f, half,
+                       dinv, 0));
+        CK(cudaDeviceSynchronize());
+        cudaFree(o.dbuf);
+        t0 += n;
+    }
+    uint16_t *got = malloc((size_t)max_blocks * page_bytes);
+    CK(cudaMemcpy(got, ar.pages, (size_t)max_blocks * page_bytes, cudaMemcpyDeviceToHost));
+    float *e = malloc((size_t)d * 4);
+    double worst = 0;
+    for (int w = 0; w < n_ent; w++) {
+        cpu_pool_entry(r, d, C, Z, ape, w, e);
+        double ss = 0;
+        for (int j = 0; j < d; j++) ss += (double)e[j] * e[j];
+        const float rs = (float)(1.0 / sqrt(ss / d + 1e-6));
+        for (int j = 0; j < d; j++) e[j] = e[j] * rs * nw[j];
+        for (int i = 0; i < half; i++) {
+            const double a = (double)w * r * inv[i];
+            const float cs = (float)cos(a), sn = (float)sin(a);
+            float *x = e + d - 2 * half + 2 * i;
+            const float re = x[0], im = x[1];
+            x[0] = re * cs - im * sn;
+            x[1] = re * sn + im * cs;
+        }
+        const long tok = (long)w * r;
+        const uint16_t *g = got + (size_t)(tok / bt) * page_bytes / 2 + (size_t)((tok % bt) / r) * d;
+        double num = 0, den = 0;
+        for (int j = 0; j < d; j++) { num += (fb(g[j]) - e[j]) * (double)(fb(g[j]) - e[j]); den += (double)e[j] * e[j]; }
+        const double rel = sqrt(num / den);
+        if (!(rel <= worst)) worst = rel;
+    }
+    printf("compressor ratio %3d d %d, %d tokens in uneven chunks: %d entries, worst rel L2 %.2e\n", r, d, T, n_ent, worst);
+    if (!(worst < 8e-3)) FAIL("compressor ratio %d: rel L2 %.3e", r, worst);
+    free(C); free(Z); free(ape); free(nw); free(got); free(e);
+    cudaFree(ar.slots); cudaFree(ar.pages); cudaFree(dC); cudaFree(dZ); cudaFree(dape); cudaFree(dnw); cudaFree(dinv);
+}
+
+/* -------------------------------------------------------------------------- attention */
+static void test_attention(void)
+{
+    const int H = 64, hd = 512, W = 128, r = 128, bt = 128, pos0 = 2000, n = 40;
+    const int t_last = pos0 + n - 1, n_ent = (t_last + 1) / r, max_blocks = (t_last + bt) / bt;
+    const size_t slot_bytes = (size_t)W * hd * 2, page_bytes = (size_t)(bt / r) * hd * 2;
+    uint16_t *ring = malloc(slot_bytes), *pages = malloc((size_t)max_blocks * page_bytes);
+    uint16_t *kv = malloc((size_t)n * hd * 2), *q = malloc((size_t)n * H * hd * 2);
+    float *sink = malloc(H * 4);
+    for (size_t i = 0; i < slot_bytes / 2; i++) ring[i] = bf(urand());
+    for (size_t i = 0; i < (size_t)max_blocks * page_bytes / 2; i++) pages[i] = bf(urand());
+    for (size_t i = 0; i < (size_t)n * hd; i++) kv[i] = bf(urand());
+    for (size_t i = 0; i < (size_t)n * H * hd; i++) q[i] = bf(3.0f * urand());
+    for (int h = 0; h < H; h++) sink[h] = urand();
+    v4_arena ar = {dup_dev(ring, slot_bytes), slot_bytes, dup_dev(pages, (size_t)max_blocks * page_bytes), page_bytes, bt};
+    uint16_t *dkv = dup_dev(kv, (size_t)n * hd * 2), *dq = dup_dev(q, (size_t)n * H * hd * 2);
+    float *dsink = dup_dev(sink, H * 4), *dout;
+    CK(cudaMalloc((void **)&dout, (size_t)n * H * hd * 4));
+    one_span o;
+    span_make(&o, n, pos0, max_blocks);
+    const float scale = 1.0f / sqrtf((float)hd);
+    CK(v4_attention(&o.s, &ar, 0, W, 0, r, NULL, 0, dq, dkv, H, hd, scale, dsink, W + n_ent, dout, 0));
+    CK(cudaDeviceSynchronize());
+    float *got = malloc((size_t)n * H * hd * 4);
+    CK(cudaMemcpy(got, dout, (size_t)n * H * hd * 4, cudaMemcpyDeviceToHost));
+    double worst = 0, *acc = malloc(hd * sizeof(double)), *sc = malloc((W + n_ent) * sizeof(double));
+    const uint16_t **keys = malloc((W + n_ent) * sizeof *keys);
+    for (int i = 0; i < n; i++) {
+        const int t = pos0 + i, nk0 = t + 1 < W ? t + 1 : W, ne = (t + 1) / r;
+        int nk = 0;
+        for (int p = t - nk0 + 1; p <= t; p++) keys[nk++] = p >= pos0 ? kv + (size_t)(p - pos0) * hd : ring + (size_t)(p % W) * hd;
+        for (int e = 0; e < ne; e++) keys[nk++] = pages + (size_t)((long)e * r / bt) * page_bytes / 2 + (size_t)(((long)e * r % bt) / r) * hd;
+        for (int h = 0; h < H; h++) {
+            const uint16_t *qh = q + ((size_t)i * H + h) * hd;
+            double mx = sink[h], z = 0;
+            for (int k = 0; k < nk; k++) {
+                double d = 0;
+                for (int j = 0; j < hd; j++) d += (double)fb(qh[j]) * fb(keys[k][j]);
+                sc[k] = d * scale;
+                if (sc[k] > mx) mx = sc[k];
+            }
+            memset(acc, 0, hd * sizeof(double));
+            for (int k = 0; k < nk; k++) {
+                const double e = exp(sc[k] - mx);
+                z += e;
+                for (int j = 0; j < hd; j++) acc[j] += e * fb(keys[k][j]);
+            }
+            z += exp(sink[h] - mx);
+            double num = 0, den = 0;
+            const float *g = got + ((size_t)i * H + h) * hd;
+            for (int j = 0; j < hd; j++) {
+                const double ref = acc[j] / z;
+                num += (g[j] - ref) * (g[j] - ref);
+                den += ref * ref;
+            }
+            const double rel = sqrt(num / den);
+            if (!(rel <= worst)) worst = rel;
+        }
+    }
+    printf("attention 64 x 512, window 128 (ring + step rows), %d HCA entries: worst rel L2 %.2e\n", n_ent, worst);
+    if (!(worst < 1e-4)) FAIL("attention: rel L2 %.3e", worst);
+    free(ring); free(pages); free(kv); free(q); free(sink); free(got); free(acc); free(sc); free(keys);
+    cudaFree(ar.slots); cudaFree(ar.pages); cudaFree(dkv); cudaFree(dq); cudaFree(dsink); cudaFree(dout); cudaFree(o.dbuf);
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    const int ns[] = {5, 512, 513, 600, 3000, 65536};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) test_topk(ns[i], 512);
+    test_compress(4, 512, 700, 128);
+    test_compress(4, 128, 700, 128);
+    test_compress(128, 512, 700, 128);
+    test_attention();
+    printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+}
