@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "synthetic.h"
 #include "sampler.h"
 #include "state.h"
 #include "weights.h"
@@ -155,7 +156,12 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
     if (e->o.state_bytes == 0) e->o.state_bytes = (size_t)1 << 30;
     e->next_id = 1;
 
-    if (v4_weights_load(opts->model_path, &e->w, err, errlen)) { free(e); return -1; }
+    const int synth = !strncmp(opts->model_path, "synthetic:", 10);
+    if (synth ? v4_weights_synthetic(opts->model_path + 10, strcmp(bk, "cuda") != 0, &e->w, err, errlen)
+              : v4_weights_load(opts->model_path, &e->w, err, errlen)) {
+        free(e);
+        return -1;
+    }
     e->w_loaded = 1;
     if (opts->quantize_experts && !strcmp(opts->quantize_experts, "nvfp4") &&
         v4_weights_quantize_experts_nvfp4(&e->w, err, errlen)) {

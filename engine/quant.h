@@ -28,6 +28,9 @@ typedef struct {
     float input_scale;        /* NVFP4 input_scale if present (0 otherwise); unused by the CPU path */
     void *owned;              /* non-NULL: buffer(s) to free with qt_free */
     void *owned_scale;
+    uint64_t synth_seed;      /* nonzero: a synthetic FP4 matrix not materialised on the host (data NULL); a
+                                 device loader draws its codes from this seed (synthetic.h) */
+    int synth_scale;          /* ... and its scale codes: synth_scale + 0..1 (E8M0) or + 0..7 (E4M3) */
 } qtensor;
 
 /* Scalar decoders. */

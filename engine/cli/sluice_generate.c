@@ -1,11 +1,12 @@
 /* sluice-generate — one-off generation from a checkpoint directory (no Kafka, no Redis).
  *
  * Contract (tests and outside checks rely on it):
- *   sluice-generate --model DIR [--backend cpu|cuda] (--tokens 1,2,3 | --prompt TEXT)
+ *   sluice-generate (--model DIR | --synthetic SPEC) [--backend cpu|cuda] (--tokens 1,2,3 | --prompt TEXT)
  *                   --max-new-tokens N [--chunk C] [--temperature T] [--top-p P] [--top-k K]
  *                   [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos] [--stop-ids 1,2]
  *                   [--logprobs] [--quantize-experts nvfp4] [--logits-out FILE] [--threads N]
- * Default greedy; generation stops after EOS (included) unless --ignore-eos. --chunk C prefills
+ * --synthetic v4-flash[:layers=N,experts=mxfp4|nvfp4,ratios=a,b,...] runs a V4-Flash-shaped model with
+ * seeded random weights (engine/synthetic.h). Default greedy; generation stops after EOS (included) unless --ignore-eos. --chunk C prefills
  * the prompt C tokens per step (default: all at once). The last stdout line is one JSON object:
  *   {"tokens": [...], "logprobs": [...]?, "finish_reason": "stop|length|...", "n_prompt": N,
  *    "text": "..."|null, "backend": "cpu", "timings": {"load_ms", "prefill_ms", "decode_ms", "total_ms",
@@ -33,11 +34,12 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: sluice-generate --model DIR [--backend cpu|cuda] (--tokens 1,2,3 | --prompt TEXT)\n"
+            "usage: sluice-generate (--model DIR | --synthetic SPEC) [--backend cpu|cuda] (--tokens 1,2,3 | --prompt TEXT)\n"
             "                       --max-new-tokens N [--chunk C] [--temperature T] [--top-p P] [--top-k K]\n"
             "                       [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos]\n"
             "                       [--stop-ids 1,2] [--logprobs] [--quantize-experts nvfp4]\n"
             "                       [--logits-out FILE] [--threads N]\n"
+            "SPEC: v4-flash[:layers=N,experts=mxfp4|nvfp4,ratios=a,b,...,seed=S] (random weights, V4-Flash shapes)\n"
             "Generates from a DeepSeek-V4 checkpoint. Default greedy; stops after EOS unless --ignore-eos.\n"
             "The last line on stdout is a JSON object with \"tokens\" (generated ids), \"finish_reason\", timings.\n");
 }
@@ -111,7 +113,7 @@ static double now_ms(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *backend = "cpu", *tokens_arg = NULL, *prompt = NULL, *qexp = NULL;
+    const char *model = NULL, *synthetic = NULL, *backend = "cpu", *tokens_arg = NULL, *prompt = NULL, *qexp = NULL;
     const char *logits_out = NULL, *stop_arg = NULL;
     long max_new = -1, chunk = 0, top_k = 0, threads = 0;
     float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f, rep = 1.0f;
@@ -128,6 +130,7 @@ int main(int argc, char **argv) {
         const char *v = argv[++i];
         int bad = 0;
         if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--synthetic")) synthetic = v;
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--tokens")) tokens_arg = v;
         else if (!strcmp(a, "--prompt")) prompt = v;
@@ -149,11 +152,16 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model) return die(2, "%s", "--model DIR is required (try --help)");
+    if (!model == !synthetic) return die(2, "%s", "give one of --model DIR or --synthetic SPEC (try --help)");
+    char synth_path[512];
+    if (synthetic) {
+        snprintf(synth_path, sizeof synth_path, "synthetic:%s", synthetic);
+        model = synth_path;
+    }
     if (max_new < 0) return die(2, "%s", "--max-new-tokens N is required");
     if (!tokens_arg == !prompt) return die(2, "%s", "give exactly one of --tokens or --prompt");
     struct stat sb;
-    if (stat(model, &sb) || !S_ISDIR(sb.st_mode)) return die(1, "model directory '%s' not found", model);
+    if (!synthetic && (stat(model, &sb) || !S_ISDIR(sb.st_mode))) return die(1, "model directory '%s' not found", model);
 
     int32_t *toks = NULL, *stops = NULL;
     int n_toks = 0, n_stops = 0;
