@@ -9,9 +9,10 @@
  * Backends:
  *   cpu   float32 reference (engine/cpu/), exact V4_SPEC semantics without the official-only
  *         fake-quant steps; the oracle for everything else.
- *   cuda  the fast path (engine/cuda/, built with SLUICE_CUDA). The engine calls
- *         sl_backend_cuda_create() only when SLUICE_HAVE_CUDA_BACKEND is defined; otherwise
- *         opening backend "cuda" fails with a clear error.
+ *   cuda  every op on the GPU with the state in device memory (engine/cuda/, built with
+ *         SLUICE_CUDA). The engine calls sl_backend_cuda_create() only when
+ *         SLUICE_HAVE_CUDA_BACKEND is defined; otherwise opening backend "cuda" fails with a clear
+ *         error. It registers its own state storage with the pool (state.h, v4_state_store).
  */
 #ifndef SLUICE_BACKEND_H
 #define SLUICE_BACKEND_H
@@ -50,14 +51,8 @@ struct sl_backend {
 sl_backend *sl_backend_cpu_create(const v4_weights *w, v4_state_pool *pool, int n_threads,
                                   char *err, size_t errlen);
 
-/* Optional offload of each layer's MoE (e.g. to the GPU kernels) from the CPU forward: called
- * with the n normalised MoE inputs xn[n, dim] of the step and their token ids; returns 0 after
- * writing f[n, dim] = routed + shared experts, 1 to let the CPU compute it, -1 on failure (the
- * step fails). A backend built this way keeps the CPU's attention and state. */
-typedef int (*sl_moe_hook)(void *ctx, int layer, int n, const int32_t *tokens, const float *xn, float *f);
-sl_backend *sl_backend_cpu_create_hooked(const v4_weights *w, v4_state_pool *pool, int n_threads,
-                                         sl_moe_hook hook, void *hook_ctx, char *err, size_t errlen);
 /* CUDA backend (engine/cuda/, only when SLUICE_HAVE_CUDA_BACKEND). */
+/* The pool's budget may shrink to what the GPU holds. */
 sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, char *err, size_t errlen);
 
 #endif

@@ -26,8 +26,6 @@ typedef struct {
     float *Xl, *yl, *lg;      /* rows that want logits */
     cpu_attn_buf *ab;
     cpu_moe_buf *mb;
-    sl_moe_hook hook;
-    void *hook_ctx;
 } cpu_impl;
 
 static int ensure_rows(cpu_impl *c, int n, int n_spans, int nl) {
@@ -71,7 +69,7 @@ static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, 
 
     int n = 0, nl = 0;
     for (int s = 0; s < n_spans; s++) {
-        if (in[s].n <= 0 || in[s].logits_from < 0 || in[s].logits_from > in[s].n || !in[s].st->fixed) {
+        if (in[s].n <= 0 || in[s].logits_from < 0 || in[s].logits_from > in[s].n || !in[s].st->fixed || !in[s].st->open) {
             snprintf(err, errlen, "cpu backend: bad span %d (n %d, logits_from %d)", s, in[s].n, in[s].logits_from);
             return -1;
         }
@@ -108,12 +106,7 @@ static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, 
         cpu_hc_pre(m, c->X, n, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->x, c->post, c->comb, c->mix);
         for (int i = 0; i < n; i++)
             cpu_rmsnorm(c->xn + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cfg->norm_eps);
-        int hr = c->hook ? c->hook(c->hook_ctx, l, n, c->tok, c->xn, c->f) : 1;
-        if (hr < 0) {
-            snprintf(err, errlen, "MoE offload failed in layer %d", l);
-            return -1;
-        }
-        if (hr > 0 && cpu_moe(m, l, n, c->tok, c->xn, c->f, &c->mb)) {
+        if (cpu_moe(m, l, n, c->tok, c->xn, c->f, &c->mb)) {
             snprintf(err, errlen, "cpu backend: MoE failed in layer %d (out of memory or bad tid2eid)", l);
             return -1;
         }
@@ -162,11 +155,6 @@ static int max_i(int a, int b) { return a > b ? a : b; }
 
 sl_backend *sl_backend_cpu_create(const v4_weights *w, v4_state_pool *pool, int n_threads,
                                   char *err, size_t errlen) {
-    return sl_backend_cpu_create_hooked(w, pool, n_threads, NULL, NULL, err, errlen);
-}
-
-sl_backend *sl_backend_cpu_create_hooked(const v4_weights *w, v4_state_pool *pool, int n_threads,
-                                         sl_moe_hook hook, void *hook_ctx, char *err, size_t errlen) {
     const v4_config *cfg = &w->cfg;
     if (cfg->hc_mult < 1 || cfg->hc_mult > 64 || cfg->rope_dim / 2 > 256 || cfg->rope_dim % 2 ||
         cfg->index_n_heads > 256 || cfg->o_groups < 1 || (cfg->n_heads * cfg->head_dim) % cfg->o_groups) {
@@ -183,8 +171,6 @@ sl_backend *sl_backend_cpu_create_hooked(const v4_weights *w, v4_state_pool *poo
     be->impl = c;
     c->m.w = w;
     c->m.pool = pool;
-    c->hook = hook;
-    c->hook_ctx = hook_ctx;
     if (n_threads <= 0) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = nc > 0 ? (int)nc : 1;

@@ -1,359 +1,609 @@
-/* backend_cuda.c — the "cuda" engine backend (hybrid): every layer's MoE (router + routed experts +
- * shared expert) runs on the GPU with the MoE kernels (moe_cuda.h, kernels/sm90); embedding, mHC,
- * attention, per-sequence state and the head stay on the CPU reference (engine/cpu/) through its
- * MoE hook (sl_backend_cpu_create_hooked in backend.h).
+/* backend_cuda.c — the "cuda" engine backend: the whole V4 forward on the GPU (V4_SPEC 2), with the
+ * per-sequence state in device memory.
  *
- * Open (sl_backend_cuda_create) uploads and repacks every layer's MoE weights once:
- *   - routed experts stored as NVFP4 (ModelOpt) or MXFP4 (DeepSeek) are repacked as loaded (exact);
- *   - any other expert format (F32/BF16/F16/FP8) is quantised to NVFP4 at load on the GPU with the
- *     CUDA quantiser (ModelOpt rounding: lossy, like --quantize-experts nvfp4);
- *   - a shared expert stored as FP8 (128x128 block scales) is used as is; any other format is
- *     quantised on the host to FP8 E4M3 with one fp32 scale per 128x128 block (amax / 448: lossy);
- *   - the router weight is uploaded in fp32, the bias and hash table (tid2eid) as stored.
- * Shapes the kernels accept (kernels/moe_kernels.h): hidden a multiple of 256 (router) and <= 8192,
- * moe_intermediate_size a multiple of 128 and <= 8192, <= 512 experts, top-k <= 32, shared expert as
- * wide as a routed one; a model outside that fails to open with one line naming the constraint.
- * No CUDA device at open -> one line, NULL.
+ * Open uploads every weight once: dense projections as the kernels take them (dense_gemm.h: FP8
+ * E4M3 with 128x128 block scales as stored, every other format converted to bf16), the small fp32
+ * parameters (norms, mHC, ape, sinks), the embedding (bf16 if stored so, else fp32), the head, each
+ * layer's MoE (moe_load.c), RoPE frequency tables. It then takes the state arenas and registers them
+ * with the scheduler's pool (v4_state_store): one fixed part per running sequence (slots) and pages
+ * of compressed entries, sized from the state budget and what the GPU has left.
  *
- * Per step and layer: the MoE inputs (fp32, host) are rounded to bf16 into a pinned buffer, copied
- * to the GPU, the layer's launch sequence is enqueued on the backend's stream, the fp32 output is
- * copied back and the stream synchronised: that copy-back is the only host sync. Every buffer is
- * sized at open for SL_CUDA_MOE_MAX_TOKENS tokens (env SLUICE_CUDA_MOE_TOKENS overrides, 1..65536);
- * a step with more tokens runs its MoE in chunks of that many (the MoE is per token), so a step
- * never allocates. Last at open, where it fits, each layer's shared expert also in bf16, so steps of >= 256 MoE
- * tokens run it as GEMMs (add_shared_bf16; env SLUICE_CUDA_SHARED_BF16 0 / 1 / auto).
+ * A step (forward) uploads the step's layout once (token ids, positions, spans, block tables), then
+ * enqueues every layer: mHC pre + RMSNorm, the q / kv projections with their norms and RoPE, the
+ * compressors and the indexer (CSA), sparse attention over the window + compressed entries, the ring
+ * store, de-rotation and the grouped output projection, mHC post; mHC pre, MoE, mHC post; then the
+ * head's collapse, the final norm and the LM head for the rows that want logits, which are the one
+ * copy back and the one sync. Activations feeding a projection are bf16, everything else fp32. A
+ * step with more than `cap` tokens runs as consecutive sub-steps of at most cap tokens (splitting a
+ * span is the same as chunked prefill), so every buffer is sized once at open.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cuda_runtime_api.h>
 
-#include "../backend.h"
-#include "moe_cuda.h"
-#include "moe_kernels.h"
+#include "cuda_internal.h"
+#include "dense_gemm.h"
 
-#define SL_CUDA_MOE_MAX_TOKENS 2048
+#define STEP_TOKENS 512          /* tokens per sub-step (buffers are sized for this many) */
+#define HEAD_ROWS 64             /* logits rows per head launch */
+#define INDEX_SCRATCH_FLOATS ((size_t)64 << 20)   /* indexer scores scratch: 256 MB */
+#define MAX_SLOTS 1024
 
 typedef struct {
-    sl_backend *cpu;          /* the CPU reference with our MoE hook */
-    int n_layers, dim, cap;
-    moe_cuda_layer *L;        /* [n_layers] */
-    int *on_gpu;              /* [n_layers]: 0 = layer without routed experts (CPU computes it) */
-    moe_cuda_ws W;            /* one workspace for every layer (same shapes) */
-    int ws_ok;
+    dense_weight wq_a, wq_b, wkv, wo_a, wo_b;
+    dense_weight c_wkv, c_wgate, i_wkv, i_wgate, iwq_b, iweights;
+    float *q_norm, *kv_norm, *attn_sink, *attn_norm, *ffn_norm;
+    float *hc_attn_fn, *hc_attn_base, *hc_attn_scale, *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
+    float *c_ape, *c_norm, *i_ape, *i_norm;
+    int ratio;
+    size_t ring_off, cst_off, ist_off;      /* in a slot */
+    size_t page_off, ipage_off;             /* in a page */
+} cu_layer;
+
+typedef struct {
+    const v4_weights *w;
+    v4_state_pool *pool;
     cudaStream_t st;
-    uint16_t *hx;             /* pinned [cap][dim] bf16 inputs */
-    float *hout;              /* pinned [cap][dim] outputs */
-    int32_t *htok;            /* pinned [cap] token ids (hash layers) */
-    uint16_t *dx;
-    float *dout;
-    int32_t *dtok;
+    cu_layer *L;
+    gpu_moe moe;
+    void *embed;
+    int embed_bf16;
+    dense_weight head;
+    float *hc_head_fn, *hc_head_base, *hc_head_scale, *norm;
+    double *freq_main, *freq_comp;
+    /* state */
+    v4_arena ar;
+    int n_slots, n_pages;
+    int *slot_free, n_slot_free;
+    v4_state_store store;
+    /* step buffers (cap tokens) */
+    int cap, max_blocks;
+    int32_t *hmeta, *dmeta;                 /* pinned / device step layout */
+    size_t meta_ints;
+    float *X, *f, *post, *comb, *qr, *q, *kv, *cC, *cZ, *iC, *iZ, *iq, *iw, *o, *u, *scores, *logits, *hlogits;
+    uint16_t *xn, *qr_b, *q_b, *kv_b, *iq_b, *o_b, *u_b, *y_b;
+    int32_t *sel;
+    size_t score_floats;
 } cuda_impl;
 
-static int moe_hook(void *ctx, int l, int n, const int32_t *tok, const float *xn, float *f)
+/* ------------------------------------------------------------------------------ errors */
+#define CK(call, what)                                                                                     \
+    do {                                                                                                    \
+        cudaError_t e_ = (call);                                                                            \
+        if (e_ != cudaSuccess) {                                                                            \
+            snprintf(err, errlen, "cuda backend: %s failed: %s", what, cudaGetErrorString(e_));            \
+            return -1;                                                                                      \
+        }                                                                                                   \
+    } while (0)
+
+/* --------------------------------------------------------------------------- load time */
+static float *up_f32(const float *h, size_t n)
+{
+    float *d = NULL;
+    if (!h || !n) return NULL;
+    if (cudaMalloc((void **)&d, n * sizeof(float)) != cudaSuccess) return NULL;
+    if (cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaFree(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Dense weight from a qtensor: FP8 128x128 as stored (scales to fp32), anything else to bf16. */
+static int up_dense(dense_weight *dw, const qtensor *q, char *err, size_t errlen, const char *name, int l)
+{
+    const int n = q->rows, k = q->cols;
+    memset(dw, 0, sizeof *dw);
+    void *dsrc = NULL;
+    float *dsc = NULL;
+    int fmt, rc = -1;
+    cudaError_t e = cudaSuccess;
+    if (q->fmt == QT_FP8_B128) {
+        const int bn = (n + 127) / 128, bk = (k + 127) / 128;
+        float *sc = malloc((size_t)bn * bk * sizeof(float));
+        if (!sc) goto oom;
+        for (int i = 0; i < bn * bk; i++)
+            sc[i] = q->scale_is_f32 ? ((const float *)q->scale)[i] : qt_e8m0_to_f32(((const uint8_t *)q->scale)[i]);
+        fmt = DENSE_FP8_B128;
+        if ((e = cudaMalloc(&dsrc, (size_t)n * k)) == cudaSuccess &&
+            (e = cudaMemcpy(dsrc, q->data, (size_t)n * k, cudaMemcpyHostToDevice)) == cudaSuccess)
+            dsc = up_f32(sc, (size_t)bn * bk);
+        free(sc);
+        if (e == cudaSuccess && !dsc) e = cudaErrorMemoryAllocation;
+    } else {
+        uint16_t *h = malloc((size_t)n * k * sizeof(uint16_t));
+        float *row = malloc((size_t)k * sizeof(float));
+        if (!h || !row) { free(h); free(row); goto oom; }
+        for (int r = 0; r < n; r++) {
+            qt_dequant_row(q, r, row);
+            for (int c = 0; c < k; c++) h[(size_t)r * k + c] = qt_f32_to_bf16(row[c]);
+        }
+        free(row);
+        fmt = DENSE_BF16;
+        if ((e = cudaMalloc(&dsrc, (size_t)n * k * 2)) == cudaSuccess)
+            e = cudaMemcpy(dsrc, h, (size_t)n * k * 2, cudaMemcpyHostToDevice);
+        free(h);
+    }
+    if (e == cudaSuccess) e = dense_weight_init(dw, fmt, n, k, dsrc, dsc, 0);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+        snprintf(err, errlen, "cuda backend: layer %d %s [%d x %d]: upload failed: %s", l, name, n, k, cudaGetErrorString(e));
+    else
+        rc = 0;
+    if (dsrc) cudaFree(dsrc);
+    if (dsc) cudaFree(dsc);
+    return rc;
+oom:
+    snprintf(err, errlen, "cuda backend: out of host memory converting layer %d %s", l, name);
+    return -1;
+}
+
+static int load_layer(cuda_impl *c, int l, char *err, size_t errlen)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const v4_layer_w *W = &c->w->layers[l];
+    cu_layer *L = &c->L[l];
+    const int hc = cfg->hc_mult, dim = cfg->dim, nmix = (2 + hc) * hc, hd = cfg->head_dim;
+    L->ratio = cfg->compress_ratio[l];
+    if (up_dense(&L->wq_a, &W->wq_a, err, errlen, "wq_a", l) || up_dense(&L->wq_b, &W->wq_b, err, errlen, "wq_b", l) ||
+        up_dense(&L->wkv, &W->wkv, err, errlen, "wkv", l) || up_dense(&L->wo_a, &W->wo_a, err, errlen, "wo_a", l) ||
+        up_dense(&L->wo_b, &W->wo_b, err, errlen, "wo_b", l))
+        return -1;
+    L->q_norm = up_f32(W->q_norm, (size_t)cfg->q_lora_rank);
+    L->kv_norm = up_f32(W->kv_norm, (size_t)hd);
+    L->attn_sink = up_f32(W->attn_sink, (size_t)cfg->n_heads);
+    L->attn_norm = up_f32(W->attn_norm, (size_t)dim);
+    L->ffn_norm = up_f32(W->ffn_norm, (size_t)dim);
+    L->hc_attn_fn = up_f32(W->hc_attn_fn, (size_t)nmix * hc * dim);
+    L->hc_attn_base = up_f32(W->hc_attn_base, (size_t)nmix);
+    L->hc_attn_scale = up_f32(W->hc_attn_scale, 3);
+    L->hc_ffn_fn = up_f32(W->hc_ffn_fn, (size_t)nmix * hc * dim);
+    L->hc_ffn_base = up_f32(W->hc_ffn_base, (size_t)nmix);
+    L->hc_ffn_scale = up_f32(W->hc_ffn_scale, 3);
+    if (!L->q_norm || !L->kv_norm || !L->attn_sink || !L->attn_norm || !L->ffn_norm || !L->hc_attn_fn ||
+        !L->hc_attn_base || !L->hc_attn_scale || !L->hc_ffn_fn || !L->hc_ffn_base || !L->hc_ffn_scale)
+        goto oom;
+    if (L->ratio > 0) {
+        const int coff = L->ratio == 4 ? 2 : 1;
+        if (up_dense(&L->c_wkv, &W->comp.wkv, err, errlen, "compressor wkv", l) ||
+            up_dense(&L->c_wgate, &W->comp.wgate, err, errlen, "compressor wgate", l))
+            return -1;
+        L->c_ape = up_f32(W->comp.ape, (size_t)L->ratio * coff * hd);
+        L->c_norm = up_f32(W->comp.norm, (size_t)hd);
+        if (!L->c_ape || !L->c_norm) goto oom;
+    }
+    if (L->ratio == 4) {
+        const int dI = cfg->index_head_dim;
+        if (up_dense(&L->i_wkv, &W->icomp.wkv, err, errlen, "indexer compressor wkv", l) ||
+            up_dense(&L->i_wgate, &W->icomp.wgate, err, errlen, "indexer compressor wgate", l) ||
+            up_dense(&L->iwq_b, &W->iwq_b, err, errlen, "indexer wq_b", l) ||
+            up_dense(&L->iweights, &W->iweights, err, errlen, "indexer weights_proj", l))
+            return -1;
+        L->i_ape = up_f32(W->icomp.ape, (size_t)4 * 2 * dI);
+        L->i_norm = up_f32(W->icomp.norm, (size_t)dI);
+        if (!L->i_ape || !L->i_norm) goto oom;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "cuda backend: layer %d: out of GPU memory for its parameters", l);
+    return -1;
+}
+
+static void free_layer(cu_layer *L)
+{
+    dense_weight *d[] = {&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b, &L->c_wkv, &L->c_wgate,
+                         &L->i_wkv, &L->i_wgate, &L->iwq_b, &L->iweights};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) dense_weight_free(d[i]);
+    float *p[] = {L->q_norm, L->kv_norm, L->attn_sink, L->attn_norm, L->ffn_norm, L->hc_attn_fn, L->hc_attn_base,
+                  L->hc_attn_scale, L->hc_ffn_fn, L->hc_ffn_base, L->hc_ffn_scale, L->c_ape, L->c_norm,
+                  L->i_ape, L->i_norm};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+        if (p[i]) cudaFree(p[i]);
+}
+
+/* ------------------------------------------------------------------------------- state */
+static size_t al16(size_t v) { return (v + 15) & ~(size_t)15; }
+
+/* Offsets of every layer's ring and compressor state in a slot and its entries in a page. */
+static void layout_state(cuda_impl *c, size_t *slot_bytes, size_t *page_bytes)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const int bt = c->pool->block_tokens, hd = cfg->head_dim, dI = cfg->index_head_dim;
+    size_t s = 0, p = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        cu_layer *L = &c->L[l];
+        L->ring_off = s;
+        s = al16(s + (size_t)cfg->window * hd * 2);
+        if (L->ratio > 0) {
+            L->cst_off = s;
+            s = al16(s + (size_t)(L->ratio == 4 ? 3 : 1) * 3 * hd * sizeof(float));
+            L->page_off = p;
+            p = al16(p + (size_t)(bt / L->ratio) * hd * 2);
+        }
+        if (L->ratio == 4) {
+            L->ist_off = s;
+            s = al16(s + (size_t)3 * 3 * dI * sizeof(float));
+            L->ipage_off = p;
+            p = al16(p + (size_t)(bt / 4) * dI * 2);
+        }
+    }
+    *slot_bytes = s;
+    *page_bytes = p;
+}
+
+static int st_seq_open(void *ctx, v4_seq_state *s)
 {
     cuda_impl *c = ctx;
-    if (l < 0 || l >= c->n_layers) return -1;
-    if (!c->on_gpu[l]) return 1;
-    const moe_cuda_layer *L = &c->L[l];
-    const int hash = L->s.hash;
-    for (int t0 = 0; t0 < n; t0 += c->cap) {
-        const int m = n - t0 < c->cap ? n - t0 : c->cap;
-        const size_t cnt = (size_t)m * c->dim;
-        const float *xs = xn + (size_t)t0 * c->dim;
-        for (size_t i = 0; i < cnt; i++) c->hx[i] = qt_f32_to_bf16(xs[i]);
-        cudaError_t e = cudaMemcpyAsync(c->dx, c->hx, cnt * sizeof(uint16_t), cudaMemcpyHostToDevice, c->st);
-        if (e == cudaSuccess && hash) {
-            memcpy(c->htok, tok + t0, (size_t)m * sizeof(int32_t));
-            e = cudaMemcpyAsync(c->dtok, c->htok, (size_t)m * sizeof(int32_t), cudaMemcpyHostToDevice, c->st);
-        }
-        if (e != cudaSuccess) {
-            fprintf(stderr, "cuda backend: layer %d: input copy failed: %s\n", l, cudaGetErrorString(e));
-            return -1;
-        }
-        if (moe_cuda_forward(L, &c->W, c->dx, hash ? c->dtok : NULL, m, c->dout, c->st)) return -1;
-        e = cudaMemcpyAsync(c->hout, c->dout, cnt * sizeof(float), cudaMemcpyDeviceToHost, c->st);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(c->st);
-        if (e != cudaSuccess) {
-            fprintf(stderr, "cuda backend: layer %d: MoE on the GPU failed: %s\n", l, cudaGetErrorString(e));
-            return -1;
-        }
-        memcpy(f + (size_t)t0 * c->dim, c->hout, cnt * sizeof(float));
+    if (c->n_slot_free == 0) return -1;
+    const int slot = c->slot_free[--c->n_slot_free];
+    if (cudaMemsetAsync(c->ar.slots + (size_t)slot * c->ar.slot_bytes, 0, c->ar.slot_bytes, c->st) != cudaSuccess) {
+        c->slot_free[c->n_slot_free++] = slot;
+        return -1;
     }
+    s->slot = slot;
     return 0;
 }
 
+static void st_seq_close(void *ctx, v4_seq_state *s)
+{
+    cuda_impl *c = ctx;
+    c->slot_free[c->n_slot_free++] = s->slot;
+}
+
+static int st_page_add(void *ctx, int id)
+{
+    cuda_impl *c = ctx;
+    return id < c->n_pages ? 0 : -1;
+}
+
+/* Arenas within the pool's budget and the GPU memory left (keeping 1/20 of it, at least 1 GiB, free). */
+static int alloc_state(cuda_impl *c, char *err, size_t errlen)
+{
+    size_t slot_bytes, page_bytes;
+    layout_state(c, &slot_bytes, &page_bytes);
+    size_t fr = 0, tot = 0;
+    CK(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+    size_t reserve = tot / 20 > ((size_t)1 << 30) ? tot / 20 : ((size_t)1 << 30);
+    size_t budget = c->pool->budget;
+    if (fr < reserve + slot_bytes + page_bytes) {
+        snprintf(err, errlen, "cuda backend: the model leaves %zu MiB of GPU memory; its state needs at least %zu MiB "
+                 "more (one sequence) beside a %zu MiB reserve", fr >> 20, (slot_bytes + page_bytes) >> 20, reserve >> 20);
+        return -1;
+    }
+    if (budget > fr - reserve) budget = fr - reserve;
+    /* slots: room for as many sequences as half the budget holds (at most MAX_SLOTS); the rest pages */
+    size_t ns = budget / 2 / slot_bytes;
+    if (ns > MAX_SLOTS) ns = MAX_SLOTS;
+    if (ns < 1) ns = 1;
+    size_t np = page_bytes && budget > ns * slot_bytes ? (budget - ns * slot_bytes) / page_bytes : 0;
+    if (page_bytes && np < 1) np = 1;
+    c->n_slots = (int)ns;
+    c->n_pages = (int)np;
+    c->ar.slot_bytes = slot_bytes;
+    c->ar.page_bytes = page_bytes ? page_bytes : 16;
+    c->ar.block_tokens = c->pool->block_tokens;
+    CK(cudaMalloc((void **)&c->ar.slots, ns * slot_bytes), "state slots allocation");
+    CK(cudaMalloc((void **)&c->ar.pages, (np ? np : 1) * c->ar.page_bytes), "state pages allocation");
+    c->slot_free = malloc(ns * sizeof(int));
+    if (!c->slot_free) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
+    for (int i = 0; i < (int)ns; i++) c->slot_free[i] = (int)ns - 1 - i;
+    c->n_slot_free = (int)ns;
+    c->store = (v4_state_store){st_seq_open, st_seq_close, st_page_add, slot_bytes, page_bytes};
+    c->pool->budget = ns * slot_bytes + np * page_bytes;
+    v4_pool_set_store(c->pool, &c->store, c);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ step buffers */
+static int alloc_step(cuda_impl *c, char *err, size_t errlen)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const size_t N = (size_t)c->cap, dim = cfg->dim, hc = cfg->hc_mult, H = cfg->n_heads, hd = cfg->head_dim;
+    const size_t nI = cfg->index_n_heads, dI = cfg->index_head_dim, G = cfg->o_groups, ol = cfg->o_lora_rank;
+    const int maxpos = cfg->max_position > 0 ? cfg->max_position : (1 << 20);
+    c->max_blocks = (maxpos + c->pool->block_tokens - 1) / c->pool->block_tokens + 1;
+    c->meta_ints = 3 * N + 4 * N + N * (size_t)c->max_blocks + N;
+    CK(cudaHostAlloc((void **)&c->hmeta, c->meta_ints * sizeof(int32_t), cudaHostAllocDefault), "pinned step layout");
+    CK(cudaMalloc((void **)&c->dmeta, c->meta_ints * sizeof(int32_t)), "step layout");
+    size_t ent = (size_t)maxpos / 4 + 1;
+    c->score_floats = INDEX_SCRATCH_FLOATS < N * ent ? INDEX_SCRATCH_FLOATS : N * ent;
+#define FB(p, cnt) CK(cudaMalloc((void **)&c->p, (cnt) * sizeof(float)), "step buffers")
+#define HB(p, cnt) CK(cudaMalloc((void **)&c->p, (cnt) * sizeof(uint16_t)), "step buffers")
+    FB(X, N * hc * dim);
+    FB(f, N * dim);
+    FB(post, N * hc);
+    FB(comb, N * hc * hc);
+    FB(qr, N * cfg->q_lora_rank);
+    FB(q, N * H * hd);
+    FB(kv, N * hd);
+    FB(cC, N * 2 * hd);
+    FB(cZ, N * 2 * hd);
+    FB(iC, N * 2 * dI);
+    FB(iZ, N * 2 * dI);
+    FB(iq, N * nI * dI);
+    FB(iw, N * nI);
+    FB(o, N * H * hd);
+    FB(u, N * G * ol);
+    FB(scores, c->score_floats);
+    FB(logits, (size_t)HEAD_ROWS * cfg->vocab_size);
+    HB(xn, N * dim);
+    HB(qr_b, N * cfg->q_lora_rank);
+    HB(q_b, N * H * hd);
+    HB(kv_b, N * hd);
+    HB(iq_b, N * nI * dI);
+    HB(o_b, N * H * hd);
+    HB(u_b, N * G * ol);
+    HB(y_b, (size_t)HEAD_ROWS * dim);
+#undef FB
+#undef HB
+    CK(cudaMalloc((void **)&c->sel, N * (size_t)(cfg->index_topk > 0 ? cfg->index_topk : 1) * sizeof(int32_t)),
+       "step buffers");
+    CK(cudaHostAlloc((void **)&c->hlogits, (size_t)HEAD_ROWS * cfg->vocab_size * sizeof(float), cudaHostAllocDefault),
+       "pinned logits");
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------- step */
+typedef struct {
+    sl_seq_span *sp;   /* the caller's span */
+    int a, m;          /* its tokens [a, a+m) run in this sub-step */
+} piece;
+
+/* One sub-step: pieces of spans, at most cap tokens together, each continuing at its st->pos. */
+static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const int dim = cfg->dim, hc = cfg->hc_mult, H = cfg->n_heads, hd = cfg->head_dim, ql = cfg->q_lora_rank;
+    const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, G = cfg->o_groups, ol = cfg->o_lora_rank;
+    const int half = cfg->rope_dim / 2, W = cfg->window, V = cfg->vocab_size, bt = c->pool->block_tokens;
+    const float eps = cfg->norm_eps;
+    cudaStream_t st = c->st;
+
+    /* layout: ids, positions, spans; then the per-span arrays, block tables, logits rows */
+    int n = 0, nl = 0, maxb = 1, max_t = 0;
+    for (int k = 0; k < np; k++) {
+        const v4_seq_state *s = pc[k].sp->st;
+        const int nb = (s->pos + pc[k].m + bt - 1) / bt;
+        if (nb > maxb) maxb = nb;
+        if (s->pos + pc[k].m - 1 > max_t) max_t = s->pos + pc[k].m - 1;
+    }
+    if (maxb > c->max_blocks) {
+        snprintf(err, errlen, "cuda backend: a sequence needs %d pages, more than the context allows", maxb);
+        return -1;
+    }
+    int32_t *h = c->hmeta;
+    int32_t *tid = h, *tpos = h + c->cap, *tsp = h + 2 * c->cap;
+    int32_t *sslot = h + 3 * c->cap, *spos0 = sslot + np, *srow0 = spos0 + np, *sn = srow0 + np;
+    int32_t *blk = sn + np, *lrows = blk + (size_t)np * maxb;
+    for (int k = 0; k < np; k++) {
+        const sl_seq_span *sp = pc[k].sp;
+        const v4_seq_state *s = sp->st;
+        sslot[k] = s->slot;
+        spos0[k] = s->pos;
+        srow0[k] = n;
+        sn[k] = pc[k].m;
+        for (int b = 0; b < maxb; b++) blk[(size_t)k * maxb + b] = b < s->n_blocks ? s->blocks[b] : 0;
+        for (int j = 0; j < pc[k].m; j++, n++) {
+            const int32_t t = sp->tokens[pc[k].a + j];
+            if (t < 0 || t >= V) {
+                snprintf(err, errlen, "cuda backend: token id %d out of range", (int)t);
+                return -1;
+            }
+            tid[n] = t;
+            tpos[n] = s->pos + j;
+            tsp[n] = k;
+            if (pc[k].a + j >= sp->logits_from) lrows[nl++] = n;
+        }
+    }
+    const size_t used = (size_t)((lrows + nl) - h);
+    CK(cudaMemcpyAsync(c->dmeta, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, st), "step layout upload");
+    const int32_t *d = c->dmeta;
+    v4_step S = {n, np, d, d + c->cap, d + 2 * c->cap, d + 3 * c->cap, d + 3 * c->cap + np, d + 3 * c->cap + 2 * np,
+                 d + 3 * c->cap + 3 * np, d + 3 * c->cap + 4 * np, maxb};
+    const int32_t *d_lrows = d + (lrows - h);
+
+    CK(v4_embed(&S, c->embed, c->embed_bf16, dim, hc, c->X, st), "embedding");
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const cu_layer *L = &c->L[l];
+        const int ratio = L->ratio, csa = ratio == 4, coff = csa ? 2 : 1;
+        const double *freq = ratio ? c->freq_comp : c->freq_main;
+        CK(v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, cfg->hc_sinkhorn_iters,
+                     cfg->hc_eps, eps, L->attn_norm, 0, c->xn, c->post, c->comb, st), "mHC pre (attention)");
+        CK(dense_gemm(&L->wq_a, 0, ql, c->xn, dim, n, c->qr, ql, st), "wq_a");
+        CK(v4_norm_rope(&S, c->qr, ql, n, 1, ql, 1, L->q_norm, eps, 0, NULL, 0, c->qr_b, ql, st), "q_norm");
+        CK(dense_gemm(&L->wq_b, 0, H * hd, c->qr_b, ql, n, c->q, H * hd, st), "wq_b");
+        CK(v4_norm_rope(&S, c->q, hd, n * H, H, hd, 1, NULL, eps, half, freq, 0, c->q_b, hd, st), "q rms + RoPE");
+        CK(dense_gemm(&L->wkv, 0, hd, c->xn, dim, n, c->kv, hd, st), "wkv");
+        CK(v4_norm_rope(&S, c->kv, hd, n, 1, hd, 1, L->kv_norm, eps, half, freq, 0, c->kv_b, hd, st), "kv_norm + RoPE");
+        if (ratio) {
+            CK(dense_gemm(&L->c_wkv, 0, coff * hd, c->xn, dim, n, c->cC, coff * hd, st), "compressor wkv");
+            CK(dense_gemm(&L->c_wgate, 0, coff * hd, c->xn, dim, n, c->cZ, coff * hd, st), "compressor wgate");
+        }
+        int max_keys = W < max_t + 1 ? W : max_t + 1;
+        if (csa) {
+            CK(dense_gemm(&L->i_wkv, 0, 2 * dI, c->xn, dim, n, c->iC, 2 * dI, st), "indexer compressor wkv");
+            CK(dense_gemm(&L->i_wgate, 0, 2 * dI, c->xn, dim, n, c->iZ, 2 * dI, st), "indexer compressor wgate");
+            CK(dense_gemm(&L->iwq_b, 0, nI * dI, c->qr_b, ql, n, c->iq, nI * dI, st), "indexer wq_b");
+            CK(v4_norm_rope(&S, c->iq, dI, n * nI, nI, dI, 0, NULL, eps, half, freq, 0, c->iq_b, dI, st), "indexer q RoPE");
+            CK(dense_gemm(&L->iweights, 0, nI, c->xn, dim, n, c->iw, nI, st), "indexer weights_proj");
+            CK(v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, c->iC, c->iZ, L->i_ape, L->i_norm, eps, half,
+                           freq, st), "indexer compressor");
+        }
+        if (ratio)
+            CK(v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cC, c->cZ, L->c_ape, L->c_norm, eps, half,
+                           freq, st), "compressor");
+        if (csa) {
+            const int ent = (max_t + 1) / 4;
+            const int rows = ent > 0 ? (int)(c->score_floats / (size_t)ent) : n;
+            const float wsc = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
+            for (int r0 = 0; r0 < n; r0 += rows)
+                CK(v4_indexer(&S, &c->ar, L->ipage_off, r0, n - r0 < rows ? n - r0 : rows, c->iq_b, nI, dI, c->iw, wsc,
+                              cfg->index_topk, c->sel, c->scores, ent, st), "indexer");
+            max_keys += cfg->index_topk < ent ? cfg->index_topk : ent;
+        } else if (ratio) {
+            max_keys += (max_t + 1) / ratio;
+        }
+        CK(v4_attention(&S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b, H, hd,
+                        1.0f / sqrtf((float)hd), L->attn_sink, max_keys, c->o, st), "attention");
+        CK(v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, hd, st), "ring store");
+        CK(v4_norm_rope(&S, c->o, hd, n * H, H, hd, 0, NULL, eps, half, freq, 1, c->o_b, hd, st), "de-rotation");
+        const int gw = H * hd / G;
+        for (int g = 0; g < G; g++)
+            CK(dense_gemm(&L->wo_a, g * ol, ol, c->o_b + (size_t)g * gw, H * hd, n, c->u + (size_t)g * ol, G * ol, st),
+               "wo_a");
+        CK(v4_to_bf16(c->u, (size_t)n * G * ol, 1.0f, c->u_b, st), "wo_a output cast");
+        CK(dense_gemm(&L->wo_b, 0, dim, c->u_b, G * ol, n, c->f, dim, st), "wo_b");
+        CK(v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (attention)");
+        CK(v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, cfg->hc_sinkhorn_iters,
+                     cfg->hc_eps, eps, L->ffn_norm, 0, c->xn, c->post, c->comb, st), "mHC pre (MoE)");
+        if (c->moe.fast[l]) {
+            if (moe_cuda_forward(&c->moe.L[l], &c->moe.W, c->xn, S.tok_id, n, c->f, st)) {
+                snprintf(err, errlen, "cuda backend: layer %d: MoE launch failed (see the line above)", l);
+                return -1;
+            }
+        } else {
+            CK(v4_moe_ref(&S, &c->moe.ref[l], c->xn, c->f, st), "MoE (generic)");
+        }
+        CK(v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (MoE)");
+    }
+
+    /* head for the rows that want logits, HEAD_ROWS at a time */
+    int r = 0;
+    for (int r0 = 0; r0 < nl; r0 += HEAD_ROWS) {
+        const int m = nl - r0 < HEAD_ROWS ? nl - r0 : HEAD_ROWS;
+        CK(v4_hc_pre(c->X, m, d_lrows + r0, dim, hc, c->hc_head_fn, c->hc_head_scale, c->hc_head_base, 0, cfg->hc_eps,
+                     eps, c->norm, 1, c->y_b, NULL, NULL, st), "mHC head");
+        CK(dense_gemm(&c->head, 0, V, c->y_b, dim, m, c->logits, V, st), "LM head");
+        CK(cudaMemcpyAsync(c->hlogits, c->logits, (size_t)m * V * sizeof(float), cudaMemcpyDeviceToHost, st),
+           "logits copy");
+        CK(cudaStreamSynchronize(st), "step");
+        /* scatter rows r0..r0+m to their spans: rows come in span order */
+        for (int q = 0; q < m; q++, r++) {
+            const int row = lrows[r];
+            int k = 0;
+            while (k + 1 < np && srow0[k + 1] <= row) k++;
+            sl_seq_span *sp = pc[k].sp;
+            const int tok = pc[k].a + (row - srow0[k]);
+            memcpy(sp->logits + (size_t)(tok - sp->logits_from) * V, c->hlogits + (size_t)q * V, (size_t)V * sizeof(float));
+        }
+    }
+    if (nl == 0) CK(cudaStreamSynchronize(st), "step");
+    for (int k = 0; k < np; k++) pc[k].sp->st->pos += pc[k].m;
+    return 0;
+}
+
+static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, size_t errlen)
+{
+    cuda_impl *c = be->impl;
+    piece *pc = malloc((size_t)(n_spans > 0 ? n_spans : 1) * sizeof *pc);
+    if (!pc) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
+    for (int s = 0; s < n_spans; s++)
+        if (in[s].n <= 0 || in[s].logits_from < 0 || in[s].logits_from > in[s].n || !in[s].st->open) {
+            snprintf(err, errlen, "cuda backend: bad span %d (n %d, logits_from %d)", s, in[s].n, in[s].logits_from);
+            free(pc);
+            return -1;
+        }
+    /* sub-steps of at most cap tokens; a span that does not fit continues in the next one */
+    int s = 0, a = 0, rc = 0;
+    while (s < n_spans && !rc) {
+        int np = 0, room = c->cap;
+        while (s < n_spans && room > 0) {
+            const int m = in[s].n - a < room ? in[s].n - a : room;
+            pc[np++] = (piece){&in[s], a, m};
+            room -= m;
+            a += m;
+            if (a == in[s].n) { s++; a = 0; }
+            else break;   /* the rest of this span goes to the next sub-step, after these tokens */
+        }
+        rc = run_pieces(c, pc, np, err, errlen);
+    }
+    free(pc);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------- create */
 static void impl_free(cuda_impl *c)
 {
     if (!c) return;
-    if (c->cpu) c->cpu->ops->destroy(c->cpu);
+    if (c->st) cudaStreamSynchronize(c->st);
     if (c->L)
-        for (int l = 0; l < c->n_layers; l++) moe_cuda_layer_free(&c->L[l]);
-    if (c->ws_ok) moe_cuda_ws_free(&c->W);
-    if (c->hx) cudaFreeHost(c->hx);
-    if (c->hout) cudaFreeHost(c->hout);
-    if (c->htok) cudaFreeHost(c->htok);
-    if (c->dx) cudaFree(c->dx);
-    if (c->dout) cudaFree(c->dout);
-    if (c->dtok) cudaFree(c->dtok);
-    if (c->st) cudaStreamDestroy(c->st);
+        for (int l = 0; l < c->w->cfg.n_layers; l++) free_layer(&c->L[l]);
     free(c->L);
-    free(c->on_gpu);
+    gpu_moe_free(&c->moe);
+    dense_weight_free(&c->head);
+    void *dv[] = {c->embed, c->hc_head_fn, c->hc_head_base, c->hc_head_scale, c->norm, c->freq_main, c->freq_comp,
+                  c->ar.slots, c->ar.pages, c->dmeta, c->X, c->f, c->post, c->comb, c->qr, c->q, c->kv, c->cC, c->cZ,
+                  c->iC, c->iZ, c->iq, c->iw, c->o, c->u, c->scores, c->logits, c->xn, c->qr_b, c->q_b, c->kv_b,
+                  c->iq_b, c->o_b, c->u_b, c->y_b, c->sel};
+    for (size_t i = 0; i < sizeof dv / sizeof *dv; i++)
+        if (dv[i]) cudaFree(dv[i]);
+    if (c->hmeta) cudaFreeHost(c->hmeta);
+    if (c->hlogits) cudaFreeHost(c->hlogits);
+    if (c->st) cudaStreamDestroy(c->st);
+    free(c->slot_free);
     free(c);
-}
-
-static int cuda_forward(sl_backend *be, sl_seq_span *spans, int n_spans, char *err, size_t errlen)
-{
-    cuda_impl *c = be->impl;
-    return c->cpu->ops->forward(c->cpu, spans, n_spans, err, errlen);
 }
 
 static void cuda_destroy(sl_backend *be)
 {
     if (!be) return;
-    impl_free(be->impl);
+    cuda_impl *c = be->impl;
+    if (c && c->pool && c->pool->store == &c->store) v4_pool_set_store(c->pool, NULL, NULL);
+    impl_free(c);
     free(be);
 }
 
 static const sl_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_destroy};
 
-/* ---- load time */
-
-static int is_fp4(qt_format f) { return f == QT_NVFP4 || f == QT_MXFP4; }
-
-/* Format the layer's routed experts are served in: their own (*native = 1) when every tensor of
- * every expert is the same FP4 format, else NVFP4 (quantised at load, *native = 0). */
-static qt_format layer_fp4(const v4_layer_w *Lw, int E, int *native)
+static int load_globals(cuda_impl *c, char *err, size_t errlen)
 {
-    const qt_format f = Lw->experts[0].w1.fmt;
-    *native = 0;
-    if (!is_fp4(f)) return QT_NVFP4;
-    for (int e = 0; e < E; e++) {
-        const v4_expert_w *x = &Lw->experts[e];
-        if (x->w1.fmt != f || x->w2.fmt != f || x->w3.fmt != f) return QT_NVFP4;
-    }
-    *native = 1;
-    return f;
-}
-
-/* Load scratch for quantising non-FP4 experts on the GPU. */
-typedef struct {
-    float *host;              /* [max n*k] */
-    float *dw;                /* device fp32 [max n*k] */
-    uint8_t *dq[3], *ds[3];   /* device NVFP4 codes / E4M3 scales per matrix */
-    float *d2;                /* device [3] scale_2 */
-} quant_scratch;
-
-static void qs_free(quant_scratch *q)
-{
-    free(q->host);
-    if (q->dw) cudaFree(q->dw);
-    for (int m = 0; m < 3; m++) {
-        if (q->dq[m]) cudaFree(q->dq[m]);
-        if (q->ds[m]) cudaFree(q->ds[m]);
-    }
-    if (q->d2) cudaFree(q->d2);
-    memset(q, 0, sizeof *q);
-}
-
-static int qs_init(quant_scratch *q, int H, int I)
-{
-    const size_t nk = (size_t)H * I;
-    memset(q, 0, sizeof *q);
-    if (!(q->host = malloc(nk * sizeof(float)))) return -1;
-    if (cudaMalloc((void **)&q->dw, nk * sizeof(float)) != cudaSuccess) return -1;
-    for (int m = 0; m < 3; m++)
-        if (cudaMalloc((void **)&q->dq[m], nk / 2) != cudaSuccess || cudaMalloc((void **)&q->ds[m], nk / 16) != cudaSuccess)
-            return -1;
-    return cudaMalloc((void **)&q->d2, 3 * sizeof(float)) == cudaSuccess ? 0 : -1;
-}
-
-/* Expert e of a layer whose experts are not FP4: dequantise on the host, NVFP4-quantise on the GPU. */
-static int quantise_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, quant_scratch *q)
-{
-    const qtensor *w[3] = {&x->w1, &x->w3, &x->w2};
-    float s2[3];
-    for (int m = 0; m < 3; m++) {
-        const int n = w[m]->rows, k = w[m]->cols;
-        for (int r = 0; r < n; r++) qt_dequant_row(w[m], r, q->host + (size_t)r * k);
-        if (cudaMemcpy(q->dw, q->host, (size_t)n * k * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess ||
-            moe_cuda_quantize_nvfp4(q->dw, n, k, q->dq[m], q->ds[m], q->d2 + m, 0) ||
-            cudaMemcpy(&s2[m], q->d2 + m, sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess)
-            return -1;
-    }
-    return moe_cuda_set_expert_dev(L, e, (const uint8_t *const *)q->dq, (const uint8_t *const *)q->ds, s2);
-}
-
-/* A shared expert that is not FP8: E4M3 codes with one fp32 scale (amax / 448) per 128x128 block. */
-static int fp8_from(const qtensor *src, qtensor *dst)
-{
-    const int n = src->rows, k = src->cols, bn = n / 128, bk = k / 128;
-    float *w = malloc((size_t)n * k * sizeof(float)), *sc = malloc((size_t)bn * bk * sizeof(float));
-    uint8_t *d = malloc((size_t)n * k);
-    if (!w || !sc || !d) { free(w); free(sc); free(d); return -1; }
-    for (int r = 0; r < n; r++) qt_dequant_row(src, r, w + (size_t)r * k);
-    for (int bi = 0; bi < bn; bi++)
-        for (int bj = 0; bj < bk; bj++) {
-            float amax = 0.f;
-            for (int r = bi * 128; r < bi * 128 + 128; r++)
-                for (int j = bj * 128; j < bj * 128 + 128; j++) amax = fmaxf(amax, fabsf(w[(size_t)r * k + j]));
-            const float s = amax > 0.f ? amax / 448.f : 1.f;
-            sc[bi * bk + bj] = s;
-            for (int r = bi * 128; r < bi * 128 + 128; r++)
-                for (int j = bj * 128; j < bj * 128 + 128; j++) d[(size_t)r * k + j] = qt_f32_to_e4m3(w[(size_t)r * k + j] / s);
-        }
-    free(w);
-    *dst = (qtensor){.fmt = QT_FP8_B128, .rows = n, .cols = k, .data = d, .scale = sc, .scale_is_f32 = 1, .scale2 = 1.f};
-    return 0;
-}
-
-static int load_shared(moe_cuda_layer *L, const v4_expert_w *s)
-{
-    const qtensor *w[3] = {&s->w1, &s->w3, &s->w2};
-    if (w[0]->fmt == QT_FP8_B128 && w[1]->fmt == QT_FP8_B128 && w[2]->fmt == QT_FP8_B128)
-        return moe_cuda_set_shared(L, w[0], w[1], w[2]);
-    qtensor t[3] = {{0}};
-    int rc = -1;
-    if (!fp8_from(w[0], &t[0]) && !fp8_from(w[1], &t[1]) && !fp8_from(w[2], &t[2]))
-        rc = moe_cuda_set_shared(L, &t[0], &t[1], &t[2]);
-    for (int m = 0; m < 3; m++) { free((void *)t[m].data); free((void *)t[m].scale); }
-    return rc;
-}
-
-static float *router_f32(const qtensor *g)
-{
-    float *o = malloc((size_t)g->rows * g->cols * sizeof(float));
-    if (o)
-        for (int r = 0; r < g->rows; r++) qt_dequant_row(g, r, o + (size_t)r * g->cols);
-    return o;
-}
-
-static int load_layer(cuda_impl *c, const v4_weights *w, int l, quant_scratch *qs, char *err, size_t errlen)
-{
+    const v4_weights *w = c->w;
     const v4_config *cfg = &w->cfg;
-    const v4_layer_w *Lw = &w->layers[l];
-    const int E = cfg->n_routed_experts;
-    int keep;
-    const qt_format fmt = layer_fp4(Lw, E, &keep);
-    moe_cuda_shape s = {
-        .n_experts = E, .hidden = cfg->dim, .inter = cfg->moe_inter, .topk = cfg->n_active,
-        .score_func = cfg->score_func == V4_SCORE_SOFTMAX ? MOE_SCORE_SOFTMAX
-                      : cfg->score_func == V4_SCORE_SIGMOID ? MOE_SCORE_SIGMOID : MOE_SCORE_SQRTSOFTPLUS,
-        .route_scale = cfg->route_scale, .swiglu_limit = cfg->swiglu_limit,
-        .hash = Lw->tid2eid != NULL, .vocab = cfg->vocab_size,
-        .has_shared = cfg->n_shared_experts > 0 && Lw->shared.w1.data != NULL,
-        .fp4_fmt = fmt,
-    };
-    moe_cuda_layer *L = &c->L[l];
-    if (moe_cuda_layer_init(L, &s)) {
-        snprintf(err, errlen, "cuda backend: layer %d: cannot set up the GPU MoE (see the line above)", l);
+    const int V = cfg->vocab_size, dim = cfg->dim, hc = cfg->hc_mult, half = cfg->rope_dim / 2;
+    if (w->embed.fmt == QT_BF16) {
+        c->embed_bf16 = 1;
+        CK(cudaMalloc(&c->embed, (size_t)V * dim * 2), "embedding allocation");
+        CK(cudaMemcpy(c->embed, w->embed.data, (size_t)V * dim * 2, cudaMemcpyHostToDevice), "embedding upload");
+    } else {
+        float *h = malloc((size_t)V * dim * sizeof(float));
+        if (!h) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
+        for (int r = 0; r < V; r++) qt_dequant_row(&w->embed, r, h + (size_t)r * dim);
+        c->embed = up_f32(h, (size_t)V * dim);
+        free(h);
+        if (!c->embed) { snprintf(err, errlen, "cuda backend: out of GPU memory for the embedding"); return -1; }
+    }
+    if (up_dense(&c->head, &w->head, err, errlen, "head", -1)) return -1;
+    c->hc_head_fn = up_f32(w->hc_head_fn, (size_t)hc * hc * dim);
+    c->hc_head_base = up_f32(w->hc_head_base, (size_t)hc);
+    c->hc_head_scale = up_f32(w->hc_head_scale, 1);
+    c->norm = up_f32(w->norm, (size_t)dim);
+    double fm[256], fc[256];
+    v4_rope_inv_freq(&cfg->rope_main, cfg->rope_dim, fm);
+    v4_rope_inv_freq(&cfg->rope_compress, cfg->rope_dim, fc);
+    const int nh = half > 0 ? half : 1;
+    CK(cudaMalloc((void **)&c->freq_main, nh * sizeof(double)), "RoPE tables");
+    CK(cudaMalloc((void **)&c->freq_comp, nh * sizeof(double)), "RoPE tables");
+    CK(cudaMemcpy(c->freq_main, fm, nh * sizeof(double), cudaMemcpyHostToDevice), "RoPE tables");
+    CK(cudaMemcpy(c->freq_comp, fc, nh * sizeof(double), cudaMemcpyHostToDevice), "RoPE tables");
+    if (!c->hc_head_fn || !c->hc_head_base || !c->hc_head_scale || !c->norm) {
+        snprintf(err, errlen, "cuda backend: out of GPU memory for the head's parameters");
         return -1;
     }
-    float *gate = router_f32(&Lw->gate);
-    if (!gate) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
-    int rc = moe_cuda_set_router(L, gate, Lw->gate_bias, Lw->tid2eid);
-    free(gate);
-    if (rc) { snprintf(err, errlen, "cuda backend: layer %d: router upload failed", l); return -1; }
-    if (!keep && !qs->host && qs_init(qs, cfg->dim, cfg->moe_inter)) {
-        snprintf(err, errlen, "cuda backend: out of memory for the load-time NVFP4 quantiser");
-        return -1;
-    }
-    for (int e = 0; e < E; e++) {
-        const v4_expert_w *x = &Lw->experts[e];
-        if (keep ? moe_cuda_set_expert(L, e, &x->w1, &x->w3, &x->w2) : quantise_expert(L, e, x, qs)) {
-            snprintf(err, errlen, "cuda backend: layer %d expert %d: upload to the GPU failed", l, e);
-            return -1;
-        }
-    }
-    if (s.has_shared && load_shared(L, &Lw->shared)) {
-        snprintf(err, errlen, "cuda backend: layer %d: shared expert upload failed", l);
-        return -1;
-    }
-    if (L->clamped_scales)
-        fprintf(stderr, "cuda backend: layer %d: %d MXFP4 block scales clamped (> 31 binades above the smallest)\n", l,
-                L->clamped_scales);
-    c->on_gpu[l] = 1;
     return 0;
 }
 
-/* v41 (bench/NOTES.md v41 (2)): the shared expert's bf16 copy (moe_cuda_alloc_shared_bf16), with which steps of at least
- * moe_cuda_ws.shared_gemm_min_t (256) MoE tokens run it as two bf16 GEMMs (moe_shared_gemms, the path sluice-bench
- * measures from 256) instead of the FP8 kernels; 2 bytes per weight beside the FP8 copy (+50 MB per V4-Flash layer).
- * Added last, after every buffer the backend needs, layer by layer while the GPU keeps SHARED_BF16_RESERVE (or 1/20
- * of its memory, the larger) free. SLUICE_CUDA_SHARED_BF16: 0 never, 1 every layer (an open error if one does not
- * fit), unset or "auto": as far as it fits. */
-#define SHARED_BF16_RESERVE ((size_t)1 << 30)
-
-static int add_shared_bf16(cuda_impl *c, const v4_weights *w, char *err, size_t errlen)
+/* The shapes the kernels take; one line naming the first the model breaks. */
+static int check_config(const v4_config *c, char *err, size_t errlen)
 {
-    const char *ev = getenv("SLUICE_CUDA_SHARED_BF16");
-    int mode = -1;
-    if (ev && *ev && strcmp(ev, "auto")) {
-        if (strcmp(ev, "0") && strcmp(ev, "1")) {
-            snprintf(err, errlen, "cuda backend: SLUICE_CUDA_SHARED_BF16='%s' must be 0, 1 or auto", ev);
-            return -1;
-        }
-        mode = ev[0] == '1';
-    }
-    if (!mode) return 0;
-    int n = 0, done = 0;
-    for (int l = 0; l < c->n_layers; l++) n += c->on_gpu[l] && c->L[l].s.has_shared;
-    for (int l = 0; l < c->n_layers; l++) {
-        moe_cuda_layer *L = &c->L[l];
-        if (!c->on_gpu[l] || !L->s.has_shared) continue;
-        /* the copy, and the FP8 upload moe_cuda_set_shared stages it from */
-        const size_t need = (size_t)9 * L->s.inter * L->s.hidden;
-        size_t fr = 0, tot = 0;
-        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
-        const size_t reserve = tot / 20 > SHARED_BF16_RESERVE ? tot / 20 : SHARED_BF16_RESERVE;
-        if (fr < need + reserve) {
-            if (mode < 0) break;
-            snprintf(err, errlen, "cuda backend: layer %d: no GPU memory for the shared expert's bf16 copy (%zu MiB free; "
-                     "SLUICE_CUDA_SHARED_BF16=1)", l, fr >> 20);
-            return -1;
-        }
-        if (moe_cuda_alloc_shared_bf16(L) || load_shared(L, &w->layers[l].shared)) {
-            snprintf(err, errlen, "cuda backend: layer %d: the shared expert's bf16 copy failed (see the line above)", l);
-            return -1;
-        }
-        done++;
-    }
-    if (done < n)
-        fprintf(stderr, "cuda backend: the shared expert's bf16 copy fits %d of %d layers (the GPU keeps 1/20 of its "
-                "memory free); the others run it on the FP8 kernels at every batch\n", done, n);
-    return 0;
-}
-
-/* One line naming the first constraint of the GPU MoE kernels the model does not meet; 0 = fits. */
-static int check_shape(const v4_weights *w, char *err, size_t errlen)
-{
-    const v4_config *c = &w->cfg;
-    const char *k = "the GPU MoE kernels (kernels/moe_kernels.h)";
-    if (c->dim % 256 || c->dim > 8192) {
-        snprintf(err, errlen, "cuda backend: hidden_size %d does not fit %s: it must be a multiple of 256 and <= 8192",
-                 c->dim, k);
-        return -1;
-    }
-    if (c->moe_inter % 128 || c->moe_inter > 8192) {
-        snprintf(err, errlen, "cuda backend: moe_intermediate_size %d does not fit %s: it must be a multiple of 128 and <= 8192",
-                 c->moe_inter, k);
-        return -1;
-    }
-    if (c->n_routed_experts < 1 || c->n_routed_experts > 512 || c->n_active < 1 || c->n_active > 32 ||
-        c->n_active > c->n_routed_experts) {
-        snprintf(err, errlen, "cuda backend: %d routed experts, top-%d does not fit %s: at most 512 experts, top-k <= 32",
-                 c->n_routed_experts, c->n_active, k);
-        return -1;
-    }
-    for (int l = 0; l < c->n_layers; l++) {
-        const v4_layer_w *L = &w->layers[l];
-        if (c->n_shared_experts > 0 && L->shared.w1.data && L->shared.w1.rows != c->moe_inter) {
-            snprintf(err, errlen, "cuda backend: layer %d: shared expert width %d (n_shared_experts %d) does not fit %s: "
-                     "it must equal moe_intermediate_size %d", l, L->shared.w1.rows, c->n_shared_experts, k, c->moe_inter);
-            return -1;
-        }
-    }
+    const char *why = NULL;
+    if (c->hc_mult < 1 || c->hc_mult > 8) why = "hc_mult must be 1..8";
+    else if (c->rope_dim % 2 || c->rope_dim / 2 > 256 || c->rope_dim > c->head_dim) why = "rope dims must be even, <= 512 and <= head_dim";
+    else if (c->head_dim % 2 || c->head_dim > 1024) why = "head_dim must be even and <= 1024";
+    else if (c->index_head_dim % 2 || c->index_head_dim > 1024) why = "index_head_dim must be even and <= 1024";
+    else if (c->n_active > 16) why = "at most 16 active experts";
+    else if (c->o_groups < 1 || (c->n_heads * c->head_dim) % c->o_groups) why = "o_groups must divide heads x head_dim";
+    if (why) { snprintf(err, errlen, "cuda backend: unsupported config: %s", why); return -1; }
     return 0;
 }
 
@@ -366,73 +616,42 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, cha
                  ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
         return NULL;
     }
-    if (check_shape(w, err, errlen)) return NULL;
-    const v4_config *cfg = &w->cfg;
+    if (check_config(&w->cfg, err, errlen)) return NULL;
     sl_backend *be = calloc(1, sizeof *be);
     cuda_impl *c = calloc(1, sizeof *c);
-    quant_scratch qs = {0};
-    if (!be || !c) goto oom;
-    c->n_layers = cfg->n_layers;
-    c->dim = cfg->dim;
-    c->cap = SL_CUDA_MOE_MAX_TOKENS;
-    const char *ev = getenv("SLUICE_CUDA_MOE_TOKENS");
-    if (ev && *ev) {
-        char *end;
-        long v = strtol(ev, &end, 10);
-        if (*end || v < 1 || v > 65536) {
-            snprintf(err, errlen, "cuda backend: SLUICE_CUDA_MOE_TOKENS='%s' is not a number in 1..65536", ev);
-            goto fail;
-        }
-        c->cap = (int)v;
+    if (!be || !c) {
+        free(be);
+        free(c);
+        snprintf(err, errlen, "cuda backend: out of memory");
+        return NULL;
     }
-    c->L = calloc((size_t)c->n_layers, sizeof *c->L);
-    c->on_gpu = calloc((size_t)c->n_layers, sizeof *c->on_gpu);
-    if (!c->L || !c->on_gpu) goto oom;
+    c->w = w;
+    c->pool = pool;
+    c->cap = STEP_TOKENS;
+    c->L = calloc((size_t)w->cfg.n_layers, sizeof *c->L);
+    if (!c->L) { snprintf(err, errlen, "cuda backend: out of memory"); goto fail; }
     if ((ce = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         snprintf(err, errlen, "cuda backend: cannot use the CUDA device (%s)", cudaGetErrorString(ce));
         goto fail;
     }
-    int first = -1;
-    for (int l = 0; l < c->n_layers; l++) {
-        if (!w->layers[l].experts) continue;
-        if (load_layer(c, w, l, &qs, err, errlen)) goto fail;
-        if (first < 0) first = l;
-    }
-    qs_free(&qs);
-    if (first >= 0) {
-        if (moe_cuda_ws_init(&c->W, &c->L[first], c->cap)) {
-            moe_cuda_ws_free(&c->W);
-            snprintf(err, errlen, "cuda backend: GPU workspace for %d tokens failed (see the line above)", c->cap);
-            goto fail;
-        }
-        c->ws_ok = 1;
-    }
-    const size_t cnt = (size_t)c->cap * c->dim;
-    if (cudaHostAlloc((void **)&c->hx, cnt * sizeof(uint16_t), cudaHostAllocDefault) != cudaSuccess ||
-        cudaHostAlloc((void **)&c->hout, cnt * sizeof(float), cudaHostAllocDefault) != cudaSuccess ||
-        cudaHostAlloc((void **)&c->htok, (size_t)c->cap * sizeof(int32_t), cudaHostAllocDefault) != cudaSuccess ||
-        cudaMalloc((void **)&c->dx, cnt * sizeof(uint16_t)) != cudaSuccess ||
-        cudaMalloc((void **)&c->dout, cnt * sizeof(float)) != cudaSuccess ||
-        cudaMalloc((void **)&c->dtok, (size_t)c->cap * sizeof(int32_t)) != cudaSuccess) {
-        snprintf(err, errlen, "cuda backend: out of host-pinned or GPU memory for %d-token staging buffers", c->cap);
-        goto fail;
-    }
-    if (add_shared_bf16(c, w, err, errlen)) goto fail;
+    if (load_globals(c, err, errlen)) goto fail;
+    for (int l = 0; l < w->cfg.n_layers; l++)
+        if (load_layer(c, l, err, errlen)) goto fail;
+    if (gpu_moe_load(&c->moe, w, c->cap, err, errlen)) goto fail;
+    if (alloc_step(c, err, errlen)) goto fail;
+    if (gpu_moe_add_shared_bf16(&c->moe, w, err, errlen)) goto fail;
+    if (alloc_state(c, err, errlen)) goto fail;
     if ((ce = cudaDeviceSynchronize()) != cudaSuccess) {
-        snprintf(err, errlen, "cuda backend: loading the MoE weights failed on the GPU (%s)", cudaGetErrorString(ce));
+        snprintf(err, errlen, "cuda backend: loading the weights failed on the GPU (%s)", cudaGetErrorString(ce));
         goto fail;
     }
-    c->cpu = sl_backend_cpu_create_hooked(w, pool, 0, moe_hook, c, err, errlen);
-    if (!c->cpu) goto fail;
     be->ops = &cuda_ops;
     be->w = w;
     be->pool = pool;
     be->impl = c;
     return be;
-oom:
-    snprintf(err, errlen, "cuda backend: out of memory");
 fail:
-    qs_free(&qs);
+    if (pool->store == &c->store) v4_pool_set_store(pool, NULL, NULL);
     impl_free(c);
     free(be);
     return NULL;

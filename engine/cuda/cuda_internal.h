@@ -1,0 +1,34 @@
+/* cuda_internal.h — internals of the "cuda" backend (not a public interface).
+ *
+ * backend_cuda.c  device weights, the state arenas (v4_state_store), the step: every op of
+ *                 V4_SPEC 2 on the GPU (kernels/dense_gemm.h, kernels/v4_ops.h, the MoE below)
+ * moe_load.c      each layer's MoE: the fast kernels (moe_cuda.h) where the shape fits them, else
+ *                 the generic kernel (v4_moe_ref)
+ */
+#ifndef SLUICE_CUDA_INTERNAL_H
+#define SLUICE_CUDA_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+
+#include "../backend.h"
+#include "moe_cuda.h"
+#include "moe_kernels.h"
+#include "v4_ops.h"
+
+typedef struct {
+    int n_layers;
+    int *fast;             /* [n_layers] 1: moe_cuda layer L[l]; 0: generic ref[l] */
+    moe_cuda_layer *L;
+    v4_moe_ref_w *ref;
+    moe_cuda_ws W;         /* one workspace for every fast layer (same shapes) */
+    int ws_ok;
+} gpu_moe;
+
+/* Upload every layer's MoE (fast where the shape fits, else generic) with a workspace for
+ * max_tokens tokens. 0, or -1 with one line in err. */
+int gpu_moe_load(gpu_moe *g, const v4_weights *w, int max_tokens, char *err, size_t errlen);
+/* The shared experts' bf16 copies where memory allows (after every other allocation). */
+int gpu_moe_add_shared_bf16(gpu_moe *g, const v4_weights *w, char *err, size_t errlen);
+void gpu_moe_free(gpu_moe *g);
+
+#endif
