@@ -21,9 +21,11 @@
  *
  * Variants by m (tokens per block = 8 NT; blocks of one row group are adjacent in launch order, so a weight tile
  * read for one token tile is found in L2 by the next):
- *   m <= 8: NT 1, m <= 16: NT 2, m <= 32: NT 4 (decode: the weights stream once, 24 warps per SM, 192 KB in flight);
- *   m <= 64: NT 8; larger m: RT 2 x NT 8 (32 rows x 64 tokens per warp: each activation fragment feeds 2 row tiles,
- *   each dequantised weight fragment 8 n-tiles) over token tiles of 64.
+ *   m <= 8: NT 1, m <= 16: NT 2 (3 blocks = 24 warps per SM, 192 KB of weights in flight), m <= 32: NT 4 (2 blocks),
+ *   m <= 64: NT 8 (FP8 2 blocks, bf16 1): the weights stream once;
+ *   larger m: RT 2 x NT 8 (32 rows x 64 tokens per warp: each activation fragment feeds 2 row tiles, each dequantised
+ *   weight fragment 8 n-tiles; 1 block per SM, 128 KB of rings) over token tiles of 64. mma.sync, not wgmma: the
+ *   same instruction and chain order as the decode variants is what keeps the results independent of m.
  * Roofline at decode: the weight bytes at the HBM read rate (H200 ~4.5 TB/s): wq_b 32768x1024 FP8 (33.6 MB) ~7.5 us.
  * Activations: 16-byte loads where x is 16-byte aligned, ldx % 8 == 0 and k % 128 == 0 (XV), else element loads
  * (inputs past k read as zero; NT 1 or 8 only); token rows past m are read as row m - 1 (never stored).
@@ -43,8 +45,17 @@ __host__ __device__ constexpr int dg_chunk(int fmt) { return fmt == DENSE_FP8_B1
 /* ring depth in chunks: 8 KB per row tile either way */
 __host__ __device__ constexpr int dg_depth(int fmt) { return fmt == DENSE_FP8_B128 ? 4 : 2; }
 __host__ __device__ constexpr int dg_ring(int fmt, int rt) { return dg_depth(fmt) * rt * dg_chunk(fmt); }
-/* blocks per SM the variant is compiled for: decode 3 (64 KB of rings each), wider tiles need the registers */
-__host__ __device__ constexpr int dg_minb(int rt, int nt) { return rt > 1 || nt > 4 ? 1 : nt > 2 ? 2 : 3; }
+/* activation groups held in registers (XR - 1 groups loaded ahead) and blocks per SM the variant is compiled for
+ * (decode: 3 blocks with 64 KB of rings each); both chosen so that ptxas spills nothing: NT 8 FP8 fits 2 blocks
+ * (128 registers) only without the look-ahead, NT 8 bf16 not at all, the element loads (!XV) take one group at a time */
+__host__ __device__ constexpr int dg_xr(int fmt, int rt, int nt, int xv)
+{
+    return !xv ? 1 : nt == 1 ? 4 : nt == 8 && rt == 1 && fmt == DENSE_FP8_B128 ? 1 : 2;
+}
+__host__ __device__ constexpr int dg_minb(int fmt, int rt, int nt, int xv)
+{
+    return rt > 1 ? 1 : nt == 8 ? (xv && fmt == DENSE_FP8_B128 ? 2 : 1) : nt == 4 ? 2 : 3;
+}
 
 struct DgArgs {
     const uint8_t *w;
@@ -116,11 +127,10 @@ __device__ __forceinline__ uint4 dg_ldx<0>(const uint16_t *p, int col, int lim)
 }
 
 template <int FMT, int RT, int NT, int XV>
-__global__ void __launch_bounds__(DG_THREADS, dg_minb(RT, NT)) k_dense_gemm(const DgArgs a)
+__global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_gemm(const DgArgs a)
 {
     constexpr int CH = dg_chunk(FMT), D = dg_depth(FMT), RING = dg_ring(FMT, RT);
-    /* activation groups in registers, XR - 1 groups ahead (the element loads of !XV: none ahead) */
-    constexpr int XR = !XV ? 1 : NT == 1 ? 4 : 2;
+    constexpr int XR = dg_xr(FMT, RT, NT, XV);
     extern __shared__ __align__(16) uint8_t dg_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int SW = a.S / a.SC, WR = DG_WARPS / SW;   /* slices and row groups per block */
