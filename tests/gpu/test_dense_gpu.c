@@ -95,7 +95,7 @@ static void weight_make(weight *w, int fmt, int n, int k, int pow2)
         w->wq = malloc(nk);
         for (size_t i = 0; i < nk; i++) {
             const float v = (4.f + urand() * 444.f) * (rnd() & 1 ? -1.f : 1.f);
-            w->wq[i] = f32_to_e4m3(v * (rnd() % 8 == 0 ? 1.f / 64 : 1.f));   /* some small codes, subnormals */
+            w->wq[i] = f32_to_e4m3(v * (rnd() % 8 == 0 ? 1.f / 4096 : 1.f));   /* some small codes and subnormals */
         }
         const size_t ns = (size_t)((n + 127) / 128) * w->nkb;
         w->sc = malloc(ns * sizeof(float));
