@@ -23,6 +23,7 @@ int main(int argc, char **argv)
 #include <cuda_runtime_api.h>
 #include "moe_cuda.h"
 #include "moe_kernels.h"
+#include "moe_bench_kernels.h"
 
 #define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     fprintf(stderr, "sluice-bench: %s: %s\n", #call, cudaGetErrorString(e_)); exit(1); } } while (0)

@@ -290,41 +290,6 @@ cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu_blocks_per_sm, 
  * routed rings are too small for them (MOE_GU_D < 4), where the caller must use moe_shared_experts. */
 int moe_expert_inline_shared_ok(void);
 
-/* ---- the whole layer for small batches in one persistent launch (moe_fused.cu) */
-#define MOE_FUSED_MAX_T 8
-typedef struct {
-    moe_expert_args ex;
-    const uint16_t *x;                        /* bf16 [T][H] */
-    const float *gate, *bias;                 /* router weight fp32 [E][H]; bias [E] or NULL */
-    const int32_t *tid2eid, *token_ids;       /* hash routing, or NULL */
-    int T, topk, score_func, ks;              /* ks: router K parts, = moe_fused_ks(H) */
-    int opt;                                  /* bit 0: 64-row gate/up items when there are enough,
-                                                 bits 0+1: always (moe_fused.cu); 0 = default */
-    float route_scale;
-    float *logits;                            /* [ks][T][E] */
-    int32_t *idx; float *w;                   /* [T][topk] */
-    int32_t *off;                             /* [E+2] (as moe_build_lists) */
-    int32_t *pair_tok, *inv; float *pair_w;   /* as moe_build_lists */
-    uint16_t *h; float *y;                    /* as moe_gate_up / moe_down */
-    unsigned *sync;                           /* MOE_FUSED_SYNC_WORDS(E) words, zero before the first
-                                                 launch; every completed launch leaves them zero */
-    unsigned long long *trace;                /* NULL, or (grid * 8 * 2 + 5) words: per-block item
-                                                 timestamps, block 0's routing start and end, ticket
-                                                 0's logits phases (bench; moe_fused.cu) */
-} moe_fused_args;
-#define MOE_FUSED_SYNC_LINE 32                                   /* words: one counter per 128 bytes */
-#define MOE_FUSED_SYNC_WORDS(E) (MOE_FUSED_SYNC_LINE * (3 + (E) + 1))
-/* Router + lists + shared and routed experts for T <= MOE_FUSED_MAX_T tokens in one launch on
- * <= grid blocks (grid: moe_fused_occupancy x SMs); the same h, y, idx, w, off, inv as the unfused
- * sequence, so moe_combine follows. Needs E <= MOE_FUSED_MAX_E, T * topk <= 256 and
- * ks = moe_fused_ks(H) > 0 (else cudaErrorInvalidValue). Opt-in: v13 measured it no faster than
- * the launch sequence (bench/NOTES.md). */
-#define MOE_FUSED_MAX_E 256
-cudaError_t moe_fused_small(const moe_fused_args *a, int grid, cudaStream_t st);
-cudaError_t moe_fused_occupancy(int fmt, int *blocks_per_sm);
-/* Router K parts the fused kernel uses for hidden H: 4 (H a multiple of 1024, <= 4096), 0: H does not
- * fit it. */
-int moe_fused_ks(int H);
 
 /* ---- stage timeline (bench, v16; kernels/common/moe_trace.cuh): with buf set (2 * MOE_TR_SLOTS words:
  * per slot the earliest block start, initialise to ~0, and the latest warp end, initialise to 0;
@@ -339,29 +304,6 @@ cudaError_t moe_trace_set(unsigned long long *buf);
 /* v32: the T <= 8 kernel's item log (kernels/common/moe_trace.cuh moe_trace_item; builds with -DMOE_TRACE_ITEMS=1 and
  * the stage trace on): buf[0] = 0, buf[1] = capacity in records, then 2 words per record; NULL turns it off. */
 cudaError_t moe_ilog_set(unsigned long long *buf);
-
-/* ---- bench helpers (moe_bench_kernels.cu) */
-/* Reads n bytes (multiple of 16) and writes one word per block to sink. */
-cudaError_t moe_hbm_read(const void *p, size_t n, unsigned *sink, cudaStream_t st);
-/* a 1-thread kernel that keeps the stream busy for ns nanoseconds (sluice-bench: replays queued before timing) */
-cudaError_t moe_hold(unsigned long long ns, cudaStream_t st);
-/* v42: one launch of a kernel that does nothing (1 x 32 threads); pdl: under programmatic dependent launch, releasing
- * its dependents at once and waiting for its predecessor (sluice-bench moe's graph floor) */
-cudaError_t moe_empty(int pdl, cudaStream_t st);
-/* the SM clock (MHz) over ns nanoseconds of the global timer into *mhz_dev (sluice-bench --sustain) */
-cudaError_t moe_sm_mhz(unsigned long long ns, float *mhz_dev, cudaStream_t st);
-/* Streaming probe: warps (multiple of 4) each read nchunks chunks of 1152 bytes from base + w * stride, depth
- * chunks in flight, no arithmetic. mode 0: through a cp.async ring of depth (4, 8 or 16), one word per lane read back;
- * 1: the ring (depth 4 or 8), every byte read back; 2: straight into registers (depth 4 or 8), no shared memory. */
-cudaError_t moe_stream_read(const void *base, int warps, size_t stride, int nchunks, int depth, int mode,
-                            unsigned *sink, cudaStream_t st);
-/* v24: reads one 4-byte word every stride bytes of [p, p + n) (the address translations of a region, ~nothing of
- * its bytes: 32 B of L2 per stride); one word per block to sink. */
-cudaError_t moe_touch(const void *p, size_t n, size_t stride, unsigned *sink, cudaStream_t st);
-/* Fills n bytes with a hash of (seed, offset); kind 0: any byte, 1: E4M3 scale in [lo, hi] codes. */
-cudaError_t moe_fill_bytes(uint8_t *p, size_t n, uint32_t seed, int kind, int lo, int hi, cudaStream_t st);
-/* Fills n bf16 values with uniform(-a, a). */
-cudaError_t moe_fill_bf16(uint16_t *p, size_t n, uint32_t seed, float a, cudaStream_t st);
 
 /* ---- sm_120 variant (kernels/sm120/moe_w4a4_sm120.cu): W4A4 with the block-scaled FP4 MMA, weights
  * in the checkpoint's ModelOpt layout (w1 rows then w3 rows: q [2I][H/2], E4M3 scales [2I][H/16]),

@@ -1116,149 +1116,7 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
                            dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
-/* SW (v25; moe_expert_args.sh_wg_min_t, bench/NOTES.md v25): the same two GEMMs as k_shared_fp8 on wgmma. One
- * warpgroup per block: its 4 warps' 16-row tiles (r = 4 blockIdx.y + warp, as above: 64 rows inside one 128-row
- * scale block) are the M = 64 of m64nNk16, N = 8 NT token rows per block (blockIdx.x, fastest, so the blocks of
- * one row group read its weights from HBM once). Per 128-input chunk each warp dequantises its FP8 fragments from
- * its own cp.async ring as fp8_chunk does (exact e4m3 in bf16) and issues 8 k16 steps per matrix into fresh fp32
- * partials, waits for them, and adds partials * the chunk's block scale (fp32) to its accumulators: the numerics
- * of fp8_chunk. What changes is the tensor work: one wgmma per 64 rows x N tokens x 16 inputs instead of N / 8
- * mma.sync per warp, and each dequantised fragment feeds N tokens (k_shared_fp8: 16-64). Measured (NOTES v25 (2),
- * (5)): correct, its gate/up at 512 84 us against 109, the layer no faster at 256-512 with 2-4 chunks in flight or
- * any fork point, so it is off by default (its per-chunk partials cap the tile at 64 tokens; one L2 round trip per
- * chunk bounds it). */
-#ifndef SW_D
-#define SW_D 2   /* chunks in flight (weights and activations) */
-#endif
-#ifndef SW_MINB
-#define SW_MINB 3   /* blocks per SM the registers must allow (gate/up of 64 tokens: 2, its fp32 partials and
-                       accumulators alone take 128 registers and spill at 3) */
-#endif
-/* FOLD 1 (SWF, v25, prepared and not yet run on the GPU; moe_expert_args.sh_wg_fold): block scales that are powers of
- * two (DeepSeek's ue8m0 checkpoints; moe_cuda_layer.sh_pow2 checks every one at load time) fold into the
- * dequantisation's multiplier exactly (e4m3 x 2^e is a bf16), so there are no per-chunk partials: the wgmmas
- * accumulate straight into acc, a warp waits only for the previous chunk's group before its slot is refilled
- * (SWF_D chunks in flight), and the registers the partials took make room for 128-token tiles. */
-#ifndef SWF_D_GU
-#define SWF_D_GU 3   /* chunks in flight, gate/up (128 tokens: 48 KB a chunk, one block per SM) */
-#endif
-#ifndef SWF_D_DN
-#define SWF_D_DN 4   /* ... down (40 KB a chunk at 128 tokens) */
-#endif
-template <int NM, int FOLD>
-__host__ __device__ constexpr int sw_depth() { return FOLD ? (NM == 2 ? SWF_D_GU : SWF_D_DN) : SW_D; }
-template <int NM, int NT, int FOLD>
-__host__ __device__ constexpr int sw_minb() { return FOLD ? (NT == 16 ? 1 : 2) : (NM == 2 && NT == 8 ? 2 : SW_MINB); }
-
-template <int NM, int NT, int FOLD>
-__global__ void __launch_bounds__(128, sw_minb<NM, NT, FOLD>())
-    k_shared_wg(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
-{
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    __trap();   /* wgmma is sm_90a's alone; the default build also compiles this file for sm_120a, where the host
-                   never launches it (sw_ok) */
-#else
-    const MoeTrace trace_(NM == 2 ? MOE_TR_SH_GU : MOE_TR_SH_DN);
-    constexpr int D = sw_depth<NM, FOLD>(), N = 8 * NT, XB = N * 256;   /* staged activation bytes per chunk */
-    static_assert(D >= 2, "the refill protocol needs two slots");
-    extern __shared__ __align__(16) uint8_t smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int K = NM == 2 ? a.H : a.I, nc = K / 128, r = blockIdx.y * MOE_WARPS + warp, t0 = blockIdx.x * N;
-    const uint8_t *rt = (NM == 2 ? a.sh_w13 : a.sh_w2) + (size_t)r * nc * NM * MOE_FP8_CHUNK_BYTES;
-    const float *bscale = (NM == 2 ? a.sh_s13 : a.sh_s2) + (size_t)(r * 16 / 128) * nc;
-    const int bstride = (a.I / 128) * (a.H / 128);
-    uint8_t *xs = smem;                                                       /* [D][XB] */
-    uint8_t *ring = smem + D * XB + warp * (D * NM * MOE_FP8_CHUNK_BYTES);   /* this warp's weights */
-    const size_t base = NM == 2 ? 0 : (size_t)T * topk;   /* down reads the shared pairs' h rows */
-#pragma unroll
-    for (int s = 0; s < D; s++)
-        if (s < nc) fp8_issue<NM>(ring, s, rt, s, lane);
-    moe_pdl_wait();
-    if (NM == 1) moe_pdl_release();
-    /* chunk c's N activation rows into slot s: this thread's piece i is row n = 8 i + nlo, inputs 32 pi + 8 pq +
-       0..7, as 4 words; a warp's 32 pieces are 8 rows x 4 pq of one pi, so its copies of a word hit 32 banks */
-    const int pq = threadIdx.x & 3, pi = warp, nlo = (threadIdx.x >> 2) & 7;   /* piece i: row n = 8 i + nlo */
-    const uint16_t *xrow = xin + base * K + pi * 32 + pq * 8;
-    uint32_t xoff[N / 8];   /* 32-bit element offsets of the rows (rows past T repeat row T - 1) */
-#pragma unroll
-    for (int i = 0; i < N / 8; i++) xoff[i] = (uint32_t)min(t0 + 8 * i + nlo, T - 1) * (uint32_t)K;
-    auto stage_x = [&](int s, int c) {
-#pragma unroll
-        for (int i = 0; i < N / 8; i++) {
-            const uint16_t *src = xrow + xoff[i] + c * 128;
-            uint8_t *dst = xs + s * XB + i * 128 + nlo * 16 + pq * 4;
-#pragma unroll
-            for (int w = 0; w < 4; w++) cp4(dst + (pi * 2 + (w >> 1)) * (N * 32) + (w & 1) * (N * 16), src + 2 * w);
-        }
-    };
-#pragma unroll
-    for (int s = 0; s < D; s++) {
-        if (s < nc) stage_x(s, s);
-        cp_commit();
-    }
-    float acc[NM][NT][4];
-    acc_zero<NM, NT>(acc);
-    if constexpr (FOLD) {
-        for (int c = 0; c < nc; c++) {
-            const int s = c % D;
-            uint32_t f[NM];   /* bf16x2 of the block scale x 2^120 (exact: a power of two in range, sh_pow2) */
-#pragma unroll
-            for (int m = 0; m < NM; m++) {
-                const uint32_t b = __float_as_uint(__ldg(bscale + (size_t)m * bstride + c) * 0x1p120f) >> 16;
-                f[m] = b | (b << 16);
-            }
-            cp_wait<D - 2>();   /* chunk c has landed (group c, or c + 1 from chunk D on: one group per iteration) */
-            wg_proxy_fence();
-            __syncthreads();
-            sw_chunk<NM, NT>(ring, s, lane, xs + s * XB, f, acc, false);
-            wg_commit();
-            wg_wait<1>();      /* this warp's wgmmas of chunk c - 1 are complete */
-            __syncthreads();   /* ... every warp's: slot (c - 1) % D is free */
-            if (c >= 1 && c - 1 + D < nc) {
-                const int sp = (c - 1) % D;
-                fp8_issue<NM>(ring, sp, rt, c - 1 + D, lane);
-                stage_x(sp, c - 1 + D);
-            }
-            cp_commit();
-        }
-        wg_wait<0>();
-    } else {
-        uint32_t f120[NM];   /* bf16x2 of 2^120: the e4m3 values themselves */
-#pragma unroll
-        for (int m = 0; m < NM; m++) f120[m] = 0x7B807B80u;
-        float tmp[NM][NT][4];
-        acc_zero<NM, NT>(tmp);   /* (each chunk's first wgmma overwrites it) */
-        for (int c = 0; c < nc; c++) {
-            const int s = c % D;
-            float bs[NM];
-#pragma unroll
-            for (int m = 0; m < NM; m++) bs[m] = __ldg(bscale + (size_t)m * bstride + c);
-            cp_wait<D - 1>();
-            wg_proxy_fence();   /* the copies, before wgmma reads them */
-            __syncthreads();   /* every thread's activation copies of chunk c have landed */
-            sw_chunk<NM, NT>(ring, s, lane, xs + s * XB, f120, tmp, true);
-            wg_commit();
-            wg_wait<0>();
-#pragma unroll
-            for (int m = 0; m < NM; m++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs[m], acc[m][j][i]);
-            __syncthreads();   /* every warp's wgmmas are done with slot s before it is refilled */
-            if (c + D < nc) {
-                fp8_issue<NM>(ring, s, rt, c + D, lane);
-                stage_x(s, c + D);
-            }
-            cp_commit();
-        }
-    }
-    shared_store<NM, NT>(a, acc, r, t0, T, topk, h, y);
-    if (NM == 2) moe_pdl_release();
-#endif
-}
-
-/* k_shared_wg runs on compute capability 9.0 only (wgmma) */
+/* wgmma (moe_shared_gemms' tensor-core form) runs on compute capability 9.0 only */
 static bool sw_ok()
 {
     static int ok = -1;
@@ -1270,49 +1128,6 @@ static bool sw_ok()
     return ok == 1;
 }
 
-template <int NM, int NT, int FOLD>
-static size_t smem_wg()
-{
-    return (size_t)sw_depth<NM, FOLD>() * (NT * 8 * 256 + MOE_WARPS * NM * MOE_FP8_CHUNK_BYTES);
-}
-
-template <int NM, int NT, int FOLD>
-static cudaError_t shared_launch_wg(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                    cudaStream_t st)
-{
-    static int raised;
-    const size_t sm = smem_wg<NM, NT, FOLD>();
-    if (!raised) {
-        const cudaError_t e = raise_smem((const void *)k_shared_wg<NM, NT, FOLD>, sm);
-        if (e != cudaSuccess) return e;
-        raised = 1;
-    }
-    const int rows = NM == 2 ? a->I : a->H;
-    return moe_launch_prio(k_shared_wg<NM, NT, FOLD>, dim3((T + 8 * NT - 1) / (8 * NT), rows / MOE_ROWS_PER_ITEM),
-                           dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
-}
-
-/* SW's two launches, gate/up then down, with NT n-tiles (8 NT tokens) per block */
-template <int NT, int FOLD>
-static cudaError_t shared_wg_pair(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                  cudaStream_t st)
-{
-    const cudaError_t e = shared_launch_wg<2, NT, FOLD>(a, x, T, topk, h, y, st);
-    return e != cudaSuccess ? e : shared_launch_wg<1, NT, FOLD>(a, h, T, topk, h, y, st);
-}
-
-/* SW: the partials form (32-token blocks below 256 tokens, 64 from 256), or with folded scales (sh_wg_fold) 32 / 64 /
- * 128 tokens below 256 / from 256 / from sh_wg_n128_min_t */
-static cudaError_t shared_wg_launches(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                      cudaStream_t st)
-{
-    if (a->sh_wg_fold)
-        return a->sh_wg_n128_min_t > 0 && T >= a->sh_wg_n128_min_t ? shared_wg_pair<16, 1>(a, x, T, topk, h, y, st)
-               : T >= 256                                            ? shared_wg_pair<8, 1>(a, x, T, topk, h, y, st)
-                                                                     : shared_wg_pair<4, 1>(a, x, T, topk, h, y, st);
-    return T >= 256 ? shared_wg_pair<8, 0>(a, x, T, topk, h, y, st) : shared_wg_pair<4, 0>(a, x, T, topk, h, y, st);
-}
-
 #include "moe_shared_gemm.cuh"   /* v36 (SG): moe_shared_gemms */
 
 extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h,
@@ -1322,8 +1137,6 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
         return cudaErrorInvalidValue;
     /* tokens per block: more reuse of each dequantised fragment at large T; at 1-32 and 49-64 tokens (v35,
      * sh_tile_max_t) one block per 64-row group, so the router's launches beside it keep most SMs */
-    if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok())   /* v25: on wgmma */
-        return shared_wg_launches(a, x, T, topk, h, y, st);
     cudaError_t e;
     /* v35: the gate/up's blocks take T rounded up to 16, 32 or 64 tokens, the 64-token ones only above 48 (NOTES v35
        (4): at 48, a quarter of their work padding, random 48 +0.6 % and skewed 48 +6 % against 16-token blocks) */
@@ -1441,13 +1254,8 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
         (const void *)k_shared_fp8<2, SH_GU_NTT_XL>,   /* v35: it had the driver's carveout (NOTES v35 (1): 512 equal) */
         (const void *)k_shared_fp8<2, 2>, (const void *)k_shared_fp8<2, 4>, (const void *)k_shared_fp8<2, 8>,   /* HT */
-        (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
-        (const void *)k_shared_wg<1, 8, 0>, (const void *)k_shared_wg<2, 4, 1>, (const void *)k_shared_wg<2, 8, 1>,
-        (const void *)k_shared_wg<2, 16, 1>, (const void *)k_shared_wg<1, 4, 1>, (const void *)k_shared_wg<1, 8, 1>,
-        (const void *)k_shared_wg<1, 16, 1>, (const void *)k_shared_gemm<1, 0>, (const void *)k_shared_gemm<0, 0>,
-        (const void *)k_shared_gemm<1, 1>, (const void *)k_shared_gemm<0, 1>, (const void *)k_shared_gemm_wg<1, 0>,
-        (const void *)k_shared_gemm_wg<0, 0>, (const void *)k_shared_gemm_wg<1, 1>, (const void *)k_shared_gemm_wg<0, 1>,
-        (const void *)k_shared_gemm_wg<1, 2>, (const void *)k_shared_gemm_wg<0, 2>,
+        (const void *)k_shared_gemm<1, 0>, (const void *)k_shared_gemm<0, 0>,
+        (const void *)k_shared_gemm<1, 1>, (const void *)k_shared_gemm<0, 1>,
         (const void *)k_shared_gemm_tma<1>, (const void *)k_shared_gemm_tma<0>,
         (const void *)k_combine,
     };
