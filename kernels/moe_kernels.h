@@ -200,11 +200,6 @@ typedef struct {
                                                  launches. moe_tok1() reads it. Negative (v24, T > 8
                                                  only): every routed expert with tokens takes the 2-tile
                                                  launches, and moe_gate_up / moe_down launch only those. */
-    int sh_wg_min_t;                          /* v25, moe_shared_experts: from this many tokens (0: never) both GEMMs
-                                                 run on wgmma (k_shared_wg; sh_xl_min_t then unused) */
-    int sh_wg_fold;                           /* v25, with sh_wg_min_t: the block scales are powers of two (checked at
-                                                 load) and fold into the dequantisation (k_shared_wg FOLD 1) */
-    int sh_wg_n128_min_t;                     /* ... and from this many tokens its blocks take 128 (0: never) */
     int wide_min;                             /* v26 (X4): routed experts with more than this many tokens (0: none;
                                                  else >= 2 * MOE_TOK_CHUNK and >= tok1_max) take the wide
                                                  launches (items of 8 * MOE_NTW tokens, 64: each dequantised fragment
@@ -266,15 +261,13 @@ cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm
  * fp32 block scale applied per 128x128 chunk); every output has one owner: deterministic. */
 cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
                                cudaStream_t st);
-/* v36 (moe_shared_gemm.cuh): the same shared expert as two bf16 GEMMs on b13 ([2I][H], w1 / w3 rows interleaved) and b2
+/* The same shared expert as two bf16 GEMMs (moe_shared_gemm.cuh) on b13 ([2I][H], w1 / w3 rows interleaved) and b2
  * ([H][I]) from moe_shared_to_bf16 (a gives H, I, the swiglu limit, the block scales and the launch priority); fold: the
  * scales are in b13 / b2 (power-of-two scales, moe_cuda_layer.sh_pow2), else they multiply each 128-input block's fp32
- * partial sums. Needs 2I, H multiples of 128 (as the scale blocks). wg (v37): with fold, H a multiple of 256 and a
- * compute capability 9 device, the GEMMs run on wgmma (k_shared_gemm_wg, 128 x 256 tiles), else on mma.sync; wg 2
- * (v38): the same with one wgmma group in flight across K steps; wg 3: and one m64n256k16 per 16 inputs; wg 4 (GWT): and the
- * tiles moved by TMA from a producer warp (the tensor maps encoded per call; wg 3's form where the driver has no
- * encoder). */
-cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t *b13, const uint16_t *b2, int fold, int wg,
+ * partial sums. Needs 2I, H multiples of 128 (as the scale blocks). With fold, H a multiple of 256, a compute
+ * capability 9 device and a driver that encodes tensor maps, the GEMMs run on wgmma with their tiles moved by TMA
+ * (k_shared_gemm_tma, 128 x 256 tiles), else on mma.sync (k_shared_gemm). */
+cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t *b13, const uint16_t *b2, int fold,
                              const uint16_t *x, int T, int topk, uint16_t *h, float *y, cudaStream_t st);
 /* out[t][H] = sum_k y[inv[t][k]] + ysh[t] (fixed order: deterministic); ysh: the shared expert's
  * rows [T][H] or NULL. inv_ready (v33): inv is complete whenever this launch starts (the launch before it releases
