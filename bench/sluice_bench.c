@@ -33,15 +33,15 @@ enum { NSETS = 8, NLAYERS = 4, MAXB = 512 };
 static int cmp_f(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
 static float median(float *v, int n) { qsort(v, n, sizeof *v, cmp_f); return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]); }
 
-/* v25: every row is also timed with each replay queued behind a 50 us hold kernel (ms_queued), so its start
+/* every row is also timed with each replay queued behind a 50 us hold kernel (ms_queued), so its start
  * event fires only when the GPU is ready to run it: the pair then holds no host submission gap. The first
- * run (bench/NOTES.md v25 (1)) read the two within -2.2..+1.2 % (no gap at batches 1-8, where a host gap would
- * weigh most), so ms stays the unqueued reading every run before v25 made and ms_queued goes beside it. */
+ * run (`sluice-bench moe`) read the two within -2.2..+1.2 % (no gap at batches 1-8, where a host gap would
+ * weigh most), so ms stays the unqueued reading every run before made and ms_queued goes beside it. */
 #define HOLD_NS 50000ull
 
-/* v25: the SM clock (MHz) the work queued on st before it left: moe_sm_mhz over 50 us, into d (one float). v40: st is
+/* the SM clock (MHz) the work queued on st before it left: moe_sm_mhz over 50 us, into d (one float). st is
  * non-blocking, so the legacy-stream cudaMemcpy did not wait for the probe and every reading was the one before it
- * (the JSON's sm_mhz from v25 to v39: the previous row's, or the process's warm-up for the first); now it waits. */
+ * (the JSON's sm_mhz from to the previous row's, or the process's warm-up for the first); now it waits. */
 static float sm_mhz_now(float *d, cudaStream_t st)
 {
     float mhz;
@@ -50,7 +50,7 @@ static float sm_mhz_now(float *d, cudaStream_t st)
     CU(cudaMemcpy(&mhz, d, sizeof mhz, cudaMemcpyDeviceToHost));
     return mhz;
 }
-/* v40: the SM clock while graph g replays (ms long) on st: moe_sm_mhz over 80 % of ms on the side stream, launched
+/* the SM clock while graph g replays (ms long) on st: moe_sm_mhz over 80 % of ms on the side stream, launched
  * first so it starts as the replay does (one thread: one SM slot of the replay's grids) */
 static float sm_mhz_during(cudaGraphExec_t g, double ms, float *d, cudaStream_t st, cudaStream_t side)
 {
@@ -74,7 +74,7 @@ static double read_ceiling(const void *p, size_t n, unsigned *sink, cudaEvent_t 
     return n / (median(tv, 7) * 1e-3) / 1e12;
 }
 
-/* The peer file (bench/moe_peer.py) holds lines "batch routing ms [ms_queued]" (the fourth from v25). */
+/* The peer file (bench/moe_peer.py) holds lines "batch routing ms [ms_queued]" (the fourth from ). */
 typedef struct { int batch; char routing[16]; double ms, ms_q; } peer_row;
 static peer_row g_peer[64];
 static int g_npeer;
@@ -120,7 +120,7 @@ static void make_layer(moe_cuda_layer *L, const moe_cuda_shape *s, uint32_t seed
     }
     const float *sh_s[3];
     float *ss = malloc((size_t)(I / 128) * (H / 128) * sizeof(float));
-    /* v25: 2^-10 (was 1e-3): a power of two, as DeepSeek's ue8m0 block scales are (moe_cuda_layer.sh_pow2) */
+    /* 2^-10 (was 1e-3): a power of two, as DeepSeek's ue8m0 block scales are (moe_cuda_layer.sh_pow2) */
     for (int i = 0; i < (I / 128) * (H / 128); i++) ss[i] = 0x1p-10f;
     for (int m = 0; m < 3; m++) sh_s[m] = ss;
     uint8_t *f8[3];
@@ -142,7 +142,7 @@ static void stage_timeline(cudaGraphExec_t *g, cudaStream_t st, int T, const cha
 {
     stage_trace(g, NULL, NULL, NULL, NULL, NULL, st, T, routing);
 }
-/* v21: the same trace of the forward issued on the stream (no graph) */
+/* the same trace of the forward issued on the stream (no graph) */
 static void stream_timeline(const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok, float *out,
                             cudaStream_t st, int T, const char *routing)
 {
@@ -156,7 +156,7 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
     unsigned long long *d, h[2 * MOE_TR_SLOTS];
     float b[MOE_TR_SLOTS][NSETS], e[MOE_TR_SLOTS][NSETS];
     int seen[MOE_TR_SLOTS] = {0};
-    float evms[NSETS], span[NSETS];   /* v40: each traced replay between events (ms) and its kernels' span (us) */
+    float evms[NSETS], span[NSETS];   /* each traced replay between events (ms) and its kernels' span (us) */
     cudaEvent_t ev[2];
     CU(cudaEventCreate(&ev[0])); CU(cudaEventCreate(&ev[1]));
     CU(cudaMalloc((void **)&d, sizeof h));
@@ -210,7 +210,7 @@ static void capture_graph(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_
     CU(cudaGraphLaunch(*g, st)); CU(cudaStreamSynchronize(st));
 }
 
-static double g_launch_us;   /* the last replay_ms's median host time inside cudaGraphLaunch (us, v25) */
+static double g_launch_us;   /* the last replay_ms's median host time inside cudaGraphLaunch (us) */
 static double now_us(void)
 {
     struct timespec t;
@@ -218,7 +218,7 @@ static double now_us(void)
     return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
-/* ---- v41 (--power MS): energy per replay under sustained load. NVML (libnvidia-ml, which ships with the driver) is
+/* ---- (--power MS): energy per replay under sustained load. NVML (libnvidia-ml, which ships with the driver) is
  * opened at run time, so the bench links nothing new; its board energy counter (mJ) is read around MS milliseconds of
  * back-to-back replays, its SM clock every >= 20 ms during them. */
 typedef struct {
@@ -258,7 +258,7 @@ static size_t region_off(int r, size_t extra, size_t nbuf, size_t bytes)
 }
 
 /* One launch of the work whose energy power_run measures: replay i of the row's graphs, one 8 GiB read, or (sw > 0,
- * v42: sluice-bench stream --power) one moe_stream_read of sw warps x sn chunks, depth sd, mode sm, from a place in the
+ * sluice-bench stream --power) one moe_stream_read of sw warps x sn chunks, depth sd, mode sm, from a place in the
  * n-byte buffer big that moves with i (so L2 holds none of it). */
 typedef struct { cudaGraphExec_t *g; const void *big; size_t n; unsigned *sink; int sw, sn, sd, sm; } power_work;
 static void power_launch(const power_work *w, int i, cudaStream_t st)
@@ -354,13 +354,13 @@ static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cud
     }
     g_launch_us = median(lu, nl);
     const double med = median(tm, n);   /* sorts tm */
-    if (getenv("SLUICE_BENCH_SPREAD"))   /* v40: where a row's readings lie (tm and lu sorted by median) */
+    if (getenv("SLUICE_BENCH_SPREAD"))   /* where a row's readings lie (tm and lu sorted by median) */
         printf("  spread%s (ms p10 p50 p90 max; launch us p50 p90 max): %.4f %.4f %.4f %.4f; %.1f %.1f %.1f\n",
                hold ? " queued" : "", tm[n / 10], tm[n / 2], tm[n * 9 / 10], tm[n - 1], lu[nl / 2], lu[nl * 9 / 10], lu[nl - 1]);
     return med;
 }
 
-/* v42: the floor under every row's replay, the graph's own start and end: graphs of n empty kernels (moe_empty),
+/* the floor under every row's replay, the graph's own start and end: graphs of n empty kernels (moe_empty),
  * plain or under programmatic dependent launch as the layer's kernels are, replayed as the rows are (unqueued, and
  * queued behind the hold); us, median of 64 x NSETS replays. */
 static void graph_floor(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, float *tm)
@@ -384,8 +384,8 @@ static void graph_floor(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, float *
     printf("\n");
 }
 
-/* --placements P (v21): does where the weights land decide the 5 % spread between bench processes (batch 64
- * read 0.768 / 0.783 / 0.810 ms in the three processes of one call, NOTES v19 (8); not the SM clock, v20
+/* --placements P: does where the weights land decide the 5 % spread between bench processes (batch 64
+ * read 0.768 / 0.783 / 0.810 ms in the three processes of one call, `sluice-bench moe`; not the SM clock
  * (4))? Placement 0 is the weight sets already made (L); placements 1..P-1 make the same NLAYERS weight sets
  * again (same seeds, same bytes) after a spacer allocation of a different size, all kept alive. Then, per
  * round, every placement's graphs are measured in turn at each batch (random routing), interleaved as the
@@ -466,16 +466,16 @@ static int bench_moe(int argc, char **argv)
             sets[nset++] = argv[++i];
         } else if (!strcmp(argv[i], "--stages")) {   /* per batch: each stage's start and end in the graph */
             stages = 1;
-        } else if (!strcmp(argv[i], "--stream")) {   /* per batch also the forward outside a graph (v21) */
+        } else if (!strcmp(argv[i], "--stream")) {   /* per batch also the forward outside a graph */
             stream_mode = 1;
-        } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places (v21) */
+        } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places */
             placements = atoi(argv[++i]);
             if (placements < 2 || placements > 8) { fprintf(stderr, "sluice-bench: --placements 2..8\n"); return 2; }
-        } else if (!strcmp(argv[i], "--power") && i + 1 < argc) {   /* v41: energy per replay over MS ms */
+        } else if (!strcmp(argv[i], "--power") && i + 1 < argc) {   /* energy per replay over MS ms */
             power_ms = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--sustain") && i + 1 < argc) {   /* per row R rounds of 8 replays (v25) */
+        } else if (!strcmp(argv[i], "--sustain") && i + 1 < argc) {   /* per row R rounds of 8 replays */
             sustain = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--row-cool") && i + 1 < argc) {   /* ms of idle GPU before each row (v25) */
+        } else if (!strcmp(argv[i], "--row-cool") && i + 1 < argc) {   /* ms of idle GPU before each row */
             row_cool_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
@@ -506,7 +506,7 @@ static int bench_moe(int argc, char **argv)
     CU(cudaMemset(big, 0x5a, nread));
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
-    float *mhz_d;   /* moe_sm_mhz's result (the warm-up: v25 run 5's first reading came out 0, the race v40 fixed) */
+    float *mhz_d;   /* moe_sm_mhz's result (the warm-up: run 5's first reading came out 0, the race fixed) */
     CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
     (void)sm_mhz_now(mhz_d, 0);
     const double ceiling = read_ceiling(big, nread, sink, e0, e1);
@@ -516,17 +516,17 @@ static int bench_moe(int argc, char **argv)
     cudaStream_t st, side;   /* side: sm_mhz_during's probe, and --power's */
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-    {   /* v42: what a replay costs with no work in it */
+    {   /* what a replay costs with no work in it */
         float *ftm = malloc((size_t)64 * NSETS * sizeof(float));
         graph_floor(st, e0, e1, ftm);
         free(ftm);
     }
-    if (power_ms > 0) {   /* v41: the read kernel's and the idle GPU's energy, then each row's */
+    if (power_ms > 0) {   /* the read kernel's and the idle GPU's energy, then each row's */
         const power_work rd = {NULL, big, nread, sink, 0, 0, 0, 0};
         const power_row idle = power_run(&nv, &rd, 0, 1000, st, side, mhz_d), r = power_run(&nv, &rd, 1, power_ms, st, side, mhz_d);
         printf("  power idle: %.0f W over %.2f s\n", idle.watts, idle.s);
         power_print("read", &r, nread);
-        /* v42 (1): the same read over random bytes, as the expert weights are: the ceiling's buffer holds one byte
+        /* the same read over random bytes, as the expert weights are: the ceiling's buffer holds one byte
            value (memset), and moving random bits costs ~40-55 % more energy per byte at the same rate */
         CU(moe_fill_bytes((uint8_t *)big, nread, 4242u, 0, 0, 0, 0));
         const double cr = read_ceiling(big, nread, sink, e0, e1);
@@ -597,19 +597,18 @@ static int bench_moe(int argc, char **argv)
             }
             bytes /= NSETS;
             float *tm = malloc((size_t)reps * NSETS * sizeof(float));
-            if (row_cool_ms > 0) {   /* v25: the GPU idle before the row, so it starts at the clock a cool GPU has */
+            if (row_cool_ms > 0) {   /* the GPU idle before the row, so it starts at the clock a cool GPU has */
                 const struct timespec ts = {row_cool_ms / 1000, (long)(row_cool_ms % 1000) * 1000000L};
                 nanosleep(&ts, NULL);
             }
             /* the reading, then the same graphs with each replay queued behind the hold */
             const double ms = replay_ms(g, st, e0, e1, reps, tm, 0), tbs = bytes / (ms * 1e-3) / 1e12,
                          launch_us = g_launch_us;
-            /* v25: the SM clock the replays leave (run 4: under sustained load the 700 W cap takes it from ~1.98
-               GHz to 1.1-1.6, and batches 64-512 slow with it) */
+            /* the SM clock the replays leave */
             const float mhz = sm_mhz_now(mhz_d, st);
-            /* v40: the clock during one more replay (a one-thread probe on a side stream over 80 % of the reading,
+            /* the clock during one more replay (a one-thread probe on a side stream over 80 % of the reading,
                launched just before it): under the power cap the clock after a reading has drained is not the one it
-               ran at (bench/NOTES.md v40 (5)) */
+               ran at (`sluice-bench moe`) */
             const float mhz_in = sm_mhz_during(g[0], ms, mhz_d, st, side);
             if (getenv("SLUICE_BENCH_SPREAD"))
                 printf("  clock %d %s: %.0f MHz during a replay, %.0f after the reading\n", T, routing, mhz_in, mhz);
@@ -626,7 +625,7 @@ static int bench_moe(int argc, char **argv)
                                    rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, mhz, mhz_in, launch_us,
                                    pmqs);
             if (stages) stage_timeline(g, st, T, routing);
-            if (power_ms > 0) {   /* v41: the row's graphs back to back: power, energy per replay and per byte */
+            if (power_ms > 0) {   /* the row's graphs back to back: power, energy per replay and per byte */
                 const power_work pw = {g, NULL, 0, NULL, 0, 0, 0, 0};
                 const power_row r = power_run(&nv, &pw, NSETS, power_ms, st, side, mhz_d);
                 printf("  power %d %s: %d replays in %.2f s, %.4f ms each (%.3f TB/s), %.0f W, %.4f J per replay, %.1f pJ per "
@@ -634,7 +633,7 @@ static int bench_moe(int argc, char **argv)
                        bytes / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per, r.j_per / bytes * 1e12, r.nvml_mhz, r.probe_mhz,
                        r.w0, r.w1);
             }
-            if (sustain > 0) {   /* v25: does sustained load slow the replays (the power cap)? each round's median
+            if (sustain > 0) {   /* does sustained load slow the replays (the power cap)? each round's median
                                     of 8 back-to-back replays, then the SM clock it leaves */
                 float *rt = malloc((size_t)sustain * 2 * sizeof(float));
                 for (int rr = 0; rr < sustain; rr++) {
@@ -730,7 +729,7 @@ static int bench_stream(int argc, char **argv)
     int power_ms = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
-        else if (!strcmp(argv[i], "--power") && i + 1 < argc) power_ms = atoi(argv[++i]);   /* v42 */
+        else if (!strcmp(argv[i], "--power") && i + 1 < argc) power_ms = atoi(argv[++i]);   /* */
         else {
             fprintf(stderr, "usage: sluice-bench stream [--out FILE] [--power MS]\n");
             return 2;
@@ -747,7 +746,7 @@ static int bench_stream(int argc, char **argv)
     float tv[16];
     const double ceiling = read_ceiling(big, nbuf, sink, e0, e1);
     printf("HBM read ceiling %.3f TB/s (8 GiB read)\n", ceiling);
-    if (power_ms > 0) {   /* v42: energy per byte of the read kernel and of the steady streams, by how they read */
+    if (power_ms > 0) {   /* energy per byte of the read kernel and of the steady streams, by how they read */
         nvml_t nv = {0};
         if (nvml_open(&nv)) return 1;
         cudaStream_t st, side;
@@ -798,7 +797,7 @@ static int bench_stream(int argc, char **argv)
                                "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f}",
                                rl ? "," : "", w, n, d, bytes, ms * 1e3, tbs, 100 * tbs / ceiling);
     }
-    /* v24: the same one-shot streams after a touch (moe_touch, one word per 64 KB) of another region of the same
+    /* the same one-shot streams after a touch (moe_touch, one word per 64 KB) of another region of the same
      * size (0: the translations cold, as above, behind the same kind of launch), of the region itself (1), or of
      * the 4 GiB around it (2): whether a one-shot stream's fixed cost is its address translations */
     static const int tcfg[][3] = {{768, 64, 8}, {2640, 16, 8}, {2640, 64, 8}, {2640, 512, 8}};

@@ -227,14 +227,14 @@ int moe_cuda_set_shared_dev(moe_cuda_layer *L, const uint8_t *const w[3], const 
     CK(cudaMemcpy(L->sh_s13, s[0], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s1");
     CK(cudaMemcpy(L->sh_s13 + nb, s[1], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s3");
     CK(cudaMemcpy(L->sh_s2, s[2], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s2");
-    L->sh_pow2 = 1;   /* v25: may the scales fold into the dequantised bf16 weights exactly (k_shared_wg FOLD)? */
+    L->sh_pow2 = 1;   /* may the scales fold into the dequantised bf16 weights exactly (k_shared_wg FOLD)? */
     for (int m = 0; m < 3 && L->sh_pow2; m++)
         for (size_t i = 0; i < nb && L->sh_pow2; i++) {
             int ex;
             const float fr = frexpf(s[m][i], &ex);   /* s = fr * 2^ex, fr in [0.5, 1) */
             L->sh_pow2 = isfinite(s[m][i]) && fr == 0.5f && ex - 1 >= -117 && ex - 1 <= 7;
         }
-    if (L->sh_b13) {   /* v36: the bf16 copy the shared GEMMs read (gate / up rows interleaved); scales folded if exact */
+    if (L->sh_b13) {   /* the bf16 copy the shared GEMMs read (gate / up rows interleaved); scales folded if exact */
         const float *f1 = L->sh_pow2 ? L->sh_s13 : NULL, *f3 = L->sh_pow2 ? L->sh_s13 + nb : NULL,
                     *f2 = L->sh_pow2 ? L->sh_s2 : NULL;
         CK(moe_shared_to_bf16(w[0], f1, I, H, L->sh_b13, 2, 0, 0), "shared w1 to bf16");

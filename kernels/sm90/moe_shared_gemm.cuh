@@ -1,23 +1,23 @@
-/* moe_shared_gemm.cuh — the shared expert at large batches as two bf16 GEMMs (v36, SG: moe_cuda_ws.shared_gemm_min_t;
+/* moe_shared_gemm.cuh — the shared expert at large batches as two bf16 GEMMs (SG: moe_plan.shared_gemm;
  * moe_shared_gemms; included by moe_expert.cu, whose stage trace and carveout it shares).
  *
  * Why: from ~128 tokens the shared expert is a dense GEMM (T x 4096 x 4096, then T x 2048 x 4096), and k_shared_fp8
- * re-dequantises every FP8 weight once per 16-64-token block (bench/NOTES.md v36 (1): without the shared expert the
+ * re-dequantises every FP8 weight once per 16-64-token block (`sluice-bench moe`: without the shared expert the
  * layer is ~110 us shorter at 512, for 25 MB of weights, ~5 us of HBM time). Here the weights are dequantised once, at
  * load time, into a bf16 copy (moe_shared_to_bf16; moe_cuda_shape.shared_bf16), so a block's inner loop is ldmatrix +
  * mma.sync only; the price is 2x the shared expert's bytes (50 MB against 25; the JSON's bytes keep the FP8 floor).
  * FOLD 1 (power-of-two block scales, DeepSeek's ue8m0: moe_cuda_layer.sh_pow2): the scales are folded into the bf16
  * weights, exact. FOLD 0: the weights are the e4m3 values (exact) and the fp32 block scale multiplies each 128-input
  * block's fp32 partial sums, k_shared_fp8's numerics (a fold of other scales gave the shared expert alone 6.5e-3
- * relative L2 against k_shared_fp8's 9.5e-4: NOTES v36 (2)). Measured (NOTES v36 (2)-(4)): alone on the GPU the gate/up
+ * relative L2 against k_shared_fp8's 9.5e-4: `sluice-bench moe`). Measured (`sluice-bench moe`): alone on the GPU the gate/up
  * takes 72 us at 512 (FOLD 1; 82 with the partials) and the down 32-37, against k_shared_fp8's 107 and 69; bound by the
  * L2 -> SM traffic of 128 x 128 tiles (~3.3 TB/s), not by the tensor pipe; the layer gains 2-3 % at 512 (skewed 512
- * 7 %) and nothing at 128-256, so v36 used it from 512.
- * v37 (GW, moe_shared_gemms' wg): the same GEMMs on wgmma with 128 x 256 tiles (k_shared_gemm_wg, below; folded scales
- * only); with it moe_cuda_ws runs them from 256 (bench/NOTES.md v37 (1): 256 -1.6 %, 512 -0.5..1 %).
- * v38 (GWT, wg 4, the default): the same tiles moved by TMA from a producer warp (k_shared_gemm_tma, below): v37's
- * step was its copies' instruction stream (NOTES v38 (2)); alone the gate/up at 512 53 us against 71, the layer 512
- * -1.1..1.5 %, 256 -0.4..0.6 % (v38 (3)). wg 2-3 (k_shared_gemm_wg's FORM 1-2) are the forms measured on the way.
+ * 7 %) and nothing at 128-256, so used it from 512.
+ * (GW, moe_shared_gemms' wg): the same GEMMs on wgmma with 128 x 256 tiles (k_shared_gemm_wg, below; folded scales
+ * only); with it moe_cuda_ws runs them from 256 (`sluice-bench moe`: 256 -1.6 %, 512 -0.5..1 %).
+ * (GWT, wg 4, the default): the same tiles moved by TMA from a producer warp (k_shared_gemm_tma, below): 's
+ * step was its copies' instruction stream (`sluice-bench moe`); alone the gate/up at 512 53 us against 71, the layer 512
+ * -1.1..1.5 %, 256 -0.4..0.6 % ((3)). wg 2-3 (k_shared_gemm_wg's FORM 1-2) are the forms measured on the way.
  *
  * C[t][n] = sum_k A[t][k] B[n][k]: A the token rows (x for gate/up; the shared pairs' h rows for down), B the weights
  * ([n][k], k contiguous, "TN"). Block tile 128 tokens x 128 outputs, K in steps of 64; 8 warps as 2 (tokens) x 4
@@ -197,9 +197,9 @@ static cudaError_t shared_gemm_launch(const moe_expert_args *a, const uint16_t *
                            a->limit, x, T, topk, h, y);
 }
 
-/* ---- GW (v37, moe_shared_gemms' wg; moe_cuda_ws.shared_gemm_wg): the same two GEMMs on wgmma, for folded scales.
+/* ---- GW: the same two GEMMs on wgmma, for folded scales (the layout and helpers k_shared_gemm_tma uses).
  * Why: at 128 x 128 tiles on mma.sync each block re-reads its token rows and weight rows from L2 once per 128 of the
- * other side and keeps its warps issuing ldmatrix + mma.sync (v36 (3): L2-bound, the gate/up 72 us at 512 on every
+ * other side and keeps its warps issuing ldmatrix + mma.sync (L2-bound, the gate/up 72 us at 512 on every
  * SM). Here a block is 128 tokens x 256 outputs (25 % fewer L2 bytes per FLOP) and its two warpgroups each issue one
  * wgmma m64n128k16 per 128 outputs and 16 inputs, both operands straight from shared memory: the tensor work leaves
  * the warps' issue slots, and 64 blocks (one per SM) do 512 tokens' gate/up, so the router keeps the other SMs.
@@ -210,15 +210,15 @@ static cudaError_t shared_gemm_launch(const moe_expert_args *a, const uint16_t *
  * the slot the previous step read (its wgmmas completed before the barrier), and waits for its wgmmas. FOLD 1 only
  * (the partials form would need 128 more registers); numerics as k_shared_gemm<., 1>: exact bf16 products, fp32
  * accumulation in a fixed order, one owner per output: deterministic. sm_90a only (sw_ok).
- * FORM 1 (v38, moe_shared_gemms' wg 2): one wgmma group left in flight across steps. v37's form waits for its own
+ * FORM 1 (moe_shared_gemms' wg 2): one wgmma group left in flight across steps. the form waits for its own
  * wgmmas at the end of every step, so the tensor pipe drains once per 64 inputs while the block meets and the next
- * step's copies are checked (~40 % of the tensor rate, bench/NOTES.md v37 (1)). Here each warpgroup waits only for
+ * step's copies are checked (~40 % of the tensor rate, `sluice-bench moe`). Here each warpgroup waits only for
  * the previous step's group (wait_group 1), and the slot a step refills is the one read two steps back: every warp
  * waited for that group before the barrier it just passed. The price is one step less of copies in flight (2).
  * FORM 2 (wg 3): INFL with one m64n256k16 per warpgroup and 16 inputs in place of two m64n128k16, so the warpgroup's
- * 64 token rows are read from shared memory once per step, not twice (v37's step moves 96 KB of wgmma operands and
+ * 64 token rows are read from shared memory once per step, not twice (the step moves 96 KB of wgmma operands and
  * 48 KB of copies through shared memory per 2M MACs: ~144 bytes per cycle at the tensor rate, past its ~128).
- * Measured (NOTES v38 (1)-(2)): both as fast as FORM 0; the step is its copies' instruction stream, which GWT removes. */
+ * Measured (`sluice-bench moe`): both as fast as FORM 0; the step is its copies' instruction stream, which GWT removes. */
 #define GW_BM 128
 #define GW_BN 256
 #ifndef GW_STAGES
@@ -291,10 +291,10 @@ __device__ __forceinline__ void gw_epilogue(const float (&acc)[2][64], int m0, i
         }
 }
 
-/* ---- GWT (v38, moe_shared_gemms' wg 4): GW's tiles fed by the tensor memory accelerator.
- * Why: ncu of GW's gate/up alone at 512 (bench/NOTES.md v38 (2)): 295 warp-instructions per warp and step, issued at
+/* ---- GWT (moe_shared_gemms' wg 4): GW's tiles fed by the tensor memory accelerator.
+ * Why: ncu of GW's gate/up alone at 512 (`sluice-bench moe`): 295 warp-instructions per warp and step, issued at
  * one per ~7 cycles (dispatch and dependency stalls, 2 warps per scheduler), so the 12 16-byte copies per thread and
- * step and their address arithmetic take the whole step, whatever the wgmma form (v38 (1): in flight, m64n256: equal).
+ * step and their address arithmetic take the whole step, whatever the wgmma form (in flight, m64n256: equal).
  * Here one lane of a ninth warp (the producer) moves each step's two tiles with two cp.async.bulk.tensor copies (A:
  * 128 token rows, B: 256 weight rows, 64 inputs each) into the same 128-byte-swizzled stage layout, completing on the
  * stage's "full" mbarrier; the two consumer warpgroups wait on it, issue one m64n256k16 per 16 inputs, keep one group in
