@@ -23,6 +23,7 @@ int main(int argc, char **argv)
 #include <cuda_runtime_api.h>
 #include "moe_cuda.h"
 #include "moe_kernels.h"
+#include "moe_bench_kernels.h"
 
 #define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     fprintf(stderr, "sluice-bench: %s: %s\n", #call, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -32,15 +33,15 @@ enum { NSETS = 8, NLAYERS = 4, MAXB = 512 };
 static int cmp_f(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
 static float median(float *v, int n) { qsort(v, n, sizeof *v, cmp_f); return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]); }
 
-/* v25: every row is also timed with each replay queued behind a 50 us hold kernel (ms_queued), so its start
+/* every row is also timed with each replay queued behind a 50 us hold kernel (ms_queued), so its start
  * event fires only when the GPU is ready to run it: the pair then holds no host submission gap. The first
- * run (bench/NOTES.md v25 (1)) read the two within -2.2..+1.2 % (no gap at batches 1-8, where a host gap would
- * weigh most), so ms stays the unqueued reading every run before v25 made and ms_queued goes beside it. */
+ * run (`sluice-bench moe`) read the two within -2.2..+1.2 % (no gap at batches 1-8, where a host gap would
+ * weigh most), so ms stays the unqueued reading every run before made and ms_queued goes beside it. */
 #define HOLD_NS 50000ull
 
-/* v25: the SM clock (MHz) the work queued on st before it left: moe_sm_mhz over 50 us, into d (one float). v40: st is
+/* the SM clock (MHz) the work queued on st before it left: moe_sm_mhz over 50 us, into d (one float). st is
  * non-blocking, so the legacy-stream cudaMemcpy did not wait for the probe and every reading was the one before it
- * (the JSON's sm_mhz from v25 to v39: the previous row's, or the process's warm-up for the first); now it waits. */
+ * (the JSON's sm_mhz from to the previous row's, or the process's warm-up for the first); now it waits. */
 static float sm_mhz_now(float *d, cudaStream_t st)
 {
     float mhz;
@@ -49,7 +50,7 @@ static float sm_mhz_now(float *d, cudaStream_t st)
     CU(cudaMemcpy(&mhz, d, sizeof mhz, cudaMemcpyDeviceToHost));
     return mhz;
 }
-/* v40: the SM clock while graph g replays (ms long) on st: moe_sm_mhz over 80 % of ms on the side stream, launched
+/* the SM clock while graph g replays (ms long) on st: moe_sm_mhz over 80 % of ms on the side stream, launched
  * first so it starts as the replay does (one thread: one SM slot of the replay's grids) */
 static float sm_mhz_during(cudaGraphExec_t g, double ms, float *d, cudaStream_t st, cudaStream_t side)
 {
@@ -73,7 +74,7 @@ static double read_ceiling(const void *p, size_t n, unsigned *sink, cudaEvent_t 
     return n / (median(tv, 7) * 1e-3) / 1e12;
 }
 
-/* The peer file (bench/moe_peer.py) holds lines "batch routing ms [ms_queued]" (the fourth from v25). */
+/* The peer file (bench/moe_peer.py) holds lines "batch routing ms [ms_queued]" (the fourth from ). */
 typedef struct { int batch; char routing[16]; double ms, ms_q; } peer_row;
 static peer_row g_peer[64];
 static int g_npeer;
@@ -119,7 +120,7 @@ static void make_layer(moe_cuda_layer *L, const moe_cuda_shape *s, uint32_t seed
     }
     const float *sh_s[3];
     float *ss = malloc((size_t)(I / 128) * (H / 128) * sizeof(float));
-    /* v25: 2^-10 (was 1e-3): a power of two, as DeepSeek's ue8m0 block scales are (moe_cuda_layer.sh_pow2) */
+    /* 2^-10 (was 1e-3): a power of two, as DeepSeek's ue8m0 block scales are (moe_cuda_layer.sh_pow2) */
     for (int i = 0; i < (I / 128) * (H / 128); i++) ss[i] = 0x1p-10f;
     for (int m = 0; m < 3; m++) sh_s[m] = ss;
     uint8_t *f8[3];
@@ -133,139 +134,6 @@ static void make_layer(moe_cuda_layer *L, const moe_cuda_shape *s, uint32_t seed
     if (moe_cuda_set_router(L, gate, bias, NULL)) exit(1);
 }
 
-/* Timeline of the one-launch layer (moe_fused.cu) at batches 1, 4, 8, random routing: per item kind, when
- * the first started and the last ended (us from the kernel's first item start), items and median length;
- * plus when the lists flag rose. Median over 8 forwards (after a warm-up), outside a graph. */
-static void fused_timeline(moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok, float *out,
-                           cudaStream_t st, const float *gate, const float *bias)
-{
-    static const char *kn[5] = {"logits", "shared g/u", "shared down", "routed g/u", "routed down"};
-    const int G = W->grid_fused, nw = G * 8 * 2 + 5, fm = W->fused_max_t;
-    unsigned long long *d, *hbuf = malloc((size_t)nw * 8);
-    if (!hbuf || cudaMalloc((void **)&d, (size_t)nw * 8) != cudaSuccess) { fprintf(stderr, "trace: no memory\n"); return; }
-    W->fused_max_t = MOE_FUSED_MAX_T;
-    for (int l = 0; l < NLAYERS; l++)
-        if (moe_cuda_set_router(&L[l], gate, bias, NULL)) return;
-    const int tb[3] = {1, 4, 8};
-    for (int bi = 0; bi < 3; bi++) {
-        double first[5][8], last[5][8], med[5][8], flag[8], topk[8], total[8], lph[3][8];
-        int cnt[5] = {0};
-        for (int rep = 0; rep < 9; rep++) {
-            CU(cudaMemset(d, 0, (size_t)nw * 8));
-            W->fused_trace = d;
-            if (moe_cuda_forward(&L[rep % NLAYERS], W, x[rep % NSETS], tok, tb[bi], out, st)) break;
-            W->fused_trace = NULL;
-            CU(cudaStreamSynchronize(st));
-            CU(cudaMemcpy(hbuf, d, (size_t)nw * 8, cudaMemcpyDeviceToHost));
-            if (rep == 0) continue;   /* warm-up */
-            unsigned long long t0 = ~0ull, tend = 0;
-            for (int i = 0; i < G * 8; i++)
-                if (hbuf[2 * i]) { if (hbuf[2 * i] < t0) t0 = hbuf[2 * i]; }
-            double f[5], la[5], lens[5][4096];
-            int n[5] = {0};
-            for (int k = 0; k < 5; k++) f[k] = 1e30, la[k] = 0;
-            for (int i = 0; i < G * 8; i++) {
-                if (!hbuf[2 * i]) continue;
-                const int k = (int)(hbuf[2 * i + 1] >> 32);
-                const unsigned long long e = hbuf[2 * i] + (hbuf[2 * i + 1] & 0xFFFFFFFFull);
-                const double a = (hbuf[2 * i] - t0) / 1e3, b = (e - t0) / 1e3;
-                if (k < 0 || k > 4) continue;
-                if (a < f[k]) f[k] = a;
-                if (b > la[k]) la[k] = b;
-                if (n[k] < 4096) lens[k][n[k]++] = b - a;
-                if (e > tend) tend = e;
-            }
-            for (int k = 0; k < 5; k++) {
-                first[k][rep - 1] = n[k] ? f[k] : 0;
-                last[k][rep - 1] = la[k];
-                float tmp[4096];
-                for (int j = 0; j < n[k]; j++) tmp[j] = (float)lens[k][j];
-                med[k][rep - 1] = n[k] ? median(tmp, n[k]) : 0;
-                cnt[k] = n[k];
-            }
-            flag[rep - 1] = hbuf[nw - 5] ? ((double)hbuf[nw - 5] - (double)t0) / 1e3 : 0;
-            topk[rep - 1] = hbuf[nw - 4] ? ((double)hbuf[nw - 4] - (double)t0) / 1e3 : 0;
-            for (int k = 0; k < 3; k++) lph[k][rep - 1] = hbuf[nw - 3 + k] ? ((double)hbuf[nw - 3 + k] - (double)t0) / 1e3 : 0;
-            total[rep - 1] = (tend - t0) / 1e3;
-        }
-        float tmp[8];
-        printf("fused timeline, batch %d (us from the first item start; median of 8 forwards, outside a graph):\n", tb[bi]);
-        for (int j = 0; j < 8; j++) tmp[j] = (float)flag[j];
-        printf("  block 0 routing from %.1f", median(tmp, 8));
-        for (int j = 0; j < 8; j++) tmp[j] = (float)topk[j];
-        printf(" to %.1f; logits item of ticket 0:", median(tmp, 8));
-        for (int k = 0; k < 3; k++) {
-            for (int j = 0; j < 8; j++) tmp[j] = (float)lph[k][j];
-            printf(" %s %.1f", k == 0 ? "x staged" : k == 1 ? "computed" : "counted", median(tmp, 8));
-        }
-        printf("\n");
-        for (int j = 0; j < 8; j++) tmp[j] = (float)total[j];
-        printf("  last item ends at %.1f\n", median(tmp, 8));
-        for (int k = 0; k < 5; k++) {
-            float a[8], b[8], c[8];
-            for (int j = 0; j < 8; j++) a[j] = (float)first[k][j], b[j] = (float)last[k][j], c[j] = (float)med[k][j];
-            printf("  %-12s items %5d  first start %7.1f  last end %7.1f  median item %6.1f\n", kn[k], cnt[k],
-                   median(a, 8), median(b, 8), median(c, 8));
-        }
-    }
-    W->fused_max_t = fm;
-    cudaFree(d);
-    free(hbuf);
-}
-
-#define NTUNE 49   /* fields of one --variants entry */
-#define VARIANTS_USAGE "E,R,L,K[,KT,F,TC,OV,SH,FK,DY,DM,NO,PF,PM,PD,FU,FM,TL,SP,FS,KG,KX,KH,SR,ES,T1,TT,TN,TX,TM,TG,TA,SX,SW,SF,SN,X4,XT,XE,TB,LR,LG,FN,FX,CE,HT,SG,GW][/...]"
-/* The moe_cuda_ws field of each --variants field, in VARIANTS_USAGE's order; F (5) is fused_max_t + 100 fused_opt */
-#define TF(f) offsetof(moe_cuda_ws, f)
-static const size_t tune_field[NTUNE] = {
-    TF(early_pdl), TF(down_rm_min_t), TF(logits16_min_t), TF(logits_ks), TF(logits_ks_max_t), TF(fused_max_t),
-    TF(logits_tc_min_t), TF(nt2_overlap), TF(shared_min_t), TF(shared_fork), TF(dyn_items), TF(dyn_max_t),
-    TF(nt2_first), TF(pf), TF(pf_max_t), TF(pf_dn_mb), TF(fuse1), TF(fuse1_min_t), TF(topk_lists_max_t),
-    TF(side_prio), TF(fuse_small), TF(fs_ks_gu), TF(fs_ks_max_t), TF(fs_ks_sh), TF(fs_rm), TF(fs_early_sh_max_t),
-    TF(tok1_max), TF(tok1_max_t), TF(tok1_min_t), TF(topk_excl_max_t), TF(topk_excl_min_t), TF(topk_group_max_t),
-    TF(nt2_all_min_t), TF(shared_xl_min_t), TF(shared_wg_min_t), TF(shared_wg_fold), TF(shared_wg_n128_min_t),
-    TF(x4_min_t), TF(x4_tok), TF(x4_early), TF(topk_blocks_max_t), TF(lists_runs_max_t), TF(logits_tc_shape),
-    TF(fs_b5_min_t), TF(fs_b5_max_t), TF(fs_cmb_early_max_t), TF(shared_tile_max_t),
-    TF(shared_gemm_min_t), TF(shared_gemm_wg)
-};
-#undef TF
-static int tune_get(const moe_cuda_ws *W, int n)
-{
-    const int v = *(const int *)((const char *)W + tune_field[n]);
-    return n == 5 ? v + 100 * W->fused_opt : v;
-}
-static void tune_set(moe_cuda_ws *W, int n, int v)
-{
-    if (n == 5) W->fused_opt = v / 100, v %= 100;
-    *(int *)((char *)W + tune_field[n]) = v;
-}
-/* The defaults of the --variants fields (moe_cuda_ws_defaults'), which fill a short entry */
-static int variant_dflt[NTUNE];
-static void variant_defaults(void)
-{
-    moe_cuda_ws D;
-    memset(&D, 0, sizeof D);
-    moe_cuda_ws_defaults(&D);
-    for (int n = 0; n < NTUNE; n++) variant_dflt[n] = tune_get(&D, n);
-}
-
-/* --default-variant: the default entry as NAME=VALUE pairs named as in VARIANTS_USAGE (bench/runs/lib.sh's `variant`
- * edits it); 1 if VARIANTS_USAGE does not name NTUNE fields */
-static int print_default_variant(void)
-{
-    const char *u = VARIANTS_USAGE;
-    for (int n = 0; n < NTUNE; n++) {
-        while (*u == ',' || *u == '[') u++;
-        const char *e = u;
-        while (*e && *e != ',' && *e != '[' && *e != ']') e++;
-        if (e == u) { fprintf(stderr, "sluice-bench: VARIANTS_USAGE names %d of %d fields\n", n, NTUNE); return 1; }
-        printf("%s%.*s=%d", n ? " " : "", (int)(e - u), u, variant_dflt[n]);
-        u = e;
-    }
-    printf("\n");
-    return 0;
-}
-
 /* --stages: one replay of each input set's graph with the stage trace on (moe_trace_set); per stage the
  * median over the sets of its first block start and last warp end, in us from the replay's first start */
 static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok,
@@ -274,68 +142,12 @@ static void stage_timeline(cudaGraphExec_t *g, cudaStream_t st, int T, const cha
 {
     stage_trace(g, NULL, NULL, NULL, NULL, NULL, st, T, routing);
 }
-/* v21: the same trace of the forward issued on the stream (no graph) */
+/* the same trace of the forward issued on the stream (no graph) */
 static void stream_timeline(const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok, float *out,
                             cudaStream_t st, int T, const char *routing)
 {
     stage_trace(NULL, L, W, x, tok, out, st, T, routing);
 }
-/* v32 --item-log (builds with -DMOE_TRACE_ITEMS=1): the first input set's replay also logs every warp-item of the
- * T <= 8 kernel (moe_ilog_set); item_log_print: per item kind the count, duration quantiles and span, then per 5 us
- * of the replay the warps busy with each kind and the bytes the items running then read (each item's bytes spread
- * evenly over its span), as TB/s. t0: the stage trace's first start. */
-static int g_item_log;
-#define ILOG_CAP (1u << 20)
-static int cmp_u32(const void *a, const void *b)
-{
-    const unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
-    return x < y ? -1 : x > y;
-}
-static void item_log_print(const unsigned long long *r, unsigned long long n, unsigned long long t0, int T,
-                           const char *routing)
-{
-    enum { NB = 400 };
-    const double bw = 5.0;   /* bin width, us */
-    static const int kind[] = {MOE_TR_SH_GU, MOE_TR_GU1, MOE_TR_SH_DN, MOE_TR_DN1};
-    static const char *kn[] = {"sh-gu", "gu1", "sh-dn", "dn1"};
-    static double busy[4][NB], bytes[NB];
-    static unsigned dur[ILOG_CAP];
-    memset(busy, 0, sizeof busy);
-    memset(bytes, 0, sizeof bytes);
-    if (n > ILOG_CAP) n = ILOG_CAP;
-    int last = 0;
-    printf("  items %d %s: %llu records\n", T, routing, n);
-    for (int k = 0; k < 4; k++) {
-        unsigned m = 0;
-        double b0 = 1e30, e1 = 0, mb = 0;
-        for (unsigned long long i = 0; i < n; i++) {
-            if ((int)((r[2 * i + 1] >> 32) & 0xff) != kind[k]) continue;
-            const double s = ((double)r[2 * i] - (double)t0) / 1e3, d = (double)(r[2 * i + 1] & 0xffffffffu) / 1e3;
-            const double by = (double)((r[2 * i + 1] >> 40) & 0xffff) * 16;
-            dur[m++] = (unsigned)(r[2 * i + 1] & 0xffffffffu);
-            if (s < b0) b0 = s;
-            if (s + d > e1) e1 = s + d;
-            mb += by / 1e6;
-            for (int b = s < 0 ? 0 : (int)(s / bw); b < NB && b * bw < s + d; b++) {
-                const double lo = b * bw > s ? b * bw : s, hi = (b + 1) * bw < s + d ? (b + 1) * bw : s + d;
-                if (hi <= lo) continue;
-                busy[k][b] += (hi - lo) / bw;
-                bytes[b] += d > 0 ? by * (hi - lo) / d : 0;
-                if (b > last) last = b;
-            }
-        }
-        if (!m) continue;
-        qsort(dur, m, sizeof *dur, cmp_u32);
-        printf("  items %d %s %s: %u, %.1f MB, us p10 %.1f p50 %.1f p90 %.1f max %.1f, span %.1f-%.1f\n", T, routing,
-               kn[k], m, mb, dur[m / 10] / 1e3, dur[m / 2] / 1e3, dur[m * 9 / 10] / 1e3, dur[m - 1] / 1e3, b0, e1);
-    }
-    printf("  items %d %s per %.0f us (from us: warps busy sh-gu/gu1/sh-dn/dn1, TB/s):", T, routing, bw);
-    for (int b = 0; b <= last && b < NB; b++)
-        printf(" %.0f: %.0f/%.0f/%.0f/%.0f %.2f;", b * bw, busy[0][b], busy[1][b], busy[2][b], busy[3][b],
-               bytes[b] / (bw * 1e-6) / 1e12);
-    printf("\n");
-}
-
 static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws *W, uint16_t *const *x, int32_t *tok,
                         float *out, cudaStream_t st, int T, const char *routing)
 {
@@ -344,7 +156,7 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
     unsigned long long *d, h[2 * MOE_TR_SLOTS];
     float b[MOE_TR_SLOTS][NSETS], e[MOE_TR_SLOTS][NSETS];
     int seen[MOE_TR_SLOTS] = {0};
-    float evms[NSETS], span[NSETS];   /* v40: each traced replay between events (ms) and its kernels' span (us) */
+    float evms[NSETS], span[NSETS];   /* each traced replay between events (ms) and its kernels' span (us) */
     cudaEvent_t ev[2];
     CU(cudaEventCreate(&ev[0])); CU(cudaEventCreate(&ev[1]));
     CU(cudaMalloc((void **)&d, sizeof h));
@@ -352,12 +164,6 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
         for (int k = 0; k < MOE_TR_SLOTS; k++) h[2 * k] = ~0ull, h[2 * k + 1] = 0;
         CU(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
         CU(moe_trace_set(d));
-        unsigned long long *lg = NULL, lh[2] = {0, ILOG_CAP};
-        if (g_item_log && i == 0) {
-            CU(cudaMalloc((void **)&lg, (2 + 2 * (size_t)ILOG_CAP) * 8));
-            CU(cudaMemcpy(lg, lh, sizeof lh, cudaMemcpyHostToDevice));
-            CU(moe_ilog_set(lg));
-        }
         CU(cudaEventRecord(ev[0], st));
         if (g) CU(cudaGraphLaunch(g[i], st));
         else if (moe_cuda_forward(&L[i % NLAYERS], W, x[i], tok, T, out, st)) exit(1);
@@ -372,17 +178,6 @@ static void stage_trace(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_ws
             if (h[2 * k + 1] > t1) t1 = h[2 * k + 1];
         }
         span[i] = t1 > t0 ? (float)(t1 - t0) / 1e3f : 0.f;
-        if (lg) {
-            CU(moe_ilog_set(NULL));
-            CU(cudaMemcpy(lh, lg, sizeof lh, cudaMemcpyDeviceToHost));
-            const unsigned long long n = lh[0] < ILOG_CAP ? lh[0] : ILOG_CAP;
-            unsigned long long *rec = malloc((2 * n + 1) * 8);
-            if (!rec) { fprintf(stderr, "item log: no memory\n"); exit(1); }
-            CU(cudaMemcpy(rec, lg + 2, 2 * n * 8, cudaMemcpyDeviceToHost));
-            item_log_print(rec, n, t0, T, routing);
-            free(rec);
-            CU(cudaFree(lg));
-        }
         for (int k = 0; k < MOE_TR_SLOTS; k++) {
             seen[k] = h[2 * k + 1] != 0;
             b[k][i] = seen[k] ? (float)(h[2 * k] - t0) / 1e3f : 0.f;
@@ -415,7 +210,7 @@ static void capture_graph(cudaGraphExec_t *g, const moe_cuda_layer *L, moe_cuda_
     CU(cudaGraphLaunch(*g, st)); CU(cudaStreamSynchronize(st));
 }
 
-static double g_launch_us;   /* the last replay_ms's median host time inside cudaGraphLaunch (us, v25) */
+static double g_launch_us;   /* the last replay_ms's median host time inside cudaGraphLaunch (us) */
 static double now_us(void)
 {
     struct timespec t;
@@ -423,7 +218,7 @@ static double now_us(void)
     return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
-/* ---- v41 (--power MS): energy per replay under sustained load. NVML (libnvidia-ml, which ships with the driver) is
+/* ---- (--power MS): energy per replay under sustained load. NVML (libnvidia-ml, which ships with the driver) is
  * opened at run time, so the bench links nothing new; its board energy counter (mJ) is read around MS milliseconds of
  * back-to-back replays, its SM clock every >= 20 ms during them. */
 typedef struct {
@@ -463,7 +258,7 @@ static size_t region_off(int r, size_t extra, size_t nbuf, size_t bytes)
 }
 
 /* One launch of the work whose energy power_run measures: replay i of the row's graphs, one 8 GiB read, or (sw > 0,
- * v42: sluice-bench stream --power) one moe_stream_read of sw warps x sn chunks, depth sd, mode sm, from a place in the
+ * sluice-bench stream --power) one moe_stream_read of sw warps x sn chunks, depth sd, mode sm, from a place in the
  * n-byte buffer big that moves with i (so L2 holds none of it). */
 typedef struct { cudaGraphExec_t *g; const void *big; size_t n; unsigned *sink; int sw, sn, sd, sm; } power_work;
 static void power_launch(const power_work *w, int i, cudaStream_t st)
@@ -559,13 +354,13 @@ static double replay_ms(cudaGraphExec_t *g, cudaStream_t st, cudaEvent_t e0, cud
     }
     g_launch_us = median(lu, nl);
     const double med = median(tm, n);   /* sorts tm */
-    if (getenv("SLUICE_BENCH_SPREAD"))   /* v40: where a row's readings lie (tm and lu sorted by median) */
+    if (getenv("SLUICE_BENCH_SPREAD"))   /* where a row's readings lie (tm and lu sorted by median) */
         printf("  spread%s (ms p10 p50 p90 max; launch us p50 p90 max): %.4f %.4f %.4f %.4f; %.1f %.1f %.1f\n",
                hold ? " queued" : "", tm[n / 10], tm[n / 2], tm[n * 9 / 10], tm[n - 1], lu[nl / 2], lu[nl * 9 / 10], lu[nl - 1]);
     return med;
 }
 
-/* v42: the floor under every row's replay, the graph's own start and end: graphs of n empty kernels (moe_empty),
+/* the floor under every row's replay, the graph's own start and end: graphs of n empty kernels (moe_empty),
  * plain or under programmatic dependent launch as the layer's kernels are, replayed as the rows are (unqueued, and
  * queued behind the hold); us, median of 64 x NSETS replays. */
 static void graph_floor(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, float *tm)
@@ -589,8 +384,8 @@ static void graph_floor(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, float *
     printf("\n");
 }
 
-/* --placements P (v21): does where the weights land decide the 5 % spread between bench processes (batch 64
- * read 0.768 / 0.783 / 0.810 ms in the three processes of one call, NOTES v19 (8); not the SM clock, v20
+/* --placements P: does where the weights land decide the 5 % spread between bench processes (batch 64
+ * read 0.768 / 0.783 / 0.810 ms in the three processes of one call, `sluice-bench moe`; not the SM clock
  * (4))? Placement 0 is the weight sets already made (L); placements 1..P-1 make the same NLAYERS weight sets
  * again (same seeds, same bytes) after a spacer allocation of a different size, all kept alive. Then, per
  * round, every placement's graphs are measured in turn at each batch (random routing), interleaved as the
@@ -658,83 +453,32 @@ static int bench_placements(moe_cuda_layer *L, const moe_cuda_shape *s, float *g
 static int bench_moe(int argc, char **argv)
 {
     const char *out_path = NULL, *peer_path = NULL, *commit = "unknown";
-    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, tune[8][NTUNE], ntune = 0, skew_only = -1, trace = 0, stages = 0,
-        no_shared = 0, stream_mode = 0, placements = 0, sustain = 0, row_cool_ms = 0, power_ms = 0;
-    variant_defaults();
+    int batches[16] = {1, 4, 8, 16, 32, 64, 128, 256, 512}, nb = 9, reps = 6, skew_only = -1, stages = 0,
+        no_shared = 0, stream_mode = 0, placements = 0, sustain = 0, row_cool_ms = 0, power_ms = 0, nset = 0;
+    const char *sets[16];
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--variants") && i + 1 < argc) {   /* launch variants (moe_cuda_ws) */
-            /* VARIANTS_USAGE: early PDL E (0/1), 128-row down items from batch R,
-             * 16-token router logits tiles from batch L, router logits in K parts for T <= KT (default 16), the
-             * one-launch layer for T <= F % 100 (default 0 = never) with moe_fused_args.opt F / 100, tensor-core
-             * router logits from batch TC (default 8), 2-tile launch overlap OV (moe_cuda_ws.nt2_overlap,
-             * default 0), the shared expert's own launches from batch SH (default 9), on a second stream FK
-             * (moe_cuda_ws.shared_fork: 1 before the router (default), 2 after it, 3 after the logits), tiles
-             * handed out to warps DY (moe_cuda_ws.dyn_items, bit 0 the 1-tile launches, bit 1 the 2-tile ones,
-             * default 1) up to batch DM (moe_cuda_ws.dyn_max_t, default 320), each stage's 2-tile launch first
-             * NO (moe_cuda_ws.nt2_first, default 0), L2 prefetch PF (moe_cuda_ws.pf, default 0) up to batch PM
-             * (default 8) with PD MB of routed down weights (default 24), the 1-tile stages as one launch FU (moe_cuda_ws.fuse1, default 3) from batch FM (default 9),
-             * top-k and lists as one launch up to batch TL (default 4), the shared launches at the highest
-             * priority SP (moe_cuda_ws.side_prio, default 0), T <= FS (<= 8) as one expert launch (moe_cuda_ws.fuse_small,
-             * default 8) with routed gate/up tiles in KG K parts (default 2) up to batch KX (default 1), the
-             * shared gate/up tiles in KH (default 4) and SR 16-row tiles per down item (default 2), the shared gate/up
-             * before the wait on the lists up to batch ES (moe_cuda_ws.fs_early_sh_max_t, default 4), routed experts with up to
-             * T1 tokens in 8-token chunks of the 1-tile launches (moe_cuda_ws.tok1_max, default 16) up to batch TT
-             * (default 128) from batch TN (default 64), the top-k launch alone on its SMs up to batch TX
-             * (moe_cuda_ws.topk_excl_max_t, default 0) from batch TM (default 9), each token's top-k over 8 warps
-             * up to batch TG (moe_cuda_ws.topk_group_max_t, default 4), every routed expert in the 2-tile launches
-             * from batch TA (moe_cuda_ws.nt2_all_min_t, default 512; 0 = never), the shared gate/up in 64-token blocks from
-             * batch SX (moe_cuda_ws.shared_xl_min_t, default 512; 0 = never), the shared expert on wgmma from batch
-             * SW (moe_cuda_ws.shared_wg_min_t, default 0 = never), with the block scales folded where they are
-             * powers of two SF (shared_wg_fold, default 1) and 128-token blocks from batch SN (shared_wg_n128_min_t,
-             * default 512), routed experts with more than XT tokens (moe_cuda_ws.x4_tok, default 32) in the wide
-             * launches from batch X4 (moe_cuda_ws.x4_min_t, default 224; 0 = never), in the fused launches the wide
-             * gate/up after the 2-tile down (XE 0), the 2-tile gate/up (1, default) or the fused launch (2)
-             * (moe_cuda_ws.x4_early), above batch TL each token's top-k one block of 8 warps up to batch TB
-             * (moe_cuda_ws.topk_blocks_max_t, default every batch), the lists launch with its pairs in registers up to
-             * batch LR (moe_cuda_ws.lists_runs_max_t, default every batch), the tensor-core logits launch's shape LG
-             * (moe_cuda_ws.logits_tc_shape: 10 n-tiles + K parts, default 0 = by batch), the one expert launch at 5
-             * blocks per SM from batch FN to FX (moe_cuda_ws.fs_b5_min_t, fs_b5_max_t, default 0-0: none), the combine
-             * released early up to batch CE (moe_cuda_ws.fs_cmb_early_max_t, default 8), the shared gate/up's blocks
-             * with the batch rounded up to 16, 32 or (above 48) 64 tokens up to batch HT (moe_cuda_ws.shared_tile_max_t, default 64;
-             * 0: 16 tokens up to 64), the shared expert as two bf16 GEMMs from batch SG (moe_cuda_ws.shared_gemm_min_t,
-             * default 256; 0 = never), on wgmma where the scales fold GW (moe_cuda_ws.shared_gemm_wg, default 4; 2: a wgmma group in flight, 3: and one m64n256k16, 4: and the tiles by TMA); each
-             * measured in turn, the JSON holds the last */
-            for (char *t = strtok(argv[++i], "/"); t && ntune < 8; t = strtok(NULL, "/")) {
-                int n = 0;
-                for (char *c = t, *e; n < NTUNE && *c; c = *e == ',' ? e + 1 : e, n++) {
-                    tune[ntune][n] = (int)strtol(c, &e, 10);
-                    if (e == c) { n = -1; break; }
-                }
-                if (n < 4) { fprintf(stderr, "sluice-bench: --variants " VARIANTS_USAGE "\n"); return 2; }
-                for (; n < NTUNE; n++) tune[ntune][n] = variant_dflt[n];
-                ntune++;
-            }
-        } else if (!strcmp(argv[i], "--default-variant")) {   /* the default --variants entry, named (no GPU) */
-            return print_default_variant();
+        else if (!strcmp(argv[i], "--set") && i + 1 < argc) {   /* force a plan field: NAME=VALUE (moe_plan) */
+            if (nset == 16) { fprintf(stderr, "sluice-bench: at most 16 --set\n"); return 2; }
+            sets[nset++] = argv[++i];
         } else if (!strcmp(argv[i], "--stages")) {   /* per batch: each stage's start and end in the graph */
             stages = 1;
-        } else if (!strcmp(argv[i], "--item-log")) {   /* with --stages, MOE_TRACE_ITEMS builds: every T <= 8 item */
-            stages = 1;
-            g_item_log = 1;
-        } else if (!strcmp(argv[i], "--stream")) {   /* per batch also the forward outside a graph (v21) */
+        } else if (!strcmp(argv[i], "--stream")) {   /* per batch also the forward outside a graph */
             stream_mode = 1;
-        } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places (v21) */
+        } else if (!strcmp(argv[i], "--placements") && i + 1 < argc) {   /* the weights at P places */
             placements = atoi(argv[++i]);
             if (placements < 2 || placements > 8) { fprintf(stderr, "sluice-bench: --placements 2..8\n"); return 2; }
-        } else if (!strcmp(argv[i], "--power") && i + 1 < argc) {   /* v41: energy per replay over MS ms */
+        } else if (!strcmp(argv[i], "--power") && i + 1 < argc) {   /* energy per replay over MS ms */
             power_ms = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--sustain") && i + 1 < argc) {   /* per row R rounds of 8 replays (v25) */
+        } else if (!strcmp(argv[i], "--sustain") && i + 1 < argc) {   /* per row R rounds of 8 replays */
             sustain = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--row-cool") && i + 1 < argc) {   /* ms of idle GPU before each row (v25) */
+        } else if (!strcmp(argv[i], "--row-cool") && i + 1 < argc) {   /* ms of idle GPU before each row */
             row_cool_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--no-shared")) {   /* the layer without its shared expert (what it costs) */
             no_shared = 1;
-        } else if (!strcmp(argv[i], "--trace")) {   /* timeline of the one-launch layer's items */
-            trace = 1;
         } else if (!strcmp(argv[i], "--routing") && i + 1 < argc) {   /* random | skewed (default both) */
             ++i;
             skew_only = !strcmp(argv[i], "skewed") ? 1 : !strcmp(argv[i], "random") ? 0 : -2;
@@ -743,7 +487,7 @@ static int bench_moe(int argc, char **argv)
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--variants " VARIANTS_USAGE "] [--routing random|skewed] [--trace] [--stages] [--item-log] [--stream] [--placements P] [--no-shared] [--sustain R] [--row-cool MS] [--power MS] [--default-variant]\n");
+            fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N] [--set NAME=VALUE]... [--routing random|skewed] [--stages] [--stream] [--placements P] [--no-shared] [--sustain R] [--row-cool MS] [--power MS]\n");
             return 2;
         }
     }
@@ -762,7 +506,7 @@ static int bench_moe(int argc, char **argv)
     CU(cudaMemset(big, 0x5a, nread));
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1));
-    float *mhz_d;   /* moe_sm_mhz's result (the warm-up: v25 run 5's first reading came out 0, the race v40 fixed) */
+    float *mhz_d;   /* moe_sm_mhz's result (the warm-up: run 5's first reading came out 0, the race fixed) */
     CU(cudaMalloc((void **)&mhz_d, sizeof(float)));
     (void)sm_mhz_now(mhz_d, 0);
     const double ceiling = read_ceiling(big, nread, sink, e0, e1);
@@ -772,17 +516,17 @@ static int bench_moe(int argc, char **argv)
     cudaStream_t st, side;   /* side: sm_mhz_during's probe, and --power's */
     CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CU(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-    {   /* v42: what a replay costs with no work in it */
+    {   /* what a replay costs with no work in it */
         float *ftm = malloc((size_t)64 * NSETS * sizeof(float));
         graph_floor(st, e0, e1, ftm);
         free(ftm);
     }
-    if (power_ms > 0) {   /* v41: the read kernel's and the idle GPU's energy, then each row's */
+    if (power_ms > 0) {   /* the read kernel's and the idle GPU's energy, then each row's */
         const power_work rd = {NULL, big, nread, sink, 0, 0, 0, 0};
         const power_row idle = power_run(&nv, &rd, 0, 1000, st, side, mhz_d), r = power_run(&nv, &rd, 1, power_ms, st, side, mhz_d);
         printf("  power idle: %.0f W over %.2f s\n", idle.watts, idle.s);
         power_print("read", &r, nread);
-        /* v42 (1): the same read over random bytes, as the expert weights are: the ceiling's buffer holds one byte
+        /* the same read over random bytes, as the expert weights are: the ceiling's buffer holds one byte
            value (memset), and moving random bits costs ~40-55 % more energy per byte at the same rate */
         CU(moe_fill_bytes((uint8_t *)big, nread, 4242u, 0, 0, 0, 0));
         const double cr = read_ceiling(big, nread, sink, e0, e1);
@@ -805,6 +549,8 @@ static int bench_moe(int argc, char **argv)
     for (int l = 0; l < NLAYERS; l++) make_layer(&L[l], &s, (uint32_t)l + 1, gate, bias);
     moe_cuda_ws W;
     if (moe_cuda_ws_init(&W, &L[0], MAXB)) return 1;
+    for (int i = 0; i < nset; i++)
+        if (moe_plan_set(&W, sets[i])) return 2;
     uint16_t *x[NSETS]; float *out; int32_t *tok;
     for (int i = 0; i < NSETS; i++) {
         CU(cudaMalloc((void **)&x[i], (size_t)MAXB * H * 2));
@@ -826,16 +572,8 @@ static int bench_moe(int argc, char **argv)
     char *rows = calloc(1, 1 << 16);
     size_t rl = 0;
     int32_t *idx = malloc((size_t)MAXB * 6 * sizeof(int32_t));
-    for (int v = 0; v < (ntune ? ntune : 1); v++) {
-    if (ntune)
-        for (int n = 0; n < NTUNE; n++) tune_set(&W, n, tune[v][n]);
-    printf("variant: early PDL %d, 128-row down items from batch %d, 16-token logits tiles from batch %d, logits K parts %d "
-           "up to batch %d, one-launch layer up to batch %d (opt %d), tensor-core logits from batch %d, 2-tile overlap %d, "
-           "shared expert launches from batch %d (second stream %d), tiles handed out %d up to batch %d, 2-tile launches first %d, L2 prefetch %d up to batch %d (%d MB down), fused 1-tile stages %d from batch %d, top-k + lists one launch up to batch %d, shared priority %d, one expert launch %d (K parts %d up to batch %d, shared %d, down %d tiles, shared gate/up before the lists up to batch %d), 1-tile launches for experts with up to %d tokens at batches %d-%d, top-k alone on its SMs at batches %d-%d, grouped top-k up to batch %d, every expert 2-tile from batch %d, 64-token shared gate/up blocks from batch %d, shared expert on wgmma from batch %d (folded scales %d, 128-token blocks from %d), wide launches from batch %d for experts with > %d tokens (early %d), top-k blocks above the one-launch router up to batch %d, lists from registers up to batch %d, tensor-core logits shape %d, one expert launch at 5 blocks per SM at batches %d-%d, the combine released early up to batch %d, shared gate/up token tile rounded up (16, 32, above 48 64) up to batch %d, shared expert as bf16 GEMMs from batch %d (wgmma %d)\n",
-           W.early_pdl, W.down_rm_min_t, W.logits16_min_t, W.logits_ks, W.logits_ks_max_t, W.fused_max_t, W.fused_opt,
-           W.logits_tc_min_t, W.nt2_overlap, W.shared_min_t, W.shared_fork, W.dyn_items, W.dyn_max_t, W.nt2_first, W.pf, W.pf_max_t, W.pf_dn_mb, W.fuse1, W.fuse1_min_t, W.topk_lists_max_t, W.side_prio, W.fuse_small, W.fs_ks_gu, W.fs_ks_max_t, W.fs_ks_sh, W.fs_rm, W.fs_early_sh_max_t, W.tok1_max, W.tok1_min_t, W.tok1_max_t, W.topk_excl_min_t, W.topk_excl_max_t, W.topk_group_max_t, W.nt2_all_min_t, W.shared_xl_min_t, W.shared_wg_min_t, W.shared_wg_fold, W.shared_wg_n128_min_t, W.x4_min_t, W.x4_tok, W.x4_early, W.topk_blocks_max_t, W.lists_runs_max_t, W.logits_tc_shape,
-           W.fs_b5_min_t, W.fs_b5_max_t, W.fs_cmb_early_max_t, W.shared_tile_max_t, W.shared_gemm_min_t,
-           W.shared_gemm_wg);
+    {
+    for (int i = 0; i < nset; i++) printf("plan: %s forced\n", sets[i]);
     rl = 0;
     printf("%6s %8s %10s %10s %8s %7s %9s %7s %10s %7s %9s\n", "batch", "routing", "ms", "MB", "TB/s", "%ceil", "peer_ms", "x peer",
            "queued", "SM MHz", "launch us");
@@ -859,19 +597,18 @@ static int bench_moe(int argc, char **argv)
             }
             bytes /= NSETS;
             float *tm = malloc((size_t)reps * NSETS * sizeof(float));
-            if (row_cool_ms > 0) {   /* v25: the GPU idle before the row, so it starts at the clock a cool GPU has */
+            if (row_cool_ms > 0) {   /* the GPU idle before the row, so it starts at the clock a cool GPU has */
                 const struct timespec ts = {row_cool_ms / 1000, (long)(row_cool_ms % 1000) * 1000000L};
                 nanosleep(&ts, NULL);
             }
             /* the reading, then the same graphs with each replay queued behind the hold */
             const double ms = replay_ms(g, st, e0, e1, reps, tm, 0), tbs = bytes / (ms * 1e-3) / 1e12,
                          launch_us = g_launch_us;
-            /* v25: the SM clock the replays leave (run 4: under sustained load the 700 W cap takes it from ~1.98
-               GHz to 1.1-1.6, and batches 64-512 slow with it) */
+            /* the SM clock the replays leave */
             const float mhz = sm_mhz_now(mhz_d, st);
-            /* v40: the clock during one more replay (a one-thread probe on a side stream over 80 % of the reading,
+            /* the clock during one more replay (a one-thread probe on a side stream over 80 % of the reading,
                launched just before it): under the power cap the clock after a reading has drained is not the one it
-               ran at (bench/NOTES.md v40 (5)) */
+               ran at (`sluice-bench moe`) */
             const float mhz_in = sm_mhz_during(g[0], ms, mhz_d, st, side);
             if (getenv("SLUICE_BENCH_SPREAD"))
                 printf("  clock %d %s: %.0f MHz during a replay, %.0f after the reading\n", T, routing, mhz_in, mhz);
@@ -888,7 +625,7 @@ static int bench_moe(int argc, char **argv)
                                    rl ? "," : "", T, routing, ms, bytes, tbs, 100 * tbs / ceiling, pms, msq, mhz, mhz_in, launch_us,
                                    pmqs);
             if (stages) stage_timeline(g, st, T, routing);
-            if (power_ms > 0) {   /* v41: the row's graphs back to back: power, energy per replay and per byte */
+            if (power_ms > 0) {   /* the row's graphs back to back: power, energy per replay and per byte */
                 const power_work pw = {g, NULL, 0, NULL, 0, 0, 0, 0};
                 const power_row r = power_run(&nv, &pw, NSETS, power_ms, st, side, mhz_d);
                 printf("  power %d %s: %d replays in %.2f s, %.4f ms each (%.3f TB/s), %.0f W, %.4f J per replay, %.1f pJ per "
@@ -896,7 +633,7 @@ static int bench_moe(int argc, char **argv)
                        bytes / (r.ms_per * 1e-3) / 1e12, r.watts, r.j_per, r.j_per / bytes * 1e12, r.nvml_mhz, r.probe_mhz,
                        r.w0, r.w1);
             }
-            if (sustain > 0) {   /* v25: does sustained load slow the replays (the power cap)? each round's median
+            if (sustain > 0) {   /* does sustained load slow the replays (the power cap)? each round's median
                                     of 8 back-to-back replays, then the SM clock it leaves */
                 float *rt = malloc((size_t)sustain * 2 * sizeof(float));
                 for (int rr = 0; rr < sustain; rr++) {
@@ -953,8 +690,7 @@ static int bench_moe(int argc, char **argv)
             }
             for (int i = 0; i < 7; i++) cudaEventDestroy(ev[i]);
         }
-    }   /* variants */
-    if (trace) fused_timeline(L, &W, x, tok, out, st, gate, bias);
+    }
     if (out_path) {
         char cmd[1024] = "";
         const char *env_cmd = getenv("BENCH_COMMAND");   /* the command that made this run, if a script ran us */
@@ -993,7 +729,7 @@ static int bench_stream(int argc, char **argv)
     int power_ms = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
-        else if (!strcmp(argv[i], "--power") && i + 1 < argc) power_ms = atoi(argv[++i]);   /* v42 */
+        else if (!strcmp(argv[i], "--power") && i + 1 < argc) power_ms = atoi(argv[++i]);   /* */
         else {
             fprintf(stderr, "usage: sluice-bench stream [--out FILE] [--power MS]\n");
             return 2;
@@ -1010,7 +746,7 @@ static int bench_stream(int argc, char **argv)
     float tv[16];
     const double ceiling = read_ceiling(big, nbuf, sink, e0, e1);
     printf("HBM read ceiling %.3f TB/s (8 GiB read)\n", ceiling);
-    if (power_ms > 0) {   /* v42: energy per byte of the read kernel and of the steady streams, by how they read */
+    if (power_ms > 0) {   /* energy per byte of the read kernel and of the steady streams, by how they read */
         nvml_t nv = {0};
         if (nvml_open(&nv)) return 1;
         cudaStream_t st, side;
@@ -1061,7 +797,7 @@ static int bench_stream(int argc, char **argv)
                                "\"tb_per_s\": %.4f, \"pct_of_ceiling\": %.2f}",
                                rl ? "," : "", w, n, d, bytes, ms * 1e3, tbs, 100 * tbs / ceiling);
     }
-    /* v24: the same one-shot streams after a touch (moe_touch, one word per 64 KB) of another region of the same
+    /* the same one-shot streams after a touch (moe_touch, one word per 64 KB) of another region of the same
      * size (0: the translations cold, as above, behind the same kind of launch), of the region itself (1), or of
      * the 4 GiB around it (2): whether a one-shot stream's fixed cost is its address translations */
     static const int tcfg[][3] = {{768, 64, 8}, {2640, 16, 8}, {2640, 64, 8}, {2640, 512, 8}};

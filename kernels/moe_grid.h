@@ -7,7 +7,7 @@
  * each, an expert of n tokens making ceil(n / c) items (c: the kernel's tokens per item). For nmin <= c the most come
  * from experts of nmin tokens (one item each) and of c + 1 (two, where T > c): max over b of 2 b + (P - b (c + 1)) /
  * nmin, exact. For nmin > c an upper bound, P k' / n' at the n' of the largest ceil(n / c) / n (n' = nmin or the
- * first c k + 1 above it). v30 (bench/NOTES.md v30 (3)): the 2-tile launches had P / 9, which 6 experts of 17 tokens
+ * first c k + 1 above it). (`sluice-bench moe`): the 2-tile launches had P / 9, which 6 experts of 17 tokens
  * (12 items, P = 102) exceed. */
 static inline long moe_items_bound(long P, int T, int nmin, int c)
 {

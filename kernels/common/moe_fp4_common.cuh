@@ -5,10 +5,10 @@
  * mantissa bit holds E2M1's mantissa bit is exactly e2m1_value * 2^-126 (E2M1's subnormal 0.5 lands
  * on a bf16 subnormal), so a code needs only to be masked into bits {6,7,8} (+15 for the sign) of a
  * 16-bit lane. One 32-bit word carries 4 such bf16x2 pairs. MOE_DQ selects how the repacker places them:
- *   1 (default, v18): pair 0 is the word masked, pairs 1-2 a rotation (3, 6) and a mask, pair 3 the
+ *   1 (default): pair 0 is the word masked, pairs 1-2 a rotation (3, 6) and a mask, pair 3 the
  *     word masked to its 8 bits, times 2^3 + 2^8 + 2^14 (one IMAD, on the FMA pipe: the three shifted
  *     copies never overlap, so there are no carries) and masked: 7 integer-pipe ops + 1 IMAD per word.
- *   0 (v3-v17): rotations 0, 4, 10 and a two-rotation pair 3: 9 integer-pipe ops per word.
+ *   0 (v3-): rotations 0, 4, 10 and a two-rotation pair 3: 9 integer-pipe ops per word.
  * No layout gives every pair one rotate + one mask, nor 6 or fewer integer-pipe ops with IMAD-shifted
  * pairs (bench/fp4_layout_search.py).
  * The bf16 pair is then multiplied (exact) by the block's scale factor, a bf16 whose bits are
@@ -26,9 +26,7 @@
 
 #include <stdint.h>
 
-#ifndef MOE_DQ
 #define MOE_DQ 1
-#endif
 #if MOE_DQ
 #define MOE_F0 192                      /* bf16 exponent bias of scale code 0 */
 #else
@@ -96,10 +94,8 @@ __device__ __forceinline__ uint32_t moe_scale_factor(uint32_t code)
  * row g in the low lane, row g+8 in the high one. */
 /* ORS (MOE_SCALE_OR, default: the 1-tile kernels): the exponent bits come from a constant-bank word,
  * so the mask and the OR are one LOP3 instead of two (LOP3 takes one immediate); the 2-tile kernels
- * keep the immediates (the mask's register made the 128-row 2-tile down spill). A/B: bench/NOTES.md v18. */
-#ifndef MOE_SCALE_OR
+ * keep the immediates (the mask's register made the 128-row 2-tile down spill). A/B: `sluice-bench moe`. */
 #define MOE_SCALE_OR 1
-#endif
 __constant__ uint32_t moe_f0_bits = MOE_F0_BITS;
 template <bool ORS>
 __device__ __forceinline__ uint32_t moe_scale_factors2(uint32_t sx, uint32_t sy, int ug)

@@ -1,9 +1,9 @@
-/* moe_l2.cuh — L2 prefetch of weight ranges a later launch of the layer will read (v16).
+/* moe_l2.cuh — L2 prefetch of weight ranges a later launch of the layer will read.
  *
  * cp.async.bulk.prefetch.L2 (sm_90) asks the L2 to fetch a byte range from HBM: one instruction per
  * range, nothing lands in the SM and nothing waits for it, so a kernel can issue it at its start at no
  * cost to its own work. At small batches each stage of the layer is a one-shot stream that leaves HBM
- * idle while it fills and drains (bench/NOTES.md, v13 stream probe: ~6 us per phase) and the router
+ * idle while it fills and drains and the router
  * leaves it idle for ~25 us; bytes asked for then are read from L2 by the stage that needs them.
  */
 #ifndef SLUICE_MOE_L2_CUH

@@ -1,4 +1,4 @@
-/* moe_trace.cuh — stage timeline of one forward, for the bench (v16): every kernel of the layer keeps,
+/* moe_trace.cuh — stage timeline of one forward, for the bench: every kernel of the layer keeps,
  * per stage slot, the earliest block start and the latest warp end (%globaltimer, ns) in a device
  * buffer set with moe_trace_set (kernels/moe_kernels.h); NULL (the default) records nothing. Costs when
  * on: one atomic per block and one per warp on the slot's words. */
@@ -15,7 +15,7 @@ __device__ __forceinline__ unsigned long long moe_now()
 }
 
 /* The timer read as a compiler barrier ("memory"): it cannot move above a __syncthreads or a memory access
- * before it (moe_now can; v20 (6): the MOE_TRACE_TL lists start read before the barrier). For the
+ * before it (moe_now can; the MOE_TRACE_TL lists start read before the barrier). For the
  * diagnostic builds only: in the default build it would pin the code around every trace point. */
 __device__ __forceinline__ unsigned long long moe_now_fenced()
 {
@@ -24,7 +24,7 @@ __device__ __forceinline__ unsigned long long moe_now_fenced()
     return t;
 }
 
-/* The timer read once v is computed: v's inputs (e.g. loaded values) have arrived (v21). The read is
+/* The timer read once v is computed: v's inputs (e.g. loaded values) have arrived. The read is
  * predicated on v == v, so it cannot issue before v exists (a plain data use of v could be dropped as
  * dead by ptxas and the read hoisted); 0 if v is NaN. */
 __device__ __forceinline__ unsigned long long moe_now_after(float v)
@@ -45,7 +45,7 @@ __device__ __forceinline__ void moe_trace_span(int slot, unsigned long long t0)
     }
 }
 
-/* v32 item log (bench, builds with -DMOE_TRACE_ITEMS=1; moe_ilog_set): every warp-item of the T <= 8 kernel as one
+/* item log (bench, builds with -DMOE_TRACE_ITEMS=1; moe_ilog_set): every warp-item of the T <= 8 kernel as one
  * record of 2 words, after a header (word 0: records written, word 1: capacity): its start (%globaltimer ns) and
  * duration (ns, bits 0-31) | slot << 32 | (bytes / 16) << 40 | SM << 56. NULL (the default) records nothing. */
 static __device__ unsigned long long *g_moe_ilog;

@@ -3,7 +3,7 @@
  * Work: (expert, 64-row group, chunk of <= 8*NT tokens) is one work item for a 4-warp block; a
  * persistent grid (5 blocks/SM, 20 warps) walks the GPU-built item list (moe_build_lists) with a
  * static stride, so every SM streams weights even at batch 1 (6 routed experts = 192 gate/up items).
- * Where a launch carries no shared-expert items (v15, moe_expert_args.tickets), each warp instead takes
+ * Where a launch carries no shared-expert items (moe_expert_args.tickets), each warp instead takes
  * its next 16-row tile from a counter (WarpQueue), so warps that run faster or start later (beside the
  * shared expert's launches) even out: ncu at batch 64, gate/up 485 -> 456 us, down 282 -> 255 us,
  * achieved warps per SM 16.5 -> 18.7 of 20.
@@ -16,37 +16,37 @@
  * N side (NT = 1 or 2 n-tiles of 8; with 2 both n-tiles reuse one dequantised fragment).
  * Activation fragments come straight from L1/L2 one chunk ahead. gate and up rows are interleaved,
  * so one warp finishes silu(min(g,L)) * clamp(u) * routing weight in registers and writes h (bf16).
- * The FP8 shared expert runs in the same launches below moe_cuda_ws.shared_min_t tokens: its items are
+ * The FP8 shared expert runs in the same launches below moe_plan.own_shared tokens: its items are
  * single 16-row tiles whose K is split over the block's 4 warps (partial sums added in a fixed order
  * through shared memory); each token chunk of 8 (16) re-streams and re-dequantises all its weights, which
- * cost 45-60 us at batch 64 and ~290 us at 512 (v14, `sluice-bench moe --no-shared`). From
- * moe_cuda_ws.shared_min_t tokens (v15: 16) it has two launches of its own (k_shared_fp8: 16-64 tokens
+ * cost 45-60 us at batch 64 and ~290 us at 512 (`sluice-bench moe --no-shared`). From
+ * moe_plan.own_shared tokens (16) it has two launches of its own (k_shared_fp8: 16-64 tokens
  * per dequantised fragment), on a second stream beside the router and the routed launches; from
- * moe_cuda_ws.shared_gemm_min_t (v36: 512; v37: 256, on wgmma) those two launches are bf16 GEMMs on a bf16 copy of its weights
- * (moe_shared_gemm.cuh, moe_shared_gemms; v38: their tiles by TMA).
+ * moe_plan.shared_gemm (512; 256, on wgmma) those two launches are bf16 GEMMs on a bf16 copy of its weights
+ * (moe_shared_gemm.cuh, moe_shared_gemms; their tiles by TMA).
  *
- * Up to 8 tokens (moe_cuda_ws.fuse_small; v17: up to 2, v18 with the cheaper dequant: up to 8) the whole
+ * Up to 8 tokens (moe_plan.experts; up to 2 with the cheaper dequant: up to 8) the whole
  * expert work, the shared expert's items included, is one launch (k_experts1 SMALL: K-split gate/up tiles,
- * one copy of the FP4 loop, 2 steps of code). From 16 tokens (moe_cuda_ws.fuse1_min_t; v16, v18: 16) the
+ * one copy of the FP4 loop, 2 steps of code). From 16 tokens (moe_plan.experts) the
  * 1-tile gate/up and down are one launch (k_experts1): every warp-item comes from one counter, gate/up's
  * first, and a down item waits only for the gate/up items whose h rows it reads (MOE_DONE), so the down
  * weights stream while gate/up's last tiles finish.
  * Every kernel of the layer runs at the 100 % shared-memory carveout (moe_kernels_carveout), so the
  * routed blocks can share an SM with the shared expert's.
  *
- * Tile count per expert, chosen on the GPU (v10): a routed expert with > 8 tokens is served by the
- * 2-tile kernel (items of 16 tokens), one with <= 8 tokens by the 1-tile kernel (v19: up to
+ * Tile count per expert, chosen on the GPU: a routed expert with > 8 tokens is served by the
+ * 2-tile kernel (items of 16 tokens), one with <= 8 tokens by the 1-tile kernel (up to
  * moe_expert_args.tok1_max tokens, default 16 at batches 64-128, as 8-token chunks that each stream the
  * expert's weights, the chunks of a row group adjacent in the item order so the second read mostly hits
  * L2: the rare 9-16-token expert of a batch of 64-128 no longer leaves a 2-tile tail); the shared expert
  * (T tokens, known on the host) by the 2-tile kernel from T >= 256 (moe_tok_tiles, the v9 threshold).
- * v26 (X4, moe_expert_args.wide_min, default from batch 256, v30: 224): a routed expert with more than 32 tokens is
+ * (X4, moe_expert_args.wide_min, default from batch 256, 224): a routed expert with more than 32 tokens is
  * served by the wide kernels (MOE_NTW 8 n-tiles: items of 64 tokens, each dequantised fragment feeding 8 n-tiles;
  * activations single-buffered, 234-255 registers, 2 blocks/SM), launched after each stage's 2-tile one (in
- * moe_experts_fused1 the wide gate/up after the 2-tile gate/up, v27: moe_expert_args.wide_early, the wide down after
- * the 2-tile down): skewed 512 0.88 -> 0.70 ms, 256 0.45 -> 0.36 (bench/NOTES.md v26 (2)-(4), v27 (3)).
- * v27 (MOE_IDLE_EXIT): a routed launch's blocks without items exit before their PDL wait (block 0 waits), so an empty
- * launch in the layer's tail costs one short hop instead of every block's wait and table (NOTES v27 (1)).
+ * moe_experts_fused1 the wide gate/up after the 2-tile gate/up, moe_expert_args.wide_early, the wide down after
+ * the 2-tile down): skewed 512 0.88 -> 0.70 ms, 256 0.45 -> 0.36 (`sluice-bench moe`).
+ * (MOE_IDLE_EXIT): a routed launch's blocks without items exit before their PDL wait (block 0 waits), so an empty
+ * launch in the layer's tail costs one short hop instead of every block's wait and table (`sluice-bench moe`).
  * moe_gate_up / moe_down launch both kernels back to back (only the 1-tile one for T <= 8, where no
  * expert can have more than 8 tokens); each block derives its kernel's own item list from the
  * per-expert counts in off[] (a 1-warp scan in shared memory), so the split needs no host sync, no
@@ -62,7 +62,7 @@
  *
  * Roofline (V4-Flash, H200, 4.5 TB/s read ceiling measured): one NVFP4 expert is 14.2 MB (weights
  * 12.6 + scales 1.6), the FP8 shared expert 25.2 MB: batch 1 reads 114 MB -> 25 us; batch 64 (~200
- * experts touched) 2.86 GB -> 0.63 ms. Measured (bench/results/moe-h200.json, v41): 58.8 us and 0.721 ms.
+ * experts touched) 2.86 GB -> 0.63 ms. Measured (bench/results/moe-h200.json): 58.8 us and 0.721 ms.
  */
 #include <stdint.h>
 #include "moe_kernels.h"
@@ -75,52 +75,40 @@
 /* Occupancy knobs of the routed kernels (compile-time A/B, bench/moe_ab.sh): blocks per SM the 1-tile
  * kernels are compiled for (registers capped to fit), and the ring depth of gate/up and of the 128-row
  * down (the 64-row down streams one matrix and runs twice as deep). */
-#ifndef MOE_MINB1
 #define MOE_MINB1 5
-#endif
-#ifndef MOE_GU_D
 #define MOE_GU_D 4
-#endif
 /* The blocks per SM the 2-tile kernels are compiled for (128 registers). 5 (96 registers, one activation buffer),
  * 3 and 2 (ptxas then overlaps two FP4 words per warp), two and four row tiles per warp, ring depth 2, an L1
  * prefetch of the activation rows, a carveout of their own and a grid held to 1-2 blocks per SM beside the fused
- * launch were each measured slower or equal (bench/NOTES.md v22 (1)-(8), v23 (1)-(5); runs 5-6 of v22 and 1-4 of
- * v23 name the commit that has their knobs). */
-#ifndef MOE_MINB2
+ * launch were each measured slower or equal (`sluice-bench moe`; runs 5-6 of and 1-4 of
+ * name the commit that has their knobs). */
 #define MOE_MINB2 4
-#endif
-/* ... and the wide kernels (v26, X4: moe_expert_args.wide_min, MOE_NTW n-tiles): 8 n-tiles' activations (128
+/* ... and the wide kernels (X4: moe_expert_args.wide_min, MOE_NTW n-tiles): 8 n-tiles' activations (128
  * registers single-buffered) and 64 accumulators take ~250 registers */
-#ifndef MOE_MINBW
 #define MOE_MINBW 2
-#endif
 __host__ __device__ constexpr int moe_minb_nt(int nt) { return nt == 1 ? MOE_MINB1 : nt == 2 ? MOE_MINB2 : MOE_MINBW; }
 /* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
- * items (in the routed launches below moe_cuda_ws.shared_min_t) need the full RING_WARP_BYTES */
+ * items (in the routed launches below moe_plan.own_shared) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
 #define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
-/* WG (v24, bench/NOTES.md v24 (7)): the 2-tile gate/up without the FP8 branch with wgmma (fp4_rowtile_wg); static
+/* WG (`sluice-bench moe`): the 2-tile gate/up without the FP8 branch with wgmma (fp4_rowtile_wg); static
  * walk only (it traps on a handed-out one); its 2 activation slots after the rings and the item tables, 128-byte
- * aligned. Correct on the 2-tile cases of test_moe_gpu and 7 % slower than mma.sync alone at 512 (v24 run 6), so
- * opt-in; WG_INFL 2 is prepared in bench/runs/v25-run1.sh. */
-#ifndef MOE_WG2
+ * aligned. Correct on the 2-tile cases of test_moe_gpu and 7 % slower than mma.sync alone at 512 (run 6), so
+ * opt-in; WG_INFL 2 is prepared in bench/runs/-run1.sh. */
 #define MOE_WG2 0
-#endif
 __host__ __device__ __forceinline__ size_t wg_offset(int E)
 {
     return ((size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4 + 127) & ~(size_t)127;
 }
 
 
-/* v27 (MOE_IDLE_EXIT): blocks of a routed launch that have no item (blockIdx >= its block items: the static walk's
+/* (MOE_IDLE_EXIT): blocks of a routed launch that have no item (blockIdx >= its block items: the static walk's
  * first warp-item, and a handed-out walk's, is 4 * blockIdx + warp) return true and exit before their PDL wait, all
  * but block 0, which waits first: the grid then still completes only after the previous kernel has, so every
  * later wait still covers the whole chain. Its other blocks leave their SM slots at once instead of holding them
- * until the previous kernel ends (an empty 2-tile or wide launch in a layer's tail, bench/NOTES.md v27 (1)). The
+ * until the previous kernel ends (an empty 2-tile or wide launch in a layer's tail, `sluice-bench moe`). The
  * caller makes sure that nothing launched after it reads what the previous kernels write without waiting. */
-#ifndef MOE_IDLE_EXIT
 #define MOE_IDLE_EXIT 1
-#endif
 __device__ __forceinline__ bool idle_exit(int block_items)
 {
     if ((int)blockIdx.x < block_items) return false;
@@ -137,7 +125,7 @@ __device__ __forceinline__ ItemWalk item_walk(const moe_expert_args &a, int tota
             NT <= 2 && a.tickets && !a.has_shared && ((a.dyn >> (NT - 1)) & 1)};   /* wide (MOE_NTW): static */
 }
 
-/* v16 (moe_expert_args.pf_dn, .pf_sh_dn): the down weights the next launch reads, asked of L2 by the
+/* (moe_expert_args.pf_dn, .pf_sh_dn): the down weights the next launch reads, asked of L2 by the
  * grid's first warps, 8 per range (an expert's whole down matrix, or the shared expert's), one piece
  * per lane: range k is the shared expert's (if asked and its items ride in the routed launches), then
  * the down matrices of the first pf_dn experts with tokens in expert order, the order in which the
@@ -169,9 +157,9 @@ __device__ __forceinline__ void prefetch_down(const moe_expert_args &a, const in
     if (p) moe_l2_prefetch_piece(p, n, part * 32 + lane, 256, moe_l2_policy(a.pf_last));
 }
 
-/* SH 0 (v22, 2-tile only): without the shared expert's FP8 branch (it traps on a shared item), the form the host
+/* SH 0 (2-tile only): without the shared expert's FP8 branch (it traps on a shared item), the form the host
  * launches where the 2-tile launch carries no shared items (every default launch): the branch held the body's
- * registers and scheduling (NOTES v22 (10): 512 -1.6 %, with the one-LOP3 scale factors it then allows -2.8 %). */
+ * registers and scheduling (`sluice-bench moe`: 512 -1.6 %, with the one-LOP3 scale factors it then allows -2.8 %). */
 template <int FMT, int NT, int SH = 1>
 __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_args a, const uint16_t *x, const int32_t *off,
                                                  const int32_t *pair_tok, const float *pair_w, uint16_t *h)
@@ -180,16 +168,16 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E + (a.has_shared ? 1 : 0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *s_items = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_items + (nE + 1);
-    /* overlap (v14): the 2-tile launch is released by the 1-tile one only after that one's wait, so the
+    /* overlap: the 2-tile launch is released by the 1-tile one only after that one's wait, so the
      * lists are complete; the two write disjoint pairs; its wait at the end makes the next kernel's wait
      * cover both launches. Its blocks take the slots the 1-tile launch's tail frees and start at once. */
     const bool second = NT == 2 && a.early && (a.overlap & 1);
     /* let the next kernel (down) launch now: its blocks take the slots this grid's tail frees and
      * stream their first weights while this kernel finishes (they wait before reading h). The wide launch
-     * (v26) follows the 2-tile one, which released it at its start: it releases before its own wait, so the down
+     * follows the 2-tile one, which released it at its start: it releases before its own wait, so the down
      * launch after it still primes during the 2-tile launch's tail (its wait covers both: ours completes after
      * the 2-tile launch does). */
-    /* v27 (MOE_IDLE_EXIT): the wide launch reads its item table before its wait (off[] is complete: the first routed
+    /* (MOE_IDLE_EXIT): the wide launch reads its item table before its wait (off[] is complete: the first routed
      * launch after the lists released its successor only after its own wait on them, and every routed launch since
      * started after that), and its blocks without items exit at once */
     constexpr bool wide_idle = NT >= 4 && MOE_IDLE_EXIT;
@@ -210,7 +198,7 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
         if (second) moe_pdl_wait();
         return;
     }
-    /* warp-items wi = 4 * block item + tile: a static stride of the grid, or handed out (v15 tickets) */
+    /* warp-items wi = 4 * block item + tile: a static stride of the grid, or handed out (tickets) */
     const ItemWalk walk = item_walk<NT>(a, total, 0);
     if (NT == 2 && !SH && MOE_WG2 && walk.dyn) __trap();   /* WG: the block's warps on the same items */
     const int wtotal = walk.q.wtotal;
@@ -271,7 +259,7 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
 
 /* RM: 16-row tiles per warp of a routed item (1: 64-row items, ring depth 8; 2: 128-row items, each
  * warp streaming two adjacent row tiles like gate/up's two matrices, ring depth 4, one activation
- * fragment per two tiles; v11). The shared expert's items are unchanged (one 16-row tile, K split). */
+ * fragment per two tiles;). The shared expert's items are unchanged (one 16-row tile, K split). */
 template <int FMT, int NT, int RM, int SH = 1>
 __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a, const uint16_t *h, const int32_t *off,
                                               float *y)
@@ -291,7 +279,7 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
     const int mmul = RM >= 2 ? nc : 1;
     bool primed = false;
-    /* no item for this block (v27, MOE_IDLE_EXIT: exits at once, one block waits); the exit releases the next launch,
+    /* no item for this block (MOE_IDLE_EXIT: exits at once, one block waits); the exit releases the next launch,
      * so where that one may not wait for us (overlap: our 2-tile launch, which waits only at its end) every block
      * waits until h is complete */
     if (a.early && MOE_IDLE_EXIT && !(NT == 1 && (a.overlap & 2))) {
@@ -363,30 +351,29 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
     if (second) moe_pdl_wait();
 }
 
-/* v16 (moe_expert_args.fuse1): the 1-tile gate/up and down as one launch, so a down warp-item waits only
- * for its own expert's gate/up (v19: its own token chunk's) instead of the whole gate/up launch. Every warp-item comes from one
+/* (moe_expert_args.fuse1): the 1-tile gate/up and down as one launch, so a down warp-item waits only
+ * for its own expert's gate/up (its own token chunk's) instead of the whole gate/up launch. Every warp-item comes from one
  * counter (tickets[8]): gate/up's first (as k_gate_up), then down's (128-row items, as k_down RM 2).
- * After its h stores a gate/up warp-item adds one to its done count (MOE_DONE: per token chunk, v19); a
+ * After its h stores a gate/up warp-item adds one to its done count (MOE_DONE: per token chunk); a
  * down warp-item issues its first weight chunks, then waits (acquire) until that count reaches the
  * chunk's I/16 gate/up warp-items, and reads h through L2 (written in this launch). So the down
- * weights stream while gate/up's last tiles finish (v15's weak spot: that tail left HBM half idle for
+ * weights stream while gate/up's last tiles finish (the weak spot: that tail left HBM half idle for
  * ~one warp-item, ~47 us at batch 64, and the down launch could not start before it ended).
  * No deadlock: a warp takes its items in increasing number and every gate/up item is numbered before
  * every down item, so the warp holding the gate/up item a down item waits for holds only gate/up items
  * up to it, which never wait; and every block of the grid runs (the grid is at most the resident blocks,
- * and the kernels beside it do not wait for it). v17: a warp's first MOE_STATIC_FIRST(_L) items are its
+ * and the kernels beside it do not wait for it). a warp's first MOE_STATIC_FIRST(_L) items are its
  * own by number instead of drawn (the argument above does not need draws). Each ticket draw is issued one
  * item ahead and read at the next item. The last warp to finish zeroes the counters for the next forward (every later launch
  * on them starts after this one completes). Launched after the 2-tile gate/up, which releases it only
  * after its own wait on the lists, so it needs no wait at its start; it waits at its end (the 2-tile
  * down, next, reads the 2-tile gate/up's h). Only with tickets and no shared items.
  *
- * v17, SMALL (T <= 8, every expert has <= 8 tokens: the whole layer's expert work in this one launch):
+ * , SMALL (T <= 8, every expert has <= 8 tokens: the whole layer's expert work in this one launch):
  * the shared expert's items ride in it as warp-items too, and K may be split. Ticket order: the shared
  * gate/up (16-row FP8 tiles x ks_sh K parts), the routed gate/up (16-row tiles x ks_gu K parts), the
  * shared down (16-row FP8 tiles, full K), the routed down (RM 16-row tiles per warp-item). At batch 1
- * a routed gate/up warp-item is a chain of 64 dependent chunk steps (v16 NOTES: the stage is bounded by
- * that chain, not by bandwidth), so K parts shorten the chain and put more warps on the stream. A
+ * a routed gate/up warp-item is a chain of 64 dependent chunk steps, so K parts shorten the chain and put more warps on the stream. A
  * K-part item stores its fp32 partial sums (a.part, 1 KB per part) and adds one to its tile's count
  * (a.pcnt); the last of the tile's parts to arrive sums all parts in part order (deterministic), applies
  * the swiglu, writes h, resets the count and signals the expert's done count. Nobody waits for a part,
@@ -428,69 +415,47 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
     return true;
 }
 
-/* The done count k of the fused kernel's gate/up tiles, one 128-byte line each (v17: the down items' polls
+/* The done count k of the fused kernel's gate/up tiles, one 128-byte line each (the down items' polls
  * of one expert do not queue behind another's). Its key (DONE_KEY): for T > 8 the token chunk, by its first
- * pair (v19, moe_expert_args.tok1_max: an expert may have several chunks, and a down item waits only for
+ * pair (moe_expert_args.tok1_max: an expert may have several chunks, and a down item waits only for
  * the h rows it reads); for T <= 8 (one chunk per expert) the expert, E for the shared expert (keyed by
- * pair there, the kernel took 6 more registers and batches 4-8 ran 2 % slower, v19 run 2). */
+ * pair there, the kernel took 6 more registers and batches 4-8 ran 2 % slower run 2). */
 #define MOE_DONE(t, k) ((t) + 32 + (size_t)(k) * 32)
-/* v19, prepared for an A/B and not yet measured: in the T <= 8 launch's one copy of the FP4 loop (down_rm 2)
+/* , prepared for an A/B and not yet measured: in the T <= 8 launch's one copy of the FP4 loop (down_rm 2)
  * the activation loads serve gate/up (x, read-only) and down (h, written in this launch), so they all go
- * through L2 (LDG.E.128.STRONG.GPU in the SASS); ncu at batch 8 (bench/NOTES.md v19 (9)) has 21 % of the
+ * through L2 (LDG.E.128.STRONG.GPU in the SASS); ncu at batch 8 (`sluice-bench moe`) has 21 % of the
  * stall samples on the HMMA waiting for them (long scoreboard). 1: x through the read-only path (L1; the 4
  * warps of a block usually read the same token rows at the same chunk), h still through L2, chosen per item
  * (both loads are in the loop, one predicated off). */
-#ifndef MOE_SMALL_X_NC
 #define MOE_SMALL_X_NC 0
-#endif
-/* v17: a warp's first MOE_STATIC_FIRST warp-items are its own by number (warp g and g + warps of the
+/* a warp's first MOE_STATIC_FIRST warp-items are its own by number (warp g and g + warps of the
  * grid, as the static walk), the rest are drawn: at batch 1 the 2 x 2640 draws at the start, all on one
  * word, took ~8 us (stage trace "ticket"). _L: the same for T > 8. MOE_MINB_S: blocks per SM the T <= 8
  * kernel is compiled for; MOE_TRACE_ITEMS: its item kinds in the stage trace (bench). */
-#ifndef MOE_STATIC_FIRST
 #define MOE_STATIC_FIRST 2
-#endif
-#ifndef MOE_STATIC_FIRST_L
 #define MOE_STATIC_FIRST_L 2
-#endif
-#ifndef MOE_MINB_S
 #define MOE_MINB_S 4
-#endif
-#ifndef MOE_MINB_S5   /* v31: the T <= 8 kernel's second form (SMALL 2, moe_expert_args.one_launch 2) */
-#define MOE_MINB_S5 5
-#endif
-#ifndef MOE_ROLL_S   /* the T <= 8 kernel's routed loop with 2 steps of code (fp4_rowtile ROLL) */
-#define MOE_ROLL_S 1
-#endif
-#ifndef MOE_TRACE_ITEMS
+#define MOE_MINB_S5 5 /* the T <= 8 kernel's second form (SMALL 2, moe_expert_args.one_launch 2) */
+#define MOE_ROLL_S 1 /* the T <= 8 kernel's routed loop with 2 steps of code (fp4_rowtile ROLL) */
 #define MOE_TRACE_ITEMS 0
-#endif
-/* v32: fp4_rowtile's early refill (ER, moe_expert_dev.cuh) in k_experts1's 4-block T <= 8 form (SMALL 1: no spill at
- * its 128 registers; bench/NOTES.md v32 (3): 1 -4 %, 4 -5 %, 8 -2 %) and, for an A/B, in the T > 8 form (SMALL 0;
- * v32 (4): at 4 blocks per SM no faster than 5 without it); the 5-block form (SMALL 2) spills with it and keeps 0 */
-#ifndef MOE_ER_S
+/* fp4_rowtile's early refill (ER, moe_expert_dev.cuh) in k_experts1's 4-block T <= 8 form (SMALL 1: no spill at
+ * its 128 registers; `sluice-bench moe`: 1 -4 %, 4 -5 %, 8 -2 %) and, for an A/B, in the T > 8 form (SMALL 0;
+ * at 4 blocks per SM no faster than 5 without it); the 5-block form (SMALL 2) spills with it and keeps 0 */
 #define MOE_ER_S 1
-#endif
-#ifndef MOE_ER_F1
 #define MOE_ER_F1 0
-#endif
-/* v32 (A/B): 0 sends the T <= 8 kernel's routed items through the two loops of the T > 8 form (gate/up with x through
- * L1, down with h through L2: each a copy of the FP4 loop) instead of the one copy that serves both (v17; v32 (1):
+/* (A/B): 0 sends the T <= 8 kernel's routed items through the two loops of the T > 8 form (gate/up with x through
+ * L1, down with h through L2: each a copy of the FP4 loop) instead of the one copy that serves both ((1):
  * 0 is 2-6 % slower at 1-6 and 8) */
-#ifndef MOE_SMALL_ONE_LOOP
 #define MOE_SMALL_ONE_LOOP 1
-#endif
 /* A routed gate/up warp-item's tile (among the launch's routed gate/up tiles) and its K part */
 struct GuPart {
     int tile, part;
 };
-/* v18 (moe_expert_args.early_sh): in the T <= 8 launch a warp whose first item is a shared gate/up tile
+/* (moe_expert_args.early_sh): in the T <= 8 launch a warp whose first item is a shared gate/up tile
  * part runs it before the launch's PDL wait on the lists: it reads only x, which is complete once this
  * launch runs (every router kernel releases its dependents only after its own wait, so the kernel that
  * wrote x is done). MOE_EARLY_SH 0 compiles it out. */
-#ifndef MOE_EARLY_SH
 #define MOE_EARLY_SH 1
-#endif
 
 template <int FMT, int RM, int SMALL>
 __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MINB_S : MOE_MINB1)
@@ -757,7 +722,7 @@ static dn_fn dn2_pick(int fmt, int rm, int sh)
 {
     return sh ? dn_pick<2, 1>(fmt, rm) : dn_pick<2, 0>(fmt, rm);
 }
-/* the wide kernels (v26, X4, MOE_NTW n-tiles): routed experts only, so never the FP8 branch */
+/* the wide kernels (X4, MOE_NTW n-tiles): routed experts only, so never the FP8 branch */
 static gu_fn gu_wide_pick(int fmt)
 {
     return fmt == MOE_FP4_NVFP4 ? k_gate_up<MOE_FP4_NVFP4, MOE_NTW, 0> : k_gate_up<MOE_FP4_MXFP4, MOE_NTW, 0>;
@@ -792,10 +757,10 @@ extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int
 
 /* Upper bounds on a routed launch's items, so a small batch does not start a full persistent grid whose idle blocks
  * only wait and leave: the 1-tile kernel has at most one item chunk per pair; the 2-tile kernel takes experts with
- * > 8 tokens (> tok1_max with v19's chunks: a subset), 16 per item, or every expert (all2: tok1_max < 0); the wide
+ * > 8 tokens (> tok1_max with the chunks: a subset), 16 per item, or every expert (all2: tok1_max < 0); the wide
  * kernel experts with > wide tokens, 8 * MOE_NTW per item (moe_items_bound, moe_grid.h; exact for the 2-tile
- * launches since v30, whose P / 9 gave skewed 17 11 blocks per row group for 12 items, 121 us against 18's 100; a
- * looser 2 P / 17 cost skewed 18 2.5 % in idle blocks, bench/NOTES.md v30 (3)). */
+ * launches since , whose P / 9 gave skewed 17 11 blocks per row group for 12 items, 121 us against 18's 100; a
+ * looser 2 P / 17 cost skewed 18 2.5 % in idle blocks, `sluice-bench moe`). */
 static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int has_shared, bool all2 = false, int wide = 0)
 {
     const long P = (long)T * topk;
@@ -808,7 +773,7 @@ static int routed_grid(int grid, int nt, int T, int topk, int row_groups, int ha
     return cap < grid ? (int)(cap > 0 ? cap : 1) : grid;
 }
 
-/* v26 (X4): whether these arguments have wide launches (a batch in which an expert can have more than wide_min
+/* (X4): whether these arguments have wide launches (a batch in which an expert can have more than wide_min
  * tokens); they follow each stage's 2-tile launch (moe_gate_up / moe_down; moe_experts_fused1: see wide_early). */
 static bool has_wide(const moe_expert_args *a, int T) { return a->wide_min > 0 && T > a->wide_min; }
 static bool wide_ok(const moe_expert_args *a)
@@ -817,7 +782,7 @@ static bool wide_ok(const moe_expert_args *a)
 }
 
 /* One stage's launches (moe_gate_up: overlap bit 1, moe_down: bit 2), one: its 1-tile launch, two: its 2-tile one.
- * T <= 8: the 1-tile launch alone (no expert has more than 8 tokens). tok1_max < 0 (v24, T > 8): every routed expert
+ * T <= 8: the 1-tile launch alone (no expert has more than 8 tokens). tok1_max < 0 (T > 8): every routed expert
  * with tokens 2-tile, without overlap (that launch would not wait for the lists); the 1-tile launch only where it
  * has the shared expert's items (below 256 tokens, moe_tok_tiles). Otherwise both, the 2-tile one first with
  * nt2_first unless it overlaps. */
@@ -836,7 +801,7 @@ static cudaError_t stage_launches(const moe_expert_args *a, int T, int ov_bit, O
     return e != cudaSuccess ? e : first2 ? one() : two();
 }
 
-/* the wide launches of a stage (v26, X4) */
+/* the wide launches of a stage (X4) */
 static cudaError_t gate_up_wide(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
                             const float *pair_w, int T, int topk, const int grid[3], uint16_t *h, cudaStream_t st)
 {
@@ -909,7 +874,7 @@ static e1_fn experts1_fn(int fmt, int rm, int small)
 
 /* The lowest down tiles per warp-item (rm) a form of k_experts1 exists in (experts1_fn): 1 for the 4-block T <= 8
  * form (small 1), 2 for the T > 8 form (small 0, its 128-row down items) and the 5-block form (small 2: its rm 1
- * form spilled, bench/NOTES.md v31 (4)); every form has rm 2. */
+ * form spilled, `sluice-bench moe`); every form has rm 2. */
 static int experts1_rm_lo(int small) { return small == 1 ? 1 : 2; }
 
 extern "C" cudaError_t moe_experts1_occupancy(int fmt, int E, int small, int *blocks_per_sm)
@@ -947,10 +912,10 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     b.early = 1;
     b.T = T;
     b.sh_row0 = T * topk;   /* the shared expert's rows follow the routed pairs, as moe_cuda's ysh */
-    if (small) {   /* v17: the whole expert work in one launch; it waits on the lists itself */
+    if (small) {   /* the whole expert work in one launch; it waits on the lists itself */
         b.ks_gu = ksg;
         b.ks_sh = kss;
-        b.fuse_early = a->fuse_early ? 1 : 0;   /* v33: release the combine right after the wait on the lists */
+        b.fuse_early = a->fuse_early ? 1 : 0;   /* release the combine right after the wait on the lists */
         const int rm = a->down_rm == 1 ? 1 : 2;
         const int form = a->one_launch == 2 ? 2 : 1;   /* experts1_fn's small: the 4- or the 5-block form */
         if (rm < experts1_rm_lo(form)) return cudaErrorInvalidValue;   /* the 5-block form has rm 2 only */
@@ -965,14 +930,14 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     b.ks_gu = b.ks_sh = 1;
     b.down_rm = 2;
     const int rg = a->I / MOE_ROWS_PER_ITEM;
-    /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch (v23 (5): its grid held to
+    /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch (its grid held to
      * 1-2 blocks per SM so the fused launch's blocks join from the start gained 0.5 % at 256) */
     cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
                                dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), smem_gu2(a->E, 0), st, b, x, off,
                                pair_tok, pair_w, h);
     if (e != cudaSuccess) return e;
-    /* v26 (X4): the wide stages after the 2-tile down: before the fused launch, the wide gate/up's blocks waited on
-       the 2-tile gate/up and held the fused launch until it ended. v27 (wide_early, with MOE_IDLE_EXIT, where the
+    /* (X4): the wide stages after the 2-tile down: before the fused launch, the wide gate/up's blocks waited on
+       the 2-tile gate/up and held the fused launch until it ended. (wide_early, with MOE_IDLE_EXIT, where the
        wide gate/up's blocks without items exit at once): 1, the wide gate/up right after the 2-tile one (the fused
        launch, which does not wait at its start, is then released by it at its start, which is after the lists
        completed); 2, right after the fused launch. */
@@ -988,7 +953,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     return down_wide(&b, (const uint16_t *)h, off, T, topk, grid, 2, y, st);
 }
 
-/* The shared expert for all tokens (v14, moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);
+/* The shared expert for all tokens (moe_shared_experts). Block = (token group of 8 * NTT, 64 rows);
  * each of its 4 warps owns a 16-row tile for the whole K and applies every dequantised FP8 fragment to
  * NTT n-tiles. Weights: per-warp rings filled by cp.async, D chunks ahead. Activations: the block's
  * 8 * NTT token rows of each 128-input chunk are staged once in shared memory (cp.async by all threads,
@@ -996,13 +961,13 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
  * 4 warps. The token group varies fastest over blockIdx, so the blocks of one row group run together
  * and read its weights from HBM once. NM 2: gate/up (x -> swiglu -> h), NM 1: down (h -> y). */
 #define SH_XSTRIDE 136   /* bf16 per staged activation row: 128 + 8 of padding */
-/* SH_EARLY 1: the shared gate/up releases the shared down at its start (v14), whose blocks then sit
- * waiting on SM resources; 0: at its end, so the router launches beside them find room (v15). */
+/* SH_EARLY 1: the shared gate/up releases the shared down at its start, whose blocks then sit
+ * waiting on SM resources; 0: at its end, so the router launches beside them find room. */
 #ifndef SH_EARLY
 #define SH_EARLY 0
 #endif
 #ifndef SH_D
-#define SH_D 4           /* chunks in flight per warp (weights) and per block (activations); v14 A/B: 2 the
+#define SH_D 4           /* chunks in flight per warp (weights) and per block (activations); A/B: 2 the
                             same within noise (3 blocks per SM), 8 4-6 % slower at batch 512 */
 #endif
 /* n-tiles of 8 tokens per block: gate/up and down, up to 64 tokens (_S) and above (_L) */
@@ -1018,7 +983,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
 #ifndef SH_DN_NTT_L
 #define SH_DN_NTT_L 8
 #endif
-#ifndef SH_GU_NTT_XL   /* v24: gate/up from moe_expert_args.sh_xl_min_t tokens (one block per SM: 134 KB of shared memory) */
+#ifndef SH_GU_NTT_XL   /* gate/up from moe_expert_args.sh_xl_min_t tokens (one block per SM: 134 KB of shared memory) */
 #define SH_GU_NTT_XL 8
 #endif
 /* The shared expert's results of a warp's 16-row tile r for tokens t0 + 0..8 NT - 1 (< T): NM 2 h = swiglu(gate, up)
@@ -1116,149 +1081,7 @@ static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, in
                            dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
 }
 
-/* SW (v25; moe_expert_args.sh_wg_min_t, bench/NOTES.md v25): the same two GEMMs as k_shared_fp8 on wgmma. One
- * warpgroup per block: its 4 warps' 16-row tiles (r = 4 blockIdx.y + warp, as above: 64 rows inside one 128-row
- * scale block) are the M = 64 of m64nNk16, N = 8 NT token rows per block (blockIdx.x, fastest, so the blocks of
- * one row group read its weights from HBM once). Per 128-input chunk each warp dequantises its FP8 fragments from
- * its own cp.async ring as fp8_chunk does (exact e4m3 in bf16) and issues 8 k16 steps per matrix into fresh fp32
- * partials, waits for them, and adds partials * the chunk's block scale (fp32) to its accumulators: the numerics
- * of fp8_chunk. What changes is the tensor work: one wgmma per 64 rows x N tokens x 16 inputs instead of N / 8
- * mma.sync per warp, and each dequantised fragment feeds N tokens (k_shared_fp8: 16-64). Measured (NOTES v25 (2),
- * (5)): correct, its gate/up at 512 84 us against 109, the layer no faster at 256-512 with 2-4 chunks in flight or
- * any fork point, so it is off by default (its per-chunk partials cap the tile at 64 tokens; one L2 round trip per
- * chunk bounds it). */
-#ifndef SW_D
-#define SW_D 2   /* chunks in flight (weights and activations) */
-#endif
-#ifndef SW_MINB
-#define SW_MINB 3   /* blocks per SM the registers must allow (gate/up of 64 tokens: 2, its fp32 partials and
-                       accumulators alone take 128 registers and spill at 3) */
-#endif
-/* FOLD 1 (SWF, v25, prepared and not yet run on the GPU; moe_expert_args.sh_wg_fold): block scales that are powers of
- * two (DeepSeek's ue8m0 checkpoints; moe_cuda_layer.sh_pow2 checks every one at load time) fold into the
- * dequantisation's multiplier exactly (e4m3 x 2^e is a bf16), so there are no per-chunk partials: the wgmmas
- * accumulate straight into acc, a warp waits only for the previous chunk's group before its slot is refilled
- * (SWF_D chunks in flight), and the registers the partials took make room for 128-token tiles. */
-#ifndef SWF_D_GU
-#define SWF_D_GU 3   /* chunks in flight, gate/up (128 tokens: 48 KB a chunk, one block per SM) */
-#endif
-#ifndef SWF_D_DN
-#define SWF_D_DN 4   /* ... down (40 KB a chunk at 128 tokens) */
-#endif
-template <int NM, int FOLD>
-__host__ __device__ constexpr int sw_depth() { return FOLD ? (NM == 2 ? SWF_D_GU : SWF_D_DN) : SW_D; }
-template <int NM, int NT, int FOLD>
-__host__ __device__ constexpr int sw_minb() { return FOLD ? (NT == 16 ? 1 : 2) : (NM == 2 && NT == 8 ? 2 : SW_MINB); }
-
-template <int NM, int NT, int FOLD>
-__global__ void __launch_bounds__(128, sw_minb<NM, NT, FOLD>())
-    k_shared_wg(moe_expert_args a, const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
-{
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    __trap();   /* wgmma is sm_90a's alone; the default build also compiles this file for sm_120a, where the host
-                   never launches it (sw_ok) */
-#else
-    const MoeTrace trace_(NM == 2 ? MOE_TR_SH_GU : MOE_TR_SH_DN);
-    constexpr int D = sw_depth<NM, FOLD>(), N = 8 * NT, XB = N * 256;   /* staged activation bytes per chunk */
-    static_assert(D >= 2, "the refill protocol needs two slots");
-    extern __shared__ __align__(16) uint8_t smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int K = NM == 2 ? a.H : a.I, nc = K / 128, r = blockIdx.y * MOE_WARPS + warp, t0 = blockIdx.x * N;
-    const uint8_t *rt = (NM == 2 ? a.sh_w13 : a.sh_w2) + (size_t)r * nc * NM * MOE_FP8_CHUNK_BYTES;
-    const float *bscale = (NM == 2 ? a.sh_s13 : a.sh_s2) + (size_t)(r * 16 / 128) * nc;
-    const int bstride = (a.I / 128) * (a.H / 128);
-    uint8_t *xs = smem;                                                       /* [D][XB] */
-    uint8_t *ring = smem + D * XB + warp * (D * NM * MOE_FP8_CHUNK_BYTES);   /* this warp's weights */
-    const size_t base = NM == 2 ? 0 : (size_t)T * topk;   /* down reads the shared pairs' h rows */
-#pragma unroll
-    for (int s = 0; s < D; s++)
-        if (s < nc) fp8_issue<NM>(ring, s, rt, s, lane);
-    moe_pdl_wait();
-    if (NM == 1) moe_pdl_release();
-    /* chunk c's N activation rows into slot s: this thread's piece i is row n = 8 i + nlo, inputs 32 pi + 8 pq +
-       0..7, as 4 words; a warp's 32 pieces are 8 rows x 4 pq of one pi, so its copies of a word hit 32 banks */
-    const int pq = threadIdx.x & 3, pi = warp, nlo = (threadIdx.x >> 2) & 7;   /* piece i: row n = 8 i + nlo */
-    const uint16_t *xrow = xin + base * K + pi * 32 + pq * 8;
-    uint32_t xoff[N / 8];   /* 32-bit element offsets of the rows (rows past T repeat row T - 1) */
-#pragma unroll
-    for (int i = 0; i < N / 8; i++) xoff[i] = (uint32_t)min(t0 + 8 * i + nlo, T - 1) * (uint32_t)K;
-    auto stage_x = [&](int s, int c) {
-#pragma unroll
-        for (int i = 0; i < N / 8; i++) {
-            const uint16_t *src = xrow + xoff[i] + c * 128;
-            uint8_t *dst = xs + s * XB + i * 128 + nlo * 16 + pq * 4;
-#pragma unroll
-            for (int w = 0; w < 4; w++) cp4(dst + (pi * 2 + (w >> 1)) * (N * 32) + (w & 1) * (N * 16), src + 2 * w);
-        }
-    };
-#pragma unroll
-    for (int s = 0; s < D; s++) {
-        if (s < nc) stage_x(s, s);
-        cp_commit();
-    }
-    float acc[NM][NT][4];
-    acc_zero<NM, NT>(acc);
-    if constexpr (FOLD) {
-        for (int c = 0; c < nc; c++) {
-            const int s = c % D;
-            uint32_t f[NM];   /* bf16x2 of the block scale x 2^120 (exact: a power of two in range, sh_pow2) */
-#pragma unroll
-            for (int m = 0; m < NM; m++) {
-                const uint32_t b = __float_as_uint(__ldg(bscale + (size_t)m * bstride + c) * 0x1p120f) >> 16;
-                f[m] = b | (b << 16);
-            }
-            cp_wait<D - 2>();   /* chunk c has landed (group c, or c + 1 from chunk D on: one group per iteration) */
-            wg_proxy_fence();
-            __syncthreads();
-            sw_chunk<NM, NT>(ring, s, lane, xs + s * XB, f, acc, false);
-            wg_commit();
-            wg_wait<1>();      /* this warp's wgmmas of chunk c - 1 are complete */
-            __syncthreads();   /* ... every warp's: slot (c - 1) % D is free */
-            if (c >= 1 && c - 1 + D < nc) {
-                const int sp = (c - 1) % D;
-                fp8_issue<NM>(ring, sp, rt, c - 1 + D, lane);
-                stage_x(sp, c - 1 + D);
-            }
-            cp_commit();
-        }
-        wg_wait<0>();
-    } else {
-        uint32_t f120[NM];   /* bf16x2 of 2^120: the e4m3 values themselves */
-#pragma unroll
-        for (int m = 0; m < NM; m++) f120[m] = 0x7B807B80u;
-        float tmp[NM][NT][4];
-        acc_zero<NM, NT>(tmp);   /* (each chunk's first wgmma overwrites it) */
-        for (int c = 0; c < nc; c++) {
-            const int s = c % D;
-            float bs[NM];
-#pragma unroll
-            for (int m = 0; m < NM; m++) bs[m] = __ldg(bscale + (size_t)m * bstride + c);
-            cp_wait<D - 1>();
-            wg_proxy_fence();   /* the copies, before wgmma reads them */
-            __syncthreads();   /* every thread's activation copies of chunk c have landed */
-            sw_chunk<NM, NT>(ring, s, lane, xs + s * XB, f120, tmp, true);
-            wg_commit();
-            wg_wait<0>();
-#pragma unroll
-            for (int m = 0; m < NM; m++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) acc[m][j][i] = fmaf(tmp[m][j][i], bs[m], acc[m][j][i]);
-            __syncthreads();   /* every warp's wgmmas are done with slot s before it is refilled */
-            if (c + D < nc) {
-                fp8_issue<NM>(ring, s, rt, c + D, lane);
-                stage_x(s, c + D);
-            }
-            cp_commit();
-        }
-    }
-    shared_store<NM, NT>(a, acc, r, t0, T, topk, h, y);
-    if (NM == 2) moe_pdl_release();
-#endif
-}
-
-/* k_shared_wg runs on compute capability 9.0 only (wgmma) */
+/* wgmma (moe_shared_gemms' tensor-core form) runs on compute capability 9.0 only */
 static bool sw_ok()
 {
     static int ok = -1;
@@ -1270,62 +1093,17 @@ static bool sw_ok()
     return ok == 1;
 }
 
-template <int NM, int NT, int FOLD>
-static size_t smem_wg()
-{
-    return (size_t)sw_depth<NM, FOLD>() * (NT * 8 * 256 + MOE_WARPS * NM * MOE_FP8_CHUNK_BYTES);
-}
-
-template <int NM, int NT, int FOLD>
-static cudaError_t shared_launch_wg(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                    cudaStream_t st)
-{
-    static int raised;
-    const size_t sm = smem_wg<NM, NT, FOLD>();
-    if (!raised) {
-        const cudaError_t e = raise_smem((const void *)k_shared_wg<NM, NT, FOLD>, sm);
-        if (e != cudaSuccess) return e;
-        raised = 1;
-    }
-    const int rows = NM == 2 ? a->I : a->H;
-    return moe_launch_prio(k_shared_wg<NM, NT, FOLD>, dim3((T + 8 * NT - 1) / (8 * NT), rows / MOE_ROWS_PER_ITEM),
-                           dim3(128), sm, st, a->sh_prio_on ? &a->sh_prio : (const int *)0, *a, x, T, topk, h, y);
-}
-
-/* SW's two launches, gate/up then down, with NT n-tiles (8 NT tokens) per block */
-template <int NT, int FOLD>
-static cudaError_t shared_wg_pair(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                  cudaStream_t st)
-{
-    const cudaError_t e = shared_launch_wg<2, NT, FOLD>(a, x, T, topk, h, y, st);
-    return e != cudaSuccess ? e : shared_launch_wg<1, NT, FOLD>(a, h, T, topk, h, y, st);
-}
-
-/* SW: the partials form (32-token blocks below 256 tokens, 64 from 256), or with folded scales (sh_wg_fold) 32 / 64 /
- * 128 tokens below 256 / from 256 / from sh_wg_n128_min_t */
-static cudaError_t shared_wg_launches(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                      cudaStream_t st)
-{
-    if (a->sh_wg_fold)
-        return a->sh_wg_n128_min_t > 0 && T >= a->sh_wg_n128_min_t ? shared_wg_pair<16, 1>(a, x, T, topk, h, y, st)
-               : T >= 256                                            ? shared_wg_pair<8, 1>(a, x, T, topk, h, y, st)
-                                                                     : shared_wg_pair<4, 1>(a, x, T, topk, h, y, st);
-    return T >= 256 ? shared_wg_pair<8, 0>(a, x, T, topk, h, y, st) : shared_wg_pair<4, 0>(a, x, T, topk, h, y, st);
-}
-
-#include "moe_shared_gemm.cuh"   /* v36 (SG): moe_shared_gemms */
+#include "moe_shared_gemm.cuh"   /* (SG): moe_shared_gemms */
 
 extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h,
                                           float *y, cudaStream_t st)
 {
     if (!a->has_shared || T < 1 || a->H % MOE_ROWS_PER_ITEM || a->I % MOE_ROWS_PER_ITEM || a->H % 128 || a->I % 128)
         return cudaErrorInvalidValue;
-    /* tokens per block: more reuse of each dequantised fragment at large T; at 1-32 and 49-64 tokens (v35,
+    /* tokens per block: more reuse of each dequantised fragment at large T; at 1-32 and 49-64 tokens (,
      * sh_tile_max_t) one block per 64-row group, so the router's launches beside it keep most SMs */
-    if (a->sh_wg_min_t > 0 && T >= a->sh_wg_min_t && sw_ok())   /* v25: on wgmma */
-        return shared_wg_launches(a, x, T, topk, h, y, st);
     cudaError_t e;
-    /* v35: the gate/up's blocks take T rounded up to 16, 32 or 64 tokens, the 64-token ones only above 48 (NOTES v35
+    /* the gate/up's blocks take T rounded up to 16, 32 or 64 tokens, the 64-token ones only above 48 (`sluice-bench moe`
        (4): at 48, a quarter of their work padding, random 48 +0.6 % and skewed 48 +6 % against 16-token blocks) */
     if (T <= a->sh_tile_max_t && (T <= 32 || T > 48))
         e = T <= 16   ? shared_launch<2, 2>(a, x, T, topk, h, y, st)
@@ -1341,7 +1119,7 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
                    : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st);
 }
 
-/* CMB_BATCH 1 (v15): for topk <= 8 every pair index, then every y row, is loaded before any is added (two
+/* CMB_BATCH 1: for topk <= 8 every pair index, then every y row, is loaded before any is added (two
  * dependent memory round trips instead of two per routed pair); the sum keeps the same order. */
 #ifndef CMB_BATCH
 #define CMB_BATCH 1
@@ -1359,7 +1137,7 @@ __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, 
 #pragma unroll
         for (int k = 0; k < CMB_MAXK; k++) p[k] = k < topk ? __ldcg(inv + (size_t)t * topk + k) : -1;
     };
-    if (batch && inv_ready) load_inv();   /* v33: one dependent round trip fewer after the wait */
+    if (batch && inv_ready) load_inv();   /* one dependent round trip fewer after the wait */
     moe_pdl_wait();
     moe_pdl_release();
     if (t >= T || c >= H) return;
@@ -1399,24 +1177,20 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const flo
     return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, ysh, T, H, topk, inv_ready ? 1 : 0, out);
 }
 
-/* v16 (MOE_CARVEOUT = percent of the unified L1 / shared memory given to shared memory, -1: the
+/* (MOE_CARVEOUT = percent of the unified L1 / shared memory given to shared memory, -1: the
  * driver's choice per kernel): one setting for every kernel of the layer, so blocks of different
  * kernels can share an SM. With the driver's choice the routed gate/up's blocks did not start on an SM
  * until the shared expert's gate/up block there had finished (stage trace at batch 64: routed start
  * 36 us, after the shared gate/up's end at 32.6, while the lists were done at 25); with 100 they start
- * at 29.6. A/B (NOTES v16 run 9): 8 -2 %, 16 -2 %, 64 -3..-6 %, skewed 64 -8 %; 32 +2..4 %, skewed 8
+ * at 29.6. A/B: 8 -2 %, 16 -2 %, 64 -3..-6 %, skewed 64 -8 %; 32 +2..4 %, skewed 8
  * +3.5 %; 1, 128, 256 equal. */
-#ifndef MOE_CARVEOUT
 #define MOE_CARVEOUT 100
-#endif
-/* v19, prepared for an A/B and not yet measured (with MOE_SMALL_X_NC 1, which sends x through L1): the
+/* , prepared for an A/B and not yet measured (with MOE_SMALL_X_NC 1, which sends x through L1): the
  * carveout of the T <= 8 expert launch alone. It holds 4 blocks per SM (registers), 176 KB of shared memory,
  * so at 100 % a fifth block's 45 KB sits unused and L1 keeps 28 KB (all of x is 64 KB at batch 8). 80 asks
  * for the 196 KB configuration (60 KB of L1); the price is that its blocks cannot share an SM set up for
  * another carveout (the router's) until that SM drains. */
-#ifndef MOE_CARVEOUT_SMALL
 #define MOE_CARVEOUT_SMALL MOE_CARVEOUT
-#endif
 extern "C" cudaError_t moe_router_carveout(int pct);
 
 extern "C" cudaError_t moe_kernels_carveout(void)
@@ -1439,15 +1213,10 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         (const void *)experts1_fn(MOE_FP4_NVFP4, 2, 2), (const void *)experts1_fn(MOE_FP4_MXFP4, 2, 2),
         (const void *)k_shared_fp8<2, SH_GU_NTT_S>, (const void *)k_shared_fp8<2, SH_GU_NTT_L>,
         (const void *)k_shared_fp8<1, SH_DN_NTT_S>, (const void *)k_shared_fp8<1, SH_DN_NTT_L>,
-        (const void *)k_shared_fp8<2, SH_GU_NTT_XL>,   /* v35: it had the driver's carveout (NOTES v35 (1): 512 equal) */
+        (const void *)k_shared_fp8<2, SH_GU_NTT_XL>,   /* it had the driver's carveout (`sluice-bench moe`: 512 equal) */
         (const void *)k_shared_fp8<2, 2>, (const void *)k_shared_fp8<2, 4>, (const void *)k_shared_fp8<2, 8>,   /* HT */
-        (const void *)k_shared_wg<2, 4, 0>, (const void *)k_shared_wg<2, 8, 0>, (const void *)k_shared_wg<1, 4, 0>,
-        (const void *)k_shared_wg<1, 8, 0>, (const void *)k_shared_wg<2, 4, 1>, (const void *)k_shared_wg<2, 8, 1>,
-        (const void *)k_shared_wg<2, 16, 1>, (const void *)k_shared_wg<1, 4, 1>, (const void *)k_shared_wg<1, 8, 1>,
-        (const void *)k_shared_wg<1, 16, 1>, (const void *)k_shared_gemm<1, 0>, (const void *)k_shared_gemm<0, 0>,
-        (const void *)k_shared_gemm<1, 1>, (const void *)k_shared_gemm<0, 1>, (const void *)k_shared_gemm_wg<1, 0>,
-        (const void *)k_shared_gemm_wg<0, 0>, (const void *)k_shared_gemm_wg<1, 1>, (const void *)k_shared_gemm_wg<0, 1>,
-        (const void *)k_shared_gemm_wg<1, 2>, (const void *)k_shared_gemm_wg<0, 2>,
+        (const void *)k_shared_gemm<1, 0>, (const void *)k_shared_gemm<0, 0>,
+        (const void *)k_shared_gemm<1, 1>, (const void *)k_shared_gemm<0, 1>,
         (const void *)k_shared_gemm_tma<1>, (const void *)k_shared_gemm_tma<0>,
         (const void *)k_combine,
     };

@@ -9,20 +9,14 @@
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
 #define RING_WARP_BYTES (10 * 1024)   /* per-warp shared-memory ring of weight chunks */
-/* n-tiles of the wide kernels (v26, X4: moe_expert_args.wide_min): 8 (64-token items) or 4 (32); bench/NOTES.md v26
+/* n-tiles of the wide kernels (X4: moe_expert_args.wide_min): 8 (64-token items) or 4 (32); `sluice-bench moe`
  * (4): with 8, single-buffered activations (MOE_XSB), skewed 512 -15.5 % against 4 double-buffered */
-#ifndef MOE_NTW
 #define MOE_NTW 8
-#endif
-#ifndef MOE_XSB
 #define MOE_XSB 1   /* 1: the wide kernels' activations single-buffered (fp4_rowtile); 8 n-tiles need it */
-#endif
-/* 1: the FP4 ring loop keeps 2 steps of code instead of D (ring slot computed at run time). v13,
- * measured A/B in one process (bench/NOTES.md): 5-7 % faster for the one-launch layer at batches 1-8
+/* 1: the FP4 ring loop keeps 2 steps of code instead of D (ring slot computed at run time). ,
+ * measured A/B in one process: 5-7 % faster for the one-launch layer at batches 1-8
  * (its many loops thrash the instruction cache), 0-7 % slower for the separate kernels at batches 4-64. */
-#ifndef MOE_ROLLED
 #define MOE_ROLLED 0
-#endif
 
 
 __device__ __forceinline__ uint32_t u4get(const uint4 &v, int i)
@@ -78,9 +72,7 @@ __device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[
 
 /* One thread polls *ctr (relaxed, device scope, backing off up to MOE_POLL_MAX ns) until it reaches need,
  * then one acquire load; the callers then order the rest of their block or warp after it. */
-#ifndef MOE_POLL_MAX
 #define MOE_POLL_MAX 256
-#endif
 __device__ __forceinline__ void moe_poll_count(const unsigned *ctr, unsigned need)
 {
     unsigned v, ns = 32;
@@ -150,16 +142,14 @@ __device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, 
     }
 }
 
-/* MOE_PROBE (v23, timing probes of the 2-tile body, NT 2 only; the results are wrong, so never with a test): bit 0
+/* MOE_PROBE (timing probes of the 2-tile body, NT 2 only; the results are wrong, so never with a test): bit 0
  * one HMMA per FP4 word instead of NT (the n-tile alternating by step, so every activation fragment is still
  * loaded and used), bit 1 no scale multiply (the raw pairs), bit 2 no FP4 decode (the word under two masks as the
  * four pairs: 2 LOP3 instead of 7 + 1 IMAD, the 4 multiplies kept), bit 3 (fp4_rowtile) no activation loads after
  * the item's first two chunks (every chunk multiplies theirs: the L2 -> SM activation traffic gone). Each
- * leaves one stage out, so its time against the full body prices that stage. Bit 4 (v42): the probes in every FP4 body
- * (any NT), not only the 2-tile one; v42 runs them under --power, so each stage is priced in energy per byte too. */
-#ifndef MOE_PROBE
+ * leaves one stage out, so its time against the full body prices that stage. Bit 4: the probes in every FP4 body
+ * (any NT), not only the 2-tile one; runs them under --power, so each stage is priced in energy per byte too. */
 #define MOE_PROBE 0
-#endif
 /* Half U of a chunk (16-byte piece U of each lane's weights; activation fragments v[2U], v[2U+1]). */
 template <int NM, int NT, int U, int OR2 = 0>
 __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
@@ -235,15 +225,13 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
     }
 }
 
-/* v32 (fp4_rowtile ER): where a step refills its ring slot. 0: after the chunk's compute (D - 1 chunks in flight
+/* (fp4_rowtile ER): where a step refills its ring slot. 0: after the chunk's compute (D - 1 chunks in flight
  * while it computes); 1: right after the chunk's shared-memory reads, before its compute (D in flight; the slot's old
  * bytes are in registers: this lane's reads of its own pieces issue before its cp.async to them, whose data arrives
  * from L2 or HBM hundreds of cycles later); 2: between the compute's two halves. 1 in the T <= 8 kernel's 4-block
- * form (bench/NOTES.md v32 (3): batch 8's steady stream 3.7-4.0 -> 4.2-4.3 TB/s); the other kernels keep 0, since
+ * form (`sluice-bench moe`: batch 8's steady stream 3.7-4.0 -> 4.2-4.3 TB/s); the other kernels keep 0, since
  * ER 1 or 2 spills in them (8-256 B, their register caps); MOE_EARLY_REFILL sets their default for an A/B. */
-#ifndef MOE_EARLY_REFILL
 #define MOE_EARLY_REFILL 0
-#endif
 /* Streams the K/128 chunks of one 16-row tile; D even (the activation double buffer follows s & 1).
  * primed: the first D chunks were already issued (and committed) by the previous item's tail.
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
@@ -251,7 +239,7 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
 /* XL, wait/need: see load_x and moe_wait_count (wait: the producer count of xbase, checked after the
  * first weight chunks are on their way; WW 1: by this warp alone, moe_wait_count_warp); kx: the
  * activation row stride when it is not K (a K part). */
-/* OR2 (v22): the one-LOP3 scale factors with NT 2 (the 2-tile kernels without the FP8 branch). */
+/* OR2: the one-LOP3 scale factors with NT 2 (the 2-tile kernels without the FP8 branch). */
 template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int OR2 = 0, int ER = MOE_EARLY_REFILL>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
@@ -272,7 +260,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     for (int j = 0; j < NT; j++)
         xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
                               (kx ? kx : K);
-    /* XSB (v26, the wide kernels with MOE_XSB): one activation buffer, chunk c's fragments loaded at its own step
+    /* XSB (the wide kernels with MOE_XSB): one activation buffer, chunk c's fragments loaded at its own step
        (the compiler hoists them above the ring wait) instead of one chunk ahead: 16 NT registers fewer */
     constexpr int XSB = NT >= 4 && MOE_XSB;
     XFrag<NT> xb[XSB ? 1 : 2];
@@ -301,10 +289,10 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
         }
     }
 }
-/* XB (v23-v24: the 2-tile kernels' activation rows staged once per block in shared memory, mbarrier slots;
- * measured slower, bench/NOTES.md v24 (1)) was removed; a3bb9fc has it. */
+/* XB (the 2-tile kernels' activation rows staged once per block in shared memory, mbarrier slots;
+ * measured slower, `sluice-bench moe`) was removed; a3bb9fc has it. */
 
-/* ---- WG (v24, MOE_WG2 builds only; bench/NOTES.md v24 (7): correct, 7 % slower than the mma.sync body at 512): the 2-tile gate/up's tensor work as wgmma, the
+/* ---- WG (MOE_WG2 builds only; `sluice-bench moe`: correct, 7 % slower than the mma.sync body at 512): the 2-tile gate/up's tensor work as wgmma, the
  * asynchronous warpgroup MMA of Hopper. The block's 4 warps are one warpgroup and walk the same block items (the
  * static walk), so their four 16-row weight tiles are the M = 64 of one m64n16k16 per matrix and k16 step: A is each
  * warp's dequantised fragment in registers (the mma.sync m16n8k16 A layout, which wgmma's register A shares), B the
@@ -316,7 +304,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
  * of n 128 B apart). The warps issue each step's two wgmmas and decode the next step while they run (one group in
  * flight). */
 #define WG_SLOT 4096
-#ifndef WG_INFL   /* wgmma groups (k16 steps) a warp leaves in flight while it decodes the next step (v24 run 6: 1) */
+#ifndef WG_INFL   /* wgmma groups (k16 steps) a warp leaves in flight while it decodes the next step (run 6: 1) */
 #define WG_INFL 1
 #endif
 __device__ __forceinline__ uint64_t wg_desc(const uint8_t *p)
@@ -428,7 +416,7 @@ __device__ __forceinline__ void fp4_rowtile_wg(const uint8_t *rowtile, int K, ui
     wg_wait<0>();
 }
 
-/* ---- SW (v25): the shared expert's GEMMs as wgmma m64nNk16 (k_shared_wg, moe_expert.cu). A: each warp's
+/* ---- SW: the shared expert's GEMMs as wgmma m64nNk16 (k_shared_wg, moe_expert.cu). A: each warp's
  * dequantised FP8 fragment in registers, as in fp8_chunk; B: the block's N token rows of one 128-input chunk,
  * staged with 4-byte cp.async copies into wgmma's no-swizzle K-major layout in the FP8 repack's input order (the
  * layout wg_store writes for N = 16): k16 block kb = 2 grp + step at kb * 32 N bytes holds inputs 32 grp + 8 q +
@@ -681,7 +669,7 @@ __device__ __forceinline__ int moe_tok1(int tok1_max)
 }
 
 /* The tile class of a routed expert with n tokens: 1 up to tok1 (moe_tok1), MOE_NTW (the wide kernels) above `wide`
- * tokens (moe_expert_args.wide_min, v26; 0: never), else 2. */
+ * tokens (moe_expert_args.wide_min; 0: never), else 2. */
 __device__ __forceinline__ int moe_tile_class(int n, int tok1, int wide)
 {
     return n <= tok1 ? 1 : wide > 0 && n > wide ? MOE_NTW : 2;
@@ -714,8 +702,8 @@ __device__ __forceinline__ void item_table(int32_t *s_items, int32_t *s_off, con
 }
 
 /* The 1-tile item tables of gate/up (rows_g, rpi_g) and down (rows_d, rpi_d) of the routed experts in one
- * pass (v17, the fused launch): off[] loaded once, both counts at once, the two scans by warps 0 and 1 in
- * parallel. Same tables as item_table<1> with nE = E. Every thread of the block calls it. CHUNKS (v19):
+ * pass (the fused launch): off[] loaded once, both counts at once, the two scans by warps 0 and 1 in
+ * parallel. Same tables as item_table<1> with nE = E. Every thread of the block calls it. CHUNKS:
  * experts with up to tok1 tokens, as ceil(n / 8) token chunks; else (T <= 8) those with 1..8. */
 template <bool CHUNKS>
 __device__ __forceinline__ void item_tables1_body(int32_t *s_ig, int32_t *s_id, int32_t *s_off, const int32_t *off, int E,
@@ -737,7 +725,7 @@ __device__ __forceinline__ void item_tables1_body(int32_t *s_ig, int32_t *s_id, 
 }
 
 /* The chunked tables as a call: inlined, they pushed the T > 8 fused kernel (96 registers for 5 blocks/SM)
- * to spill 24 bytes per item, which cost it 3-5 % (v19 run 1). */
+ * to spill 24 bytes per item, which cost it 3-5 % (run 1). */
 static __device__ __noinline__ void item_tables1_chunks(int32_t *s_ig, int32_t *s_id, int32_t *s_off, const int32_t *off,
                                                         int E, int rows_g, int rpi_g, int rows_d, int rpi_d, int tok1)
 {
@@ -774,7 +762,7 @@ __device__ __forceinline__ Item decode_item(const int32_t *s_items, const int32_
     return t;
 }
 
-/* Per-warp dynamic work (v15, moe_expert_args.tickets): warp-item wi = 4 * block item + warp (the
+/* Per-warp dynamic work (moe_expert_args.tickets): warp-item wi = 4 * block item + warp (the
  * block item's 16-row tile `warp`); a warp's first one is static (4 * blockIdx + warp, as the static
  * walk), the rest come from ctr[0] in the order warps ask, two ahead, so the atomic's round trip is
  * hidden behind a whole item. A warp stops drawing after its first ticket past the end; the last of

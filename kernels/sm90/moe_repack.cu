@@ -205,7 +205,7 @@ __device__ static float e4m3_value(uint8_t v)
     return (v & 0x80) ? -mag : mag;
 }
 
-/* v36 (moe_shared_gemm.cuh): one thread per 8 weights, their e4m3 values as bf16 (exact: 4 significant bits), times the
+/* (moe_shared_gemm.cuh): one thread per 8 weights, their e4m3 values as bf16 (exact: 4 significant bits), times the
  * block scale where s is not NULL (rounded to nearest even; exact for power-of-two scales) */
 __global__ void k_shared_to_bf16(const uint8_t *w, const float *s, int n, int k, uint16_t *dst, int nm, int m)
 {

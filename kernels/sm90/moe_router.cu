@@ -2,14 +2,14 @@
  * -> lower expert index) or hash routing, weights, and the per-expert token lists the expert
  * kernels walk. Three launches, no host round trip.
  *
- * Batches of <= 4 tokens (moe_cuda_ws.topk_lists_max_t; v9-v27: 32, v28: 8) fuse top-k and lists into one launch (two
- * launches then); above it each token's top-k is one block of 8 warps (v28). (v11 tried the
+ * Batches of <= 4 tokens (moe_plan.topk_lists; v9-32, 8) fuse top-k and lists into one launch (two
+ * launches then); above it each token's top-k is one block of 8 warps. (tried the
  * whole router as one launch, the last logits block doing top-k + lists: slower, removed.)
  *
  * Logits: one warp per expert and 8-token tile, fixed reduction order, so logits and indices are
  * deterministic. Roofline: the gate is H*E*4 bytes (4 MiB for V4-Flash), ~1 us at HBM rate; at
- * batch 512 the fp32 FMAs (1.07 GFLOP) take ~16 us on CUDA cores. From batch 8 (v14-v28: 32; moe_cuda_ws
- * logits_tc_min_t) the logits run on tensor cores instead (k_router_logits_tc, v14: exact bf16 x 3
+ * batch 512 the fp32 FMAs (1.07 GFLOP) take ~16 us on CUDA cores. From batch 8 (32; moe_cuda_ws
+ * logits_tc_min_t) the logits run on tensor cores instead (k_router_logits_tc, exact bf16 x 3
  * split of the gate, also deterministic): events 31 -> 12 us at batch 64, ~100 -> 34 us at 512.
  */
 #include <stdint.h>
@@ -28,9 +28,9 @@
  * 8-token tiles and 4 warps per block (more blocks streaming the 4 MB gate); large ones 16-token
  * tiles and 16 warps per block (fewer re-reads of the gate and of the tile). */
 /* blockIdx.z: K part (gridDim.z parts of H / gridDim.z inputs, a multiple of 256), written to
- * logits + z * T * E; the top-k adds the parts in order (v11: more warps, all loads in flight, for
+ * logits + z * T * E; the top-k adds the parts in order (more warps, all loads in flight, for
  * small batches). */
-/* pf (v16): warp 0 of every block first asks L2 for its pieces of the prefetch ranges (one per lane). */
+/* pf: warp 0 of every block first asks L2 for its pieces of the prefetch ranges (one per lane). */
 template <int TOK, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS) k_router_logits(const uint16_t *x, const float *gate, int T, int H,
                                                              int E, float *logits, moe_l2_ranges pf)
@@ -99,7 +99,7 @@ extern "C" cudaError_t moe_router_logits(const uint16_t *x, const float *gate, i
     return logits_launch<8, 4>(x, gate, T, H, E, logits, ksplit, p, st);
 }
 
-/* ---- Router logits on tensor cores (v14), for the larger batches.
+/* ---- Router logits on tensor cores, for the larger batches.
  * The fp32 gate is split at load time into three bf16 planes hi + mid + lo that sum to it exactly
  * (each takes the next 8 significant bits; moe_cuda.c), so x . gate = x . hi + x . mid + x . lo with
  * every product exact in fp32 (bf16 x bf16); mma.sync m16n8k16 adds them with fp32 accumulation: the
@@ -177,8 +177,8 @@ extern "C" int moe_router_logits_tc_parts(int T, int H, int E)
     return ks;
 }
 
-/* ntt: n-tiles of 8 tokens per block (1, 2 or 4; 0: tc_ntt's choice by T). v29 (bench/NOTES.md v29 (1)): with
- * moe_cuda_ws.logits_tc_shape a caller picks ntt and ksplit (up to MOE_LOGITS_KS_MAX 8), which set the steps each
+/* ntt: n-tiles of 8 tokens per block (1, 2 or 4; 0: tc_ntt's choice by T). (`sluice-bench moe`): with
+ * moe_router_logits_tc_shape a caller picks ntt and ksplit (up to MOE_LOGITS_KS_MAX 8), which set the steps each
  * warp walks ((H / 32) / (8 ksplit) 32-input blocks) and the blocks' registers (ntt 4: 102, 2: 60). */
 extern "C" cudaError_t moe_router_logits_tc_shape(const uint16_t *x, const uint16_t *gate_tc, int T, int H, int E,
                                                   float *logits, int ntt, int ksplit, cudaStream_t st)
@@ -213,7 +213,7 @@ __global__ void k_router_topk(const float *part, int ksplit, int T, int E, int t
     router_topk_token<PL>(part, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx, wout);
 }
 
-/* v28 (bench/NOTES.md v28): above the top-k + lists launch (32 tokens) the top-k was one warp per token (11 us at 64
+/* above the top-k + lists launch (32 tokens) the top-k was one warp per token (11 us at 64
  * tokens after the logits, 17 at 256); here each token's top-k is one block of RT_GROUP warps (router_topk_group_local /
  * _merge, as k_topk_lists takes up to grp tokens): same experts, order and weights as router_topk_token. */
 __global__ void __launch_bounds__(32 * RT_GROUP) k_router_topk_grouped(const float *logits, int ksplit, int T, int E,
@@ -252,7 +252,7 @@ extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int
 {
     if (E > 32 * RT_MAXPL || topk < 1 || topk > 32 || topk > E || excl < 0 || excl > MOE_TOPK_EXCL_MAX)
         return cudaErrorInvalidValue;
-    if (!excl && moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, T * RT_GROUP))   /* v28 */
+    if (!excl && moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, T * RT_GROUP))   /* */
         return moe_launch(k_router_topk_grouped, dim3(T), dim3(32 * RT_GROUP), 0, st, part, ksplit, T, E, topk,
                           score_func, bias, route_scale, idx, w);
     const int threads = 256, blocks = (T * 32 + threads - 1) / threads;
@@ -263,7 +263,7 @@ extern "C" cudaError_t moe_router_topk(const float *part, int ksplit, int T, int
                       tid2eid, token_ids, route_scale, idx, w);
 }
 
-/* U (v28, moe_build_lists runs): build_lists_block's register pairs and run scans */
+/* U (moe_build_lists runs): build_lists_block's register pairs and run scans */
 template <int U>
 __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, const float *w, int T, int E, int topk,
                                                          int has_shared, int rg_gu, int rg_dn, int tok_chunk,
@@ -281,10 +281,10 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
 /* Small batches (T <= 32): top-k (warp w: tokens w, w + 16) and the lists in one block, one launch fewer in
  * the chain. idx/w go through global memory; __syncthreads makes them visible to the whole block.
  * MOE_TRACE_TL 1 (bench): its phases in the stage trace's "topk" (from the end of the PDL wait to the end of
- * each warp's top-k), "topk-ld" (from its loads landing to its end, v21) and "lists" slots, which the separate
- * top-k and lists launches use above 32 tokens. The lists start is read with moe_now_fenced (v20: a plain read
+ * each warp's top-k), "topk-ld" (from its loads landing to its end) and "lists" slots, which the separate
+ * top-k and lists launches use above 32 tokens. The lists start is read with moe_now_fenced (a plain read
  * had moved above the barrier, ~5 us before the top-k's end). */
-/* GONLY (v28): 1024 threads, grouped only (moe_cuda_ws.topk_group_max_t 3-4: 8 warps per token for up to 4 tokens;
+/* GONLY: 1024 threads, grouped only (moe_plan.topk_group 3-4: 8 warps per token for up to 4 tokens;
  * the one-warp top-k needs > 64 registers, so it is not compiled in this form). */
 template <int PL, int GONLY>
 __global__ void __launch_bounds__(GONLY ? 1024 : 512, 1)
@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(GONLY ? 1024 : 512, 1)
     moe_pdl_release();
     const unsigned long long t_w = MOE_TRACE_TL ? moe_now() : 0;
     if (PL == 8 && (GONLY || moe_topk_grouped(T, E, topk, func, tid2eid, grp, (int)blockDim.x >> 5))) {   /* E <= 256 */
-        /* v22: RT_GROUP warps per token; the candidates in sm (reused by the lists after the next barrier) */
+        /* RT_GROUP warps per token; the candidates in sm (reused by the lists after the next barrier) */
         const int t = warp / RT_GROUP, gw = warp % RT_GROUP;
         unsigned *cand = (unsigned *)sm + (size_t)t * RT_GROUP * RT_GROUP_MAXK * 3;
         if (t < T) router_topk_group_local(logits, ksplit, T, t, gw, lane, E, topk, func, bias, cand);
@@ -338,7 +338,7 @@ extern "C" cudaError_t moe_router_topk_lists(const float *logits, int ksplit, in
                                              cudaStream_t st)
 {
     size_t smem = 5 * (size_t)(E + 2) * sizeof(int);
-    /* grouped: in the 512-thread block up to 2 tokens, in the 1024-thread one up to 4 (v28) */
+    /* grouped: in the 512-thread block up to 2 tokens, in the 1024-thread one up to 4 */
     const bool g16 = moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, 16),
                g32 = !g16 && moe_topk_grouped(T, E, topk, score_func, tid2eid, grp, 32);
     if (g16 || g32) {   /* the candidates of the grouped top-k */

@@ -13,14 +13,10 @@
 
 /* MOE_TRACE_TL 1 (bench diagnostic builds): the top-k + lists launch's phases in the stage trace
  * (moe_router.cu k_topk_lists; kernels/moe_kernels.h "topk", "topk-ld", "lists"). 0: no trace code. */
-#ifndef MOE_TRACE_TL
 #define MOE_TRACE_TL 0
-#endif
-/* MOE_TOPK_STACK 1 (A/B only, bench/runs/v21-run2.sh): the hash branch's select as before v21, which the
+/* MOE_TOPK_STACK 1 (A/B only, bench/runs/-run2.sh): the hash branch's select as before , which the
  * compiler turns into an indexed read of sc[], so sc[] lives in local memory (8 stores per lane per token). */
-#ifndef MOE_TOPK_STACK
 #define MOE_TOPK_STACK 0
-#endif
 
 /* acc[j] += the 8 gate values w . token j's 8 inputs at xk + j * kn (bf16), for j < nt <= TOK. */
 template <int TOK>
@@ -82,9 +78,9 @@ __device__ __forceinline__ unsigned rt_key(float v)
     return (b & 0x80000000u) ? ~b : b | 0x80000000u;
 }
 
-/* One level of the per-lane argmax tree: slot i keeps the better of i and i + W, and its score (v22: so the
+/* One level of the per-lane argmax tree: slot i keeps the better of i and i + W, and its score (so the
  * winner's score is the winning lane's slot 0, not picked out of sc[] after the warp's reductions by PL
- * sequential multiply-adds, v21 (9)). */
+ * sequential multiply-adds (9)). */
 template <int W, int PL>
 __device__ __forceinline__ void rt_tree_level(float v[PL], int id[PL], float s[PL])
 {
@@ -120,7 +116,7 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
                                                   const int32_t *token_ids, float route_scale, int32_t *idx,
                                                   float *wout, bool trace_ld = false)
 {
-    /* every load is issued before any is used (v11: a runtime-length loop per element had serialised
+    /* every load is issued before any is used (a runtime-length loop per element had serialised
      * them into ~30 L2 round trips per warp, ~20 us) */
     float lg[PL], sc[PL], sel[PL], bb[PL];
 #pragma unroll
@@ -209,8 +205,8 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
             rt_tree_level<1, PL>(v, id, s);
             /* the warp's best: the largest value by one integer max over order-preserving keys, then the
              * lowest index among the lanes that hold it by one integer min: the same winner as rt_better
-             * (higher value, equal values -> lower index); two warp reductions instead of v15's 5-level
-             * shuffle tree (v16 A/B: equal within 1 us) */
+             * (higher value, equal values -> lower index); two warp reductions instead of the 5-level
+             * shuffle tree (A/B: equal within 1 us) */
             const unsigned key = rt_key(v[0]), bk = __reduce_max_sync(0xffffffffu, key);
             const int be = (int)__reduce_min_sync(0xffffffffu, key == bk ? (unsigned)id[0] : 0xffffffffu);
             const float bs = __shfl_sync(0xffffffffu, s[0], be & 31);   /* the winner's score */
@@ -222,9 +218,9 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
     if (MOE_TRACE_TL && trace_ld) moe_trace_span(MOE_TR_TOPK_LD, t_ld);
 }
 
-/* ---- v22: one token's top-k over RT_GROUP warps (E <= 32 * RT_GROUP: one expert per lane), for the smallest
+/* ---- one token's top-k over RT_GROUP warps (E <= 32 * RT_GROUP: one expert per lane), for the smallest
  * batches, where the one-warp top-k above leaves the block's other warps idle and its chain of 8 scores per lane
- * and 6 selection rounds over 8-slot trees is the router's critical path (NOTES v21 (9)). Phase 1 (every warp of
+ * and 6 selection rounds over 8-slot trees is the router's critical path (`sluice-bench moe`). Phase 1 (every warp of
  * the group): the scores of its 32 experts and its own top-k by the same rule (higher sel, equal -> lower index),
  * written to shared memory as (key, expert, score); phase 2, after a block barrier (the caller's), by the group's
  * first warp: the top-k of the group's RT_GROUP x topk candidates. The global top-k is inside the union of the
@@ -355,7 +351,7 @@ __device__ static int warp_scan_runs(int *v, int n, int lane)
 }
 
 /* Lists body, run by every thread of one block. smem: cnt[E+1], fill[E+1], scan arrays 3 x (E+2).
- * U > 0 (v28, moe_build_lists runs): each thread loads its first U pairs at once and keeps them in registers for both
+ * U > 0 (moe_build_lists runs): each thread loads its first U pairs at once and keeps them in registers for both
  * passes (the strided loop of loads and shared-memory atomics is one L2 round trip per step), and the scans take
  * warp_scan_runs. */
 template <int U = 0>

@@ -1,23 +1,23 @@
-/* moe_shared_gemm.cuh — the shared expert at large batches as two bf16 GEMMs (v36, SG: moe_cuda_ws.shared_gemm_min_t;
+/* moe_shared_gemm.cuh — the shared expert at large batches as two bf16 GEMMs (SG: moe_plan.shared_gemm;
  * moe_shared_gemms; included by moe_expert.cu, whose stage trace and carveout it shares).
  *
  * Why: from ~128 tokens the shared expert is a dense GEMM (T x 4096 x 4096, then T x 2048 x 4096), and k_shared_fp8
- * re-dequantises every FP8 weight once per 16-64-token block (bench/NOTES.md v36 (1): without the shared expert the
+ * re-dequantises every FP8 weight once per 16-64-token block (`sluice-bench moe`: without the shared expert the
  * layer is ~110 us shorter at 512, for 25 MB of weights, ~5 us of HBM time). Here the weights are dequantised once, at
  * load time, into a bf16 copy (moe_shared_to_bf16; moe_cuda_shape.shared_bf16), so a block's inner loop is ldmatrix +
  * mma.sync only; the price is 2x the shared expert's bytes (50 MB against 25; the JSON's bytes keep the FP8 floor).
  * FOLD 1 (power-of-two block scales, DeepSeek's ue8m0: moe_cuda_layer.sh_pow2): the scales are folded into the bf16
  * weights, exact. FOLD 0: the weights are the e4m3 values (exact) and the fp32 block scale multiplies each 128-input
  * block's fp32 partial sums, k_shared_fp8's numerics (a fold of other scales gave the shared expert alone 6.5e-3
- * relative L2 against k_shared_fp8's 9.5e-4: NOTES v36 (2)). Measured (NOTES v36 (2)-(4)): alone on the GPU the gate/up
+ * relative L2 against k_shared_fp8's 9.5e-4: `sluice-bench moe`). Measured (`sluice-bench moe`): alone on the GPU the gate/up
  * takes 72 us at 512 (FOLD 1; 82 with the partials) and the down 32-37, against k_shared_fp8's 107 and 69; bound by the
  * L2 -> SM traffic of 128 x 128 tiles (~3.3 TB/s), not by the tensor pipe; the layer gains 2-3 % at 512 (skewed 512
- * 7 %) and nothing at 128-256, so v36 used it from 512.
- * v37 (GW, moe_shared_gemms' wg): the same GEMMs on wgmma with 128 x 256 tiles (k_shared_gemm_wg, below; folded scales
- * only); with it moe_cuda_ws runs them from 256 (bench/NOTES.md v37 (1): 256 -1.6 %, 512 -0.5..1 %).
- * v38 (GWT, wg 4, the default): the same tiles moved by TMA from a producer warp (k_shared_gemm_tma, below): v37's
- * step was its copies' instruction stream (NOTES v38 (2)); alone the gate/up at 512 53 us against 71, the layer 512
- * -1.1..1.5 %, 256 -0.4..0.6 % (v38 (3)). wg 2-3 (k_shared_gemm_wg's FORM 1-2) are the forms measured on the way.
+ * 7 %) and nothing at 128-256, so used it from 512.
+ * (GW, moe_shared_gemms' wg): the same GEMMs on wgmma with 128 x 256 tiles (k_shared_gemm_wg, below; folded scales
+ * only); with it moe_cuda_ws runs them from 256 (`sluice-bench moe`: 256 -1.6 %, 512 -0.5..1 %).
+ * (GWT, wg 4, the default): the same tiles moved by TMA from a producer warp (k_shared_gemm_tma, below): 's
+ * step was its copies' instruction stream (`sluice-bench moe`); alone the gate/up at 512 53 us against 71, the layer 512
+ * -1.1..1.5 %, 256 -0.4..0.6 % ((3)). wg 2-3 (k_shared_gemm_wg's FORM 1-2) are the forms measured on the way.
  *
  * C[t][n] = sum_k A[t][k] B[n][k]: A the token rows (x for gate/up; the shared pairs' h rows for down), B the weights
  * ([n][k], k contiguous, "TN"). Block tile 128 tokens x 128 outputs, K in steps of 64; 8 warps as 2 (tokens) x 4
@@ -197,9 +197,9 @@ static cudaError_t shared_gemm_launch(const moe_expert_args *a, const uint16_t *
                            a->limit, x, T, topk, h, y);
 }
 
-/* ---- GW (v37, moe_shared_gemms' wg; moe_cuda_ws.shared_gemm_wg): the same two GEMMs on wgmma, for folded scales.
+/* ---- GW: the same two GEMMs on wgmma, for folded scales (the layout and helpers k_shared_gemm_tma uses).
  * Why: at 128 x 128 tiles on mma.sync each block re-reads its token rows and weight rows from L2 once per 128 of the
- * other side and keeps its warps issuing ldmatrix + mma.sync (v36 (3): L2-bound, the gate/up 72 us at 512 on every
+ * other side and keeps its warps issuing ldmatrix + mma.sync (L2-bound, the gate/up 72 us at 512 on every
  * SM). Here a block is 128 tokens x 256 outputs (25 % fewer L2 bytes per FLOP) and its two warpgroups each issue one
  * wgmma m64n128k16 per 128 outputs and 16 inputs, both operands straight from shared memory: the tensor work leaves
  * the warps' issue slots, and 64 blocks (one per SM) do 512 tokens' gate/up, so the router keeps the other SMs.
@@ -210,15 +210,15 @@ static cudaError_t shared_gemm_launch(const moe_expert_args *a, const uint16_t *
  * the slot the previous step read (its wgmmas completed before the barrier), and waits for its wgmmas. FOLD 1 only
  * (the partials form would need 128 more registers); numerics as k_shared_gemm<., 1>: exact bf16 products, fp32
  * accumulation in a fixed order, one owner per output: deterministic. sm_90a only (sw_ok).
- * FORM 1 (v38, moe_shared_gemms' wg 2): one wgmma group left in flight across steps. v37's form waits for its own
+ * FORM 1 (moe_shared_gemms' wg 2): one wgmma group left in flight across steps. the form waits for its own
  * wgmmas at the end of every step, so the tensor pipe drains once per 64 inputs while the block meets and the next
- * step's copies are checked (~40 % of the tensor rate, bench/NOTES.md v37 (1)). Here each warpgroup waits only for
+ * step's copies are checked (~40 % of the tensor rate, `sluice-bench moe`). Here each warpgroup waits only for
  * the previous step's group (wait_group 1), and the slot a step refills is the one read two steps back: every warp
  * waited for that group before the barrier it just passed. The price is one step less of copies in flight (2).
  * FORM 2 (wg 3): INFL with one m64n256k16 per warpgroup and 16 inputs in place of two m64n128k16, so the warpgroup's
- * 64 token rows are read from shared memory once per step, not twice (v37's step moves 96 KB of wgmma operands and
+ * 64 token rows are read from shared memory once per step, not twice (the step moves 96 KB of wgmma operands and
  * 48 KB of copies through shared memory per 2M MACs: ~144 bytes per cycle at the tensor rate, past its ~128).
- * Measured (NOTES v38 (1)-(2)): both as fast as FORM 0; the step is its copies' instruction stream, which GWT removes. */
+ * Measured (`sluice-bench moe`): both as fast as FORM 0; the step is its copies' instruction stream, which GWT removes. */
 #define GW_BM 128
 #define GW_BN 256
 #ifndef GW_STAGES
@@ -234,27 +234,9 @@ __device__ __forceinline__ uint64_t gw_desc(const uint8_t *p)
     return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
-/* d[64] += A (64 token rows, desc da) x B (128 weight rows, desc db)^T over 16 inputs: both operands K-major in
- * shared memory, 128-byte swizzle; d is wgmma's m64n128 f32 fragment (d[4j + i]: row 16 (warp % 4) + g + 8 (i >> 1),
- * column 8j + 2q + (i & 1)) */
-__device__ __forceinline__ void gw_mma(float d[64], uint64_t da, uint64_t db)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(1)
-                 : "memory");
-}
-
-/* the same over 256 weight rows (desc db: 256 rows, 8-row groups 1024 bytes apart): d is wgmma's m64n256 f32 fragment
- * (d[4j + i]: row 16 (warp % 4) + g + 8 (i >> 1), column 8j + 2q + (i & 1)), i.e. gw_mma's two d arrays in order */
+/* d += A (64 token rows, desc da) x B (256 weight rows, desc db: 8-row groups 1024 bytes apart)^T over 16 inputs:
+ * both operands K-major in shared memory, 128-byte swizzle; d is wgmma's m64n256 f32 fragment (d[4j + i]: row
+ * 16 (warp % 4) + g + 8 (i >> 1), column 8j + 2q + (i & 1)) */
 __device__ __forceinline__ void gw_mma256(float *d, uint64_t da, uint64_t db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -288,7 +270,7 @@ __device__ __forceinline__ void gw_mma256(float *d, uint64_t da, uint64_t db)
                  : "memory");
 }
 
-/* a lane's outputs of the 128 x 256 tile (m0, n0) from its warpgroup wg's m64n256 fragment acc (gw_mma's two halves):
+/* a lane's outputs of the 128 x 256 tile (m0, n0) from its warpgroup wg's m64n256 fragment acc (its 128-column halves):
  * token rows 64 wg + 16 warp + g (+ 8), columns 8j + 2q (+ 1); rows past T are not stored */
 template <int GU>
 __device__ __forceinline__ void gw_epilogue(const float (&acc)[2][64], int m0, int n0, int wg, int warp, int g, int q,
@@ -309,114 +291,10 @@ __device__ __forceinline__ void gw_epilogue(const float (&acc)[2][64], int m0, i
         }
 }
 
-template <int GU, int FORM>
-__global__ void __launch_bounds__(256, 1) k_shared_gemm_wg(const uint16_t *wb, int H, int I, float limit,
-                                                           const uint16_t *xin, int T, int topk, uint16_t *h, float *y)
-{
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    __trap();   /* wgmma is sm_90a's alone; the host never launches this elsewhere (sw_ok) */
-#else
-    const MoeTrace trace_(GU ? MOE_TR_SH_GU : MOE_TR_SH_DN);
-    extern __shared__ __align__(16) uint8_t gw_smem[];
-    uint8_t *smem = gw_smem + ((1024u - ((unsigned)__cvta_generic_to_shared(gw_smem) & 1023u)) & 1023u);
-    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
-    const int K = GU ? H : I, nk = K / GM_BK;
-    const int m0 = blockIdx.x * GW_BM, n0 = blockIdx.y * GW_BN;
-    const size_t base = GU ? 0 : (size_t)T * topk;   /* down reads the shared pairs' h rows */
-    const uint16_t *B = wb + (size_t)n0 * K;
-    auto As = [&](int s) { return smem + (size_t)s * GW_STAGE_BYTES; };
-    auto Bs = [&](int s) { return smem + (size_t)s * GW_STAGE_BYTES + GW_A_BYTES; };
-    auto swz = [](int row, int c) { return row * 128 + ((c ^ (row & 7)) << 4); };   /* gm_swz's layout, in bytes */
-    auto load_b = [&](int s, int kt) {   /* 2048 16-byte chunks, 8 per thread */
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int id = tid + i * 256, row = id >> 3, c = id & 7;
-            cp16(Bs(s) + swz(row, c), B + (size_t)row * K + kt * GM_BK + c * 8);
-        }
-    };
-    auto load_a = [&](int s, int kt) {   /* 1024, 4 per thread; token rows past T read row T - 1 */
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int id = tid + i * 256, row = id >> 3, c = id & 7;
-            const size_t t = base + (size_t)min(m0 + row, T - 1);
-            cp16(As(s) + swz(row, c), xin + t * K + kt * GM_BK + c * 8);
-        }
-    };
-    constexpr int INFL = FORM >= 1;                            /* v38: a wgmma group in flight across steps */
-    constexpr int LA = INFL ? GW_STAGES - 2 : GW_STAGES - 1;   /* steps of copies in flight */
-    /* as k_shared_gemm: the weights' first steps before the wait; group s holds B 0..LA-1 (s = 0) and A s */
-#pragma unroll
-    for (int s = 0; s < LA; s++)
-        if (s < nk) load_b(s, s);
-    moe_pdl_wait();
-    if (!GU) moe_pdl_release();
-#pragma unroll
-    for (int s = 0; s < LA; s++) {
-        if (s < nk) load_a(s, s);
-        cp_commit();
-    }
-    float acc[2][64];
-#pragma unroll
-    for (int hb = 0; hb < 2; hb++)
-#pragma unroll
-        for (int i = 0; i < 64; i++) acc[hb][i] = 0.f;
-    for (int kt = 0; kt < nk; kt++) {
-        cp_wait<LA - 1>();
-        wg_proxy_fence();   /* this thread's copies of step kt, before wgmma reads them */
-        __syncthreads();    /* every thread's; and every warpgroup's wgmmas of step kt - 1 (INFL: kt - 2) are complete */
-        const uint8_t *as = As(kt % GW_STAGES) + wg * 64 * 128, *bs = Bs(kt % GW_STAGES);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < GM_BK / 16; kk++) {
-            const uint64_t da = gw_desc(as + kk * 32);
-            if (FORM == 2) {   /* one m64n256k16: the A rows read once (acc[2][64] is m64n256's fragment in order) */
-                gw_mma256(&acc[0][0], da, gw_desc(bs + kk * 32));
-            } else {
-                gw_mma(acc[0], da, gw_desc(bs + kk * 32));
-                gw_mma(acc[1], da, gw_desc(bs + 128 * 128 + kk * 32));
-            }
-        }
-        wg_commit();
-        {   /* slot (kt - 1) % GW_STAGES (INFL: (kt - 2) % GW_STAGES) takes step kt + LA while the wgmmas run */
-            const int kn = kt + LA, sn = kn % GW_STAGES;
-            if (kn < nk) {
-                load_b(sn, kn);
-                load_a(sn, kn);
-            }
-            cp_commit();
-        }
-        if (INFL)
-            wg_wait<1>();   /* step kt - 1's group: its slot is refilled next step, after the barrier */
-        else
-            wg_wait<0>();
-    }
-    if (INFL) wg_wait<0>();
-    cp_wait<0>();
-    gw_epilogue<GU>(acc, m0, n0, wg, warp, g, q, H, I, limit, T, topk, h, y);
-    if (GU) moe_pdl_release();
-#endif
-}
-
-template <int GU, int FORM>
-static cudaError_t shared_gemm_wg_launch(const moe_expert_args *a, const uint16_t *wb, const uint16_t *x, int T,
-                                         int topk, uint16_t *h, float *y, cudaStream_t st)
-{
-    static int raised;
-    const size_t sm = (size_t)GW_STAGES * GW_STAGE_BYTES + 1024;   /* + the 1024-byte alignment */
-    if (!raised) {
-        const cudaError_t e = raise_smem((const void *)k_shared_gemm_wg<GU, FORM>, sm);
-        if (e != cudaSuccess) return e;
-        raised = 1;
-    }
-    const int n = GU ? 2 * a->I : a->H;
-    return moe_launch_prio(k_shared_gemm_wg<GU, FORM>, dim3((T + GW_BM - 1) / GW_BM, n / GW_BN), dim3(256), sm, st,
-                           a->sh_prio_on ? &a->sh_prio : (const int *)0, wb, a->H, a->I, a->limit, x, T, topk, h, y);
-}
-
-/* ---- GWT (v38, moe_shared_gemms' wg 4): GW's tiles fed by the tensor memory accelerator.
- * Why: ncu of GW's gate/up alone at 512 (bench/NOTES.md v38 (2)): 295 warp-instructions per warp and step, issued at
+/* ---- GWT (moe_shared_gemms' wg 4): GW's tiles fed by the tensor memory accelerator.
+ * Why: ncu of GW's gate/up alone at 512 (`sluice-bench moe`): 295 warp-instructions per warp and step, issued at
  * one per ~7 cycles (dispatch and dependency stalls, 2 warps per scheduler), so the 12 16-byte copies per thread and
- * step and their address arithmetic take the whole step, whatever the wgmma form (v38 (1): in flight, m64n256: equal).
+ * step and their address arithmetic take the whole step, whatever the wgmma form (in flight, m64n256: equal).
  * Here one lane of a ninth warp (the producer) moves each step's two tiles with two cp.async.bulk.tensor copies (A:
  * 128 token rows, B: 256 weight rows, 64 inputs each) into the same 128-byte-swizzled stage layout, completing on the
  * stage's "full" mbarrier; the two consumer warpgroups wait on it, issue one m64n256k16 per 16 inputs, keep one group in
@@ -587,20 +465,14 @@ static cudaError_t gemm_pair(gemm_launch_fn gu, gemm_launch_fn dn, const moe_exp
 
 /* the shared expert's gate/up then down, into moe_shared_experts' rows (h and y after the T * topk routed pairs) */
 extern "C" cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t *b13, const uint16_t *b2, int fold,
-                                        int wg, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
-                                        cudaStream_t st)
+                                        const uint16_t *x, int T, int topk, uint16_t *h, float *y, cudaStream_t st)
 {
     /* H, I multiples of the 128-row scale blocks: then 2I and H are whole GM_BN tiles and K whole GM_BK steps */
     if (!b13 || !b2 || T < 1 || a->H % 128 || a->I % 128) return cudaErrorInvalidValue;
-    if (wg && fold && a->H % GW_BN == 0 && sw_ok()) {   /* v37 (GW); 2I is then a multiple of GW_BN too */
-        if (wg == 4 && gwt_encoder())   /* v38 (GWT): the tiles by TMA from a producer warp (else wg 3's form) */
-            return gemm_pair(shared_gemm_tma_launch<1>, shared_gemm_tma_launch<0>, a, b13, b2, x, T, topk, h, y, st);
-        if (wg == 2)   /* v38: one wgmma group in flight across steps */
-            return gemm_pair(shared_gemm_wg_launch<1, 1>, shared_gemm_wg_launch<0, 1>, a, b13, b2, x, T, topk, h, y, st);
-        if (wg >= 3)   /* v38: the same with one m64n256k16 per 16 inputs */
-            return gemm_pair(shared_gemm_wg_launch<1, 2>, shared_gemm_wg_launch<0, 2>, a, b13, b2, x, T, topk, h, y, st);
-        return gemm_pair(shared_gemm_wg_launch<1, 0>, shared_gemm_wg_launch<0, 0>, a, b13, b2, x, T, topk, h, y, st);
-    }
+    /* folded scales on sm_90a with a driver that encodes tensor maps: wgmma fed by TMA (2I is then a multiple of
+       GW_BN too); else mma.sync */
+    if (fold && a->H % GW_BN == 0 && sw_ok() && gwt_encoder())
+        return gemm_pair(shared_gemm_tma_launch<1>, shared_gemm_tma_launch<0>, a, b13, b2, x, T, topk, h, y, st);
     return fold ? gemm_pair(shared_gemm_launch<1, 1>, shared_gemm_launch<0, 1>, a, b13, b2, x, T, topk, h, y, st)
                 : gemm_pair(shared_gemm_launch<1, 0>, shared_gemm_launch<0, 0>, a, b13, b2, x, T, topk, h, y, st);
 }

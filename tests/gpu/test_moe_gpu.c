@@ -15,10 +15,10 @@
 #include "moe_kernels.h"
 
 static int g_fail = 0;
-/* v34: run_case also replays its forward from a CUDA graph (as sluice-bench times it), twice, on poisoned outputs and
+/* run_case also replays its forward from a CUDA graph (as sluice-bench times it), twice, on poisoned outputs and
  * workspace, and asks for the stream run's output bit for bit (every reduction has a fixed order) */
 static int g_graph_check = 0;
-/* v36: run_case also compares the shared expert's own y rows (the T rows after the T * topk routed pairs, where its
+/* run_case also compares the shared expert's own y rows (the T rows after the T * topk routed pairs, where its
  * own launches write them) with the float64 reference of the shared expert alone: relative L2 < 5e-3 */
 static int g_shared_check = 0;
 #define CHECK(c, ...) do { if (!(c)) { printf("FAIL: " __VA_ARGS__); printf("\n"); g_fail = 1; } } while (0)
@@ -373,19 +373,18 @@ static void run_case(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws 
     cudaFree(dx); cudaFree(dtok); cudaFree(dout);
 }
 
-/* run_case through the one-launch layer (moe_fused.cu, opt-in); repeated launches on one workspace
- * also check that every launch leaves its counters at zero (a leftover count would hang or corrupt
- * the next one). */
-static void run_fused(const char *name, model *M, moe_cuda_layer *L, moe_cuda_ws *W, int T, int skew)
+/* Force plan fields for the next cases: "name=value,name=value" (moe_plan_set); "" returns to the default plan. */
+static void plan(moe_cuda_ws *W, const char *fields)
 {
-    const int fm = W->fused_max_t;
-    W->fused_max_t = MOE_FUSED_MAX_T;
-    run_case(name, M, L, W, T, skew);
-    W->fused_max_t = fm;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", fields);
+    W->n_set = 0;
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+        if (moe_plan_set(W, t)) exit(1);
 }
 
 /* Tensor-core router logits (moe_router_logits_tc) against float64 on fresh random inputs, for several
- * token-group sizes, K parts (up to MOE_LOGITS_KS_MAX where hidden allows) and block shapes (v29: ntt 1, 2, 4 n-tiles
+ * token-group sizes, K parts (up to MOE_LOGITS_KS_MAX where hidden allows) and block shapes (ntt 1, 2, 4 n-tiles
  * per block, moe_router_logits_tc_shape): |gpu - ref| <= 1e-5 * sum_k |g x| (fp32 accumulation; products are
  * exact). And exactness of the three-plane gate split: a token whose input is one 1.0 at input k must
  * get gate[e][k] bit for bit for every expert (all other products are zero). */
@@ -478,21 +477,15 @@ static void test_quantiser(void)
     cudaFree(dw); cudaFree(dq); cudaFree(ds); cudaFree(d2);
 }
 
-/* moe_cuda_ws.shared_gemm_wg 1-4 (v37 GW, v38's in flight, n256, GWT by TMA), as the case names call them */
-static const char *const gw_forms[4] = {"wgmma GEMMs", "wgmma GEMMs in flight", "wgmma GEMMs in flight, n256",
-                                        "wgmma GEMMs by TMA"};
-
-/* The shared expert's GEMMs (SG, and GW on wgmma), the form named by form ("bf16 GEMMs", gw_forms), with the scales
- * the layer has now: one 128-token tile with 112 rows past T, partial and whole tiles, three tiles, skewed, back to back;
- * the graph against the stream run, and forked after the router (v36, v37) */
+/* The shared expert's bf16 GEMMs (form: the case names' word for the scales the layer has now): one 128-token tile with
+ * 112 rows past T, partial and whole tiles, three tiles, skewed, back to back; the graph against the stream run */
 static void shared_gemm_cases(const char *form, model *M, moe_cuda_layer *L, moe_cuda_ws *W)
 {
-    char nm[128], nms[128], ng[128], nf[128];
+    char nm[128], nms[128], ng[128];
     snprintf(nm, sizeof nm, "nvfp4, shared expert %s", form);
     snprintf(nms, sizeof nms, "nvfp4 skewed, shared expert %s", form);
     snprintf(ng, sizeof ng, "nvfp4, shared expert %s, graph", form);
-    snprintf(nf, sizeof nf, "nvfp4 skewed, shared expert %s, graph, forked after the router", form);
-    const int fk = W->shared_fork;
+    plan(W, "shared_gemm=1");
     run_case(nm, M, L, W, 16, 0);    /* one block, 112 rows past T */
     run_case(nm, M, L, W, 100, 0);
     run_case(nm, M, L, W, 128, 0);   /* one whole block */
@@ -502,10 +495,8 @@ static void shared_gemm_cases(const char *form, model *M, moe_cuda_layer *L, moe
     run_case(nm, M, L, W, 257, 0);   /* back to back */
     g_graph_check = 1;
     run_case(ng, M, L, W, 257, 0);
-    W->shared_fork = 2;
-    run_case(nf, M, L, W, 130, 1);
-    W->shared_fork = fk;
     g_graph_check = 0;
+    plan(W, "");
 }
 
 int main(int argc, char **argv)
@@ -528,467 +519,80 @@ int main(int argc, char **argv)
                         .shared_bf16 = 1};
     make_model(&M, &L, &a, 0, 1);
     if (moe_cuda_ws_init(&W, &L, 257)) return 1;
-    const int batches[] = {1, 2, 7, 64, 257, 8, 16};   /* 8, 16: the default one launch / fused stages (v18) */
-    for (int i = 0; i < 7; i++) run_case("nvfp4 sqrtsoftplus", &M, &L, &W, batches[i], 0);
-    for (int i = 0; i < 3; i++) run_fused("nvfp4 sqrtsoftplus (one launch)", &M, &L, &W, batches[i], 0);
-    run_fused("nvfp4 skewed (one launch)", &M, &L, &W, 8, 1);
-    run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 257, 1);
-    run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 9, 1);    /* 2-tile routed, 1-tile shared */
-    W.shared_gemm_min_t = 0;   /* v37: from here the cases run k_shared_fp8 at 257 as they were written (SG from 256 is the
-                                  default now); the SG and GW blocks set it themselves */
-    run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, 64, 1);
-    /* v30: 6 experts x 17 tokens, two 2-tile items per row group each (the launches' grid bound, routed_grid) */
-    run_case("nvfp4 skewed, v30 2-tile grid", &M, &L, &W, 17, 1);
-    /* v30: the default shared gate/up before the lists at 3-4 tokens (fs_early_sh_max_t 4; was 2) */
-    run_case("nvfp4, v30 early shared up to 4", &M, &L, &W, 3, 0);
-    run_case("nvfp4 skewed, v30 early shared up to 4", &M, &L, &W, 4, 1);
-    /* v30: the defaults' wide launches from 224 (x4_min_t) and handed-out tiles up to 320 (dyn_max_t): 224 and 257
-       in the fused path with wide gate/up early, 257 above the 256 of before */
-    run_case("nvfp4, v30 X4 224 DM 320", &M, &L, &W, 224, 0);
-    run_case("nvfp4 skewed, v30 X4 224 DM 320", &M, &L, &W, 224, 1);
+    /* the default plan: the one expert launch (1-8), the fused 1-tile stages beside the shared launches (9-320), the
+       separate launches with wide experts (257 here), the shared expert's bf16 GEMMs (256, 257) */
+    static const int batches[] = {1, 2, 3, 4, 7, 8, 9, 12, 16, 17, 64, 224, 256, 257};
+    for (int i = 0; i < 14; i++) run_case("nvfp4 sqrtsoftplus", &M, &L, &W, batches[i], 0);
+    static const int skewed[] = {3, 4, 8, 9, 17, 64, 224, 257};   /* 6 experts with every token */
+    for (int i = 0; i < 8; i++) run_case("nvfp4 skewed (6 experts, rest 0)", &M, &L, &W, skewed[i], 1);
     test_logits_tc(&M, &L, &W);
-    for (int ov = 1; ov <= 3; ov++) {   /* 2-tile launches overlapping the 1-tile ones (gate/up, down, both) */
-        static const char *nm[3] = {"nvfp4, 2-tile overlap gate/up", "nvfp4, 2-tile overlap down", "nvfp4, 2-tile overlap both"};
-        const int o = W.nt2_overlap;
-        W.nt2_overlap = ov;
-        run_case(nm[ov - 1], &M, &L, &W, 257, 0);
-        run_case(nm[ov - 1], &M, &L, &W, 257, 1);
-        run_case(nm[ov - 1], &M, &L, &W, 9, 1);
-        run_case(nm[ov - 1], &M, &L, &W, 64, 1);
-        W.nt2_overlap = o;
+    /* forced plan fields: each form a forward can take */
+    plan(&W, "own_shared=1,shared_fork=1");   /* the shared launches below 9 tokens, the one launch without them */
+    for (int t = 1; t <= 7; t += 3) run_case("nvfp4, shared launches below 9", &M, &L, &W, t, 0);
+    plan(&W, "own_shared=1,shared_fork=0");   /* ... in the layer's stream */
+    run_case("nvfp4, shared launches in one stream", &M, &L, &W, 2, 0);
+    run_case("nvfp4, shared launches in one stream", &M, &L, &W, 64, 0);
+    run_case("nvfp4 skewed, shared launches in one stream", &M, &L, &W, 257, 1);
+    plan(&W, "own_shared=0");   /* the shared items inline in the routed launches above 8 tokens */
+    run_case("nvfp4, shared inline", &M, &L, &W, 12, 0);
+    run_case("nvfp4 skewed, shared inline", &M, &L, &W, 64, 1);
+    plan(&W, "experts=2");   /* separate gate/up and down launches, tiles handed out */
+    run_case("nvfp4, separate launches", &M, &L, &W, 9, 0);
+    run_case("nvfp4, separate launches", &M, &L, &W, 64, 0);
+    run_case("nvfp4 skewed, separate launches", &M, &L, &W, 64, 1);
+    plan(&W, "experts=2,dyn=0");   /* ... with a static item walk */
+    run_case("nvfp4, static item walk", &M, &L, &W, 64, 0);
+    run_case("nvfp4 skewed, static item walk", &M, &L, &W, 33, 1);
+    plan(&W, "dyn=3");   /* tiles handed out in both launches of a stage */
+    run_case("nvfp4, tiles handed out in both launches", &M, &L, &W, 33, 0);
+    run_case("nvfp4 skewed, tiles handed out in both launches", &M, &L, &W, 257, 1);
+    for (int v = 0; v < 3; v++) {   /* experts with 9..tok1 tokens as 8-token chunks of the 1-tile launches */
+        static const char *f[3] = {"tok1=16", "tok1=24", "tok1=64,experts=2,dyn=0"};
+        char nm[96];
+        snprintf(nm, sizeof nm, "nvfp4, %s", f[v]);
+        plan(&W, f[v]);
+        run_case(nm, &M, &L, &W, 64, 0);
+        run_case(nm, &M, &L, &W, 64, 0);   /* back to back: the counts it leaves must be zero */
+        run_case(nm, &M, &L, &W, 12, 1);   /* skewed: 6 experts x 12 tokens (chunks of 8 and 4) */
+        run_case(nm, &M, &L, &W, 257, 1);
     }
-    {   /* v29: 9-15 tokens through the fused 1-tile launch beside the shared expert's own launches (the defaults: SH 9,
-           FM 9), the shared launches with the separate 1-tile launches (FM 16), and v28's shared expert inline in the
-           routed launches (SH 16, FM 16) */
-        const int sh = W.shared_min_t, fm = W.fuse1_min_t;
-        for (int t = 9; t <= 15; t += 3) run_case("nvfp4, v29 SH 9 FM 9", &M, &L, &W, t, 0);
-        run_case("nvfp4 skewed, v29 SH 9 FM 9", &M, &L, &W, 12, 1);
-        W.fuse1_min_t = 16;
-        run_case("nvfp4, v29 SH 9 FM 16", &M, &L, &W, 12, 0);
-        run_case("nvfp4 skewed, v29 SH 9 FM 16", &M, &L, &W, 9, 1);
-        W.shared_min_t = 16;
-        run_case("nvfp4, v29 off: SH 16 FM 16 (shared inline)", &M, &L, &W, 12, 0);
-        run_case("nvfp4 skewed, v29 off: SH 16 FM 16 (shared inline)", &M, &L, &W, 15, 1);
-        W.shared_min_t = sh, W.fuse1_min_t = fm;
-    }
-    {   /* v21: the top-k launches alone on their SMs (excl shared memory), fused with the lists (<= 32) and not */
-        const int tx = W.topk_excl_max_t, tn = W.topk_excl_min_t;
-        W.topk_excl_max_t = 1 << 30;
-        W.topk_excl_min_t = 1;
-        for (int i = 0; i < 4; i++) run_case("nvfp4, top-k alone on its SMs", &M, &L, &W, batches[i], 0);
-        run_case("nvfp4 skewed, top-k alone on its SMs", &M, &L, &W, 9, 1);
-        W.topk_excl_max_t = tx;
-        W.topk_excl_min_t = tn;
-    }
-    {   /* v22: the top-k over 8 warps per token (default up to 2 tokens) off: one warp per token */
-        const int tg = W.topk_group_max_t;
-        W.topk_group_max_t = 0;
-        run_case("nvfp4, one-warp top-k", &M, &L, &W, 1, 0);
-        run_case("nvfp4, one-warp top-k", &M, &L, &W, 2, 0);
-        W.topk_group_max_t = tg;
-    }
-    {   /* tensor-core router logits and the shared expert's own launches at every batch (default: from 8, 9) */
-        const int tc = W.logits_tc_min_t, sh = W.shared_min_t;
-        W.logits_tc_min_t = 1;
-        W.shared_min_t = 1;
-        for (int i = 0; i < 3; i++) run_case("nvfp4, tensor-core logits, shared launches", &M, &L, &W, batches[i], 0);
-        run_case("nvfp4 skewed, tensor-core logits, shared launches", &M, &L, &W, 9, 1);
-        W.logits_tc_min_t = tc;
-        W.shared_min_t = sh;
-    }
-    {   /* routed launches walking their items with a static stride where they could hand tiles out (v14),
-           and handing out tiles in both launches of a stage at any batch (v15 default: 1-tile launches, T <= 256) */
-        const int dy = W.dyn_items, dm = W.dyn_max_t;
-        W.dyn_items = 0;
-        run_case("nvfp4, static item walk", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, static item walk", &M, &L, &W, 33, 1);
-        W.dyn_items = 3;
-        W.dyn_max_t = 1 << 30;
-        run_case("nvfp4, tiles handed out in both launches", &M, &L, &W, 257, 0);
-        run_case("nvfp4 skewed, tiles handed out in both launches", &M, &L, &W, 257, 1);
-        run_case("nvfp4, tiles handed out in both launches", &M, &L, &W, 33, 0);
-        W.dyn_items = dy;
-        W.dyn_max_t = dm;
-        W.nt2_first = 1;   /* each stage's 2-tile launch first */
-        run_case("nvfp4, 2-tile launches first", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, 2-tile launches first", &M, &L, &W, 257, 1);
-        run_case("nvfp4, 2-tile launches first", &M, &L, &W, 9, 0);
-        W.nt2_first = 0;
-    }
-    {   /* v16: the 1-tile gate/up and down as one launch, down items waiting per expert (moe_experts_fused1);
-           back to back, so the counters it leaves must be zero again */
-        const int dm = W.dyn_max_t, sh = W.shared_min_t, fm = W.fuse1_min_t;
-        W.fuse1 = 1;
-        W.fuse1_min_t = 0;
-        W.dyn_max_t = 1 << 30;
-        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 16, 0);
-        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 64, 0);
-        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 64, 0);
-        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 257, 0);
-        run_case("nvfp4 skewed, fused 1-tile stages", &M, &L, &W, 64, 1);
-        run_case("nvfp4 skewed, fused 1-tile stages", &M, &L, &W, 257, 1);
-        W.shared_min_t = 2;   /* the shared launches from 2 tokens: the fused path from 9 */
-        run_case("nvfp4, fused 1-tile stages", &M, &L, &W, 9, 0);
-        run_case("nvfp4 skewed, fused 1-tile stages", &M, &L, &W, 9, 1);
-        W.fuse1 = 3;   /* releasing the 2-tile down at its start */
-        run_case("nvfp4, fused 1-tile stages, early release", &M, &L, &W, 33, 0);
-        run_case("nvfp4 skewed, fused 1-tile stages, early release", &M, &L, &W, 257, 1);
-        run_case("nvfp4 skewed, fused 1-tile stages, early release", &M, &L, &W, 9, 1);
-        W.fuse1 = 0;
-        W.fuse1_min_t = fm;
-        W.dyn_max_t = dm;
-        W.shared_min_t = sh;
-    }
-    {   /* v19: routed experts with 9..T1 tokens as 8-token chunks of the 1-tile launches (the fused stages from
-           batch 16, the separate launches below it and where tiles are not handed out), a down item waiting
-           only for its own chunk's gate/up; experts above T1 stay in the 2-tile launches beside them */
-        const int t1 = W.tok1_max, t1n = W.tok1_min_t, t1x = W.tok1_max_t, dm = W.dyn_max_t, dy = W.dyn_items;
-        W.tok1_min_t = 1;
-        W.tok1_max_t = 1 << 30;
-        static const int t1s[3] = {16, 24, 64};
-        for (int v = 0; v < 3; v++) {
-            char nm[96];
-            W.tok1_max = t1s[v];
-            W.dyn_max_t = 256;   /* v30's default is 320: 257 through the static walk as these cases were written */
-            snprintf(nm, sizeof nm, "nvfp4, experts with up to %d tokens in 1-tile chunks", t1s[v]);
-            run_case(nm, &M, &L, &W, 64, 0);    /* 32 experts, ~12 tokens each */
-            run_case(nm, &M, &L, &W, 64, 0);    /* back to back: the counts it leaves must be zero */
-            run_case(nm, &M, &L, &W, 257, 0);   /* ~48 each, static walk (above dyn_max_t) */
-            run_case(nm, &M, &L, &W, 12, 0);    /* below fuse1_min_t: the separate launches */
-            run_case(nm, &M, &L, &W, 12, 1);    /* skewed: 6 experts x 12 tokens (chunks of 8 and 4) */
-            run_case(nm, &M, &L, &W, 64, 1);
-            run_case(nm, &M, &L, &W, 257, 1);
-            W.dyn_max_t = 1 << 30;
-            run_case(nm, &M, &L, &W, 257, 0);   /* fused stages */
-            run_case(nm, &M, &L, &W, 257, 1);
-            W.dyn_items = 0;
-            run_case(nm, &M, &L, &W, 64, 0);    /* static walk, separate launches */
-            W.dyn_items = dy;
-            W.dyn_max_t = dm;
-        }
-        W.tok1_max = t1, W.tok1_min_t = t1n, W.tok1_max_t = t1x;
-    }
-    {   /* v24: every routed expert with tokens in the 2-tile launches (nt2_all_min_t; the separate launches only, so
-           tiles not handed out): experts with 1-8 tokens then fill only part of the first n-tile */
-        const int na = W.nt2_all_min_t, dy = W.dyn_items;
-        W.nt2_all_min_t = 9;
-        W.dyn_items = 0;
-        run_case("nvfp4, every expert 2-tile", &M, &L, &W, 12, 0);    /* 1-2 tokens each, the shared expert inline */
-        run_case("nvfp4 skewed, every expert 2-tile", &M, &L, &W, 12, 1);
-        run_case("nvfp4, every expert 2-tile", &M, &L, &W, 64, 0);
-        run_case("nvfp4, every expert 2-tile", &M, &L, &W, 257, 0);
-        run_case("nvfp4, every expert 2-tile", &M, &L, &W, 257, 0);   /* back to back */
-        run_case("nvfp4 skewed, every expert 2-tile", &M, &L, &W, 257, 1);
-        W.dyn_items = dy;
-        run_case("nvfp4, every expert 2-tile from 9, 257 (static walk)", &M, &L, &W, 257, 0);
-        W.nt2_all_min_t = na;
-    }
-    {   /* v24: the shared gate/up in 64-token blocks (shared_xl_min_t; default from 512, past this workspace) */
-        const int sx = W.shared_xl_min_t;
-        W.shared_xl_min_t = 65;
-        run_case("nvfp4, shared gate/up in 64-token blocks", &M, &L, &W, 130, 0);   /* 2 blocks of 64, 2 tokens over */
-        run_case("nvfp4, shared gate/up in 64-token blocks", &M, &L, &W, 257, 0);
-        run_case("nvfp4 skewed, shared gate/up in 64-token blocks", &M, &L, &W, 257, 1);
-        W.shared_xl_min_t = sx;
-    }
-    {   /* v25: the shared expert's GEMMs on wgmma (shared_wg_min_t; its own launches from shared_min_t 16):
-           32-token blocks below 256 tokens, 64 from 256; partial last blocks, skewed routing */
-        const int sw = W.shared_wg_min_t;
-        W.shared_wg_min_t = 16;
-        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 16, 0);    /* one 32-token block, half of it past T */
-        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 33, 0);    /* 2 blocks, 1 token in the second */
-        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, shared expert on wgmma", &M, &L, &W, 64, 1);
-        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 130, 0);
-        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 256, 0);   /* 64-token blocks */
-        run_case("nvfp4, shared expert on wgmma", &M, &L, &W, 257, 0);   /* ... one token in the last */
-        run_case("nvfp4 skewed, shared expert on wgmma", &M, &L, &W, 257, 1);
-        /* SWF: a shared expert with power-of-two block scales folds them (no partials); 128-token blocks from 129
-           here (default 512, past this workspace), so 130 and 257 take 2 and 3 blocks with partial last ones */
-        const int n128 = W.shared_wg_n128_min_t;
-        make_shared(&M, &L, 1);
-        W.shared_wg_n128_min_t = 129;
-        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 16, 0);
-        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, shared expert on wgmma, folded scales", &M, &L, &W, 64, 1);
-        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 128, 0);   /* 32-token blocks */
-        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 130, 0);   /* 128-token blocks */
-        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 257, 0);
-        run_case("nvfp4 skewed, shared expert on wgmma, folded scales", &M, &L, &W, 257, 1);
-        W.shared_wg_n128_min_t = 0;
-        run_case("nvfp4, shared expert on wgmma, folded scales", &M, &L, &W, 256, 0);   /* 64-token blocks */
-        W.shared_wg_fold = 0;   /* the partials form on the same scales */
-        run_case("nvfp4, shared expert on wgmma, power-of-two scales unfolded", &M, &L, &W, 130, 0);
-        W.shared_wg_fold = 1;
-        W.shared_wg_n128_min_t = n128;
-        W.shared_wg_min_t = sw;   /* k_shared_fp8 on the same scales */
-        run_case("nvfp4, shared expert k_shared_fp8, power-of-two scales", &M, &L, &W, 130, 0);
-        run_case("nvfp4, shared expert k_shared_fp8, power-of-two scales", &M, &L, &W, 257, 0);
-        make_shared(&M, &L, 0);   /* the rest as before: scales of any mantissa */
-    }
-    {   /* v36 (SG): the shared expert as two bf16 GEMMs (shared_gemm_min_t; its own launches from shared_min_t), its y
-           rows also checked alone: 128-token blocks with partial last ones, skewed routing, power-of-two scales (folded into
-           the bf16 weights: exact) and any (fp32 partials per 128-input block); then its stream run against 2 graph replays, and forked after
-           the router */
-        const int sg = W.shared_gemm_min_t, gw0 = W.shared_gemm_wg;
-        W.shared_gemm_min_t = 16;
-        W.shared_gemm_wg = 0;   /* v37: the mma.sync form (GW, on by default, has the block below) */
-        g_shared_check = 1;
-        shared_gemm_cases("bf16 GEMMs", &M, &L, &W);
-        make_shared(&M, &L, 1);
-        run_case("nvfp4, shared expert bf16 GEMMs, power-of-two scales", &M, &L, &W, 130, 0);
-        run_case("nvfp4 skewed, shared expert bf16 GEMMs, power-of-two scales", &M, &L, &W, 257, 1);
-        W.shared_gemm_wg = gw0;
-        W.shared_gemm_min_t = 0;   /* k_shared_fp8 on the same scales, its rows checked alone as well */
-        run_case("nvfp4, shared expert k_shared_fp8 alone, power-of-two scales", &M, &L, &W, 130, 0);
-        make_shared(&M, &L, 0);
-        run_case("nvfp4, shared expert k_shared_fp8 alone", &M, &L, &W, 257, 0);
-        W.shared_gemm_min_t = sg;
-        g_shared_check = 0;
-    }
-    {   /* v37 (GW): the same GEMMs on wgmma (shared_gemm_wg; folded power-of-two scales only, 128 x 256 tiles), its y rows
-           checked alone: one token tile with 112 padded rows, partial and whole tiles, three tiles, skewed; the graph
-           against the stream run, forked after the router; then scales of any mantissa, which stay on mma.sync */
-        const int sg = W.shared_gemm_min_t, gw = W.shared_gemm_wg;
-        W.shared_gemm_min_t = 16;
-        g_shared_check = 1;
-        make_shared(&M, &L, 1);
-        for (int f = 0; f < 4; f++) {   /* shared_gemm_wg 1-4 */
-            W.shared_gemm_wg = f + 1;
-            shared_gemm_cases(gw_forms[f], &M, &L, &W);
-        }
-        W.shared_gemm_wg = 1;
-        make_shared(&M, &L, 0);
-        run_case("nvfp4, shared expert wgmma GEMMs asked, any scales (mma.sync)", &M, &L, &W, 130, 0);
-        g_shared_check = 0;
-        W.shared_gemm_wg = gw;
-        W.shared_gemm_min_t = sg;
-    }
-    {   /* v26 (X4): routed experts with more than x4_tok tokens in the wide launches (64-token items; partial last
-           ones), in the fused path (T <= dyn_max_t; the wide gate/up where x4_early puts it), after each stage's
-           2-tile launch in the separate one, and with every other expert 2-tile (nt2_all_min_t) */
-        const int x4 = W.x4_min_t, xt = W.x4_tok, na = W.nt2_all_min_t, dy = W.dyn_items, xe = W.x4_early,
-                  dm = W.dyn_max_t;
-        W.dyn_max_t = 256;   /* 257 in the separate launches (above dyn_max_t), as when these cases were written (v30: 320) */
-        W.x4_min_t = 9;
-        W.x4_tok = 16;
-        run_case("nvfp4, wide experts above 16", &M, &L, &W, 64, 0);    /* fused path, ~12 tokens per expert */
-        run_case("nvfp4, wide experts above 16", &M, &L, &W, 130, 0);
-        run_case("nvfp4 skewed, wide experts above 16", &M, &L, &W, 33, 1);   /* one item, 31 slots empty */
-        run_case("nvfp4 skewed, wide experts above 16", &M, &L, &W, 64, 1);
-        run_case("nvfp4, wide experts above 16", &M, &L, &W, 257, 0);   /* separate launches, ~48 per expert */
-        run_case("nvfp4, wide experts above 16", &M, &L, &W, 257, 0);   /* back to back */
-        run_case("nvfp4 skewed, wide experts above 16", &M, &L, &W, 257, 1);   /* 4 x 64 + 1 */
-        W.x4_tok = 32;
-        run_case("nvfp4, wide experts above 32", &M, &L, &W, 257, 0);   /* 2-tile and wide experts */
-        run_case("nvfp4 skewed, wide experts above 32", &M, &L, &W, 130, 1);
-        /* v27 (x4_early, default 1): in the fused path the wide gate/up right after the 2-tile one, before the fused
-           launch */
-        W.x4_early = 1;
-        W.x4_tok = 16;
-        run_case("nvfp4, wide experts above 16, wide gate/up early", &M, &L, &W, 64, 0);
-        run_case("nvfp4, wide experts above 16, wide gate/up early", &M, &L, &W, 130, 0);
-        run_case("nvfp4 skewed, wide experts above 16, wide gate/up early", &M, &L, &W, 64, 1);
-        run_case("nvfp4 skewed, wide experts above 16, wide gate/up early", &M, &L, &W, 64, 1);   /* back to back */
-        W.x4_tok = 32;
-        run_case("nvfp4, wide experts above 32, wide gate/up early", &M, &L, &W, 130, 0);   /* mostly empty wide launches */
-        run_case("nvfp4 skewed, wide experts above 32, wide gate/up early", &M, &L, &W, 130, 1);
-        W.x4_early = 2;   /* ... after the fused launch */
-        W.x4_tok = 16;
-        run_case("nvfp4, wide experts above 16, wide gate/up after the fused launch", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, wide experts above 16, wide gate/up after the fused launch", &M, &L, &W, 64, 1);
-        W.x4_tok = 32;
-        run_case("nvfp4, wide experts above 32, wide gate/up after the fused launch", &M, &L, &W, 130, 0);
-        run_case("nvfp4 skewed, wide experts above 32, wide gate/up after the fused launch", &M, &L, &W, 130, 1);
-        W.x4_early = 0;   /* ... after the 2-tile down (v26's place) */
-        run_case("nvfp4, wide experts above 32, wide gate/up after the 2-tile down", &M, &L, &W, 130, 0);
-        run_case("nvfp4 skewed, wide experts above 32, wide gate/up after the 2-tile down", &M, &L, &W, 130, 1);
-        W.x4_early = xe;
-        W.nt2_all_min_t = 9;
-        W.dyn_items = 0;
-        run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 257, 0);
-        run_case("nvfp4, wide above 32, every other expert 2-tile", &M, &L, &W, 64, 0);
-        W.x4_min_t = x4, W.x4_tok = xt, W.nt2_all_min_t = na, W.dyn_items = dy, W.dyn_max_t = dm;
-    }
-    {   /* v28 (the defaults above: each token's top-k one block of 8 warps from 9 tokens, the lists launch with its pairs
-           in registers, 3-4 tokens grouped in a 1024-thread top-k + lists block): the forms before v28 */
-        const int tb = W.topk_blocks_max_t, lr = W.lists_runs_max_t, tl = W.topk_lists_max_t, tg = W.topk_group_max_t,
-                  tx = W.topk_excl_max_t;
-        W.topk_blocks_max_t = 0;
-        run_case("nvfp4, v28 off: one-warp top-k", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, v28 off: one-warp top-k", &M, &L, &W, 130, 1);
-        W.lists_runs_max_t = 0;
-        run_case("nvfp4, v28 off: one-warp top-k, lists", &M, &L, &W, 257, 0);
-        W.topk_lists_max_t = 32, W.topk_excl_max_t = 32, W.topk_group_max_t = 2;   /* v27's router at 9-32 and 3-4 */
-        run_case("nvfp4, v28 off: top-k + lists launch", &M, &L, &W, 16, 0);
-        run_case("nvfp4, v28 off: top-k + lists launch", &M, &L, &W, 32, 0);
-        run_case("nvfp4, v28 off: top-k + lists launch", &M, &L, &W, 4, 0);
-        run_case("nvfp4 skewed, v28 off: top-k + lists launch", &M, &L, &W, 4, 1);
-        W.topk_blocks_max_t = tb, W.lists_runs_max_t = lr, W.topk_lists_max_t = tl, W.topk_group_max_t = tg,
-        W.topk_excl_max_t = tx;
-        run_case("nvfp4, v28 top-k blocks", &M, &L, &W, 9, 0);
-        run_case("nvfp4, v28 top-k blocks", &M, &L, &W, 33, 0);
-        run_case("nvfp4 skewed, v28 top-k blocks", &M, &L, &W, 16, 1);
-        for (int t = 3; t <= 5; t++) run_case("nvfp4, v28 grouped top-k up to 4", &M, &L, &W, t, 0);
-        run_case("nvfp4 skewed, v28 grouped top-k up to 4", &M, &L, &W, 4, 1);
-        W.topk_excl_max_t = 1 << 30;   /* the 1024-thread block alone on its SM */
-        W.topk_excl_min_t = 1;
-        run_case("nvfp4, v28 grouped top-k up to 4, alone on its SM", &M, &L, &W, 4, 0);
-        W.topk_excl_min_t = 9, W.topk_excl_max_t = tx;
-        for (int t = 5; t <= 8; t++) run_case("nvfp4, v29 TL 4", &M, &L, &W, t, 0);   /* the default (v28 (5)) */
-        W.topk_lists_max_t = 8;   /* v28: 5-8 tokens in the one top-k + lists launch (one warp per token) */
-        for (int t = 5; t <= 8; t++) run_case("nvfp4, v28 TL 8", &M, &L, &W, t, 0);
-        run_case("nvfp4 skewed, v28 TL 8", &M, &L, &W, 8, 1);
-        W.topk_lists_max_t = tl;
-    }
-    {   /* v17: T <= 8 as one expert launch with the shared expert's items (default up to batch 2, taken by the
-           batches 1 and 2 above with 2 K parts at batch 1, 4 for the shared gate/up, 128-row down items), here
-           up to 8: every part count, 64-row down items, the shared expert's own launches beside it, and the
-           v16 launches (off) */
-        const int ks = W.fs_ks_gu, kx = W.fs_ks_max_t, kh = W.fs_ks_sh, rm = W.fs_rm, sh = W.shared_min_t,
-                  fs = W.fuse_small, es = W.fs_early_sh_max_t;
-        W.fs_ks_max_t = 8;
-        W.fuse_small = 8;
-        for (int v = 0; v < 4; v++) {
-            static const int kg[4] = {1, 4, 2, 4}, ksh[4] = {1, 2, 4, 1}, rms[4] = {2, 1, 1, 2};
-            char nm[128];
-            W.fs_ks_gu = kg[v], W.fs_ks_sh = ksh[v], W.fs_rm = rms[v];
-            W.fs_early_sh_max_t = v & 1 ? 0 : 8;   /* v18: shared gate/up before the lists, or after */
-            snprintf(nm, sizeof nm, "nvfp4, one expert launch (K parts %d / %d, down %d tiles, early shared %d)", kg[v],
-                     ksh[v], rms[v], W.fs_early_sh_max_t);
-            run_case(nm, &M, &L, &W, 1, 0);
-            run_case(nm, &M, &L, &W, 8, 0);
-            run_case(nm, &M, &L, &W, 8, 0);   /* back to back: the counts it leaves must be zero */
-            run_case(nm, &M, &L, &W, 5, 1);   /* skewed: 6 experts, the rest none */
-        }
-        {   /* v31: its 5-block form (v31's default at 2-7, off since v32) at 1 and 8, and the 4-block one at 3 and 5 */
-            const int b5n = W.fs_b5_min_t, b5x = W.fs_b5_max_t;
-            W.fs_b5_min_t = 1, W.fs_b5_max_t = 8;
-            run_case("nvfp4, one expert launch, 5 blocks per SM", &M, &L, &W, 1, 0);
-            run_case("nvfp4, one expert launch, 5 blocks per SM", &M, &L, &W, 8, 0);
-            run_case("nvfp4 skewed, one expert launch, 5 blocks per SM", &M, &L, &W, 8, 1);
-            W.fs_b5_min_t = 9;
-            run_case("nvfp4, one expert launch, 4 blocks per SM", &M, &L, &W, 3, 0);
-            run_case("nvfp4 skewed, one expert launch, 4 blocks per SM", &M, &L, &W, 5, 1);
-            W.fs_b5_min_t = b5n, W.fs_b5_max_t = b5x;
-        }
-        {   /* v33: the combine released right after the launch's wait on the lists, reading inv before its own wait */
-            const int ce = W.fs_cmb_early_max_t;
-            W.fs_cmb_early_max_t = 8;
-            run_case("nvfp4, one expert launch, combine released early", &M, &L, &W, 1, 0);
-            run_case("nvfp4, one expert launch, combine released early", &M, &L, &W, 5, 0);
-            run_case("nvfp4, one expert launch, combine released early", &M, &L, &W, 8, 0);
-            run_case("nvfp4, one expert launch, combine released early", &M, &L, &W, 8, 0);   /* back to back */
-            run_case("nvfp4 skewed, one expert launch, combine released early", &M, &L, &W, 8, 1);
-            W.shared_min_t = 1;   /* the shared expert's launches between the lists and the one launch */
-            run_case("nvfp4, one expert launch, combine released early, shared launches", &M, &L, &W, 3, 0);
-            W.shared_min_t = sh, W.fs_cmb_early_max_t = ce;
-        }
-        W.shared_min_t = 1;   /* routed items only */
-        run_case("nvfp4, one expert launch, shared launches", &M, &L, &W, 3, 0);
-        run_case("nvfp4 skewed, one expert launch, shared launches", &M, &L, &W, 8, 1);
-        W.shared_min_t = sh;
-        W.fs_ks_gu = ks, W.fs_ks_max_t = kx, W.fs_ks_sh = kh, W.fs_rm = rm, W.fs_early_sh_max_t = es;
-        W.fuse_small = 0;
-        for (int i = 0; i < 3; i++) run_case("nvfp4, v16 launches below 9", &M, &L, &W, batches[i], 0);
-        run_case("nvfp4 skewed, v16 launches below 9", &M, &L, &W, 8, 1);
-        {   /* v31: T <= 8 through the fused 1-tile stages (moe_expert_args.one_launch 0), the shared launches beside */
-            const int fm = W.fuse1_min_t, f1 = W.fuse1;
-            W.fuse1_min_t = 1, W.shared_min_t = 1, W.fuse1 = 3;
-            run_case("nvfp4, fused 1-tile stages below 9", &M, &L, &W, 1, 0);
-            run_case("nvfp4, fused 1-tile stages below 9", &M, &L, &W, 5, 0);
-            run_case("nvfp4, fused 1-tile stages below 9", &M, &L, &W, 8, 0);
-            run_case("nvfp4, fused 1-tile stages below 9", &M, &L, &W, 8, 0);   /* back to back */
-            run_case("nvfp4 skewed, fused 1-tile stages below 9", &M, &L, &W, 8, 1);
-            W.fuse1_min_t = fm, W.shared_min_t = sh, W.fuse1 = f1;
-        }
-        W.fuse_small = fs;
-    }
-    {   /* the shared expert's launches at the highest priority (v16) */
-        W.side_prio = 1;
-        run_case("nvfp4, shared launches at high priority", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, shared launches at high priority", &M, &L, &W, 257, 1);
-        W.side_prio = 0;
-    }
-    {   /* top-k and lists as one launch at larger batches (default: up to 32) */
-        const int tl = W.topk_lists_max_t;
-        W.topk_lists_max_t = MOE_FUSED_ROUTER_MAX_T;
-        run_case("nvfp4, top-k + lists one launch", &M, &L, &W, 64, 0);
-        run_case("nvfp4, top-k + lists one launch", &M, &L, &W, 200, 0);
-        run_case("nvfp4 skewed, top-k + lists one launch", &M, &L, &W, 200, 1);
-        W.topk_lists_max_t = tl;
-    }
-    {   /* v16 L2 prefetch (hints only: the results must not change): the shared expert's weights asked for by
-           the logits launch, the down weights by the gate/up launch, at every batch */
-        const int pf = W.pf, pm = W.pf_max_t, pd = W.pf_dn_mb;
-        W.pf = 1 | 4 | 8 | 16;
-        W.pf_max_t = 1 << 30;
-        W.pf_dn_mb = 1024;
-        run_case("nvfp4, L2 prefetch (evict_last)", &M, &L, &W, 1, 0);
-        run_case("nvfp4, L2 prefetch (evict_last)", &M, &L, &W, 7, 0);
-        run_case("nvfp4, L2 prefetch (evict_last)", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, L2 prefetch (evict_last)", &M, &L, &W, 9, 1);
-        W.pf = 1 | 2 | 8;
-        W.pf_dn_mb = 1;   /* 3 experts' down (295 KB each here): fewer than have tokens at batch 2 */
-        run_case("nvfp4, L2 prefetch (shared by the logits launch)", &M, &L, &W, 2, 0);
-        W.pf = pf;
-        W.pf_max_t = pm;
-        W.pf_dn_mb = pd;
-    }
-    {   /* the shared expert's own launches in the layer's stream (v14 order), or forked after the router */
-        const int fk = W.shared_fork, sh = W.shared_min_t;
-        W.shared_fork = 0;
-        W.shared_min_t = 2;
-        run_case("nvfp4, shared launches in one stream", &M, &L, &W, 2, 0);
-        run_case("nvfp4, shared launches in one stream", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, shared launches in one stream", &M, &L, &W, 257, 1);
-        W.shared_fork = 2;   /* forked after the router */
-        run_case("nvfp4, shared launches forked after the router", &M, &L, &W, 2, 0);
-        run_case("nvfp4, shared launches forked after the router", &M, &L, &W, 64, 0);
-        run_case("nvfp4 skewed, shared launches forked after the router", &M, &L, &W, 257, 1);
-        W.shared_fork = fk;
-        W.shared_min_t = sh;
-    }
-    {   /* v34: the default launch sequence replayed from a CUDA graph (the one expert launch, the fused 1-tile stages with
-           the forked shared launches, the 2-tile launches), against the stream run bit for bit */
+    plan(&W, "nt2_all=1,experts=2,dyn=0");   /* every routed expert with tokens in the 2-tile launches */
+    run_case("nvfp4, every expert 2-tile", &M, &L, &W, 12, 0);
+    run_case("nvfp4, every expert 2-tile", &M, &L, &W, 64, 0);
+    run_case("nvfp4 skewed, every expert 2-tile", &M, &L, &W, 257, 1);
+    plan(&W, "wide=16");   /* wide launches for experts above 16 tokens, in the fused and the separate launches */
+    run_case("nvfp4, wide above 16", &M, &L, &W, 64, 0);
+    run_case("nvfp4 skewed, wide above 16", &M, &L, &W, 64, 1);
+    plan(&W, "wide=16,experts=2,dyn=0");
+    run_case("nvfp4 skewed, wide above 16, separate launches", &M, &L, &W, 64, 1);
+    plan(&W, "shared_xl=1,shared_gemm=0");   /* the shared gate/up in 64-token blocks (the default at 512) */
+    run_case("nvfp4, shared gate/up in 64-token blocks", &M, &L, &W, 130, 0);
+    run_case("nvfp4 skewed, shared gate/up in 64-token blocks", &M, &L, &W, 257, 1);
+    plan(&W, "shared_tile=0");   /* 16-token shared gate/up blocks up to 64 */
+    run_case("nvfp4, shared tile 16", &M, &L, &W, 33, 0);
+    run_case("nvfp4, shared tile 16", &M, &L, &W, 64, 0);
+    plan(&W, "topk_lists=1");   /* top-k and lists as one launch at larger batches */
+    run_case("nvfp4, top-k + lists one launch", &M, &L, &W, 64, 0);
+    run_case("nvfp4 skewed, top-k + lists one launch", &M, &L, &W, 200, 1);
+    plan(&W, "topk_group=0");   /* one warp per token in the top-k + lists launch */
+    run_case("nvfp4, one-warp top-k", &M, &L, &W, 1, 0);
+    run_case("nvfp4, one-warp top-k", &M, &L, &W, 4, 0);
+    plan(&W, "logits_tc=0,logits_ks=2,down_rm=1");   /* CUDA-core router logits in 2 K parts, 64-row down items */
+    run_case("nvfp4, CUDA-core logits, 64-row down", &M, &L, &W, 2, 0);
+    run_case("nvfp4, CUDA-core logits, 64-row down", &M, &L, &W, 64, 0);
+    run_case("nvfp4 skewed, CUDA-core logits, 64-row down", &M, &L, &W, 257, 1);
+    plan(&W, "logits_tc=1,logits16=1");
+    run_case("nvfp4, tensor-core logits", &M, &L, &W, 1, 0);
+    plan(&W, "");
+    shared_gemm_cases("bf16 GEMMs", &M, &L, &W);           /* fp32 scales of any mantissa: mma.sync, partials */
+    make_shared(&M, &L, 1);
+    shared_gemm_cases("bf16 GEMMs, folded scales", &M, &L, &W);   /* power-of-two scales: wgmma by TMA */
+    {   /* the default plan replayed from a CUDA graph, against the stream run bit for bit */
         static const int gt[] = {1, 8, 9, 64, 200};
         g_graph_check = 1;
         for (int i = 0; i < 5; i++) run_case("nvfp4, graph replay", &M, &L, &W, gt[i], 0);
         run_case("nvfp4 skewed, graph replay", &M, &L, &W, 257, 1);
         g_graph_check = 0;
-    }
-    {   /* v35: the shared gate/up's blocks with the batch rounded up to 16 or 32 tokens, or 64-token blocks above 48 (the
-           default up to 64), up to 256 tokens, and the 16-token blocks of v14-v34; each also replayed from a graph, bit
-           for bit */
-        static const int t64[] = {17, 32, 48, 49, 64}, t256[] = {65, 128, 200, 256}, t0[] = {33, 64};
-        const int ht = W.shared_tile_max_t;
-        g_graph_check = 1;
-        for (int i = 0; i < 5; i++) run_case("nvfp4, v35 shared tile rounded up", &M, &L, &W, t64[i], 0);
-        run_case("nvfp4 skewed, v35 shared tile rounded up", &M, &L, &W, 57, 1);
-        W.shared_tile_max_t = 256;
-        for (int i = 0; i < 4; i++) run_case("nvfp4, v35 shared tile rounded up to 256", &M, &L, &W, t256[i], 0);
-        run_case("nvfp4 skewed, v35 shared tile rounded up to 256", &M, &L, &W, 128, 1);
-        W.shared_tile_max_t = 0;
-        for (int i = 0; i < 2; i++) run_case("nvfp4, v35 shared tile 16 (v34)", &M, &L, &W, t0[i], 0);
-        g_graph_check = 0;
-        W.shared_tile_max_t = ht;
-    }
-    for (int i = 0; i < 3; i++) {   /* the other expert-kernel variants (v11: launch order, 128-row down items;
-                                       CUDA-core router logits at every batch) */
-        static const char *nm[3] = {"nvfp4, v10 launch order", "nvfp4, 128-row down, logits 8-tok/4-part", "nvfp4, v10 order, 128-row down"};
-        const int ep = W.early_pdl, rm = W.down_rm_min_t, lt = W.logits16_min_t, ks = W.logits_ks, kt = W.logits_ks_max_t;
-        const int tc = W.logits_tc_min_t, sh = W.shared_min_t;
-        W.logits_tc_min_t = 1 << 30;
-        W.shared_min_t = 1 << 30;   /* and the shared expert's items in the routed launches */
-        W.early_pdl = i == 1; W.down_rm_min_t = i ? 1 : 1 << 30; W.logits16_min_t = i == 1 ? 1 << 30 : 17;
-        W.logits_ks = i == 1 ? 4 : (i == 2 ? 2 : 1);   /* K-split router logits: 4 parts at T = 2, 64 and 257 */
-        W.logits_ks_max_t = i == 1 ? 1 << 30 : 8;    /* (v12), 2 parts at T = 2 */
-        run_case(nm[i], &M, &L, &W, 2, 0);
-        run_case(nm[i], &M, &L, &W, 64, 0);
-        run_case(nm[i], &M, &L, &W, 257, 1);
-        W.early_pdl = ep; W.down_rm_min_t = rm; W.logits16_min_t = lt; W.logits_ks = ks; W.logits_ks_max_t = kt;
-        W.logits_tc_min_t = tc;
-        W.shared_min_t = sh;
     }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
@@ -1000,12 +604,8 @@ int main(int argc, char **argv)
     if (moe_cuda_ws_init(&W, &L, 257)) return 1;
     run_case("nvfp4 softmax top-1 skewed", &M, &L, &W, 257, 1);
     run_case("nvfp4 softmax top-1", &M, &L, &W, 64, 0);
-    W.fuse_small = 8;
     run_case("nvfp4 softmax top-1, no shared, one expert launch", &M, &L, &W, 4, 0);
     run_case("nvfp4 softmax top-1 skewed, no shared, one expert launch", &M, &L, &W, 8, 1);
-    W.fuse_small = 2;
-    run_fused("nvfp4 softmax top-1, no shared (one launch)", &M, &L, &W, 4, 0);
-    run_fused("nvfp4 softmax top-1 skewed (one launch)", &M, &L, &W, 8, 1);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
@@ -1016,18 +616,12 @@ int main(int argc, char **argv)
     if (moe_cuda_ws_init(&W, &L, 64)) return 1;
     run_case("mxfp4 sigmoid", &M, &L, &W, 64, 0);
     run_case("mxfp4 sigmoid, one expert launch", &M, &L, &W, 2, 0);
-    W.fuse_small = 8;
     run_case("mxfp4 sigmoid, one expert launch", &M, &L, &W, 6, 0);
-    W.fuse_small = 2;
-    W.fuse1 = 1;
-    run_case("mxfp4 sigmoid, fused 1-tile stages", &M, &L, &W, 64, 0);
-    W.fuse1 = 0;
-    W.x4_min_t = 9, W.x4_tok = 16;   /* v26: the MXFP4 scales in the wide kernels */
+    run_case("mxfp4 sigmoid, grouped top-k", &M, &L, &W, 4, 0);
+    plan(&W, "wide=16");   /* the MXFP4 scales in the wide kernels */
     run_case("mxfp4 sigmoid, wide experts above 16", &M, &L, &W, 64, 0);
     run_case("mxfp4 sigmoid skewed, wide experts above 16", &M, &L, &W, 64, 1);
-    W.x4_min_t = 0;
-    run_fused("mxfp4 sigmoid (one launch)", &M, &L, &W, 3, 0);
-    run_case("mxfp4 sigmoid, v28 grouped top-k up to 4", &M, &L, &W, 4, 0);   /* v28 (64 above: top-k blocks) */
+    plan(&W, "");
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
     c.hash = 1; c.vocab = 1000; c.score_func = MOE_SCORE_SQRTSOFTPLUS; c.fp4_fmt = QT_NVFP4;
@@ -1035,71 +629,57 @@ int main(int argc, char **argv)
     if (moe_cuda_ws_init(&W, &L, 64)) return 1;
     run_case("nvfp4 hash routing", &M, &L, &W, 33, 0);
     run_case("nvfp4 hash routing", &M, &L, &W, 1, 0);   /* one warp per token where the others are grouped */
-    run_fused("nvfp4 hash routing (one launch)", &M, &L, &W, 5, 0);
-    run_case("nvfp4 hash routing", &M, &L, &W, 4, 0);   /* v28: hash routing keeps the one-warp top-k (at 33 above: its separate launch) */
+    run_case("nvfp4 hash routing", &M, &L, &W, 4, 0);
+    run_case("nvfp4 hash routing", &M, &L, &W, 5, 0);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
-    /* hidden 256 (2 chunks of 128: the requested 4 K parts of the shared gate/up must shrink to 2, as for the
-       engine's tiny test model), one expert launch */
+    /* hidden 256 (2 chunks of 128: the 4 K parts of the shared gate/up must shrink to 2, as for the engine's tiny test
+       model), one expert launch */
     moe_cuda_shape t = a;
     t.n_experts = 16; t.hidden = 256; t.inter = 128;
     make_model(&M, &L, &t, 0, 0);
     if (moe_cuda_ws_init(&W, &L, 16)) return 1;
     run_case("hidden 256, one expert launch", &M, &L, &W, 1, 0);
     run_case("hidden 256, one expert launch", &M, &L, &W, 2, 0);
-    W.fs_ks_gu = 4, W.fs_ks_max_t = 8, W.fuse_small = 8;
+    plan(&W, "ks_gu=4");
     run_case("hidden 256, one expert launch, 4 K parts asked", &M, &L, &W, 8, 0);
+    plan(&W, "");
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
     /* E: V4-Flash's 256 experts (top-6, sqrtsoftplus + bias, duplicated gate rows for exact ties) on small expert
-       dims: every warp of the grouped top-k has 32 experts (v28), against the one-warp forms */
+       dims: every warp of the grouped top-k has 32 experts */
     moe_cuda_shape f = a;
     f.n_experts = 256; f.hidden = 256; f.inter = 128;
     make_model(&M, &L, &f, 1, 1);
     if (moe_cuda_ws_init(&W, &L, 512)) return 1;
     {
-        static const int fb[] = {1, 2, 33, 64, 257, 512};
-        for (int i = 0; i < 6; i++) run_case("256 experts", &M, &L, &W, fb[i], 0);
-        run_case("256 experts skewed", &M, &L, &W, 64, 1);
-        run_case("256 experts", &M, &L, &W, 4, 0);
+        static const int fb[] = {1, 2, 4, 8, 16, 33, 64, 257, 512};
+        for (int i = 0; i < 9; i++) run_case("256 experts", &M, &L, &W, fb[i], 0);
         run_case("256 experts skewed", &M, &L, &W, 4, 1);
+        run_case("256 experts skewed", &M, &L, &W, 6, 1);
+        run_case("256 experts skewed", &M, &L, &W, 17, 1);
+        run_case("256 experts skewed", &M, &L, &W, 64, 1);
         run_case("256 experts skewed", &M, &L, &W, 512, 1);
-        run_case("256 experts", &M, &L, &W, 16, 0);
-        run_case("256 experts, v29 TL 4", &M, &L, &W, 8, 0);   /* the default: 5-8 tokens through the top-k blocks */
-        run_case("256 experts skewed, v29 TL 4", &M, &L, &W, 6, 1);
-        run_case("256 experts skewed, v30 2-tile grid", &M, &L, &W, 17, 1);
-        W.topk_lists_max_t = 8;   /* v28's TL 8 */
-        run_case("256 experts, v28 TL 8", &M, &L, &W, 8, 0);
-        run_case("256 experts skewed, v28 TL 8", &M, &L, &W, 6, 1);
-        /* v28 off: the one-warp top-k, the lists launch and the top-k + lists launch as before v28 */
-        W.topk_blocks_max_t = W.lists_runs_max_t = 0, W.topk_lists_max_t = 32, W.topk_excl_max_t = 32, W.topk_group_max_t = 2;
-        for (int i = 0; i < 6; i++) run_case("256 experts, v28 off", &M, &L, &W, fb[i], 0);
-        run_case("256 experts, v28 off", &M, &L, &W, 4, 0);
-        run_case("256 experts skewed, v28 off", &M, &L, &W, 64, 1);
+        plan(&W, "topk_lists=1");
+        run_case("256 experts, top-k + lists one launch", &M, &L, &W, 8, 0);
+        run_case("256 experts skewed, top-k + lists one launch", &M, &L, &W, 6, 1);
+        plan(&W, "");
     }
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
-    /* G (v29): hidden 2048, so the tensor-core logits take up to 8 K parts, and 16 experts (E % 16 == 0 for the gate
-       planes); every logits shape (moe_cuda_ws.logits_tc_shape) through the layer */
+    /* G: hidden 2048, so the tensor-core logits take up to 8 K parts, and 16 experts (E % 16 == 0 for the gate
+       planes) */
     moe_cuda_shape gs = a;
     gs.n_experts = 16; gs.hidden = 2048; gs.inter = 128;
     make_model(&M, &L, &gs, 1, 1);
     if (moe_cuda_ws_init(&W, &L, 257)) return 1;
     test_logits_tc(&M, &L, &W);
-    {
-        static const int shp[] = {0, 18, 28, 48, 24, 44, 12};
-        for (int i = 0; i < 7; i++) {
-            char nm[96];
-            W.logits_tc_shape = shp[i];
-            snprintf(nm, sizeof nm, "hidden 2048, v29 logits shape %d", shp[i]);
-            run_case(nm, &M, &L, &W, i & 1 ? 130 : 257, 0);
-            if (i == 2) run_case(nm, &M, &L, &W, 33, 1);
-        }
-        W.logits_tc_shape = 0;
-    }
+    run_case("hidden 2048", &M, &L, &W, 130, 0);
+    run_case("hidden 2048", &M, &L, &W, 257, 0);
+    run_case("hidden 2048 skewed", &M, &L, &W, 33, 1);
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 
@@ -1110,57 +690,27 @@ int main(int argc, char **argv)
     if (moe_cuda_ws_init(&W, &L, 16)) return 1;
     run_case("V4-Flash dims, GPU-quantised", &M, &L, &W, 7, 0);
     run_case("V4-Flash dims, GPU-quantised, one expert launch", &M, &L, &W, 1, 0);
-    W.fs_ks_gu = 4;
+    run_case("V4-Flash dims, one expert launch", &M, &L, &W, 8, 0);
+    run_case("V4-Flash dims skewed, one expert launch", &M, &L, &W, 8, 1);
+    plan(&W, "ks_gu=4");
     run_case("V4-Flash dims, one expert launch, 4 K parts", &M, &L, &W, 2, 0);
-    W.fs_ks_gu = 2;
-    {   /* v33: the combine released early (the default), and not */
-        const int ce = W.fs_cmb_early_max_t;
-        for (int v = 0; v < 2; v++) {
-            const char *how = v ? "after it" : "released early";
-            char nm[96], nms[96];
-            W.fs_cmb_early_max_t = v ? 0 : 8;
-            snprintf(nm, sizeof nm, "V4-Flash dims, one expert launch, combine %s", how);
-            snprintf(nms, sizeof nms, "V4-Flash dims skewed, one expert launch, combine %s", how);
-            run_case(nm, &M, &L, &W, 1, 0);
-            run_case(nm, &M, &L, &W, 8, 0);
-            run_case(nms, &M, &L, &W, 8, 1);
-        }
-        W.fs_cmb_early_max_t = ce;
-    }
-    {   /* the shared expert's own launches at full K (ring refills) */
-        const int sh = W.shared_min_t;
-        W.shared_min_t = 1;
-        run_case("V4-Flash dims, shared launches", &M, &L, &W, 16, 0);
-        const int sg = W.shared_gemm_min_t;   /* v36: its bf16 GEMMs at full K (64 steps of 64 inputs) */
-        W.shared_gemm_min_t = 1;
-        g_shared_check = 1;
-        run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 3, 0);
-        run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 16, 0);
-        make_shared(&M, &L, 1);   /* v37 (GW): on wgmma at full K (64 and 32 steps: the ring's refills) */
-        const int gw = W.shared_gemm_wg;
-        for (int f = 0; f < 4; f++) {   /* shared_gemm_wg 1-4; GWT: 64 and 32 steps through its 4 stages' mbarrier phases */
-            char nm[96];
-            snprintf(nm, sizeof nm, "V4-Flash dims, shared expert %s", gw_forms[f]);
-            W.shared_gemm_wg = f + 1;
-            run_case(nm, &M, &L, &W, 3, 0);
-            run_case(nm, &M, &L, &W, 16, 0);
-        }
-        W.shared_gemm_wg = gw;
-        make_shared(&M, &L, 0);
-        g_shared_check = 0;
-        W.shared_gemm_min_t = sg;
-        W.shared_min_t = sh;
-    }
-    g_graph_check = 1;   /* v34: the one expert launch with CE, replayed from a graph */
+    plan(&W, "own_shared=1");   /* the shared expert's own launches at full K (ring refills) */
+    run_case("V4-Flash dims, shared launches", &M, &L, &W, 16, 0);
+    plan(&W, "own_shared=1,shared_gemm=1");   /* its bf16 GEMMs at full K (64 steps of 64 inputs) */
+    g_shared_check = 1;
+    run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 3, 0);
+    run_case("V4-Flash dims, shared expert bf16 GEMMs", &M, &L, &W, 16, 0);
+    make_shared(&M, &L, 1);   /* on wgmma by TMA at full K: 64 and 32 steps through its 4 stages' mbarrier phases */
+    run_case("V4-Flash dims, shared expert GEMMs by TMA", &M, &L, &W, 3, 0);
+    run_case("V4-Flash dims, shared expert GEMMs by TMA", &M, &L, &W, 16, 0);
+    make_shared(&M, &L, 0);
+    g_shared_check = 0;
+    plan(&W, "");
+    g_graph_check = 1;   /* the one expert launch, replayed from a graph */
     run_case("V4-Flash dims, graph replay", &M, &L, &W, 1, 0);
     run_case("V4-Flash dims, graph replay", &M, &L, &W, 8, 0);
     run_case("V4-Flash dims skewed, graph replay", &M, &L, &W, 16, 1);
     g_graph_check = 0;
-    run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 7, 0);
-    run_fused("V4-Flash dims, GPU-quantised (one launch)", &M, &L, &W, 1, 0);
-    W.fused_opt = 3;   /* 64-row gate/up items (the path V4-Flash takes from batch ~4 with opt 1) */
-    run_fused("V4-Flash dims, one launch, 64-row items", &M, &L, &W, 7, 0);
-    W.fused_opt = 0;
     moe_cuda_ws_free(&W);
     free_model(&M, &L);
 

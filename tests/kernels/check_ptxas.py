@@ -3,9 +3,9 @@
 
 Compiles every kernels/sm90/*.cu for sm_90a with `nvcc -Xptxas -v` (as the build does, to a cubin
 only) and fails when a function has a stack frame or spills that ALLOWED does not grant it. Arrays in
-local memory and spills are what a device run finds late and dearly: v19 lost 3-5 % at batches 16-128
-to a 24-byte spill found only on the H200, and v21 found the router top-k's scores on the stack by
-reading this report (bench/NOTES.md v19 (3), v21 (3)). Each function's registers are printed as well.
+local memory and spills are what a device run finds late and dearly: a 24-byte spill once cost 3-5 % at
+batches 16-128 (`sluice-bench moe`) and was found only on the H200, and the router top-k's scores on the
+stack were found by reading this report. Each function's registers are printed as well.
 
 Before the real check, the parser must see the stack frame of a kernel that indexes a local array
 with a runtime index (SELF_TEST), so the check cannot pass because the report's format changed; and
@@ -24,19 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 # (name regex, stack frame, spill stores, spill loads): upper bounds in bytes for the functions that
 # may have them; every other function: 0, 0, 0.
 ALLOWED = [
-    # the opt-in one-launch layer (moe_fused.cu; moe_cuda_ws.fused_max_t, off by default: v13 measured it
-    # no faster than the launch sequence)
-    (r"k_moe_fused", 128, 0, 0),
-    (r"fused_logits", 0, 128, 224),
     # load time, once per expert matrix
     (r"k_repack_fp4_w", 16, 0, 0),
-    # the wide 128-row down (v26, X4: 8 n-tiles at 2 blocks/SM, 255 registers): one 8-byte spill, measured with it
-    # (bench/NOTES.md v26 (4))
+    # the wide 128-row down (8 n-tiles at 2 blocks/SM, 255 registers): one 8-byte spill, measured with it
+    # (`sluice-bench moe`)
     (r"k_downILi[01]ELi8ELi2ELi0E", 8, 8, 8),
 ]
 # kernels of the default launch sequence that the report must contain
 REQUIRED = ["k_router_logits", "k_router_logits_tc", "k_router_topk", "k_topk_lists", "k_build_lists",
-            "k_gate_up", "k_down", "k_experts1", "k_shared_fp8", "k_shared_wg", "k_combine"]
+            "k_gate_up", "k_down", "k_experts1", "k_shared_fp8", "k_shared_gemm", "k_shared_gemm_tma", "k_combine"]
 
 SELF_TEST = r"""
 __global__ void k_self_test(const int *in, float *out)

@@ -2,7 +2,7 @@
  * search: for every batch T up to 160 and top-k 1, 2, 6 and 8 (P = T k pairs), the most items any split of P pairs
  * over experts of nmin..T tokens makes (dynamic programming over the sizes). The bound must never be below it, and
  * must equal it where moe_grid.h says it is exact (nmin <= c). Cases: the 2-tile launches (nmin 9, 16 tokens per
- * item), the same with v19's chunks (17, 16: the upper-bound branch) and the wide launches (33 and 65, 64 tokens). */
+ * item), the same with the 1-tile token chunks (17, 16: the upper-bound branch) and the wide launches (33 and 65, 64 tokens). */
 #include <stdio.h>
 #include <stdlib.h>
 

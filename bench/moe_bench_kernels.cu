@@ -1,7 +1,7 @@
 /* moe_bench_kernels.cu — helpers for sluice-bench: the HBM read-ceiling kernel and device-side
  * random fills (so an 3.6 GB expert set needs no host generation or upload). */
 #include <stdint.h>
-#include "moe_kernels.h"
+#include "moe_bench_kernels.h"
 
 __global__ void k_hbm_read(const uint4 *p, size_t n16, unsigned *sink)
 {
