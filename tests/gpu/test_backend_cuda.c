@@ -244,8 +244,8 @@ out:
 
 static void test_fixture(const char *name)
 {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/%s", SLUICE_TEST_DATA, name);
+    char dir[1300];
+    snprintf(dir, sizeof dir, "%.1000s/%.255s", SLUICE_TEST_DATA, name);
     fx_fixture f;
     if (fx_load(dir, name, &f)) { FAIL("%s: cannot load the fixture", name); return; }
     v4_weights w;
