@@ -3,7 +3,7 @@
 # (bench/rdkafka-mock-tail-scan.patch): the mock broker finds the message set for a Fetch offset by
 # searching from the newest end of the partition log instead of from the oldest. Stock 2.0.2 scans
 # from the oldest ("FIXME: Maintain an index" in rdkafka_mock.c), so its CPU per fetched message
-# grows with the log and it becomes the bottleneck past ~50k messages (bench/NOTES.md, pipeline).
+# grows with the log and it becomes the bottleneck past ~50k messages (bench/README.md, pipeline).
 # Only sluice-mock-kafka is run on it (LD_LIBRARY_PATH); the worker and the load generator keep the
 # system librdkafka. Same version as the system library, so the ABI is the same.
 #   usage: bench/broker_lib.sh [OUT_DIR]        prints OUT_DIR (holding librdkafka.so.1)

@@ -17,9 +17,9 @@ Ops, and the pipe each uses:
 Searches:
   1. three pairs as views (raw / shift / rotate) plus one pair by the multiply;
   2. one or two views plus two or three pairs that share one pre-mask L (1 ALU for the group).
-Result: the best is 7 ALU + 1 IMAD per word (v18: rotations 0, 3, 6 and pair 3 =
-((w & 0x001B001B) * 0x4108) & M); nothing has 6 ALU or fewer. v3-v17 used 9 ALU.
-The script also checks the chosen layout (moe_fp4_bitpos, MOE_DQ 1) and the scale-code byte order
+Result: the best is 7 ALU + 1 IMAD per word (the kernels' layout: rotations 0, 3, 6 and pair 3 =
+((w & 0x001B001B) * 0x4108) & M); nothing has 6 ALU or fewer.
+The script also checks the chosen layout (moe_fp4_bitpos) and the scale-code byte order
 (moe_fp4_scale_byte) on random inputs. Run: python3 bench/fp4_layout_search.py (~10 s).
 """
 import itertools
@@ -111,7 +111,7 @@ def search_groups(clean, max_alu):
 
 
 def bitpos(j, lane, b):
-    """moe_fp4_bitpos with MOE_DQ 1"""
+    """moe_fp4_bitpos (the layout the kernels use)"""
     o = (15 if b == 3 else 6 + b) + 16 * lane
     if j < 3:
         return (o + 3 * j) & 31

@@ -1,5 +1,11 @@
 /* worker.h — the sluice-worker pipeline, shared by worker_kafka.c, worker_jobs.c and cli/sluice_worker.c.
  *
+ * Two layers: worker_kafka.c is the Kafka side (clients, rebalances, producing results, chunks and DLQ
+ * messages, pausing, storing offsets) and never calls into worker_jobs.c; worker_jobs.c is a job's life
+ * (validate, claim, engine, result, Redis done, offset release) and calls wk_* for its Kafka I/O. The
+ * two things librdkafka reports from inside a poll, delivery reports and revocations, reach the job
+ * layer through the hooks on_delivery / on_revoke that the program sets before wk_setup.
+ *
  * One consumer thread runs everything here: Kafka poll -> unframe/decode/validate (bad input -> DLQ) ->
  * Redis claim (pipelined per poll round) -> engine thread (admission) -> events -> Result -> produce ->
  * delivery report -> Redis done (pipelined) -> offset store (contiguous low-water mark per partition).
@@ -78,7 +84,9 @@ typedef struct {
     _Atomic uint64_t loop_ms_epoch;  /* last main-loop tick (ms, for /healthz) */
 } worker_metrics;
 
-typedef struct {
+typedef struct worker worker;
+
+struct worker {
     cfg *cfg;
     char worker_id[128];
     int framing;
@@ -120,26 +128,33 @@ typedef struct {
     double next_sweep, next_renew, next_parked, next_heartbeat, next_redis_retry;
     worker_metrics m;
     int verbose;
-} worker;
+
+    /* set before wk_setup (cli/sluice_worker.c: wj_on_delivery, wj_revoke); called from librdkafka's
+     * callbacks on the consumer thread, inside rd_kafka_poll / rd_kafka_consumer_poll / rd_kafka_flush */
+    void (*on_delivery)(worker *w, job_rec *r, rd_kafka_resp_err_t err);   /* r: the produce's opaque */
+    void (*on_revoke)(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost);   /* before unassign */
+};
 
 double now_ms(void);                 /* CLOCK_MONOTONIC */
 int64_t wall_ms(void);               /* CLOCK_REALTIME (deadlines) */
 void wlog(worker *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 enum { L_ERROR = 0, L_WARN, L_INFO, L_DEBUG };
 
-/* worker_kafka.c */
-int wk_setup(worker *w, char *err, size_t errlen);
+/* worker_kafka.c (never calls wj_*) */
+int wk_setup(worker *w, char *err, size_t errlen);   /* needs w->on_delivery and w->on_revoke */
 void wk_close(worker *w);
-/* Produce to the DLQ with the error headers; the record completes on its delivery report. */
-void wk_dlq(worker *w, const rd_kafka_message_t *m, const char *error, const char *cls);
-/* Produce a record's result (framed like its input); chunks are fire-and-forget. */
-void wk_produce_result(worker *w, job_rec *r);
+/* Produce a record's result (framed like its input) to its reply topic or topic.results. Returns
+ * WK_TOO_LARGE, having produced nothing, when the Result is over the producer's message.max.bytes and
+ * r->small is not set yet (the caller sets r->small and calls again); else 0: produced, or left to the
+ * timers' retry (wk_retry_later). */
+enum { WK_TOO_LARGE = 1 };
+int wk_produce_result(worker *w, job_rec *r);
+/* Produce a JK_DLQ record's message to the DLQ with the error headers; it completes on its delivery report. */
 void wk_produce_dlq(worker *w, job_rec *r);
 void wk_retry_later(worker *w, job_rec *r);   /* a produce or DLQ delivery failed: the timers try again in 0.5 s */
 int wk_reply_topic_failed(rd_kafka_resp_err_t err);   /* a delivery error the reply topic will not recover from */
 void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err);   /* result -> topic.results + reason */
-void wj_oversize_result(worker *w, job_rec *r);   /* r->small: an ERROR Result pointing at the Redis copy */
-void wk_produce_chunk(worker *w, job_rec *r, int done);
+void wk_produce_chunk(worker *w, job_rec *r, int done);   /* fire-and-forget */
 void wk_pause_all(worker *w, int pause);
 void wk_store_offset(worker *w, int32_t partition, int64_t offset);   /* batched ... */
 void wk_flush_offsets(worker *w);                                      /* ... stored here */

@@ -31,6 +31,43 @@ static job_rec *rec_new(worker *w, const rd_kafka_message_t *m) {
     return r;
 }
 
+static char *xstrdup(const char *s) {
+    char *d = strdup(s ? s : "");
+    if (!d) abort();
+    return d;
+}
+
+static uint8_t *xmemdup(const void *p, size_t n) {
+    uint8_t *d = malloc(n ? n : 1);
+    if (!d) abort();
+    if (n) memcpy(d, p, n);
+    return d;
+}
+
+/* Bad input: a JK_DLQ record that writes the message to the DLQ with the error headers; its offset is
+ * released once the DLQ write is delivered. */
+static void dlq(worker *w, const rd_kafka_message_t *m, const char *error, const char *cls) {
+    job_rec *r = rec_new(w, m);
+    struct dlq_msg *d = calloc(1, sizeof(*d));
+    if (!d) abort();
+    r->kind = JK_DLQ;
+    r->state = JS_PRODUCING;
+    r->dlq = d;
+    /* a copy of everything the DLQ message needs, so a failed write can be retried later */
+    d->value = m->payload ? xmemdup(m->payload, m->len) : NULL;
+    d->value_len = m->payload ? m->len : 0;
+    d->key = m->key ? xmemdup(m->key, m->key_len) : NULL;
+    d->key_len = m->key ? m->key_len : 0;
+    d->error = xstrdup(error);
+    d->cls = xstrdup(cls);
+    d->topic = xstrdup(rd_kafka_topic_name(m->rkt));
+    snprintf(d->partition, sizeof(d->partition), "%d", (int)m->partition);
+    snprintf(d->offset, sizeof(d->offset), "%lld", (long long)m->offset);
+    wlog(w, L_INFO, "DLQ %s[%d]@%lld: %s", d->topic, (int)m->partition, (long long)m->offset, error);
+    atomic_fetch_add(&w->m.dlq, 1);
+    wk_produce_dlq(w, r);
+}
+
 static void rec_free(worker *w, job_rec *r) {
     set_state(w, r, JS_PARKED);
     if (r->produce_tries > 0) w->n_produce_failed--;   /* a handed-back record with a pending retry */
@@ -231,20 +268,20 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
     atomic_fetch_add(&w->m.consumed, 1);
     char err[512];
     if (!m->payload || m->len == 0) {
-        wk_dlq(w, m, "empty message value (null or 0 bytes)", "framing");
+        dlq(w, m, "empty message value (null or 0 bytes)", "framing");
         return;
     }
     if ((int64_t)m->len > w->max_bytes) {
         snprintf(err, sizeof(err), "message of %zu bytes exceeds input.max_bytes=%lld", m->len,
                  (long long)w->max_bytes);
-        wk_dlq(w, m, err, "size");
+        dlq(w, m, err, "size");
         return;
     }
     const uint8_t *pl;
     size_t plen;
     int32_t sid;
     if (codec_unframe(m->payload, m->len, w->framing, &pl, &plen, &sid, err, sizeof(err))) {
-        wk_dlq(w, m, err, "framing");
+        dlq(w, m, err, "framing");
         return;
     }
     if (sid >= 0 && w->n_schema_ids > 0) {
@@ -252,13 +289,13 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
         for (int i = 0; i < w->n_schema_ids; i++) ok |= w->schema_ids[i] == sid;
         if (!ok) {
             snprintf(err, sizeof(err), "schema id %d is not in input.schema_ids", (int)sid);
-            wk_dlq(w, m, err, "schema");
+            dlq(w, m, err, "schema");
             return;
         }
     }
     sl_job job;
     if (codec_decode_job(w->codec, pl, plen, &job, err, sizeof(err))) {
-        wk_dlq(w, m, err, "decode");
+        dlq(w, m, err, "decode");
         return;
     }
     int32_t *prompt = NULL;
@@ -268,7 +305,7 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
         snprintf(err, sizeof(err), "invalid job '%.64s': %s", job.id, verr);
         free(prompt);
         job_free(&job);
-        wk_dlq(w, m, err, "validation");
+        dlq(w, m, err, "validation");
         return;
     }
     job_rec *r = rec_new(w, m);
@@ -312,6 +349,34 @@ static void encode_result(worker *w, const sl_result *res, uint8_t **out, size_t
     }
 }
 
+/* The full Result (kept for Redis) is larger than Kafka takes (the producer's message.max.bytes, or
+ * the broker's/topic's limit): produce a small ERROR Result that says where the full one is. */
+static void oversize_result(worker *w, job_rec *r) {
+    if (r->small) return;
+    char msg[512];
+    snprintf(msg, sizeof(msg),
+             "result of %zu bytes is larger than the Kafka message limit; the full result is in Redis at "
+             "%sresult:%.256s (for redis.ttl_s)",
+             r->result_len, cfg_get(w->cfg, "redis.prefix"), r->job.id);
+    sl_result res = result_of(w, r);
+    res.status = RS_ERROR;
+    res.finish = RF_ERROR;
+    res.error = msg;
+    res.prompt_tokens = r->n_prompt;
+    res.completion_tokens = r->tokens_out;
+    res.queue_ms = r->t_admit > 0 ? r->t_admit - r->t_recv : 0;
+    encode_result(w, &res, &r->small, &r->small_len);
+    wlog(w, L_WARN, "job %s: %s", r->job.id, msg);
+}
+
+/* Produce the record's Result; over the producer's message limit, the small ERROR Result instead. */
+static void produce_result(worker *w, job_rec *r) {
+    if (wk_produce_result(w, r) == WK_TOO_LARGE) {
+        oversize_result(w, r);
+        wk_produce_result(w, r);
+    }
+}
+
 /* Encode the record's Result, keep the bare bytes for Redis, produce it. */
 static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const char *error, int n_prompt) {
     sl_result res = result_of(w, r);
@@ -343,27 +408,7 @@ static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const cha
     if (reason == SL_FINISH_ERROR) atomic_fetch_add(&w->m.errors, 1);
     if (r->job.stream) wk_produce_chunk(w, r, 1);
     set_state(w, r, JS_PRODUCING);
-    wk_produce_result(w, r);
-}
-
-/* The full Result (kept for Redis) is larger than Kafka takes (the producer's message.max.bytes, or
- * the broker's/topic's limit): produce a small ERROR Result that says where the full one is. */
-void wj_oversize_result(worker *w, job_rec *r) {
-    if (r->small) return;
-    char msg[512];
-    snprintf(msg, sizeof(msg),
-             "result of %zu bytes is larger than the Kafka message limit; the full result is in Redis at "
-             "%sresult:%.256s (for redis.ttl_s)",
-             r->result_len, cfg_get(w->cfg, "redis.prefix"), r->job.id);
-    sl_result res = result_of(w, r);
-    res.status = RS_ERROR;
-    res.finish = RF_ERROR;
-    res.error = msg;
-    res.prompt_tokens = r->n_prompt;
-    res.completion_tokens = r->tokens_out;
-    res.queue_ms = r->t_admit > 0 ? r->t_admit - r->t_recv : 0;
-    encode_result(w, &res, &r->small, &r->small_len);
-    wlog(w, L_WARN, "job %s: %s", r->job.id, msg);
+    produce_result(w, r);
 }
 
 static void admit(worker *w, job_rec *r) {
@@ -430,7 +475,7 @@ static void reemit(worker *w, job_rec *r, char *bytes, size_t len) {
     r->result_len = len;
     atomic_fetch_add(&w->m.reemitted, 1);
     set_state(w, r, JS_PRODUCING);
-    wk_produce_result(w, r);
+    produce_result(w, r);
 }
 
 // ---------------------------------------------------------------- claim
@@ -573,7 +618,7 @@ void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
             return;
         }
         if (!r->small && (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)) {
-            wj_oversize_result(w, r);   /* the broker's (or topic's) limit is below ours */
+            oversize_result(w, r);   /* the broker's (or topic's) limit is below ours */
         } else if (!r->reply_error && r->job.reply_topic && r->job.reply_topic[0] && wk_reply_topic_failed(err)) {
             /* a reply topic that does not exist (or may not be written) will not start working by
              * itself: deliver the result to the default topic with the reason */
@@ -581,7 +626,7 @@ void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
         } else {
             wlog(w, L_WARN, "result delivery for %s failed: %s; producing again", r->job.id, rd_kafka_err2str(err));
         }
-        wk_produce_result(w, r);
+        produce_result(w, r);
         return;
     }
     if (r->kind == JK_JOB) {
@@ -716,7 +761,7 @@ void wj_timers(worker *w) {
         if (!r->abandoned && r->state == JS_PRODUCING && !r->in_producer && r->next_check <= now &&
             r->produce_tries > 0) {
             if (r->kind == JK_DLQ) wk_produce_dlq(w, r);
-            else wk_produce_result(w, r);
+            else produce_result(w, r);
         }
     /* backpressure */
     int64_t pending = offsets_pending(&w->offs);

@@ -1,5 +1,7 @@
 /* worker_kafka.c — librdkafka side of the worker: consumer + idempotent producer, cooperative-sticky
- * rebalancing with incremental assign/unassign, DLQ and result/chunk production, pause/resume. */
+ * rebalancing with incremental assign/unassign, DLQ and result/chunk production, pause/resume, offset
+ * store. The lower layer: it never calls worker_jobs.c; delivery reports and revocations go to the
+ * hooks w->on_delivery and w->on_revoke (worker.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +53,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
         if (m->err) wlog(w, L_WARN, "chunk delivery failed: %s", rd_kafka_err2str(m->err));
         return;
     }
-    wj_on_delivery(w, m->_private, m->err);
+    w->on_delivery(w, m->_private, m->err);
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
@@ -67,7 +69,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
         if (w->paused || w->draining) rd_kafka_pause_partitions(rk, parts);
     } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
         int lost = rd_kafka_assignment_lost(rk);
-        wj_revoke(w, parts, lost);
+        w->on_revoke(w, parts, lost);
         e = rd_kafka_incremental_unassign(rk, parts);
         for (int i = 0; i < parts->cnt; i++) {
             rd_kafka_topic_partition_list_del(w->assigned, parts->elems[i].topic, parts->elems[i].partition);
@@ -116,6 +118,10 @@ static int apply_kafka_keys(const cfg *c, rd_kafka_conf_t *conf, int is_consumer
 
 int wk_setup(worker *w, char *err, size_t errlen) {
     char e[512];
+    if (!w->on_delivery || !w->on_revoke) {
+        snprintf(err, errlen, "internal: wk_setup needs the worker's on_delivery and on_revoke hooks");
+        return -1;
+    }
     int pipefd[2];
     if (pipe(pipefd) != 0) {
         snprintf(err, errlen, "cannot create wake pipe");
@@ -225,13 +231,6 @@ static char *xstrdup(const char *s) {
     return d;
 }
 
-static uint8_t *xmemdup(const void *p, size_t n) {
-    uint8_t *d = malloc(n ? n : 1);
-    if (!d) abort();
-    if (n) memcpy(d, p, n);
-    return d;
-}
-
 void wk_retry_later(worker *w, job_rec *r) {
     if (r->produce_tries++ == 0) w->n_produce_failed++;   /* the timers scan only while some wait */
     r->next_check = now_ms() + 500;
@@ -241,35 +240,6 @@ void wk_retry_later(worker *w, job_rec *r) {
 static void produced(worker *w, job_rec *r) {
     if (r->produce_tries > 0) w->n_produce_failed--, r->produce_tries = 0;
     r->in_producer = 1;
-}
-
-void wk_dlq(worker *w, const rd_kafka_message_t *m, const char *error, const char *cls) {
-    job_rec *r = calloc(1, sizeof(*r));
-    struct dlq_msg *d = calloc(1, sizeof(*d));
-    if (!r || !d) abort();
-    r->kind = JK_DLQ;
-    r->state = JS_PRODUCING;
-    r->partition = m->partition;
-    r->offset = m->offset;
-    r->dlq = d;
-    /* a copy of everything the DLQ message needs, so a failed write can be retried later */
-    d->value = m->payload ? xmemdup(m->payload, m->len) : NULL;
-    d->value_len = m->payload ? m->len : 0;
-    d->key = m->key ? xmemdup(m->key, m->key_len) : NULL;
-    d->key_len = m->key ? m->key_len : 0;
-    d->error = xstrdup(error);
-    d->cls = xstrdup(cls);
-    d->topic = xstrdup(rd_kafka_topic_name(m->rkt));
-    snprintf(d->partition, sizeof(d->partition), "%d", (int)m->partition);
-    snprintf(d->offset, sizeof(d->offset), "%lld", (long long)m->offset);
-    r->prev = NULL;
-    r->next = w->head;
-    if (w->head) w->head->prev = r;
-    w->head = r;
-    if (offsets_add(&w->offs, m->partition, m->offset)) abort();
-    wlog(w, L_INFO, "DLQ %s[%d]@%lld: %s", d->topic, (int)m->partition, (long long)m->offset, error);
-    atomic_fetch_add(&w->m.dlq, 1);
-    wk_produce_dlq(w, r);
 }
 
 void wk_produce_dlq(worker *w, job_rec *r) {
@@ -329,7 +299,7 @@ void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
     wlog(w, L_WARN, "result for %s: %s; writing it to %s instead", r->job.id, why, w->topic_results);
 }
 
-void wk_produce_result(worker *w, job_rec *r) {
+int wk_produce_result(worker *w, job_rec *r) {
     uint8_t *v = NULL;
     size_t vl = 0;
     const uint8_t *bare = NULL;
@@ -358,21 +328,19 @@ void wk_produce_result(worker *w, job_rec *r) {
             wk_reply_fallback(w, r, e);
             continue;
         }
-        /* over the producer's message.max.bytes: a small ERROR Result instead (the full one is in Redis) */
-        if (e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && !r->small) {
-            wj_oversize_result(w, r);
-            continue;
-        }
         break;
     }
     if (v != bare) free(v);
+    /* over the producer's message.max.bytes: the caller makes the small ERROR Result (the full one is in Redis) */
+    if (e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && !r->small) return WK_TOO_LARGE;
     r->state = JS_PRODUCING;
     if (e) {
         wlog(w, L_WARN, "result produce for %s failed: %s (retrying)", r->job.id, rd_kafka_err2str(e));
         wk_retry_later(w, r);
-        return;
+        return 0;
     }
     produced(w, r);
+    return 0;
 }
 
 void wk_produce_chunk(worker *w, job_rec *r, int done) {

@@ -300,9 +300,9 @@ static int load_tid2eid(ctx *x, int L, int32_t **out)
         int64_t v;
         if (t->dtype == ST_I64) memcpy(&v, (const unsigned char *)t->data + 8 * i, 8);
         else {
-            int32_t v32;
-            memcpy(&v32, (const unsigned char *)t->data + 4 * i, 4);
-            v = v32;
+            int32_t i32;
+            memcpy(&i32, (const unsigned char *)t->data + 4 * i, 4);
+            v = i32;
         }
         if (v < 0 || v >= c->n_routed_experts) {
             free(o);

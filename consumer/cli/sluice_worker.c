@@ -131,6 +131,8 @@ int main(int argc, char **argv) {
     if (redis_open(&w.redis, cfg_get(&c, "redis.url"), cfg_get(&c, "redis.prefix"), (int)cfg_int(&c, "redis.timeout_ms"),
                    w.worker_id, cfg_int(&c, "lease.ms"), cfg_int(&c, "redis.ttl_s") * 1000, err, sizeof(err)))
         return fail(err);
+    w.on_delivery = wj_on_delivery;   /* the Kafka layer reports to the job layer through these */
+    w.on_revoke = wj_revoke;
     if (wk_setup(&w, err, sizeof(err))) return fail(err);
     g_wake_fd = w.wake_wr;
     struct sigaction sa;
