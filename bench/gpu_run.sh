@@ -10,6 +10,10 @@
 #                                              (base, new, new, base, ...: N=2 processes each), merged by moe_merge.py into
 #                                              bench/results/moe-h200.json (this tree's medians, baseline_ms = BASE's)
 #   bash bench/gpu_run.sh moe-ab BASE [COMMIT] digest, test, bench (build first, in an earlier call)
+#   bash bench/gpu_run.sh engine [TESTS]       build the engine (every kernel, the cuda backend, sluice-generate,
+#                                              sluice-bench) and the GPU tests into .ab/build-engine, then run TESTS
+#                                              (default: test_v4_ops test_dense_gpu test_backend_cuda); the CPU deps
+#                                              come from .debs/ (bench/device_deps.sh) where the image lacks them
 #
 # Run from the repository root. BASE: a plain copy of the base tree's files (git archive BASE_SHA | tar -x -C .ab/base).
 # Builds go to .ab/build-{base,new} (git-ignored, kept between calls on the same machine). Logs go to $OUT if set (the
@@ -134,7 +138,54 @@ for r in json.load(open('$ROOT/bench/results/moe-h200.json'))['rows']:
   python3 "$ROOT/bench/moe_merge.py" --ab "$ROOT/bench/results/moe-h200.json"
 }
 
+# build_engine: libsluice (engine C + cuda C + kernels) and the programs, nvcc and gcc only
+build_engine() {
+  local b="$ROOT/.ab/build-engine" objs=() pids=() f o
+  source "$ROOT/bench/device_deps.sh"
+  rm -rf "$b"; mkdir -p "$b"
+  for f in "$ROOT"/kernels/sm90/*.cu; do
+    o="$b/$(basename "$f" .cu).o"; objs+=("$o")
+    $NVCC $NVFLAGS -I"$ROOT/kernels" -c "$f" -o "$o" > "$o.log" 2>&1 & pids+=($!)
+  done
+  $NVCC $NVFLAGS -I"$ROOT/kernels" -I"$ROOT/bench" -c "$ROOT/bench/moe_bench_kernels.cu" -o "$b/bench_kernels.o" \
+    > "$b/bench_kernels.log" 2>&1 & pids+=($!)
+  local inc=(-I"$ROOT/engine" -I"$ROOT/engine/cuda" -I"$ROOT/kernels" -I"$ROOT/bench" "${INC[@]}")
+  local defs="-DSLUICE_HAVE_CUDA_BACKEND=1 -DSLUICE_HAVE_ONIG=1 -DSLUICE_TEST_DATA=\"$ROOT/tests/data\""
+  for f in "$ROOT"/engine/*.c "$ROOT"/engine/cpu/*.c "$ROOT"/engine/cuda/*.c; do
+    o="$b/c_$(basename "$(dirname "$f")")_$(basename "$f" .c).o"; objs+=("$o")
+    gcc $CFLAGS $defs "${inc[@]}" -c "$f" -o "$o" & pids+=($!)
+  done
+  for f in tests/gpu/test_v4_ops tests/gpu/test_dense_gpu tests/gpu/test_backend_cuda tests/gpu/test_moe_gpu \
+           engine/cli/sluice_generate bench/sluice_bench; do
+    gcc $CFLAGS $defs "${inc[@]}" -c "$ROOT/$f.c" -o "$b/main_$(basename "$f").o" & pids+=($!)
+  done
+  local rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  [ $rc = 0 ] || { cat "$b"/*.log >&2; return 1; }
+  local libs=("${LIBS[@]}" -ljansson -lonig -lunistring -lpthread -lm -ldl)
+  for f in test_v4_ops test_dense_gpu test_backend_cuda test_moe_gpu sluice_generate sluice_bench; do
+    $NVCC $ARCH -o "$b/$f" "$b/main_$f.o" "${objs[@]}" "$b/bench_kernels.o" -Xlinker --start-group \
+      $(printf -- '-Xlinker %s ' "${libs[@]}") -Xlinker --end-group || return 1
+  done
+}
+
+do_engine() {
+  local t0=$SECONDS rc=0 t
+  build_engine > "$OUT/engine-build.log" 2>&1 || { echo "== engine build FAILED"; tail -40 "$OUT/engine-build.log"; return 1; }
+  echo "== engine built in $((SECONDS - t0)) s"
+  for t in ${TESTS:-test_v4_ops test_dense_gpu test_backend_cuda}; do
+    t0=$SECONDS
+    timeout "${TEST_TIMEOUT:-400}" "$ROOT/.ab/build-engine/$t" > "$OUT/$t.log" 2>&1
+    local r=$?
+    [ $r = 0 ] || rc=1
+    echo "== $t rc $r in $((SECONDS - t0)) s"
+    grep -E 'FAIL|failures|passed|worst|rel L2|invariance|preempt' "$OUT/$t.log" | head -${LINES_PER_TEST:-40}
+  done
+  return $rc
+}
+
 case "$cmd" in
+  engine) shift; [ $# -gt 0 ] && TESTS="$*"; do_engine ;;
   build) do_build ;;
   digest) do_digest ;;
   test) do_test ;;

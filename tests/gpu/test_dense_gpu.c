@@ -18,7 +18,7 @@
 #include <time.h>
 #include <cuda_runtime_api.h>
 #include "dense_gemm.h"
-#include "moe_kernels.h"
+#include "moe_bench_kernels.h"
 
 static int g_fail = 0;
 static double g_max_rel = 0;
