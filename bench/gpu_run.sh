@@ -159,12 +159,14 @@ build_engine() {
            engine/cli/sluice_generate bench/sluice_bench; do
     gcc $CFLAGS $defs "${inc[@]}" -c "$ROOT/$f.c" -o "$b/main_$(basename "$f").o" & pids+=($!)
   done
+  gcc $CFLAGS $defs "${inc[@]}" -c "$ROOT/bench/bench_decode.c" -o "$b/bench_decode.o" & pids+=($!)
   local rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   [ $rc = 0 ] || { cat "$b"/*.log >&2; return 1; }
   local libs=("${LIBS[@]}" -ljansson -lonig -lunistring -lpthread -lm -ldl)
   for f in test_v4_ops test_dense_gpu test_backend_cuda test_moe_gpu sluice_generate sluice_bench; do
-    $NVCC $ARCH -o "$b/$f" "$b/main_$f.o" "${objs[@]}" "$b/bench_kernels.o" -Xlinker --start-group \
+    local extra=""; [ $f = sluice_bench ] && extra="$b/bench_decode.o"
+    $NVCC $ARCH -o "$b/$f" "$b/main_$f.o" $extra "${objs[@]}" "$b/bench_kernels.o" -Xlinker --start-group \
       $(printf -- '-Xlinker %s ' "${libs[@]}") -Xlinker --end-group || return 1
   done
 }

@@ -54,5 +54,9 @@ sl_backend *sl_backend_cpu_create(const v4_weights *w, v4_state_pool *pool, int 
 /* CUDA backend (engine/cuda/, only when SLUICE_HAVE_CUDA_BACKEND). */
 /* The pool's budget may shrink to what the GPU holds. */
 sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, char *err, size_t errlen);
+/* Benchmarks: make a cuda sequence look as if `pos` tokens had been fed: its window, compressed entries
+ * and indexer keys random (bf16 in +-1, what RMSNorm'd rows look like), its compressors' open windows
+ * empty; pages must be reserved for pos tokens. 0 or -1 with err. */
+int sl_backend_cuda_fill_state(sl_backend *b, v4_seq_state *st, int pos, uint64_t seed, char *err, size_t errlen);
 
 #endif

@@ -132,6 +132,8 @@ cudaError_t v4_moe_ref(const v4_step *s, const v4_moe_ref_w *w, const uint16_t *
 /* ---- v4_synth.cu */
 /* dst[i] = lo + h(seed, i) mod span (span >= 256: the raw hash byte): a synthetic model's weight bytes. */
 cudaError_t v4_fill_random(uint8_t *dst, size_t n, uint64_t seed, int lo, int span, cudaStream_t st);
+/* dst[i] = bf16 uniform in (-scale, scale) from h(seed, i). */
+cudaError_t v4_fill_bf16(uint16_t *dst, size_t n, uint64_t seed, float scale, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -522,6 +522,28 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
     return rc;
 }
 
+int sl_backend_cuda_fill_state(sl_backend *be, v4_seq_state *s, int pos, uint64_t seed, char *err, size_t errlen)
+{
+    cuda_impl *c = be->impl;
+    const v4_config *cfg = &c->w->cfg;
+    const int bt = c->pool->block_tokens;
+    if (!s->open || s->n_blocks * bt < pos) {
+        snprintf(err, errlen, "cuda backend: fill_state needs an open sequence with pages for %d tokens", pos);
+        return -1;
+    }
+    uint8_t *slot = c->ar.slots + (size_t)s->slot * c->ar.slot_bytes;
+    CK(cudaMemsetAsync(slot, 0, c->ar.slot_bytes, c->st), "state fill");
+    for (int l = 0; l < cfg->n_layers; l++)
+        CK(v4_fill_bf16((uint16_t *)(slot + c->L[l].ring_off), (size_t)cfg->window * cfg->head_dim,
+                        seed * 131 + (uint64_t)l, 1.0f, c->st), "state fill");
+    for (int b = 0; b < (pos + bt - 1) / bt; b++)
+        CK(v4_fill_bf16((uint16_t *)(c->ar.pages + (size_t)s->blocks[b] * c->ar.page_bytes), c->ar.page_bytes / 2,
+                        seed * 7919 + (uint64_t)b, 1.0f, c->st), "state fill");
+    CK(cudaStreamSynchronize(c->st), "state fill");
+    s->pos = pos;
+    return 0;
+}
+
 /* ----------------------------------------------------------------------------- create */
 static void impl_free(cuda_impl *c)
 {

@@ -27,3 +27,21 @@ extern "C" cudaError_t v4_fill_random(uint8_t *dst, size_t n, uint64_t seed, int
     k_fill_random<<<(unsigned)(blocks ? blocks : 1), 256, 0, st>>>(dst, n, seed, lo, span);
     return cudaGetLastError();
 }
+
+/* bf16 values uniform in (-scale, scale): state written directly (sluice-bench decode) */
+__global__ void k_fill_bf16(uint16_t *dst, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ull * (i + 1));
+        dst[i] = f2bf(((float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
+    }
+}
+
+extern "C" cudaError_t v4_fill_bf16(uint16_t *dst, size_t n, uint64_t seed, float scale, cudaStream_t st)
+{
+    if (!n) return cudaSuccess;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 8192) blocks = 8192;
+    k_fill_bf16<<<(unsigned)blocks, 256, 0, st>>>(dst, n, seed, scale);
+    return cudaGetLastError();
+}

@@ -1,0 +1,260 @@
+/* bench_decode.c — `sluice-bench decode`: one V4 decode step of the cuda backend on a synthetic
+ * V4-Flash model, against the bytes the step must read (bench/README.md, "decode").
+ *
+ * Per row (batch B, context C): B sequences whose state is written directly as if C tokens had been
+ * fed (sl_backend_cuda_fill_state: window, compressed entries and indexer keys random), then decode
+ * steps of one token each through the backend's forward (the whole step: every layer, the head, the
+ * logits copy to the host); the median of the timed steps. The byte floor, per layer: the dense
+ * weights in the checkpoint's dtypes, the shared expert, the expected routed experts touched under
+ * uniform top-6 routing (256 (1 - (250/256)^B)) at 0.53125 (MXFP4) or 0.5625 (NVFP4) bytes per weight,
+ * and per sequence the bf16 window (128 x 512), the selected CSA entries (min(512, C/4) x 512 bf16)
+ * with the CSA index keys (C/4 x 128, FP8) or all HCA entries (C/128 x 512 bf16); plus the bf16 head
+ * once per step; over the read ceiling measured in the same process.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+#include <jansson.h>
+
+#include "backend.h"
+#include "moe_bench_kernels.h"
+#include "synthetic.h"
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double read_ceiling_tb(void)
+{
+    const size_t n = (size_t)4 << 30;
+    void *p = NULL;
+    unsigned *sink = NULL;
+    if (cudaMalloc(&p, n) != cudaSuccess || cudaMalloc((void **)&sink, 4096) != cudaSuccess) return 0;
+    cudaMemset(p, 0x5A, n);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    double tv[7];
+    moe_hbm_read(p, n, sink, 0);
+    for (int i = 0; i < 7; i++) {
+        float ms;
+        cudaEventRecord(e0, 0);
+        moe_hbm_read(p, n, sink, 0);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        tv[i] = ms;
+    }
+    qsort(tv, 7, sizeof *tv, cmp_d);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(p);
+    cudaFree(sink);
+    return n / (tv[3] * 1e-3) / 1e12;
+}
+
+/* The byte floor of one decode step (see the header). */
+static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, double *experts_touched)
+{
+    const double D = c->dim, hd = c->head_dim, H = c->n_heads, ql = c->q_lora_rank, G = c->o_groups, ol = c->o_lora_rank;
+    const double dI = c->index_head_dim, nI = c->index_n_heads, I = c->moe_inter, E = c->n_routed_experts;
+    const double hc = c->hc_mult, nmix = (2 + hc) * hc;
+    const double touched = E * (1.0 - pow((E - c->n_active) / E, B));
+    *experts_touched = touched;
+    double bytes = (double)c->vocab_size * D * 2;   /* head, bf16 */
+    for (int l = 0; l < c->n_layers; l++) {
+        const int r = c->compress_ratio[l];
+        double w = ql * D + H * hd * ql + hd * D + G * ol * (H * hd / G) + D * G * ol;   /* FP8 */
+        w += 2 * nmix * hc * D * 4 + E * D * 4;                                            /* mHC, router fp32 */
+        w += 3 * I * D;                                                                      /* shared FP8 */
+        w += touched * 3 * I * D * (fp4_nv ? 0.5625 : 0.53125);
+        double per_seq = c->window * hd * 2;
+        if (r == 4) {
+            w += 2 * 2 * hd * D * 2 + 2 * 2 * dI * D * 2 + nI * D * 2 + nI * dI * ql;     /* compressors bf16, iwq_b */
+            const double n = ctx / 4;
+            per_seq += (n < c->index_topk ? n : c->index_topk) * hd * 2 + n * dI;
+        } else if (r > 0) {
+            w += 2 * hd * D * 2;
+            per_seq += (double)(ctx / r) * hd * 2;
+        }
+        bytes += w + per_seq * B;
+    }
+    return bytes;
+}
+
+typedef struct {
+    int batch;
+    long ctx;
+    double ms, bytes, touched;
+} row_out;
+
+int bench_decode(int argc, char **argv)
+{
+    const char *spec = "v4-flash:layers=4", *out_path = NULL, *commit = "unknown";
+    int batches[16] = {1, 4, 16, 64}, nb = 4, reps = 10;
+    long ctxs[8] = {8192}, nc = 1;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--synthetic") && i + 1 < argc) spec = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+        else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
+            nb = 0;
+            for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
+        } else if (!strcmp(argv[i], "--contexts") && i + 1 < argc) {
+            nc = 0;
+            for (char *t = strtok(argv[++i], ","); t && nc < 8; t = strtok(NULL, ",")) ctxs[nc++] = atol(t);
+        } else {
+            fprintf(stderr, "usage: sluice-bench decode [--synthetic SPEC] [--batches 1,4,16,64] [--contexts 8192,65536] "
+                            "[--reps N] [--out FILE] [--commit SHA]\n");
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) { fprintf(stderr, "sluice-bench decode: no CUDA device\n"); return 77; }
+    const double ceiling = read_ceiling_tb();
+    printf("%s, read ceiling %.3f TB/s\n", prop.name, ceiling);
+
+    char err[512];
+    double t0 = now_ms();
+    v4_weights w;
+    if (v4_weights_synthetic(spec, 0, &w, err, sizeof err)) { fprintf(stderr, "sluice-bench decode: %s\n", err); return 1; }
+    const v4_config *cfg = &w.cfg;
+    v4_state_pool pool;
+    if (v4_pool_init(&pool, cfg, (size_t)120 << 30, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    sl_backend *be = sl_backend_cuda_create(&w, &pool, err, sizeof err);
+    if (!be) { fprintf(stderr, "sluice-bench decode: %s\n", err); return 1; }
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    printf("synthetic %s: %d layers, %s experts, loaded in %.1f s; state budget %.1f GiB, GPU %.1f of %.1f GiB free\n",
+           spec, cfg->n_layers, w.expert_format == QT_NVFP4 ? "nvfp4" : "mxfp4", (now_ms() - t0) / 1e3,
+           pool.budget / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
+
+    const int V = cfg->vocab_size, steps = reps + 2;
+    row_out rows[128];
+    int nr = 0;
+    printf("%6s %7s %9s %9s %10s %8s %9s %9s\n", "batch", "context", "ms", "ms/layer", "floor GB", "% ceil", "tok/s",
+           "experts");
+    for (int ci = 0; ci < nc; ci++)
+        for (int bi = 0; bi < nb; bi++) {
+            const int B = batches[bi];
+            const long C = ctxs[ci];
+            v4_seq_state *st = calloc((size_t)B, sizeof *st);
+            int32_t *tok = malloc((size_t)B * sizeof *tok);
+            float *logits = malloc((size_t)B * V * sizeof(float));
+            sl_seq_span *sp = calloc((size_t)B, sizeof *sp);
+            int ok = st && tok && logits && sp, opened = 0;
+            for (int b = 0; b < B && ok; b++) {
+                ok = !v4_seq_init(&pool, &st[b]) && !v4_seq_reserve(&pool, &st[b], (int)C + steps + 1);
+                opened += ok;
+                if (ok && sl_backend_cuda_fill_state(be, &st[b], (int)C, (uint64_t)(b + 1), err, sizeof err)) {
+                    fprintf(stderr, "%s\n", err);
+                    ok = 0;
+                }
+            }
+            if (!ok) {
+                printf("%6d %7ld  does not fit (state for %d of %d sequences)\n", B, C, opened, B);
+            } else {
+                double ms[64];
+                int n_ok = 0;
+                for (int s = 0; s < steps; s++) {
+                    for (int b = 0; b < B; b++) {
+                        tok[b] = (int32_t)((7919u * (unsigned)(b + 1) + 104729u * (unsigned)s) % (unsigned)V);
+                        sp[b] = (sl_seq_span){&tok[b], 1, &st[b], 0, logits + (size_t)b * V};
+                    }
+                    const double a = now_ms();
+                    if (be->ops->forward(be, sp, B, err, sizeof err)) { fprintf(stderr, "%s\n", err); break; }
+                    if (s >= 2 && n_ok < 64) ms[n_ok++] = now_ms() - a;
+                }
+                if (n_ok) {
+                    qsort(ms, (size_t)n_ok, sizeof *ms, cmp_d);
+                    row_out *r = &rows[nr++];
+                    r->batch = B;
+                    r->ctx = C;
+                    r->ms = ms[n_ok / 2];
+                    r->bytes = floor_bytes(cfg, w.expert_format == QT_NVFP4, B, C, &r->touched);
+                    const double floor_ms = r->bytes / (ceiling * 1e12) * 1e3;
+                    printf("%6d %7ld %9.3f %9.4f %10.2f %8.1f %9.0f %9.1f\n", B, C, r->ms, r->ms / cfg->n_layers,
+                           r->bytes / 1e9, 100.0 * floor_ms / r->ms, B / (r->ms * 1e-3), r->touched);
+                    fflush(stdout);
+                }
+            }
+            for (int b = 0; b < B && st; b++)
+                if (st[b].open) v4_seq_free(&pool, &st[b]);
+            free(st);
+            free(tok);
+            free(logits);
+            free(sp);
+        }
+
+    /* step = fixed + per_request * batch, least squares over the rows at the first context */
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int n = 0;
+    for (int i = 0; i < nr; i++)
+        if (rows[i].ctx == ctxs[0]) {
+            sx += rows[i].batch; sy += rows[i].ms; sxx += (double)rows[i].batch * rows[i].batch;
+            sxy += rows[i].batch * rows[i].ms; n++;
+        }
+    double slope = n > 1 ? (n * sxy - sx * sy) / (n * sxx - sx * sx) : 0, icpt = n ? (sy - slope * sx) / n : 0;
+    printf("fit at context %ld: step = %.3f ms + %.4f ms per request\n", ctxs[0], icpt, slope);
+
+    if (out_path) {
+        json_t *o = json_object(), *ra = json_array();
+        json_object_set_new(o, "gpu", json_string(prop.name));
+        json_object_set_new(o, "commit", json_string(commit));
+        char cmd[1024] = "sluice-bench";
+        for (int i = 1; i < argc; i++) {
+            if (!strcmp(argv[i], "--out") || !strcmp(argv[i], "--commit")) { i++; continue; }
+            strncat(cmd, " ", sizeof cmd - strlen(cmd) - 1);
+            strncat(cmd, argv[i], sizeof cmd - strlen(cmd) - 1);
+        }
+        json_object_set_new(o, "command", json_string(cmd));
+        json_object_set_new(o, "read_ceiling_tb_per_s", json_real(ceiling));
+        json_t *m = json_object();
+        json_object_set_new(m, "layers", json_integer(cfg->n_layers));
+        json_object_set_new(m, "experts", json_string(w.expert_format == QT_NVFP4 ? "nvfp4" : "mxfp4"));
+        json_object_set_new(m, "kv_dtype", json_string("bf16"));
+        json_object_set_new(o, "model", m);
+        json_object_set_new(o, "state", json_string("written directly (sl_backend_cuda_fill_state), not prefilled"));
+        for (int i = 0; i < nr; i++) {
+            json_t *r = json_object();
+            const double floor_ms = rows[i].bytes / (ceiling * 1e12) * 1e3;
+            json_object_set_new(r, "batch", json_integer(rows[i].batch));
+            json_object_set_new(r, "context", json_integer(rows[i].ctx));
+            json_object_set_new(r, "experts_touched", json_real(rows[i].touched));
+            json_object_set_new(r, "ms", json_real(rows[i].ms));
+            json_object_set_new(r, "bytes", json_real(rows[i].bytes));
+            json_object_set_new(r, "pct_of_ceiling", json_real(100.0 * floor_ms / rows[i].ms));
+            json_object_set_new(r, "tokens_per_s", json_real(rows[i].batch / (rows[i].ms * 1e-3)));
+            json_object_set_new(r, "ms_per_layer", json_real(rows[i].ms / cfg->n_layers));
+            json_object_set_new(r, "peer_ms_per_layer", json_null());
+            json_array_append_new(ra, r);
+        }
+        json_object_set_new(o, "rows", ra);
+        json_t *fit = json_object();
+        json_object_set_new(fit, "fixed_ms", json_real(icpt));
+        json_object_set_new(fit, "per_request_ms", json_real(slope));
+        json_object_set_new(o, "fit", fit);
+        if (json_dump_file(o, out_path, JSON_INDENT(1) | JSON_REAL_PRECISION(6)))
+            fprintf(stderr, "sluice-bench decode: cannot write %s\n", out_path);
+        json_decref(o);
+    }
+    be->ops->destroy(be);
+    v4_pool_free(&pool);
+    v4_weights_free(&w);
+    return 0;
+}
