@@ -26,9 +26,16 @@
 #include "dense_gemm.h"
 
 #define STEP_TOKENS 512          /* tokens per sub-step (buffers are sized for this many) */
-#define HEAD_ROWS 64             /* logits rows per head launch */
+#define HEAD_ROWS 256            /* logits rows per head launch (>= GRAPH_MAX_BATCH) */
 #define INDEX_SCRATCH_FLOATS ((size_t)64 << 20)   /* indexer scores scratch: 256 MB */
 #define MAX_SLOTS 1024
+#define GRAPH_MAX_BATCH 256      /* decode steps up to this many sequences replay a CUDA graph */
+#define MAX_GRAPHS 32            /* captured (batch, context) buckets kept */
+
+typedef struct {
+    int batch, ctx;
+    cudaGraphExec_t exec;
+} cu_graph;
 
 typedef struct {
     dense_weight wq_a, wq_b, wkv, wo_a, wo_b;
@@ -65,6 +72,10 @@ typedef struct {
     uint16_t *xn, *qr_b, *q_b, *kv_b, *iq_b, *o_b, *u_b, *y_b;
     int32_t *sel;
     size_t score_floats;
+    size_t lrows_at;                        /* ints from the layout's start to its logits rows */
+    int use_graphs;
+    cu_graph graphs[MAX_GRAPHS];
+    int n_graphs;
 } cuda_impl;
 
 /* ------------------------------------------------------------------------------ errors */
@@ -283,8 +294,9 @@ static int alloc_state(cuda_impl *c, char *err, size_t errlen)
     c->ar.slot_bytes = slot_bytes;
     c->ar.page_bytes = page_bytes ? page_bytes : 16;
     c->ar.block_tokens = c->pool->block_tokens;
-    CK(cudaMalloc((void **)&c->ar.slots, ns * slot_bytes), "state slots allocation");
-    CK(cudaMalloc((void **)&c->ar.pages, (np ? np : 1) * c->ar.page_bytes), "state pages allocation");
+    /* one more slot and page: the scratch sequence that pads a graph's batch */
+    CK(cudaMalloc((void **)&c->ar.slots, (ns + 1) * slot_bytes), "state slots allocation");
+    CK(cudaMalloc((void **)&c->ar.pages, (np + 1) * c->ar.page_bytes), "state pages allocation");
     c->slot_free = malloc(ns * sizeof(int));
     if (!c->slot_free) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
     for (int i = 0; i < (int)ns; i++) c->slot_free[i] = (int)ns - 1 - i;
@@ -350,58 +362,59 @@ typedef struct {
     int a, m;          /* its tokens [a, a+m) run in this sub-step */
 } piece;
 
-/* One sub-step: pieces of spans, at most cap tokens together, each continuing at its st->pos. */
-static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
+/* Fill the pinned step layout for the pieces, padded with `pad` one-token rows of the scratch
+ * sequence (graph buckets); every row wants logits when all_rows, else those past logits_from.
+ * Returns the ints used, or -1 with err. The layout: ids, positions, spans (cap each), then per span
+ * slot, pos0, row0, n, the block table (maxb a span) and the logits rows. */
+static long build_layout(cuda_impl *c, const piece *pc, int np, int pad, int maxb, int all_rows, v4_step *S,
+                         int *n_out, int *nl_out, const int32_t **d_lrows, char *err, size_t errlen)
 {
-    const v4_config *cfg = &c->w->cfg;
-    const int dim = cfg->dim, hc = cfg->hc_mult, H = cfg->n_heads, hd = cfg->head_dim, ql = cfg->q_lora_rank;
-    const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, G = cfg->o_groups, ol = cfg->o_lora_rank;
-    const int half = cfg->rope_dim / 2, W = cfg->window, V = cfg->vocab_size, bt = c->pool->block_tokens;
-    const float eps = cfg->norm_eps;
-    cudaStream_t st = c->st;
-
-    /* layout: ids, positions, spans; then the per-span arrays, block tables, logits rows */
-    int n = 0, nl = 0, maxb = 1, max_t = 0;
-    for (int k = 0; k < np; k++) {
-        const v4_seq_state *s = pc[k].sp->st;
-        const int nb = (s->pos + pc[k].m + bt - 1) / bt;
-        if (nb > maxb) maxb = nb;
-        if (s->pos + pc[k].m - 1 > max_t) max_t = s->pos + pc[k].m - 1;
-    }
-    if (maxb > c->max_blocks) {
-        snprintf(err, errlen, "cuda backend: a sequence needs %d pages, more than the context allows", maxb);
-        return -1;
-    }
+    const int V = c->w->cfg.vocab_size, ns = np + pad;
     int32_t *h = c->hmeta;
     int32_t *tid = h, *tpos = h + c->cap, *tsp = h + 2 * c->cap;
-    int32_t *sslot = h + 3 * c->cap, *spos0 = sslot + np, *srow0 = spos0 + np, *sn = srow0 + np;
-    int32_t *blk = sn + np, *lrows = blk + (size_t)np * maxb;
-    for (int k = 0; k < np; k++) {
-        const sl_seq_span *sp = pc[k].sp;
-        const v4_seq_state *s = sp->st;
-        sslot[k] = s->slot;
-        spos0[k] = s->pos;
+    int32_t *sslot = h + 3 * c->cap, *spos0 = sslot + ns, *srow0 = spos0 + ns, *sn = srow0 + ns;
+    int32_t *blk = sn + ns, *lrows = blk + (size_t)ns * maxb;
+    int n = 0, nl = 0;
+    for (int k = 0; k < ns; k++) {
+        const sl_seq_span *sp = k < np ? pc[k].sp : NULL;
+        const v4_seq_state *s = sp ? sp->st : NULL;
+        const int m = sp ? pc[k].m : 1;
+        sslot[k] = s ? s->slot : c->n_slots;           /* the scratch slot */
+        spos0[k] = s ? s->pos : 0;
         srow0[k] = n;
-        sn[k] = pc[k].m;
-        for (int b = 0; b < maxb; b++) blk[(size_t)k * maxb + b] = b < s->n_blocks ? s->blocks[b] : 0;
-        for (int j = 0; j < pc[k].m; j++, n++) {
-            const int32_t t = sp->tokens[pc[k].a + j];
+        sn[k] = m;
+        for (int b = 0; b < maxb; b++) blk[(size_t)k * maxb + b] = s && b < s->n_blocks ? s->blocks[b] : c->n_pages;
+        for (int j = 0; j < m; j++, n++) {
+            const int32_t t = sp ? sp->tokens[pc[k].a + j] : 0;
             if (t < 0 || t >= V) {
                 snprintf(err, errlen, "cuda backend: token id %d out of range", (int)t);
                 return -1;
             }
             tid[n] = t;
-            tpos[n] = s->pos + j;
+            tpos[n] = spos0[k] + j;
             tsp[n] = k;
-            if (pc[k].a + j >= sp->logits_from) lrows[nl++] = n;
+            if (all_rows || (sp && pc[k].a + j >= sp->logits_from)) lrows[nl++] = n;
         }
     }
-    const size_t used = (size_t)((lrows + nl) - h);
-    CK(cudaMemcpyAsync(c->dmeta, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, st), "step layout upload");
     const int32_t *d = c->dmeta;
-    v4_step S = {n, np, d, d + c->cap, d + 2 * c->cap, d + 3 * c->cap, d + 3 * c->cap + np, d + 3 * c->cap + 2 * np,
-                 d + 3 * c->cap + 3 * np, d + 3 * c->cap + 4 * np, maxb};
-    const int32_t *d_lrows = d + (lrows - h);
+    *S = (v4_step){n, ns, d, d + c->cap, d + 2 * c->cap, d + 3 * c->cap, d + 3 * c->cap + ns, d + 3 * c->cap + 2 * ns,
+                   d + 3 * c->cap + 3 * ns, d + 3 * c->cap + 4 * ns, maxb};
+    *d_lrows = d + (lrows - h);
+    *n_out = n;
+    *nl_out = nl;
+    return (long)((lrows + nl) - h);
+}
+
+/* Every layer of the step S (max_t: the largest position in it; it bounds the key and candidate counts). */
+static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err, size_t errlen)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const int dim = cfg->dim, hc = cfg->hc_mult, H = cfg->n_heads, hd = cfg->head_dim, ql = cfg->q_lora_rank;
+    const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, G = cfg->o_groups, ol = cfg->o_lora_rank;
+    const int half = cfg->rope_dim / 2, W = cfg->window, n = Sp->n;
+    const float eps = cfg->norm_eps;
+    const v4_step S = *Sp;
+    cudaStream_t st = c->st;
 
     CK(v4_embed(&S, c->embed, c->embed_bf16, dim, hc, c->X, st), "embedding");
     for (int l = 0; l < cfg->n_layers; l++) {
@@ -467,28 +480,127 @@ static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
         }
         CK(v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (MoE)");
     }
+    return 0;
+}
 
-    /* head for the rows that want logits, HEAD_ROWS at a time */
-    int r = 0;
+/* The head's collapse, final norm and LM head for m rows (listed at d_rows) into c->logits. */
+static int enqueue_head(cuda_impl *c, const int32_t *d_rows, int m, char *err, size_t errlen)
+{
+    const v4_config *cfg = &c->w->cfg;
+    CK(v4_hc_pre(c->X, m, d_rows, cfg->dim, cfg->hc_mult, c->hc_head_fn, c->hc_head_scale, c->hc_head_base, 0,
+                 cfg->hc_eps, cfg->norm_eps, c->norm, 1, c->y_b, NULL, NULL, c->st), "mHC head");
+    CK(dense_gemm(&c->head, 0, cfg->vocab_size, c->y_b, cfg->dim, m, c->logits, cfg->vocab_size, c->st), "LM head");
+    return 0;
+}
+
+/* Copy m logits rows (starting at logits row 0) back and hand row q to the row lrows[r0 + q]'s span. */
+static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0, int m, char *err, size_t errlen)
+{
+    const int V = c->w->cfg.vocab_size;
+    const int32_t *srow0 = c->hmeta + 3 * c->cap + 2 * ns;   /* ns spans in the layout, the first np real */
+    const int32_t *lrows = c->hmeta + c->lrows_at;
+    CK(cudaMemcpyAsync(c->hlogits, c->logits, (size_t)m * V * sizeof(float), cudaMemcpyDeviceToHost, c->st),
+       "logits copy");
+    CK(cudaStreamSynchronize(c->st), "step");
+    for (int q = 0; q < m; q++) {
+        const int row = lrows[r0 + q];
+        int k = 0;
+        while (k + 1 < np && srow0[k + 1] <= row) k++;
+        const sl_seq_span *sp = pc[k].sp;
+        const int tok = pc[k].a + (row - srow0[k]);
+        memcpy(sp->logits + (size_t)(tok - sp->logits_from) * V, c->hlogits + (size_t)q * V, (size_t)V * sizeof(float));
+    }
+    return 0;
+}
+
+static int pow2_at_least(int v)
+{
+    int p = 1;
+    while (p < v) p *= 2;
+    return p;
+}
+
+/* A decode step (one token per sequence, at most GRAPH_MAX_BATCH sequences) as a CUDA graph: one per
+ * (batch bucket, context bucket), both powers of two, captured on first use. The batch is padded with
+ * rows of the scratch sequence (zeroed each step, position 0), the block tables are as wide as the
+ * context bucket needs, and the key / candidate bounds come from the bucket, so a replay's launch
+ * shapes are the capture's; only the step layout (uploaded before the replay) changes. Every row's
+ * logits are computed; the real rows' are copied back. */
+static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size_t errlen)
+{
+    const int bt = c->pool->block_tokens, B = pow2_at_least(np), cb = pow2_at_least(max_t + 1 > 128 ? max_t + 1 : 128);
+    const int maxb = cb / bt + 1;
+    int gi = -1;
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graphs[i].batch == B && c->graphs[i].ctx == cb) gi = i;
+    v4_step S;
+    int n, nl;
+    const int32_t *d_lrows;
+    const long used = build_layout(c, pc, np, B - np, maxb, 1, &S, &n, &nl, &d_lrows, err, errlen);
+    if (used < 0) return -1;
+    c->lrows_at = (size_t)(d_lrows - c->dmeta);
+    CK(cudaMemcpyAsync(c->dmeta, c->hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
+       "step layout upload");
+    if (gi < 0) {
+        if (c->n_graphs == MAX_GRAPHS) {   /* the oldest goes */
+            cudaGraphExecDestroy(c->graphs[0].exec);
+            memmove(c->graphs, c->graphs + 1, (MAX_GRAPHS - 1) * sizeof *c->graphs);
+            c->n_graphs--;
+        }
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal), "graph capture");
+        int rc = cudaMemsetAsync(c->ar.slots + (size_t)c->n_slots * c->ar.slot_bytes, 0, c->ar.slot_bytes, c->st) !=
+                 cudaSuccess;
+        if (!rc) rc = enqueue_layers(c, &S, cb - 1, err, errlen);
+        if (!rc) rc = enqueue_head(c, d_lrows, B, err, errlen);
+        cudaError_t e = cudaStreamEndCapture(c->st, &g);
+        if (rc) return -1;
+        CK(e, "graph capture");
+        cudaGraphExec_t x;
+        e = cudaGraphInstantiate(&x, g, 0);
+        cudaGraphDestroy(g);
+        CK(e, "graph instantiation");
+        gi = c->n_graphs++;
+        c->graphs[gi] = (cu_graph){B, cb, x};
+    }
+    CK(cudaGraphLaunch(c->graphs[gi].exec, c->st), "graph launch");
+    if (scatter_logits(c, pc, np, B, 0, np, err, errlen)) return -1;
+    for (int k = 0; k < np; k++) pc[k].sp->st->pos += pc[k].m;
+    return 0;
+}
+
+/* One sub-step: pieces of spans, at most cap tokens together, each continuing at its st->pos. */
+static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
+{
+    const int bt = c->pool->block_tokens;
+    int maxb = 1, max_t = 0, decode = np <= GRAPH_MAX_BATCH;
+    for (int k = 0; k < np; k++) {
+        const v4_seq_state *s = pc[k].sp->st;
+        const int nb = (s->pos + pc[k].m + bt - 1) / bt;
+        if (nb > maxb) maxb = nb;
+        if (s->pos + pc[k].m - 1 > max_t) max_t = s->pos + pc[k].m - 1;
+        decode &= pc[k].m == 1 && pc[k].sp->logits_from == pc[k].a;
+    }
+    if (maxb > c->max_blocks) {
+        snprintf(err, errlen, "cuda backend: a sequence needs %d pages, more than the context allows", maxb);
+        return -1;
+    }
+    if (decode && c->use_graphs && pow2_at_least(max_t + 1) / bt + 1 <= c->max_blocks) return run_graph(c, pc, np, max_t, err, errlen);
+
+    v4_step S;
+    int n, nl;
+    const int32_t *d_lrows;
+    const long used = build_layout(c, pc, np, 0, maxb, 0, &S, &n, &nl, &d_lrows, err, errlen);
+    if (used < 0) return -1;
+    c->lrows_at = (size_t)(d_lrows - c->dmeta);
+    CK(cudaMemcpyAsync(c->dmeta, c->hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
+       "step layout upload");
+    if (enqueue_layers(c, &S, max_t, err, errlen)) return -1;
     for (int r0 = 0; r0 < nl; r0 += HEAD_ROWS) {
         const int m = nl - r0 < HEAD_ROWS ? nl - r0 : HEAD_ROWS;
-        CK(v4_hc_pre(c->X, m, d_lrows + r0, dim, hc, c->hc_head_fn, c->hc_head_scale, c->hc_head_base, 0, cfg->hc_eps,
-                     eps, c->norm, 1, c->y_b, NULL, NULL, st), "mHC head");
-        CK(dense_gemm(&c->head, 0, V, c->y_b, dim, m, c->logits, V, st), "LM head");
-        CK(cudaMemcpyAsync(c->hlogits, c->logits, (size_t)m * V * sizeof(float), cudaMemcpyDeviceToHost, st),
-           "logits copy");
-        CK(cudaStreamSynchronize(st), "step");
-        /* scatter rows r0..r0+m to their spans: rows come in span order */
-        for (int q = 0; q < m; q++, r++) {
-            const int row = lrows[r];
-            int k = 0;
-            while (k + 1 < np && srow0[k + 1] <= row) k++;
-            sl_seq_span *sp = pc[k].sp;
-            const int tok = pc[k].a + (row - srow0[k]);
-            memcpy(sp->logits + (size_t)(tok - sp->logits_from) * V, c->hlogits + (size_t)q * V, (size_t)V * sizeof(float));
-        }
+        if (enqueue_head(c, d_lrows + r0, m, err, errlen) || scatter_logits(c, pc, np, np, r0, m, err, errlen)) return -1;
     }
-    if (nl == 0) CK(cudaStreamSynchronize(st), "step");
+    if (nl == 0) CK(cudaStreamSynchronize(c->st), "step");
     for (int k = 0; k < np; k++) pc[k].sp->st->pos += pc[k].m;
     return 0;
 }
@@ -549,6 +661,7 @@ static void impl_free(cuda_impl *c)
 {
     if (!c) return;
     if (c->st) cudaStreamSynchronize(c->st);
+    for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
     if (c->L)
         for (int l = 0; l < c->w->cfg.n_layers; l++) free_layer(&c->L[l]);
     free(c->L);
@@ -650,6 +763,7 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, cha
     c->w = w;
     c->pool = pool;
     c->cap = STEP_TOKENS;
+    c->use_graphs = 1;
     c->L = calloc((size_t)w->cfg.n_layers, sizeof *c->L);
     if (!c->L) { snprintf(err, errlen, "cuda backend: out of memory"); goto fail; }
     if ((ce = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
