@@ -155,7 +155,7 @@ build_engine() {
     o="$b/c_$(basename "$(dirname "$f")")_$(basename "$f" .c).o"; objs+=("$o")
     gcc $CFLAGS $defs "${inc[@]}" -c "$f" -o "$o" & pids+=($!)
   done
-  for f in tests/gpu/test_v4_ops tests/gpu/test_dense_gpu tests/gpu/test_backend_cuda tests/gpu/test_moe_gpu \
+  for f in tests/gpu/test_v4_ops tests/gpu/test_dense_gpu tests/gpu/test_backend_cuda tests/gpu/test_moe_gpu tests/gpu/test_synthetic_gpu \
            engine/cli/sluice_generate bench/sluice_bench; do
     gcc $CFLAGS $defs "${inc[@]}" -c "$ROOT/$f.c" -o "$b/main_$(basename "$f").o" & pids+=($!)
   done
@@ -164,7 +164,7 @@ build_engine() {
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   [ $rc = 0 ] || { cat "$b"/*.log >&2; return 1; }
   local libs=("${LIBS[@]}" -ljansson -lonig -lunistring -lpthread -lm -ldl)
-  for f in test_v4_ops test_dense_gpu test_backend_cuda test_moe_gpu sluice_generate sluice_bench; do
+  for f in test_v4_ops test_dense_gpu test_backend_cuda test_moe_gpu test_synthetic_gpu sluice_generate sluice_bench; do
     local extra=""; [ $f = sluice_bench ] && extra="$b/bench_decode.o"
     $NVCC $ARCH -o "$b/$f" "$b/main_$f.o" $extra "${objs[@]}" "$b/bench_kernels.o" -Xlinker --start-group \
       $(printf -- '-Xlinker %s ' "${libs[@]}") -Xlinker --end-group || return 1

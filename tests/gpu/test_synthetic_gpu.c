@@ -1,0 +1,151 @@
+/* test_synthetic_gpu.c — a full-width synthetic V4-Flash model with one CSA and one HCA layer
+ * (synthetic "v4-flash:ratios=4,128", MXFP4 experts) on the cuda backend against the CPU reference,
+ * at a context long enough that more than 512 CSA entries compete for the indexer's top-512 and the
+ * HCA layer has closed many windows (the tiny fixtures never get there):
+ *   - a 2,400-token prompt prefilled in chunks of 300 on both backends; the logits of its last 48
+ *     positions (t = 2352..2399: 588..600 CSA candidates) within relative L2 2e-2 of the CPU's;
+ *   - then 8 decode steps, teacher-forced with the CPU's greedy tokens: every row within 2e-2 and the
+ *     same argmax wherever the CPU's top-2 margin is >= 0.05.
+ * Exit 77 without a CUDA device.
+ */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "synthetic.h"
+
+#define CTX 2400
+#define CHUNK 300
+#define TAIL 48
+#define DECODE 8
+#define MAX_REL_L2 2e-2
+
+static int failures = 0;
+#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); failures++; } while (0)
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double rel_l2(const float *g, const float *c, int V)
+{
+    double num = 0, den = 0;
+    for (int i = 0; i < V; i++) {
+        if (!isfinite(g[i])) return INFINITY;
+        num += ((double)g[i] - c[i]) * ((double)g[i] - c[i]);
+        den += (double)c[i] * c[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1e-30));
+}
+
+static int argmax(const float *r, int V, float *margin)
+{
+    int b = 0, s = -1;
+    for (int i = 1; i < V; i++)
+        if (r[i] > r[b]) { s = b; b = i; }
+        else if (s < 0 || r[i] > r[s]) s = i;
+    if (margin) *margin = s >= 0 ? r[b] - r[s] : INFINITY;
+    return b;
+}
+
+/* Prefill tokens[0..CTX) in chunks; the last TAIL rows' logits into out. */
+static int prefill(sl_backend *be, v4_state_pool *pool, v4_seq_state *st, const int32_t *tok, int V, float *out)
+{
+    char err[256];
+    if (v4_seq_init(pool, st) || v4_seq_reserve(pool, st, CTX + DECODE + 1)) { FAIL("%s: state", be->ops->name); return -1; }
+    for (int t = 0; t < CTX; t += CHUNK) {
+        const int n = t + CHUNK <= CTX ? CHUNK : CTX - t;
+        const int from = t + n > CTX - TAIL ? (CTX - TAIL > t ? CTX - TAIL - t : 0) : n;
+        sl_seq_span sp = {tok + t, n, st, from, out + (size_t)(t + from - (CTX - TAIL)) * V};
+        if (be->ops->forward(be, &sp, 1, err, sizeof err)) { FAIL("%s prefill: %s", be->ops->name, err); return -1; }
+    }
+    return 0;
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    char err[512];
+    double t0 = now_s();
+    v4_weights w;
+    if (v4_weights_synthetic("v4-flash:ratios=4,128", 1, &w, err, sizeof err)) { FAIL("%s", err); return 1; }
+    const int V = w.cfg.vocab_size;
+    printf("synthetic v4-flash:ratios=4,128 built in %.1f s\n", now_s() - t0);
+    v4_state_pool pc, pg;
+    if (v4_pool_init(&pc, &w.cfg, (size_t)4 << 30, err, sizeof err) || v4_pool_init(&pg, &w.cfg, (size_t)4 << 30, err, sizeof err)) {
+        FAIL("%s", err);
+        return 1;
+    }
+    sl_backend *cpu = sl_backend_cpu_create(&w, &pc, 0, err, sizeof err);
+    sl_backend *gpu = cpu ? sl_backend_cuda_create(&w, &pg, err, sizeof err) : NULL;
+    if (!cpu || !gpu) { FAIL("backend: %s", err); return 1; }
+
+    int32_t *tok = malloc((CTX + DECODE) * sizeof *tok);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < CTX; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        tok[i] = (int32_t)(x % (uint64_t)V);
+    }
+    float *lc = malloc((size_t)TAIL * V * sizeof(float)), *lg = malloc((size_t)TAIL * V * sizeof(float));
+    v4_seq_state sc, sg;
+    t0 = now_s();
+    if (prefill(cpu, &pc, &sc, tok, V, lc)) return 1;
+    const double t_cpu = now_s() - t0;
+    t0 = now_s();
+    if (prefill(gpu, &pg, &sg, tok, V, lg)) return 1;
+    printf("prefill of %d tokens: CPU %.1f s, GPU %.2f s\n", CTX, t_cpu, now_s() - t0);
+    double worst = 0;
+    for (int r = 0; r < TAIL; r++) {
+        const double e = rel_l2(lg + (size_t)r * V, lc + (size_t)r * V, V);
+        if (!(e <= worst)) worst = e;
+    }
+    printf("prefill rows t = %d..%d (%d..%d CSA candidates for 512 slots): worst rel L2 %.2e\n", CTX - TAIL, CTX - 1,
+           (CTX - TAIL + 1) / 4, CTX / 4, worst);
+    if (!(worst <= MAX_REL_L2)) FAIL("prefill rel L2 %.3e > %.0e", worst, MAX_REL_L2);
+
+    /* decode, teacher-forced with the CPU's greedy tokens */
+    const float *last = lc + (size_t)(TAIL - 1) * V;
+    double dworst = 0;
+    int flips = 0;
+    for (int d = 0; d < DECODE; d++) {
+        float m;
+        tok[CTX + d] = argmax(last, V, &m);
+        sl_seq_span a = {&tok[CTX + d], 1, &sc, 0, lc}, b = {&tok[CTX + d], 1, &sg, 0, lg};
+        if (cpu->ops->forward(cpu, &a, 1, err, sizeof err) || gpu->ops->forward(gpu, &b, 1, err, sizeof err)) {
+            FAIL("decode: %s", err);
+            break;
+        }
+        const double e = rel_l2(lg, lc, V);
+        if (!(e <= dworst)) dworst = e;
+        float mc;
+        const int ac = argmax(lc, V, &mc);
+        if (mc >= 0.05f && argmax(lg, V, NULL) != ac) flips++;
+        last = lc;
+    }
+    printf("decode %d steps at %d..%d: worst rel L2 %.2e, clear argmax flips %d\n", DECODE, CTX, CTX + DECODE - 1,
+           dworst, flips);
+    if (!(dworst <= MAX_REL_L2)) FAIL("decode rel L2 %.3e > %.0e", dworst, MAX_REL_L2);
+    if (flips) FAIL("decode: %d clear argmax flips", flips);
+
+    v4_seq_free(&pc, &sc);
+    v4_seq_free(&pg, &sg);
+    gpu->ops->destroy(gpu);
+    cpu->ops->destroy(cpu);
+    v4_pool_free(&pc);
+    v4_pool_free(&pg);
+    v4_weights_free(&w);
+    free(tok); free(lc); free(lg);
+    printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+}
