@@ -45,6 +45,9 @@ struct sl_backend {
     const v4_weights *w;     /* not owned */
     v4_state_pool *pool;     /* not owned */
     void *impl;
+    int sublayers;           /* 0: the whole model; n > 0: forward stops after n sublayers (attention of layer 0,
+                                its MoE, attention of layer 1, ...) and applies the head: a prefix of the model,
+                                for the engine's self-check */
 };
 
 /* CPU reference backend; n_threads 0 = online cores. NULL with err on failure. */

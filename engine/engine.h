@@ -25,6 +25,10 @@ typedef struct {
     int prefill_chunk;           /* max prompt tokens per sequence per step; 0 = whole prompt */
     int max_step_tokens;         /* token budget per step across sequences; 0 = 8192 */
     size_t state_bytes;          /* memory for per-sequence state pages; 0 = 1 GiB */
+    int self_check;              /* cuda: at open, a few tokens through the GPU path and the CPU reference with the
+                                    same weights (the first 4 layers, all when the model has <= 8); on disagreement
+                                    the open fails with one line naming the first layer and sublayer that differ.
+                                    0 = default (on for cuda), 1 = on, -1 = off */
 } sl_engine_opts;
 
 typedef struct {

@@ -103,6 +103,7 @@ static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, 
             return -1;
         }
         cpu_hc_post(m, c->X, c->f, n, c->post, c->comb);
+        if (be->sublayers && 2 * l + 1 >= be->sublayers) break;
         cpu_hc_pre(m, c->X, n, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->x, c->post, c->comb, c->mix);
         for (int i = 0; i < n; i++)
             cpu_rmsnorm(c->xn + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cfg->norm_eps);
@@ -111,6 +112,7 @@ static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, 
             return -1;
         }
         cpu_hc_post(m, c->X, c->f, n, c->post, c->comb);
+        if (be->sublayers && 2 * l + 2 >= be->sublayers) break;
     }
 
     /* head for the rows that want logits */

@@ -74,6 +74,7 @@ typedef struct {
     size_t score_floats;
     size_t lrows_at;                        /* ints from the layout's start to its logits rows */
     int use_graphs;
+    int sublayers;                          /* sl_backend.sublayers of the step in flight */
     cu_graph graphs[MAX_GRAPHS];
     int n_graphs;
 } cuda_impl;
@@ -468,6 +469,7 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
         CK(v4_to_bf16(c->u, (size_t)n * G * ol, 1.0f, c->u_b, st), "wo_a output cast");
         CK(dense_gemm(&L->wo_b, 0, dim, c->u_b, G * ol, n, c->f, dim, st), "wo_b");
         CK(v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (attention)");
+        if (c->sublayers && 2 * l + 1 >= c->sublayers) break;
         CK(v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, cfg->hc_sinkhorn_iters,
                      cfg->hc_eps, eps, L->ffn_norm, 0, c->xn, c->post, c->comb, st), "mHC pre (MoE)");
         if (c->moe.fast[l]) {
@@ -479,6 +481,7 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
             CK(v4_moe_ref(&S, &c->moe.ref[l], c->xn, c->f, st), "MoE (generic)");
         }
         CK(v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (MoE)");
+        if (c->sublayers && 2 * l + 2 >= c->sublayers) break;
     }
     return 0;
 }
@@ -585,7 +588,7 @@ static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
         snprintf(err, errlen, "cuda backend: a sequence needs %d pages, more than the context allows", maxb);
         return -1;
     }
-    if (decode && c->use_graphs && pow2_at_least(max_t + 1) / bt + 1 <= c->max_blocks) return run_graph(c, pc, np, max_t, err, errlen);
+    if (decode && c->use_graphs && !c->sublayers && pow2_at_least(max_t + 1) / bt + 1 <= c->max_blocks) return run_graph(c, pc, np, max_t, err, errlen);
 
     v4_step S;
     int n, nl;
@@ -608,6 +611,7 @@ static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
 static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, size_t errlen)
 {
     cuda_impl *c = be->impl;
+    c->sublayers = be->sublayers;
     piece *pc = malloc((size_t)(n_spans > 0 ? n_spans : 1) * sizeof *pc);
     if (!pc) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
     for (int s = 0; s < n_spans; s++)
