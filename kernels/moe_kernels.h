@@ -243,7 +243,7 @@ cudaError_t moe_down(const moe_expert_args *a, const uint16_t *h, const int32_t 
  * and down as one launch in which a down item waits only for its own token chunk's gate/up (counts in
  * tickets), then the 2-tile down (128-row items), then (wide_min) the wide gate/up and down. Needs tickets (MOE_TICKET_WORDS(E, max T * topk) zeroed words; every
  * completed launch leaves them zero), has_shared 0. For T <= 8 the one launch alone, with the
- * shared expert's items in it (has_shared; moe_expert_inline_shared_ok), routed / shared gate/up tiles
+ * shared expert's items in it (has_shared), routed / shared gate/up tiles
  * split into ks_gu / ks_sh K parts (part, pcnt) and down_rm (1 or 2) 16-row tiles per down item.
  * grid_fused: resident blocks (moe_experts1_occupancy x SMs). */
 cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16_t *x, const int32_t *off, const int32_t *pair_tok,
@@ -275,28 +275,18 @@ cudaError_t moe_shared_gemms(const moe_expert_args *a, const uint16_t *b13, cons
 cudaError_t moe_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, int inv_ready,
                         float *out, cudaStream_t st);
 /* Sets one shared-memory carveout on every kernel of the layer (MOE_CARVEOUT, moe_expert.cu: 100 % shared
- * memory; -1 leaves the driver's choice). */
+ * memory). */
 cudaError_t moe_kernels_carveout(void);
 /* Blocks per SM the expert kernels of nt 1 or 2 tiles, or 4: the wide ones (MOE_NTW tiles), reach (for a persistent grid). */
 cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu_blocks_per_sm, int *dn_blocks_per_sm);
-/* 1 if the routed launches can carry the shared expert's FP8 items (has_shared); 0 in builds whose
- * routed rings are too small for them (MOE_GU_D < 4), where the caller must use moe_shared_experts. */
-int moe_expert_inline_shared_ok(void);
-
 
 /* ---- stage timeline (bench; kernels/common/moe_trace.cuh): with buf set (2 * MOE_TR_SLOTS words:
  * per slot the earliest block start, initialise to ~0, and the latest warp end, initialise to 0;
  * %globaltimer ns), every later launch of the layer's kernels records into it; NULL turns it off. */
 enum { MOE_TR_LOGITS, MOE_TR_TOPK, MOE_TR_LISTS, MOE_TR_TOPK_LISTS, MOE_TR_GU1, MOE_TR_GU2, MOE_TR_FUSED1, MOE_TR_DN1,
        MOE_TR_DN2, MOE_TR_SH_GU, MOE_TR_SH_DN, MOE_TR_COMBINE, MOE_TR_TICKET, MOE_TR_TOPK_LD, MOE_TR_GUW, MOE_TR_DNW, MOE_TR_SLOTS };
-/* In moe_experts_fused1 with T <= 8 the item kinds record into gu1 (routed gate/up), dn1 (routed down),
- * sh-gu, sh-dn (each from an item's start to its end) and "ticket" (block start to the first ticket).
- * "topk-ld" (only in builds with -DMOE_TRACE_TL=1): from the top-k's loads landing (logits parts and
- * bias summed) to its end, per warp; "topk" then starts at the end of the PDL wait. */
+/* Slots "ticket" and "topk-ld" are never recorded; they keep the later slots' numbers. */
 cudaError_t moe_trace_set(unsigned long long *buf);
-/* the T <= 8 kernel's item log (kernels/common/moe_trace.cuh moe_trace_item; builds with -DMOE_TRACE_ITEMS=1 and
- * the stage trace on): buf[0] = 0, buf[1] = capacity in records, then 2 words per record; NULL turns it off. */
-cudaError_t moe_ilog_set(unsigned long long *buf);
 
 /* ---- sm_120 variant (kernels/sm120/moe_w4a4_sm120.cu): W4A4 with the block-scaled FP4 MMA, weights
  * in the checkpoint's ModelOpt layout (w1 rows then w3 rows: q [2I][H/2], E4M3 scales [2I][H/16]),

@@ -227,7 +227,7 @@ int moe_cuda_set_shared_dev(moe_cuda_layer *L, const uint8_t *const w[3], const 
     CK(cudaMemcpy(L->sh_s13, s[0], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s1");
     CK(cudaMemcpy(L->sh_s13 + nb, s[1], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s3");
     CK(cudaMemcpy(L->sh_s2, s[2], nb * sizeof(float), cudaMemcpyHostToDevice), "upload shared s2");
-    L->sh_pow2 = 1;   /* may the scales fold into the dequantised bf16 weights exactly (k_shared_wg FOLD)? */
+    L->sh_pow2 = 1;   /* may the scales fold into the dequantised bf16 weights exactly (moe_shared_gemms FOLD)? */
     for (int m = 0; m < 3 && L->sh_pow2; m++)
         for (size_t i = 0; i < nb && L->sh_pow2; i++) {
             int ex;
@@ -396,8 +396,7 @@ int moe_cuda_forward_timed(const moe_cuda_layer *L, moe_cuda_ws *W, const uint16
      * its rows stay where the lists put them (after the T * topk routed pairs). With shared_fork they go to a second
      * stream now, as they need only x: they run beside the router (which leaves most SMs idle) and take the slots the
      * routed launches leave; the combine waits for them (ev_join). */
-    const int own_shared = s->has_shared && (p.own_shared || !moe_expert_inline_shared_ok()),
-              fork = own_shared && p.shared_fork;
+    const int own_shared = s->has_shared && p.own_shared, fork = own_shared && p.shared_fork;
     moe_expert_args ar = a;
     if (own_shared) ar.has_shared = 0;
     if (p.dyn && !ar.has_shared) ar.tickets = W->tickets, ar.dyn = p.dyn;

@@ -66,7 +66,7 @@ moe_plan moe_choose_plan(const moe_cuda_shape *s, int T)
     p.logits16 = T >= PLAN_LOGITS16_MIN_T;
     p.topk_lists = T <= PLAN_TOPK_LISTS_MAX_T;
     p.topk_group = T <= PLAN_TOPK_LISTS_MAX_T;
-    p.own_shared = sh && (T >= PLAN_SHARED_MIN_T || !moe_expert_inline_shared_ok());
+    p.own_shared = sh && T >= PLAN_SHARED_MIN_T;
     p.shared_fork = p.own_shared;
     p.shared_gemm = p.own_shared && s->shared_bf16 && T >= PLAN_SHARED_GEMM_MIN_T;
     p.shared_tile = T <= PLAN_SHARED_TILE_MAX_T;

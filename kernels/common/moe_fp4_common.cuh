@@ -4,20 +4,18 @@
  * FP4 -> bf16 in registers. A bf16 whose exponent field holds E2M1's two exponent bits and whose top
  * mantissa bit holds E2M1's mantissa bit is exactly e2m1_value * 2^-126 (E2M1's subnormal 0.5 lands
  * on a bf16 subnormal), so a code needs only to be masked into bits {6,7,8} (+15 for the sign) of a
- * 16-bit lane. One 32-bit word carries 4 such bf16x2 pairs. MOE_DQ selects how the repacker places them:
- *   1 (default): pair 0 is the word masked, pairs 1-2 a rotation (3, 6) and a mask, pair 3 the
- *     word masked to its 8 bits, times 2^3 + 2^8 + 2^14 (one IMAD, on the FMA pipe: the three shifted
- *     copies never overlap, so there are no carries) and masked: 7 integer-pipe ops + 1 IMAD per word.
- *   0 (v3-): rotations 0, 4, 10 and a two-rotation pair 3: 9 integer-pipe ops per word.
+ * 16-bit lane. One 32-bit word carries 4 such bf16x2 pairs, placed by the repacker so that pair 0 is
+ * the word masked, pairs 1-2 a rotation (3, 6) and a mask, pair 3 the word masked to its 8 bits, times
+ * 2^3 + 2^8 + 2^14 (one IMAD, on the FMA pipe: the three shifted copies never overlap, so there are no
+ * carries) and masked: 7 integer-pipe ops + 1 IMAD per word.
  * No layout gives every pair one rotate + one mask, nor 6 or fewer integer-pipe ops with IMAD-shifted
  * pairs (bench/fp4_layout_search.py).
  * The bf16 pair is then multiplied (exact) by the block's scale factor, a bf16 whose bits are
- * code * 16 + (F0 << 7), built from the E5M3 scale code:
- *   MOE_DQ 1: F0 = 192 (no bits below 12, so the sum is an OR). A lane's 8 codes (4 k32 blocks x rows g,
- *     g+8) are stored [g b0, g b1, g+8 b0, g+8 b1][g b2, g b3, g+8 b2, g+8 b3], so one shift and one
- *     LOP3 give two factors at once (row g in the low lane, g+8 in the high one), which the bf16x2
- *     multiply takes with a half broadcast (moe_bf16x2_mul_lo/_hi).
- *   MOE_DQ 0: F0 = 190, codes stored [g b0..b3][g+8 b0..b3], one shift + mask + IMAD per factor.
+ * code * 16 + (F0 << 7), built from the E5M3 scale code with F0 = 192 (no bits below 12, so the sum is
+ * an OR). A lane's 8 codes (4 k32 blocks x rows g, g+8) are stored [g b0, g b1, g+8 b0, g+8 b1]
+ * [g b2, g b3, g+8 b2, g+8 b3], so one shift and one LOP3 give two factors at once (row g in the low
+ * lane, g+8 in the high one), which the bf16x2 multiply takes with a half broadcast
+ * (moe_bf16x2_mul_lo/_hi).
  * Net: w_bf16 = e2m1 * scale * 2^(F0-253-emin); the fp32 accumulator is multiplied by
  * post = 2^(253+emin-F0) * weight_scale_2 once at the end (moe_repack_f0() gives F0 to the host).
  */
@@ -26,15 +24,10 @@
 
 #include <stdint.h>
 
-#define MOE_DQ 1
-#if MOE_DQ
 #define MOE_F0 192                      /* bf16 exponent bias of scale code 0 */
-#else
-#define MOE_F0 190
-#endif
 #define MOE_F0_BITS ((uint32_t)(MOE_F0 << 7) * 0x00010001u)   /* F0 << 7 in both bf16 lanes */
 #define MOE_FP4_MASK 0x81C081C0u        /* bf16x2 bits {6,7,8,15} of each lane */
-#define MOE_FP4_P3_BITS 0x001B001Bu     /* MOE_DQ 1: the stored bits of pair 3 */
+#define MOE_FP4_P3_BITS 0x001B001Bu     /* the stored bits of pair 3 */
 #define MOE_FP4_P3_MUL 0x00004108u      /* 2^3 + 2^8 + 2^14 */
 
 /* Stored bit position (0..31) in its word of bit b (0..3: mantissa, exp lo, exp hi, sign) of
@@ -42,26 +35,14 @@
 __host__ __device__ static inline int moe_fp4_bitpos(int j, int L, int b)
 {
     const int o = (b == 3 ? 15 : 6 + b) + 16 * L;
-#if MOE_DQ
     if (j < 3) return (o + 3 * j) & 31;
     return (b < 2 ? b + 3 : b - 2) + 16 * L;   /* bits 3,4,0,1 (+16L) land on 6,7,8,15 (+16L) */
-#else
-    if (j < 3) {
-        const int rot = j == 0 ? 0 : (j == 1 ? 4 : 10);
-        return (o + rot) & 31;
-    }
-    return b == 2 ? ((o + 6) & 31) : ((o + 14) & 31);
-#endif
 }
 
 /* Byte (0..7) of a lane's 8 scale codes holding row half hi (0: row g, 1: g+8) of k32 block ug (0..3). */
 __host__ __device__ static inline int moe_fp4_scale_byte(int hi, int ug)
 {
-#if MOE_DQ
     return (ug >> 1) * 4 + hi * 2 + (ug & 1);
-#else
-    return hi * 4 + ug;
-#endif
 }
 
 __device__ __forceinline__ uint32_t moe_rotr(uint32_t w, int s) { return __funnelshift_r(w, w, s); }
@@ -69,33 +50,18 @@ __device__ __forceinline__ uint32_t moe_rotr(uint32_t w, int s) { return __funne
 /* 4 bf16x2 pairs (value * 2^-126) from one repacked word. */
 __device__ __forceinline__ void moe_fp4_word(uint32_t w, uint32_t p[4])
 {
-#if MOE_DQ
     p[0] = w & MOE_FP4_MASK;
     p[1] = moe_rotr(w, 3) & MOE_FP4_MASK;
     p[2] = moe_rotr(w, 6) & MOE_FP4_MASK;
     p[3] = ((w & MOE_FP4_P3_BITS) * MOE_FP4_P3_MUL) & MOE_FP4_MASK;
-#else
-    p[0] = w & MOE_FP4_MASK;
-    p[1] = moe_rotr(w, 4) & MOE_FP4_MASK;
-    p[2] = moe_rotr(w, 10) & MOE_FP4_MASK;
-    const uint32_t x = moe_rotr(w, 14) & 0x80C080C0u;  /* rotl 18 */
-    const uint32_t y = moe_rotr(w, 6) & 0x01000100u;   /* rotl 26 */
-    p[3] = x | y;
-#endif
 }
 
-/* bf16x2 factor from a scale code (0..255) (MOE_DQ 0) */
-__device__ __forceinline__ uint32_t moe_scale_factor(uint32_t code)
-{
-    return code * 0x00100010u + MOE_F0_BITS;
-}
-
-/* MOE_DQ 1: the factors of k32 block ug from a lane's two code words sx (blocks 0-1), sy (2-3):
+/* The factors of k32 block ug from a lane's two code words sx (blocks 0-1), sy (2-3):
  * row g in the low lane, row g+8 in the high one. */
-/* ORS (MOE_SCALE_OR, default: the 1-tile kernels): the exponent bits come from a constant-bank word,
- * so the mask and the OR are one LOP3 instead of two (LOP3 takes one immediate); the 2-tile kernels
- * keep the immediates (the mask's register made the 128-row 2-tile down spill). A/B: `sluice-bench moe`. */
-#define MOE_SCALE_OR 1
+/* ORS (the 1-tile kernels, and the 2-tile and wide ones without the FP8 branch): the exponent bits come from a
+ * constant-bank word, so the mask and the OR are one LOP3 instead of two (LOP3 takes one immediate); the
+ * 2-tile kernels with the FP8 branch keep the immediates (the mask's register made the 128-row 2-tile down
+ * spill). */
 __constant__ uint32_t moe_f0_bits = MOE_F0_BITS;
 template <bool ORS>
 __device__ __forceinline__ uint32_t moe_scale_factors2(uint32_t sx, uint32_t sy, int ug)

@@ -45,7 +45,7 @@
  * activations single-buffered, 234-255 registers, 2 blocks/SM), launched after each stage's 2-tile one (in
  * moe_experts_fused1 the wide gate/up after the 2-tile gate/up, moe_expert_args.wide_early, the wide down after
  * the 2-tile down): skewed 512 0.88 -> 0.70 ms, 256 0.45 -> 0.36 (`sluice-bench moe`).
- * (MOE_IDLE_EXIT): a routed launch's blocks without items exit before their PDL wait (block 0 waits), so an empty
+ * A routed launch's blocks without items exit before their PDL wait (block 0 waits), so an empty
  * launch in the layer's tail costs one short hop instead of every block's wait and table (`sluice-bench moe`).
  * moe_gate_up / moe_down launch both kernels back to back (only the 1-tile one for T <= 8, where no
  * expert can have more than 8 tokens); each block derives its kernel's own item list from the
@@ -90,25 +90,14 @@ __host__ __device__ constexpr int moe_minb_nt(int nt) { return nt == 1 ? MOE_MIN
 /* per-warp ring of the routed kernels: MOE_GU_D steps of two 1280-byte slots; the shared expert's FP8
  * items (in the routed launches below moe_plan.own_shared) need the full RING_WARP_BYTES */
 #define EX_RING (MOE_GU_D * 2 * 1280 < RING_WARP_BYTES ? MOE_GU_D * 2 * 1280 : RING_WARP_BYTES)
-#define EX_FP8_OK (EX_RING >= RING_WARP_BYTES)
-/* WG (`sluice-bench moe`): the 2-tile gate/up without the FP8 branch with wgmma (fp4_rowtile_wg); static
- * walk only (it traps on a handed-out one); its 2 activation slots after the rings and the item tables, 128-byte
- * aligned. Correct on the 2-tile cases of test_moe_gpu and 7 % slower than mma.sync alone at 512 (run 6), so
- * opt-in; WG_INFL 2 is prepared in bench/runs/-run1.sh. */
-#define MOE_WG2 0
-__host__ __device__ __forceinline__ size_t wg_offset(int E)
-{
-    return ((size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4 + 127) & ~(size_t)127;
-}
+static_assert(EX_RING >= RING_WARP_BYTES, "the routed rings carry the shared expert's FP8 items");
 
-
-/* (MOE_IDLE_EXIT): blocks of a routed launch that have no item (blockIdx >= its block items: the static walk's
+/* Blocks of a routed launch that have no item (blockIdx >= its block items: the static walk's
  * first warp-item, and a handed-out walk's, is 4 * blockIdx + warp) return true and exit before their PDL wait, all
  * but block 0, which waits first: the grid then still completes only after the previous kernel has, so every
  * later wait still covers the whole chain. Its other blocks leave their SM slots at once instead of holding them
  * until the previous kernel ends (an empty 2-tile or wide launch in a layer's tail, `sluice-bench moe`). The
  * caller makes sure that nothing launched after it reads what the previous kernels write without waiting. */
-#define MOE_IDLE_EXIT 1
 __device__ __forceinline__ bool idle_exit(int block_items)
 {
     if ((int)blockIdx.x < block_items) return false;
@@ -177,10 +166,10 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
      * follows the 2-tile one, which released it at its start: it releases before its own wait, so the down
      * launch after it still primes during the 2-tile launch's tail (its wait covers both: ours completes after
      * the 2-tile launch does). */
-    /* (MOE_IDLE_EXIT): the wide launch reads its item table before its wait (off[] is complete: the first routed
+    /* the wide launch reads its item table before its wait (off[] is complete: the first routed
      * launch after the lists released its successor only after its own wait on them, and every routed launch since
      * started after that), and its blocks without items exit at once */
-    constexpr bool wide_idle = NT >= 4 && MOE_IDLE_EXIT;
+    constexpr bool wide_idle = NT >= 4;
     if (NT >= 4 && a.early) moe_pdl_release();
     if (!second && !(wide_idle && a.early)) moe_pdl_wait();
     if (NT < 4 && a.early) moe_pdl_release();
@@ -200,7 +189,6 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
     }
     /* warp-items wi = 4 * block item + tile: a static stride of the grid, or handed out (tickets) */
     const ItemWalk walk = item_walk<NT>(a, total, 0);
-    if (NT == 2 && !SH && MOE_WG2 && walk.dyn) __trap();   /* WG: the block's warps on the same items */
     const int wtotal = walk.q.wtotal;
     int wi = (int)blockIdx.x * MOE_WARPS + warp, wn = walk.after(wi), wnn;
     Item cur = decode_item<NT>(s_items, s_off, nE, wi < wtotal ? wi >> 2 : 0, wi & 3, a.has_shared), nxt;
@@ -220,26 +208,18 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_gate_up(moe_expert_arg
         if (e < a.E) {
             const uint8_t *rt = a.w13 + (size_t)e * a.w13_stride + (size_t)r * rt_bytes;
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rt_bytes : NULL;
-            if constexpr (NT == 2 && !SH && MOE_WG2)
-                fp4_rowtile_wg<FMT, GD>(rt, a.H, ring, smem + wg_offset(a.E), x, pair_tok, p0, ntok, acc, primed, nrt);
-            else
-                fp4_rowtile<FMT, 2, GD, NT, 0, 0, MOE_ROLLED, NT >= 2 && !SH>(rt, a.H, ring, x, pair_tok, prow, acc,
-                                                                              primed, nrt, 1);
+            fp4_rowtile<FMT, 2, GD, NT, 0, 0, 0, NT >= 2 && !SH>(rt, a.H, ring, x, pair_tok, prow, acc, primed, nrt, 1);
             pg = a.post13[2 * e];
             pu = a.post13[2 * e + 1];
         } else if constexpr (NT >= 2 && !SH) {
             __trap();
         } else {
-#if EX_FP8_OK
             const uint8_t *rt = a.sh_w13 + (size_t)r * (a.H / 128) * 2 * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s13 + (size_t)(r * 16 / 128) * (a.H / 128);
             fp8_rowtile<2, 2, NT>(rt, a.H, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs,
                               (a.I / 128) * (a.H / 128), ring, x, pair_tok, prow, acc);
             ksplit_reduce<2, NT>(smem, acc, warp, lane);
             if (warp != 0) { primed = false; continue; }
-#else
-            __trap();   /* the host routes the shared expert to moe_shared_experts in this build */
-#endif
         }
         primed = has_next;
         const int g = lane >> 2, q = lane & 3;
@@ -279,10 +259,10 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
     const size_t rt_bytes = (size_t)nc * moe_fp4_chunk_bytes(FMT);   /* one 16-row tile */
     const int mmul = RM >= 2 ? nc : 1;
     bool primed = false;
-    /* no item for this block (MOE_IDLE_EXIT: exits at once, one block waits); the exit releases the next launch,
+    /* no item for this block (idle_exit: exits at once, one block waits); the exit releases the next launch,
      * so where that one may not wait for us (overlap: our 2-tile launch, which waits only at its end) every block
      * waits until h is complete */
-    if (a.early && MOE_IDLE_EXIT && !(NT == 1 && (a.overlap & 2))) {
+    if (a.early && !(NT == 1 && (a.overlap & 2))) {
         if (idle_exit(total)) return;
     } else if (total == 0) {
         if (a.early) moe_pdl_wait();
@@ -316,13 +296,11 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
         if (e < a.E) {
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rt_bytes;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rt_bytes : NULL;
-            fp4_rowtile<FMT, RM, D, NT, 0, 0, MOE_ROLLED, NT >= 2 && !SH>(rt, a.I, ring, h, NULL, prow, acc, primed,
-                                                                          nrt, mmul);
+            fp4_rowtile<FMT, RM, D, NT, 0, 0, 0, NT >= 2 && !SH>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt, mmul);
             post = a.post2[e];
         } else if constexpr (NT >= 2 && !SH) {
             __trap();
         } else {
-#if EX_FP8_OK
             const uint8_t *rt = a.sh_w2 + (size_t)r * (a.I / 128) * MOE_FP8_CHUNK_BYTES;
             const float *bs = a.sh_s2 + (size_t)(r * 16 / 128) * (a.I / 128);
             fp8_rowtile<1, 4, NT>(rt, a.I, warp * nc / MOE_WARPS, (warp + 1) * nc / MOE_WARPS, bs, 0, ring, h, NULL, prow,
@@ -330,9 +308,6 @@ __global__ void __launch_bounds__(128, moe_minb_nt(NT)) k_down(moe_expert_args a
             ksplit_reduce<1, NT>(smem, acc, warp, lane);
             if (warp != 0) { primed = false; continue; }
             rm = 1;
-#else
-            __trap();
-#endif
         }
         primed = has_next;
         const int g = lane >> 2, q = lane & 3;
@@ -421,32 +396,13 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
  * the h rows it reads); for T <= 8 (one chunk per expert) the expert, E for the shared expert (keyed by
  * pair there, the kernel took 6 more registers and batches 4-8 ran 2 % slower run 2). */
 #define MOE_DONE(t, k) ((t) + 32 + (size_t)(k) * 32)
-/* , prepared for an A/B and not yet measured: in the T <= 8 launch's one copy of the FP4 loop (down_rm 2)
- * the activation loads serve gate/up (x, read-only) and down (h, written in this launch), so they all go
- * through L2 (LDG.E.128.STRONG.GPU in the SASS); ncu at batch 8 (`sluice-bench moe`) has 21 % of the
- * stall samples on the HMMA waiting for them (long scoreboard). 1: x through the read-only path (L1; the 4
- * warps of a block usually read the same token rows at the same chunk), h still through L2, chosen per item
- * (both loads are in the loop, one predicated off). */
-#define MOE_SMALL_X_NC 0
 /* a warp's first MOE_STATIC_FIRST warp-items are its own by number (warp g and g + warps of the
  * grid, as the static walk), the rest are drawn: at batch 1 the 2 x 2640 draws at the start, all on one
- * word, took ~8 us (stage trace "ticket"). _L: the same for T > 8. MOE_MINB_S: blocks per SM the T <= 8
- * kernel is compiled for; MOE_TRACE_ITEMS: its item kinds in the stage trace (bench). */
+ * word, took ~8 us. _L: the same for T > 8. MOE_MINB_S: blocks per SM the T <= 8 kernel is compiled for. */
 #define MOE_STATIC_FIRST 2
 #define MOE_STATIC_FIRST_L 2
 #define MOE_MINB_S 4
 #define MOE_MINB_S5 5 /* the T <= 8 kernel's second form (SMALL 2, moe_expert_args.one_launch 2) */
-#define MOE_ROLL_S 1 /* the T <= 8 kernel's routed loop with 2 steps of code (fp4_rowtile ROLL) */
-#define MOE_TRACE_ITEMS 0
-/* fp4_rowtile's early refill (ER, moe_expert_dev.cuh) in k_experts1's 4-block T <= 8 form (SMALL 1: no spill at
- * its 128 registers; `sluice-bench moe`: 1 -4 %, 4 -5 %, 8 -2 %) and, for an A/B, in the T > 8 form (SMALL 0;
- * at 4 blocks per SM no faster than 5 without it); the 5-block form (SMALL 2) spills with it and keeps 0 */
-#define MOE_ER_S 1
-#define MOE_ER_F1 0
-/* (A/B): 0 sends the T <= 8 kernel's routed items through the two loops of the T > 8 form (gate/up with x through
- * L1, down with h through L2: each a copy of the FP4 loop) instead of the one copy that serves both ((1):
- * 0 is 2-6 % slower at 1-6 and 8) */
-#define MOE_SMALL_ONE_LOOP 1
 /* A routed gate/up warp-item's tile (among the launch's routed gate/up tiles) and its K part */
 struct GuPart {
     int tile, part;
@@ -454,8 +410,7 @@ struct GuPart {
 /* (moe_expert_args.early_sh): in the T <= 8 launch a warp whose first item is a shared gate/up tile
  * part runs it before the launch's PDL wait on the lists: it reads only x, which is complete once this
  * launch runs (every router kernel releases its dependents only after its own wait, so the kernel that
- * wrote x is done). MOE_EARLY_SH 0 compiles it out. */
-#define MOE_EARLY_SH 1
+ * wrote x is done). */
 
 template <int FMT, int RM, int SMALL>
 __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MINB_S : MOE_MINB1)
@@ -466,13 +421,14 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
     const MoeTrace trace_(MOE_TR_FUSED1);
 #define DONE_KEY(e, p0) (SMALL ? (e) : (p0))
     constexpr int D = MOE_GU_D, DD = RM == 1 ? 2 * MOE_GU_D : MOE_GU_D;   /* ring depth of gate/up, down */
-    constexpr int ER = SMALL == 1 ? MOE_ER_S : SMALL == 0 ? MOE_ER_F1 : 0;   /* fp4_rowtile's refill point */
+    /* fp4_rowtile's refill point: early (ER 1) in the 4-block T <= 8 form (no spill at its 128 registers;
+       `sluice-bench moe`: batch 1 -4 %, 4 -5 %, 8 -2 %); the 5-block form spills with it, the T > 8 form is
+       no faster */
+    constexpr int ER = SMALL == 1 ? 1 : 0;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nE = a.E, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     int32_t *s_ig = (int32_t *)(smem + MOE_WARPS * EX_RING), *s_off = s_ig + (nE + 1), *s_id = s_off + (nE + 1);
     unsigned *const draw = a.tickets + 8, *const fin = a.tickets + 9;
-    const bool tr = MOE_TRACE_ITEMS && g_moe_trace != nullptr;
-    const unsigned long long t_start = tr ? moe_now() : 0;
     const bool sh = SMALL && a.has_shared;
     const int ksg = SMALL ? a.ks_gu : 1, kss = sh ? a.ks_sh : 1, tiles_sh = a.I / MOE_TILE_ROWS;
     const int nsg = sh ? tiles_sh * kss : 0;                  /* shared gate/up warp-items */
@@ -481,8 +437,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
     const int nw = (int)gridDim.x * MOE_WARPS, gw = (int)blockIdx.x * MOE_WARPS + warp;
     /* shared gate/up warp-item w: FP8 16-row tile w / kss, K part w % kss; its T rows of h from sh_row0 */
     auto shared_gu = [&](int w) {
-#if EX_FP8_OK
-        const unsigned long long t_item = tr ? moe_now() : 0;
         const int r = w / kss, part = w % kss, ntok = a.T, p0 = a.sh_row0;
         float acc[2][1][4];
         int prow[1] = {g < ntok ? g : 0};   /* x row = token */
@@ -501,12 +455,8 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                 atomicAdd(MOE_DONE(a.tickets, a.E), 1u);   /* T <= 8 only */
             }
         }
-        if (tr) moe_trace_item(MOE_TR_SH_GU, t_item, (size_t)(ncg / kss) * 2 * MOE_FP8_CHUNK_BYTES);
-#else
-        __trap();
-#endif
     };
-    const bool early = SMALL && MOE_EARLY_SH && a.early_sh && gw < nsg;
+    const bool early = SMALL && a.early_sh && gw < nsg;
     if (early) shared_gu(gw);
     if (SMALL) moe_pdl_wait();   /* launched right after the lists */
     if (SMALL)   /* T <= 8: no expert has more than one token chunk */
@@ -541,12 +491,10 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
     /* an early warp has taken its first own item (gw) already: its second (gw + nw) is next */
     int wi = SF >= 1 ? min(early ? gw + nw : gw, wtot) : take();
     int wn = wi >= wtot ? wtot : SF >= 2 && !early ? min(gw + nw, wtot) : take();
-    if (tr && SMALL) moe_trace_span(MOE_TR_TICKET, t_start);
     unsigned pend = 0;   /* lane 0: the ticket drawn for the item after wn */
     bool primed = false;
     Item cur = decode(wi < wtot ? wi : 0);
     while (wi < wtot) {
-        const unsigned long long t_item = tr ? moe_now() : 0;
         if (lane == 0 && wn < wtot) pend = atomicAdd(draw, 1u);
         const Item nxt = decode(wn < wtot ? wn : wi);
         const int e = cur.e, r = cur.r, p0 = cur.p0, ntok = cur.ntok;
@@ -555,7 +503,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             shared_gu(wi);
             primed = false;
         } else if (SMALL && wi >= wg && wi < wsd) {   /* shared down: FP8 16-row tile r, once the shared h is complete */
-#if EX_FP8_OK
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             fp8_rowtile<1, 4, 1, 1, 1>(a.sh_w2 + (size_t)r * ncd * MOE_FP8_CHUNK_BYTES, a.I, 0, ncd,
                                        a.sh_s2 + (size_t)(r * MOE_TILE_ROWS / 128) * ncd, 0, ring, h, NULL, prow, acc,
@@ -566,13 +513,9 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                 const int row = r * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                 if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[0][0][i];
             }
-            if (tr) moe_trace_item(MOE_TR_SH_DN, t_item, (size_t)ncd * MOE_FP8_CHUNK_BYTES);
-#else
-            __trap();
-#endif
-        } else if (SMALL && RM == 2 && MOE_SMALL_ONE_LOOP) {   /* routed gate/up (a K part) or down (2 tiles): one
-                                                                  copy of the FP4 loop, so the instruction cache holds
-                                                                  one routed loop instead of two */
+        } else if (SMALL && RM == 2) {   /* routed gate/up (a K part) or down (2 tiles): one copy of the FP4 loop, so
+                                            the instruction cache holds one routed loop instead of two (two: 2-6 %
+                                            slower at batches 1-8) */
             const bool gu = wi < wg;
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             const GuPart gp = gu_part(wi), gq = gu_part(wn);   /* this item's and the next's (where gate/up) */
@@ -583,9 +526,9 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const uint8_t *nrt = !has_next ? NULL
                                  : gu ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg + gq.part * pb
                                       : a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * 2 * rtd;
-            fp4_rowtile<FMT, 2, D, 1, MOE_SMALL_X_NC ? 5 : 1, 1, MOE_ROLL_S, 0, ER>(
+            fp4_rowtile<FMT, 2, D, 1, 1, 1, 1, 0, ER>(
                 rt, gu ? ncp * 128 : a.I, ring, gu ? x + gp.part * ncp * 128 : h, gu ? pair_tok : NULL, prow, acc,
-                primed, nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0, gu);
+                primed, nrt, gu ? 1 : ncd, gu ? nullptr : MOE_DONE(a.tickets, DONE_KEY(e, p0)), need, gu ? a.H : 0);
             primed = has_next;
             if (gu) {
                 if (ksg == 1 || part_reduce<2>(acc, a.part + (size_t)(tiles_sh + gp.tile) * MOE_PARTS_MAX * 256,
@@ -604,7 +547,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                         atomicAdd(MOE_DONE(a.tickets, DONE_KEY(e, p0)), 1u);
                     }
                 }
-                if (tr) moe_trace_item(MOE_TR_GU1, t_item, pb);
             } else {
                 const float post = a.post2[e];
 #pragma unroll
@@ -614,7 +556,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                         const int row = (r * 2 + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                         if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
                     }
-                if (tr) moe_trace_item(MOE_TR_DN1, t_item, 2 * rtd);
             }
         } else if (wi < wg) {   /* gate/up: 16 rows of gate and of up for one <= 8-token chunk of the expert */
             const int part = SMALL ? (wi - nsg) % ksg : 0;
@@ -626,8 +567,8 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
             const uint8_t *nrt = has_next ? a.w13 + (size_t)nxt.e * a.w13_stride + (size_t)nxt.r * rtg +
                                                 (size_t)npart * ncp * 2 * moe_fp4_chunk_bytes(FMT)
                                           : NULL;
-            fp4_rowtile<FMT, 2, D, 1, 0, 0, MOE_ROLLED, 0, ER>(rt, ncp * 128, ring, x + part * ncp * 128, pair_tok,
-                                                               prow, acc, primed, nrt, 1, nullptr, 0, a.H);
+            fp4_rowtile<FMT, 2, D, 1, 0, 0, 0, 0, ER>(rt, ncp * 128, ring, x + part * ncp * 128, pair_tok, prow, acc,
+                                                      primed, nrt, 1, nullptr, 0, a.H);
             primed = has_next;
             const int tile = SMALL ? (wi - nsg) / ksg : 0;
             if (!SMALL || ksg == 1 ||
@@ -647,16 +588,14 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                     atomicAdd(MOE_DONE(a.tickets, DONE_KEY(e, p0)), 1u);
                 }
             }
-            if (tr && SMALL) moe_trace_item(MOE_TR_GU1, t_item, (size_t)ncp * 2 * moe_fp4_chunk_bytes(FMT));
         } else {   /* down: RM adjacent 16-row tiles of the expert's w2, once the h rows of its token chunk are
                       complete */
             int prow[1] = {p0 + (g < ntok ? g : 0)};
             const bool has_next = wn < wtot && ncd % DD == 0;
             const uint8_t *rt = a.w2 + (size_t)e * a.w2_stride + (size_t)r * RM * rtd;
             const uint8_t *nrt = has_next ? a.w2 + (size_t)nxt.e * a.w2_stride + (size_t)nxt.r * RM * rtd : NULL;
-            fp4_rowtile<FMT, RM, DD, 1, 1, 1, MOE_ROLLED, 0, ER>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt,
-                                                                 RM == 2 ? ncd : 1,
-                                                                 MOE_DONE(a.tickets, DONE_KEY(e, p0)), need);
+            fp4_rowtile<FMT, RM, DD, 1, 1, 1, 0, 0, ER>(rt, a.I, ring, h, NULL, prow, acc, primed, nrt,
+                                                        RM == 2 ? ncd : 1, MOE_DONE(a.tickets, DONE_KEY(e, p0)), need);
             primed = has_next;
             const float post = a.post2[e];
 #pragma unroll
@@ -666,7 +605,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
                     const int row = (r * RM + m) * 16 + g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
                     if (n < ntok) y[(size_t)(p0 + n) * a.H + row] = acc[m][0][i] * post;
                 }
-            if (tr && SMALL) moe_trace_item(MOE_TR_DN1, t_item, RM * rtd);
         }
         wi = wn;
         cur = nxt;
@@ -692,8 +630,6 @@ __global__ void __launch_bounds__(128, SMALL == 2 ? MOE_MINB_S5 : SMALL ? MOE_MI
 
 /* per-warp rings + the block's copies of off[] and one or two item tables (E <= 512) */
 static size_t smem_for(int E) { return (size_t)MOE_WARPS * EX_RING + 3 * (size_t)(E + 2) * 4; }
-/* the 2-tile gate/up's: WG's activation slots where its form without the FP8 branch (sh 0) has them */
-static size_t smem_gu2(int E, int sh) { return MOE_WG2 && !sh ? wg_offset(E) + 2 * WG_SLOT : smem_for(E); }
 
 static cudaError_t raise_smem(const void *f, size_t bytes)
 {
@@ -737,14 +673,12 @@ static cudaError_t occupancy_forms(int fmt, int E, int *gu, int *dn)
                                           : (const void *)k_gate_up<MOE_FP4_MXFP4, NT, SH>;
     const size_t sm = smem_for(E);
     cudaError_t e;
-    if ((e = raise_smem(fg, NT == 2 && !SH ? smem_gu2(512, 0) : smem_for(512))) != cudaSuccess) return e;
+    if ((e = raise_smem(fg, smem_for(512))) != cudaSuccess) return e;
     for (int rm = 1; rm <= 2; rm++)
         if ((e = raise_smem((const void *)dn_pick<NT, SH>(fmt, rm), smem_for(512))) != cudaSuccess) return e;
     if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(gu, fg, 128, sm)) != cudaSuccess) return e;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(dn, (const void *)dn_pick<NT, SH>(fmt, 1), 128, sm);
 }
-
-extern "C" int moe_expert_inline_shared_ok(void) { return EX_FP8_OK; }
 
 extern "C" cudaError_t moe_expert_occupancy(int fmt, int E, int nt, int *gu, int *dn)
 {
@@ -833,7 +767,7 @@ extern "C" cudaError_t moe_gate_up(const moe_expert_args *a, const uint16_t *x, 
     auto two = [&] {
         const int sh = nt2_shared(a, T);
         return moe_launch(gu2_pick(a->fmt, sh), dim3(routed_grid(grid[1], 2, T, topk, rg, a->has_shared, a->tok1_max < 0)),
-                          dim3(128), smem_gu2(a->E, sh), st, *a, x, off, pair_tok, pair_w, h);
+                          dim3(128), sm, st, *a, x, off, pair_tok, pair_w, h);
     };
     const cudaError_t e = stage_launches(a, T, 1, one, two);
     return e != cudaSuccess || !has_wide(a, T) ? e : gate_up_wide(a, x, off, pair_tok, pair_w, T, topk, grid, h, st);
@@ -898,7 +832,7 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
                                           const int grid[3], int grid_fused, uint16_t *h, float *y, cudaStream_t st)
 {
     const bool small = T <= MOE_TOK_CHUNK && a->one_launch;
-    if (!a->tickets || a->tok1_max < 0 || (a->has_shared && (!small || !EX_FP8_OK)) || a->H % 128 || a->I % MOE_ROWS_PER_ITEM ||
+    if (!a->tickets || a->tok1_max < 0 || (a->has_shared && !small) || a->H % 128 || a->I % MOE_ROWS_PER_ITEM ||
         a->H % (2 * MOE_ROWS_PER_ITEM) || a->H > 8192 || a->I > 8192 || grid_fused < 1)
         return cudaErrorInvalidValue;
     const int ksg = small ? a->ks_gu : 1, kss = small && a->has_shared ? a->ks_sh : 1;
@@ -933,16 +867,16 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
     /* the 2-tile gate/up first: it waits on the lists and then releases the fused launch (its grid held to
      * 1-2 blocks per SM so the fused launch's blocks join from the start gained 0.5 % at 256) */
     cudaError_t e = moe_launch(gu2_pick(a->fmt, 0),   /* no shared items in this path */
-                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), smem_gu2(a->E, 0), st, b, x, off,
+                               dim3(routed_grid(grid[1], 2, T, topk, rg, 0)), dim3(128), sm, st, b, x, off,
                                pair_tok, pair_w, h);
     if (e != cudaSuccess) return e;
     /* (X4): the wide stages after the 2-tile down: before the fused launch, the wide gate/up's blocks waited on
-       the 2-tile gate/up and held the fused launch until it ended. (wide_early, with MOE_IDLE_EXIT, where the
+       the 2-tile gate/up and held the fused launch until it ended. (wide_early, with idle_exit, where the
        wide gate/up's blocks without items exit at once): 1, the wide gate/up right after the 2-tile one (the fused
        launch, which does not wait at its start, is then released by it at its start, which is after the lists
        completed); 2, right after the fused launch. */
     const bool wide = has_wide(&b, T);
-    const int at = wide && MOE_IDLE_EXIT ? b.wide_early : 0;   /* 0: after the 2-tile down (b.early is 1 here) */
+    const int at = wide ? b.wide_early : 0;   /* 0: after the 2-tile down (b.early is 1 here) */
     auto gu_wide = [&] { return gate_up_wide(&b, x, off, pair_tok, pair_w, T, topk, grid, h, st); };
     if (at == 1 && (e = gu_wide()) != cudaSuccess) return e;
     e = moe_launch(experts1_fn(a->fmt, 2, 0), dim3(grid_fused), dim3(128), sm, st, b, x, off, pair_tok, pair_w, h, y);
@@ -961,31 +895,14 @@ extern "C" cudaError_t moe_experts_fused1(const moe_expert_args *a, const uint16
  * 4 warps. The token group varies fastest over blockIdx, so the blocks of one row group run together
  * and read its weights from HBM once. NM 2: gate/up (x -> swiglu -> h), NM 1: down (h -> y). */
 #define SH_XSTRIDE 136   /* bf16 per staged activation row: 128 + 8 of padding */
-/* SH_EARLY 1: the shared gate/up releases the shared down at its start, whose blocks then sit
- * waiting on SM resources; 0: at its end, so the router launches beside them find room. */
-#ifndef SH_EARLY
-#define SH_EARLY 0
-#endif
-#ifndef SH_D
 #define SH_D 4           /* chunks in flight per warp (weights) and per block (activations); A/B: 2 the
                             same within noise (3 blocks per SM), 8 4-6 % slower at batch 512 */
-#endif
 /* n-tiles of 8 tokens per block: gate/up and down, up to 64 tokens (_S) and above (_L) */
-#ifndef SH_GU_NTT_S
 #define SH_GU_NTT_S 2
-#endif
-#ifndef SH_DN_NTT_S
 #define SH_DN_NTT_S 2
-#endif
-#ifndef SH_GU_NTT_L
 #define SH_GU_NTT_L 4
-#endif
-#ifndef SH_DN_NTT_L
 #define SH_DN_NTT_L 8
-#endif
-#ifndef SH_GU_NTT_XL   /* gate/up from moe_expert_args.sh_xl_min_t tokens (one block per SM: 134 KB of shared memory) */
-#define SH_GU_NTT_XL 8
-#endif
+#define SH_GU_NTT_XL 8   /* gate/up from moe_expert_args.sh_xl_min_t tokens (one block per SM: 134 KB of shared memory) */
 /* The shared expert's results of a warp's 16-row tile r for tokens t0 + 0..8 NT - 1 (< T): NM 2 h = swiglu(gate, up)
  * as bf16, NM 1 y in fp32, both at the shared pairs' rows (T * topk + t). */
 template <int NM, int NT>
@@ -1026,7 +943,7 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
     for (int s = 0; s < D; s++)
         if (s < nc) fp8_issue<NM>(ring, s, rt, s, lane);
     moe_pdl_wait();
-    if (NM == 1 || SH_EARLY) moe_pdl_release();
+    if (NM == 1) moe_pdl_release();
     /* the block's XR activation rows of chunk c into slot s, 16 bytes per thread and copy */
     auto stage_x = [&](int s, int c) {
 #pragma unroll
@@ -1061,7 +978,9 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
         cp_commit();
     }
     shared_store<NM, NTT>(a, acc, r, t0, T, topk, h, y);
-    if (NM == 2 && !SH_EARLY) moe_pdl_release();
+    /* the shared gate/up releases the shared down at its end (at its start, the down's blocks sat waiting on SM
+       resources the router launches beside them need) */
+    if (NM == 2) moe_pdl_release();
 }
 
 template <int NM, int NTT>
@@ -1119,11 +1038,8 @@ extern "C" cudaError_t moe_shared_experts(const moe_expert_args *a, const uint16
                    : shared_launch<1, SH_DN_NTT_L>(a, hs, T, topk, h, y, st);
 }
 
-/* CMB_BATCH 1: for topk <= 8 every pair index, then every y row, is loaded before any is added (two
- * dependent memory round trips instead of two per routed pair); the sum keeps the same order. */
-#ifndef CMB_BATCH
-#define CMB_BATCH 1
-#endif
+/* For topk <= CMB_MAXK every pair index, then every y row, is loaded before any is added (two dependent
+ * memory round trips instead of two per routed pair); the sum keeps the same order. */
 #define CMB_MAXK 8
 __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, int T, int H, int topk, int inv_ready,
                           float *out)
@@ -1131,7 +1047,7 @@ __global__ void k_combine(const float *y, const int32_t *inv, const float *ysh, 
     const MoeTrace trace_(MOE_TR_COMBINE);
     const int t = blockIdx.y;
     const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
-    const bool batch = CMB_BATCH && topk <= CMB_MAXK && t < T && c < H;
+    const bool batch = topk <= CMB_MAXK && t < T && c < H;
     int p[CMB_MAXK];
     auto load_inv = [&] {   /* token t's pairs (through L2: another launch wrote them) */
 #pragma unroll
@@ -1177,26 +1093,19 @@ extern "C" cudaError_t moe_combine(const float *y, const int32_t *inv, const flo
     return moe_launch(k_combine, grid, dim3(256), 0, st, y, inv, ysh, T, H, topk, inv_ready ? 1 : 0, out);
 }
 
-/* (MOE_CARVEOUT = percent of the unified L1 / shared memory given to shared memory, -1: the
- * driver's choice per kernel): one setting for every kernel of the layer, so blocks of different
+/* MOE_CARVEOUT: percent of the unified L1 / shared memory given to shared memory, one setting for every
+ * kernel of the layer, so blocks of different
  * kernels can share an SM. With the driver's choice the routed gate/up's blocks did not start on an SM
  * until the shared expert's gate/up block there had finished (stage trace at batch 64: routed start
  * 36 us, after the shared gate/up's end at 32.6, while the lists were done at 25); with 100 they start
  * at 29.6. A/B: 8 -2 %, 16 -2 %, 64 -3..-6 %, skewed 64 -8 %; 32 +2..4 %, skewed 8
  * +3.5 %; 1, 128, 256 equal. */
 #define MOE_CARVEOUT 100
-/* , prepared for an A/B and not yet measured (with MOE_SMALL_X_NC 1, which sends x through L1): the
- * carveout of the T <= 8 expert launch alone. It holds 4 blocks per SM (registers), 176 KB of shared memory,
- * so at 100 % a fifth block's 45 KB sits unused and L1 keeps 28 KB (all of x is 64 KB at batch 8). 80 asks
- * for the 196 KB configuration (60 KB of L1); the price is that its blocks cannot share an SM set up for
- * another carveout (the router's) until that SM drains. */
-#define MOE_CARVEOUT_SMALL MOE_CARVEOUT
 extern "C" cudaError_t moe_router_carveout(int pct);
 
 extern "C" cudaError_t moe_kernels_carveout(void)
 {
     const int p = MOE_CARVEOUT;
-    if (p < 0) return cudaSuccess;
     const void *fs[] = {
         (const void *)k_gate_up<MOE_FP4_NVFP4, 1>, (const void *)k_gate_up<MOE_FP4_NVFP4, 2>,
         (const void *)k_gate_up<MOE_FP4_MXFP4, 1>, (const void *)k_gate_up<MOE_FP4_MXFP4, 2>,
@@ -1224,15 +1133,6 @@ extern "C" cudaError_t moe_kernels_carveout(void)
         const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, p);
         if (e != cudaSuccess) return e;
     }
-    if (MOE_CARVEOUT_SMALL != p && MOE_CARVEOUT_SMALL >= 0)   /* the T <= 8 forms (small 1, 2) */
-        for (const int fmt : {MOE_FP4_NVFP4, MOE_FP4_MXFP4})
-            for (int small = 1; small <= 2; small++)
-                for (int rm = experts1_rm_lo(small); rm <= 2; rm++) {
-                    const void *f = (const void *)experts1_fn(fmt, rm, small);
-                    const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                               MOE_CARVEOUT_SMALL);
-                    if (e != cudaSuccess) return e;
-                }
     return moe_router_carveout(p);
 }
 
@@ -1242,9 +1142,4 @@ extern "C" cudaError_t moe_trace_set(unsigned long long *buf)
 {
     const cudaError_t e = cudaMemcpyToSymbol(g_moe_trace, &buf, sizeof buf);
     return e != cudaSuccess ? e : moe_trace_set_router(buf);
-}
-
-extern "C" cudaError_t moe_ilog_set(unsigned long long *buf)
-{
-    return cudaMemcpyToSymbol(g_moe_ilog, &buf, sizeof buf);
 }

@@ -1,4 +1,4 @@
-/* moe_expert_dev.cuh — device building blocks of the MoE expert kernels (moe_expert.cu, moe_fused.cu):
+/* moe_expert_dev.cuh — device building blocks of the MoE expert kernels (moe_expert.cu):
  * the per-warp cp.async weight ring, FP4/FP8 row-tile streams with mma.sync, the K-split reduction and
  * the work-item decoding. See moe_expert.cu's header for the design.
  */
@@ -9,14 +9,9 @@
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
 #define RING_WARP_BYTES (10 * 1024)   /* per-warp shared-memory ring of weight chunks */
-/* n-tiles of the wide kernels (X4: moe_expert_args.wide_min): 8 (64-token items) or 4 (32); `sluice-bench moe`
- * (4): with 8, single-buffered activations (MOE_XSB), skewed 512 -15.5 % against 4 double-buffered */
+/* n-tiles of the wide kernels (moe_expert_args.wide_min): 64-token items, their activations single-buffered
+ * (fp4_rowtile XSB); `sluice-bench moe`: skewed 512 -15.5 % against 4 n-tiles double-buffered */
 #define MOE_NTW 8
-#define MOE_XSB 1   /* 1: the wide kernels' activations single-buffered (fp4_rowtile); 8 n-tiles need it */
-/* 1: the FP4 ring loop keeps 2 steps of code instead of D (ring slot computed at run time). ,
- * measured A/B in one process: 5-7 % faster for the one-launch layer at batches 1-8
- * (its many loops thrash the instruction cache), 0-7 % slower for the separate kernels at batches 4-64. */
-#define MOE_ROLLED 0
 
 
 __device__ __forceinline__ uint32_t u4get(const uint4 &v, int i)
@@ -56,17 +51,16 @@ __device__ __forceinline__ void acc_zero(float acc[NM][NT][4])
 }
 
 /* XL bit 0: activations through L2 only (__ldcg) instead of the read-only path, bit 1: the same for
- * the pair -> token table; for data other blocks of the same kernel wrote (moe_fused.cu); bit 2 (with bit
- * 0): the read-only path where xnc says the activations are read-only in this launch (x, not h) */
+ * the pair -> token table; for data other blocks of the same kernel wrote (k_experts1) */
 template <int NT, int XL = 0>
-__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q, bool xnc = false)
+__device__ __forceinline__ void load_x(XFrag<NT> &x, const uint16_t *const xrow[NT], int c, int q)
 {
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint4 *p = (const uint4 *)(xrow[j] + c * 128 + i * 32 + 8 * q);
-            x.v[j][i] = (XL & 4) && xnc ? __ldg(p) : (XL & 1) ? __ldcg(p) : __ldg(p);
+            x.v[j][i] = (XL & 1) ? __ldcg(p) : __ldg(p);
         }
 }
 
@@ -85,7 +79,7 @@ __device__ __forceinline__ void moe_poll_count(const unsigned *ctr, unsigned nee
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
 }
 
-/* Dependency wait of moe_fused.cu, by a whole block of MOE_WARPS warps working on one item: thread 0
+/* Dependency wait by a whole block of MOE_WARPS warps working on one item: thread 0
  * polls, then a block barrier (named barrier 1, so the block's other __syncthreads are not involved).
  * One poller per block: many warps spinning on one L2 line starve everything else that lives there. */
 __device__ __forceinline__ void moe_wait_count(const unsigned *ctr, unsigned need)
@@ -142,14 +136,6 @@ __device__ __forceinline__ void fp4_read(Fp4Stage<NM> &st, const uint8_t *ring, 
     }
 }
 
-/* MOE_PROBE (timing probes of the 2-tile body, NT 2 only; the results are wrong, so never with a test): bit 0
- * one HMMA per FP4 word instead of NT (the n-tile alternating by step, so every activation fragment is still
- * loaded and used), bit 1 no scale multiply (the raw pairs), bit 2 no FP4 decode (the word under two masks as the
- * four pairs: 2 LOP3 instead of 7 + 1 IMAD, the 4 multiplies kept), bit 3 (fp4_rowtile) no activation loads after
- * the item's first two chunks (every chunk multiplies theirs: the L2 -> SM activation traffic gone). Each
- * leaves one stage out, so its time against the full body prices that stage. Bit 4: the probes in every FP4 body
- * (any NT), not only the 2-tile one; runs them under --power, so each stage is priced in energy per byte too. */
-#define MOE_PROBE 0
 /* Half U of a chunk (16-byte piece U of each lane's weights; activation fragments v[2U], v[2U+1]). */
 template <int NM, int NT, int U, int OR2 = 0>
 __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
@@ -160,47 +146,21 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
         for (int grp = 0; grp < 2; grp++) {
 #pragma unroll
             for (int m = 0; m < NM; m++) {
-#if MOE_DQ
-                const uint32_t f = moe_scale_factors2<MOE_SCALE_OR && (NT == 1 || OR2)>(st.s[m].x, st.s[m].y, 2 * u + grp);
-#else
-                const uint32_t cg = (st.s[m].x >> (8 * (2 * u + grp))) & 0xFFu;
-                const uint32_t c8 = (st.s[m].y >> (8 * (2 * u + grp))) & 0xFFu;
-                const uint32_t fg = moe_scale_factor(cg), f8 = moe_scale_factor(c8);
-#endif
+                const uint32_t f = moe_scale_factors2<NT == 1 || OR2>(st.s[m].x, st.s[m].y, 2 * u + grp);
 #pragma unroll
                 for (int step = 0; step < 2; step++) {
                     uint32_t p[4];
-                    constexpr int PR = NT == 2 || (MOE_PROBE & 16) ? MOE_PROBE : 0;
-                    if (PR & 4) {
-                        const uint32_t w = u4get(st.w[m][u], grp * 2 + step);
-                        p[0] = p[1] = w & MOE_FP4_MASK;
-                        p[2] = p[3] = w & 0x81408140u;
-                    } else {
-                        moe_fp4_word(u4get(st.w[m][u], grp * 2 + step), p);
-                    }
-#if MOE_DQ
-                    const uint32_t a0 = PR & 2 ? p[0] : moe_bf16x2_mul_lo(p[0], f), a1 = PR & 2 ? p[1] : moe_bf16x2_mul_hi(p[1], f);
-                    const uint32_t a2 = PR & 2 ? p[2] : moe_bf16x2_mul_lo(p[2], f), a3 = PR & 2 ? p[3] : moe_bf16x2_mul_hi(p[3], f);
-#else
-                    const uint32_t a0 = moe_bf16x2_mul(p[0], fg), a1 = moe_bf16x2_mul(p[1], f8);
-                    const uint32_t a2 = moe_bf16x2_mul(p[2], fg), a3 = moe_bf16x2_mul(p[3], f8);
-#endif
+                    moe_fp4_word(u4get(st.w[m][u], grp * 2 + step), p);
+                    const uint32_t a0 = moe_bf16x2_mul_lo(p[0], f), a1 = moe_bf16x2_mul_hi(p[1], f);
+                    const uint32_t a2 = moe_bf16x2_mul_lo(p[2], f), a3 = moe_bf16x2_mul_hi(p[3], f);
 #pragma unroll
                     for (int j = 0; j < NT; j++)   /* the dequantised fragment serves every n-tile */
-                        if (!(PR & 1) || j == step % NT)
-                            moe_mma_bf16(acc[m][j], a0, a1, a2, a3, u4get(x.v[j][u * 2 + grp], step * 2),
-                                         u4get(x.v[j][u * 2 + grp], step * 2 + 1));
+                        moe_mma_bf16(acc[m][j], a0, a1, a2, a3, u4get(x.v[j][u * 2 + grp], step * 2),
+                                     u4get(x.v[j][u * 2 + grp], step * 2 + 1));
                 }
             }
         }
     }
-}
-
-template <int NM, int NT, int OR2 = 0>
-__device__ __forceinline__ void fp4_compute(const Fp4Stage<NM> &st, const XFrag<NT> &x, float acc[NM][NT][4])
-{
-    fp4_compute_u<NM, NT, 0, OR2>(st, x, acc);
-    fp4_compute_u<NM, NT, 1, OR2>(st, x, acc);
 }
 
 /* After chunk c's step: ring slot s takes chunk c + D of this row tile, or the first chunks of the next one (next,
@@ -228,10 +188,8 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
 /* (fp4_rowtile ER): where a step refills its ring slot. 0: after the chunk's compute (D - 1 chunks in flight
  * while it computes); 1: right after the chunk's shared-memory reads, before its compute (D in flight; the slot's old
  * bytes are in registers: this lane's reads of its own pieces issue before its cp.async to them, whose data arrives
- * from L2 or HBM hundreds of cycles later); 2: between the compute's two halves. 1 in the T <= 8 kernel's 4-block
- * form (`sluice-bench moe`: batch 8's steady stream 3.7-4.0 -> 4.2-4.3 TB/s); the other kernels keep 0, since
- * ER 1 or 2 spills in them (8-256 B, their register caps); MOE_EARLY_REFILL sets their default for an A/B. */
-#define MOE_EARLY_REFILL 0
+ * from L2 or HBM hundreds of cycles later). 1 in the T <= 8 kernel's 4-block form (`sluice-bench moe`: batch 8's
+ * steady stream 3.7-4.0 -> 4.2-4.3 TB/s); the other kernels keep 0, since ER 1 spills in them (their register caps). */
 /* Streams the K/128 chunks of one 16-row tile; D even (the activation double buffer follows s & 1).
  * primed: the first D chunks were already issued (and committed) by the previous item's tail.
  * next: the warp's next FP4 row tile (same shape) or NULL; when K/128 is a multiple of D the tail
@@ -239,13 +197,12 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
 /* XL, wait/need: see load_x and moe_wait_count (wait: the producer count of xbase, checked after the
  * first weight chunks are on their way; WW 1: by this warp alone, moe_wait_count_warp); kx: the
  * activation row stride when it is not K (a K part). */
-/* OR2: the one-LOP3 scale factors with NT 2 (the 2-tile kernels without the FP8 branch). */
-template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = MOE_ROLLED, int OR2 = 0, int ER = MOE_EARLY_REFILL>
+/* ROLL: see the loop below. OR2: the one-LOP3 scale factors with NT >= 2 (the kernels without the FP8 branch). */
+template <int FMT, int NM, int D, int NT, int XL = 0, int WW = 0, int ROLL = 0, int OR2 = 0, int ER = 0>
 __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8_t *ring, const uint16_t *xbase,
                                             const int32_t *rows_tok, const int prow[NT], float acc[NM][NT][4],
                                             bool primed, const uint8_t *next, int mmul,
-                                            const unsigned *wait = nullptr, unsigned need = 0, int kx = 0,
-                                            bool xnc = false)
+                                            const unsigned *wait = nullptr, unsigned need = 0, int kx = 0)
 {
     static_assert(D % 2 == 0 && D * NM * 1280 <= RING_WARP_BYTES, "ring");
     const int lane = threadIdx.x & 31, q = lane & 3, nc = K / 128;
@@ -260,255 +217,41 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     for (int j = 0; j < NT; j++)
         xrow[j] = xbase + (size_t)(rows_tok ? ((XL & 2) ? __ldcg(rows_tok + prow[j]) : rows_tok[prow[j]]) : prow[j]) *
                               (kx ? kx : K);
-    /* XSB (the wide kernels with MOE_XSB): one activation buffer, chunk c's fragments loaded at its own step
-       (the compiler hoists them above the ring wait) instead of one chunk ahead: 16 NT registers fewer */
-    constexpr int XSB = NT >= 4 && MOE_XSB;
+    /* XSB (the wide kernels): one activation buffer, chunk c's fragments loaded at its own step (the compiler
+       hoists them above the ring wait) instead of one chunk ahead: 16 NT registers fewer */
+    constexpr int XSB = NT >= 4;
     XFrag<NT> xb[XSB ? 1 : 2];
-    if (!XSB) load_x<NT, XL>(xb[0], xrow, 0, q, xnc);
-    constexpr int PX = (NT == 2 || (MOE_PROBE & 16)) && !XSB ? MOE_PROBE : 0;
-    if (PX & 8) load_x<NT, XL>(xb[1], xrow, nc > 1 ? 1 : 0, q, xnc);   /* the probe's only other loads */
+    if (!XSB) load_x<NT, XL>(xb[0], xrow, 0, q);
     acc_zero<NM, NT>(acc);
-    /* ROLL: two steps per iteration (the activation double buffer's parity stays static), the ring slot
-     * computed at run time: the loop body is 2 steps of code instead of D. */
+    /* ROLL 1: two steps per iteration (the activation double buffer's parity stays static), the ring slot
+     * computed at run time: the loop body is 2 steps of code instead of D. The T <= 8 kernel's one routed loop
+     * takes it (its many loops thrash the instruction cache: 5-7 % faster at batches 1-8); the other kernels
+     * were 0-7 % slower with it. */
     for (int c0 = 0; c0 < nc; c0 += ROLL ? 2 : D) {
 #pragma unroll
         for (int s0 = 0; s0 < (ROLL ? 2 : D); s0++) {
             const int c = c0 + s0, s = ROLL ? (c & (D - 1)) : s0, u = s0 & 1;
             if (c < nc) {
-                if constexpr (XSB) load_x<NT, XL>(xb[0], xrow, c, q, xnc);
-                else if (!(PX & 8) && c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q, xnc);
+                if constexpr (XSB) load_x<NT, XL>(xb[0], xrow, c, q);
+                else if (c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q);
                 cp_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
                 if (ER == 1) fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
                 fp4_compute_u<NM, NT, 0, OR2>(st, xb[XSB ? 0 : u], acc);
-                if (ER == 2) fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
                 fp4_compute_u<NM, NT, 1, OR2>(st, xb[XSB ? 0 : u], acc);
             }
             if (!ER || c >= nc) fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
         }
     }
 }
-/* XB (the 2-tile kernels' activation rows staged once per block in shared memory, mbarrier slots;
- * measured slower, `sluice-bench moe`) was removed; a3bb9fc has it. */
 
-/* ---- WG (MOE_WG2 builds only; `sluice-bench moe`: correct, 7 % slower than the mma.sync body at 512): the 2-tile gate/up's tensor work as wgmma, the
- * asynchronous warpgroup MMA of Hopper. The block's 4 warps are one warpgroup and walk the same block items (the
- * static walk), so their four 16-row weight tiles are the M = 64 of one m64n16k16 per matrix and k16 step: A is each
- * warp's dequantised fragment in registers (the mma.sync m16n8k16 A layout, which wgmma's register A shares), B the
- * item's 16 token rows x 16 inputs from shared memory, D the same accumulator layout as mma.sync's two n-tiles. The
- * activations are staged once per block per 128-input chunk (2 slots of 4 KB, all 128 threads, one chunk ahead),
- * in wgmma's no-swizzle K-major layout with the weights' input order (the repacked FP4 word order, see
- * fp4_compute_u): k16 block kb = 2 i + step of chunk c holds inputs 32 i + 8 q + 4 step + 2 kc + e of row n as
- * element 8 kc + 2 q + e of its core-matrix row (kc: the block's two 8-input core matrices, 256 B apart; 8-row groups
- * of n 128 B apart). The warps issue each step's two wgmmas and decode the next step while they run (one group in
- * flight). */
-#define WG_SLOT 4096
-#ifndef WG_INFL   /* wgmma groups (k16 steps) a warp leaves in flight while it decodes the next step (run 6: 1) */
-#define WG_INFL 1
-#endif
-__device__ __forceinline__ uint64_t wg_desc(const uint8_t *p)
-{
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)(256 >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
-}
+/* wgmma's fence, commit and wait (moe_shared_gemm.cuh) */
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-/* this thread's generic-proxy writes to shared memory (st.shared, cp.async once waited for), before the async
- * proxy (wgmma) reads them */
-__device__ __forceinline__ void wg_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
-__device__ __forceinline__ void wg_mma(float d[2][4], const uint32_t a[4], uint64_t desc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, "
-                 "%12, p, 1, 1, 0;\n}"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
-                   "+f"(d[1][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
-                 : "memory");
-}
-/* This thread's two 16-byte pieces of the block's chunk (pieces t and t + 128: row n = piece >> 4, inputs
- * 8 (piece & 15) + 0..7) into a slot, as the four words the layout above scatters them to. */
-__device__ __forceinline__ void wg_store(uint8_t *slot, const uint4 r[2])
-{
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int pc = threadIdx.x + 128 * h, n = pc >> 4, uq = pc & 15, i = uq >> 2, q = uq & 3;
-        uint8_t *row = slot + (n >> 3) * 128 + (n & 7) * 16 + q * 4;
-#pragma unroll
-        for (int w = 0; w < 4; w++)   /* word w: step w >> 1, core matrix kc = w & 1 */
-            *(uint32_t *)(row + (i * 2 + (w >> 1)) * 512 + (w & 1) * 256) = u4get(r[h], w);
-    }
-    wg_proxy_fence();   /* the stores, before the async proxy reads them */
-}
-/* fp4_rowtile for the 2-tile gate/up (NM 2) with wgmma: every thread of the block calls it for the block item
- * (e, p0, ntok; its own 16-row tile rowtile); xs: the block's 2 staging slots. */
-template <int FMT, int D>
-__device__ __forceinline__ void fp4_rowtile_wg(const uint8_t *rowtile, int K, uint8_t *ring, uint8_t *xs,
-                                               const uint16_t *x, const int32_t *pair_tok, int p0, int ntok,
-                                               float acc[2][2][4], bool primed, const uint8_t *next)
-{
-    const int lane = threadIdx.x & 31, nc = K / 128;
-    if (!primed) fp4_prime<FMT, 2, D>(ring, rowtile, nc, lane, 1);
-    const uint16_t *src[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int pc = threadIdx.x + 128 * h;
-        src[h] = x + (size_t)pair_tok[p0 + min(pc >> 4, ntok - 1)] * K + (pc & 15) * 8;
-    }
-    acc_zero<2, 2>(acc);
-    uint4 r[2];
-    r[0] = __ldg((const uint4 *)src[0]);
-    r[1] = __ldg((const uint4 *)src[1]);
-    __syncthreads();   /* every warp's wgmmas of the previous item are complete (wg_wait<0> there) */
-    wg_store(xs, r);
-    __syncthreads();
-    for (int c0 = 0; c0 < nc; c0 += D) {
-#pragma unroll
-        for (int s = 0; s < D; s++) {
-            const int c = c0 + s;
-            if (c < nc) {
-                if (c + 1 < nc) {
-                    r[0] = __ldg((const uint4 *)(src[0] + (c + 1) * 128));
-                    r[1] = __ldg((const uint4 *)(src[1] + (c + 1) * 128));
-                }
-                cp_wait<D - 1>();
-                Fp4Stage<2> st;
-                fp4_read<2>(st, ring, s, lane);
-                const uint8_t *slot = xs + (c & 1) * WG_SLOT;
-#pragma unroll
-                for (int u = 0; u < 2; u++)
-#pragma unroll
-                    for (int grp = 0; grp < 2; grp++) {
-                        uint32_t f[2];
-#pragma unroll
-                        for (int m = 0; m < 2; m++) f[m] = moe_scale_factors2<MOE_SCALE_OR>(st.s[m].x, st.s[m].y, 2 * u + grp);
-#pragma unroll
-                        for (int step = 0; step < 2; step++) {
-                            uint32_t a[2][4];
-#pragma unroll
-                            for (int m = 0; m < 2; m++) {
-                                uint32_t p[4];
-                                moe_fp4_word(u4get(st.w[m][u], grp * 2 + step), p);
-                                a[m][0] = moe_bf16x2_mul_lo(p[0], f[m]);
-                                a[m][1] = moe_bf16x2_mul_hi(p[1], f[m]);
-                                a[m][2] = moe_bf16x2_mul_lo(p[2], f[m]);
-                                a[m][3] = moe_bf16x2_mul_hi(p[3], f[m]);
-                            }
-                            const uint64_t desc = wg_desc(slot + ((2 * u + grp) * 2 + step) * 512);
-                            wg_fence();
-                            wg_mma(acc[0], a[0], desc);
-                            wg_mma(acc[1], a[1], desc);
-                            wg_commit();
-                            wg_wait<WG_INFL>();
-                        }
-                    }
-                if (c + 1 < nc) {   /* slot (c + 1) & 1 was chunk c - 1's, whose wgmmas are complete (WG_INFL < 8) */
-                    wg_store(xs + ((c + 1) & 1) * WG_SLOT, r);
-                    __syncthreads();
-                }
-            }
-            fp4_refill<FMT, 2, D>(ring, s, rowtile, next, c, nc, lane, 1);
-        }
-    }
-    wg_wait<0>();
-}
 
-/* ---- SW: the shared expert's GEMMs as wgmma m64nNk16 (k_shared_wg, moe_expert.cu). A: each warp's
- * dequantised FP8 fragment in registers, as in fp8_chunk; B: the block's N token rows of one 128-input chunk,
- * staged with 4-byte cp.async copies into wgmma's no-swizzle K-major layout in the FP8 repack's input order (the
- * layout wg_store writes for N = 16): k16 block kb = 2 grp + step at kb * 32 N bytes holds inputs 32 grp + 8 q +
- * 4 step + 2 kc + e of row n at kc * 16 N + (n / 8) * 128 + (n % 8) * 16 + 4 q + 2 e (kc: the block's two 8-input
- * core matrices, 16 N bytes apart; 8-row groups 128 bytes apart). */
-__device__ __forceinline__ void cp4(uint8_t *smem, const void *g)
-{
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(sa), "l"(g) : "memory");
-}
-template <int N>
-__device__ __forceinline__ uint64_t sw_desc(const uint8_t *p)
-{
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)((16 * N) >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
-}
-/* d (+)= A (this warp's 16 rows, registers) x B (desc): acc 0 overwrites d (a chunk's first k16 step) */
-template <int NT>
-__device__ __forceinline__ void sw_mma(float d[NT][4], const uint32_t a[4], uint64_t desc, int acc);
-template <>
-__device__ __forceinline__ void sw_mma<4>(float d[4][4], const uint32_t a[4], uint64_t desc, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-                 "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
-                 : "memory");
-}
-template <>
-__device__ __forceinline__ void sw_mma<8>(float d[8][4], const uint32_t a[4], uint64_t desc, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
-                 : "memory");
-}
-
-template <>
-__device__ __forceinline__ void sw_mma<16>(float d[16][4], const uint32_t a[4], uint64_t desc, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-                   "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-                   "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-                   "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-                   "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
-                 : "memory");
-}
-/* One 128-input FP8 chunk of k_shared_wg: per k16 step each warp's fragments of NM matrices from ring slot s,
- * dequantised with the multipliers f (bf16x2: 2^120, or 2^120 x a power-of-two block scale), times the block's
- * staged token rows xsl (sw_desc), into d; fresh: the chunk's first step overwrites d (the partials form). The
- * wgmmas are committed by the caller. */
-template <int NM, int NT>
-__device__ __forceinline__ void sw_chunk(const uint8_t *ring, int s, int lane, const uint8_t *xsl, const uint32_t f[NM],
-                                         float d[NM][NT][4], bool fresh)
-{
-#pragma unroll
-    for (int grp = 0; grp < 4; grp++) {
-        uint4 wv[NM];
-#pragma unroll
-        for (int m = 0; m < NM; m++) wv[m] = *(const uint4 *)(ring + ((s * NM + m) * 4 + grp) * 512 + lane * 16);
-#pragma unroll
-        for (int step = 0; step < 2; step++) {
-            uint32_t af[NM][4];
-#pragma unroll
-            for (int m = 0; m < NM; m++) {
-                const uint32_t w0 = u4get(wv[m], step * 2), w1 = u4get(wv[m], step * 2 + 1);
-                af[m][0] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), f[m]);
-                af[m][1] = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), f[m]);
-                af[m][2] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), f[m]);
-                af[m][3] = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), f[m]);
-            }
-            const uint64_t desc = sw_desc<8 * NT>(xsl + (grp * 2 + step) * (8 * NT * 32));
-            wg_fence();
-#pragma unroll
-            for (int m = 0; m < NM; m++) sw_mma<NT>(d[m], af[m], desc, fresh ? (grp | step) : 1);
-        }
-    }
-}
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
 /* Chunk c of an FP8 row tile (NM interleaved matrices) into ring slot `slot`: each lane copies (and
  * later reads back) only its own 16-byte pieces. */

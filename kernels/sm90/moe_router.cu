@@ -279,11 +279,7 @@ __global__ void __launch_bounds__(1024, 1) k_build_lists(const int32_t *idx, con
 }
 
 /* Small batches (T <= 32): top-k (warp w: tokens w, w + 16) and the lists in one block, one launch fewer in
- * the chain. idx/w go through global memory; __syncthreads makes them visible to the whole block.
- * MOE_TRACE_TL 1 (bench): its phases in the stage trace's "topk" (from the end of the PDL wait to the end of
- * each warp's top-k), "topk-ld" (from its loads landing to its end) and "lists" slots, which the separate
- * top-k and lists launches use above 32 tokens. The lists start is read with moe_now_fenced (a plain read
- * had moved above the barrier, ~5 us before the top-k's end). */
+ * the chain. idx/w go through global memory; __syncthreads makes them visible to the whole block. */
 /* GONLY: 1024 threads, grouped only (moe_plan.topk_group 3-4: 8 warps per token for up to 4 tokens;
  * the one-warp top-k needs > 64 registers, so it is not compiled in this form). */
 template <int PL, int GONLY>
@@ -298,7 +294,6 @@ __global__ void __launch_bounds__(GONLY ? 1024 : 512, 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     moe_pdl_wait();
     moe_pdl_release();
-    const unsigned long long t_w = MOE_TRACE_TL ? moe_now() : 0;
     if (PL == 8 && (GONLY || moe_topk_grouped(T, E, topk, func, tid2eid, grp, (int)blockDim.x >> 5))) {   /* E <= 256 */
         /* RT_GROUP warps per token; the candidates in sm (reused by the lists after the next barrier) */
         const int t = warp / RT_GROUP, gw = warp % RT_GROUP;
@@ -309,14 +304,11 @@ __global__ void __launch_bounds__(GONLY ? 1024 : 512, 1)
     } else if constexpr (!GONLY) {
         for (int t = warp; t < T; t += blockDim.x >> 5)   /* 512 threads (not 1024): the top-k needs > 64 registers */
             router_topk_token<PL>(logits, ksplit, T, t, lane, E, topk, func, bias, tid2eid, token_ids, route_scale, idx,
-                                  w, MOE_TRACE_TL != 0);
+                                  w);
     }
-    if (MOE_TRACE_TL) moe_trace_span(MOE_TR_TOPK, t_w);
     __syncthreads();
-    const unsigned long long t_l = MOE_TRACE_TL ? moe_now_fenced() : 0;
     build_lists_block(sm, idx, w, T, E, topk, has_shared, rg_gu, rg_dn, tok_chunk, off, pair_tok, pair_w, inv, items_gu,
                       items_dn);
-    if (MOE_TRACE_TL) moe_trace_span(MOE_TR_LISTS, t_l);
 }
 
 extern "C" cudaError_t moe_build_lists(const int32_t *idx, const float *w, int T, int E, int topk, int has_shared,

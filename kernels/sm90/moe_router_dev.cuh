@@ -1,4 +1,4 @@
-/* moe_router_dev.cuh — device building blocks of the router (moe_router.cu, moe_fused.cu): one token's
+/* moe_router_dev.cuh — device building blocks of the router (moe_router.cu): one token's
  * scores + top-k + weights by a warp, and the per-expert lists built by one block.
  */
 #ifndef SLUICE_MOE_ROUTER_DEV_CUH
@@ -11,12 +11,6 @@
 
 #define RT_MAXPL 16    /* experts per lane in top-k: E <= 512 */
 
-/* MOE_TRACE_TL 1 (bench diagnostic builds): the top-k + lists launch's phases in the stage trace
- * (moe_router.cu k_topk_lists; kernels/moe_kernels.h "topk", "topk-ld", "lists"). 0: no trace code. */
-#define MOE_TRACE_TL 0
-/* MOE_TOPK_STACK 1 (A/B only, bench/runs/-run2.sh): the hash branch's select as before , which the
- * compiler turns into an indexed read of sc[], so sc[] lives in local memory (8 stores per lane per token). */
-#define MOE_TOPK_STACK 0
 
 /* acc[j] += the 8 gate values w . token j's 8 inputs at xk + j * kn (bf16), for j < nt <= TOK. */
 template <int TOK>
@@ -108,13 +102,12 @@ __device__ __forceinline__ void router_topk_write(int my_e, float my_w, int t, i
     }
 }
 
-/* Scores, selection and weights of token t by one whole warp. PL: experts per lane (E <= 32 * PL).
- * trace_ld (MOE_TRACE_TL builds only): record the span from the loads landing to the end in "topk-ld". */
+/* Scores, selection and weights of token t by one whole warp. PL: experts per lane (E <= 32 * PL). */
 template <int PL = RT_MAXPL>
 __device__ __forceinline__ void router_topk_token(const float *part, int ksplit, int T, int t, int lane, int E,
                                                   int topk, int func, const float *bias, const int32_t *tid2eid,
                                                   const int32_t *token_ids, float route_scale, int32_t *idx,
-                                                  float *wout, bool trace_ld = false)
+                                                  float *wout)
 {
     /* every load is issued before any is used (a runtime-length loop per element had serialised
      * them into ~30 L2 round trips per warp, ~20 us) */
@@ -143,13 +136,6 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
             for (int i = 0; i < PL; i++)
                 if (lane + 32 * i < E) lg[i] += __ldcg(part + ((size_t)s * T + t) * E + lane + 32 * i);
     }
-    unsigned long long t_ld = 0;
-    if (MOE_TRACE_TL && trace_ld) {   /* the timer read waits for every loaded value (moe_now_after) */
-        float d = 0.f;
-#pragma unroll
-        for (int i = 0; i < PL; i++) d += lg[i] + bb[i];
-        t_ld = moe_now_after(d);
-    }
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < PL; i++) mx = fmaxf(mx, lg[i]);
@@ -177,12 +163,10 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
         const int tok = token_ids ? token_ids[t] : t;
         for (int k = 0; k < topk; k++) {
             const int e = tid2eid[(size_t)tok * topk + k];
-            float v = 0.f;   /* sc[e >> 5] as an exact multiply-add select (see below: an indexed read puts sc[] in
-                                local memory) */
+            float v = 0.f;   /* sc[e >> 5] as an exact multiply-add select (a conditional select becomes an indexed
+                                read, which puts sc[] in local memory) */
 #pragma unroll
-            for (int i = 0; i < PL; i++)
-                if (MOE_TOPK_STACK) { if (e >= 0 && (e >> 5) == i) v = sc[i]; }
-                else v = fmaf(sc[i], e >= 0 && (e >> 5) == i ? 1.f : 0.f, v);
+            for (int i = 0; i < PL; i++) v = fmaf(sc[i], e >= 0 && (e >> 5) == i ? 1.f : 0.f, v);
             v = __shfl_sync(0xffffffffu, v, e & 31);
             if (lane == k) { my_e = e; my_w = v; }
         }
@@ -215,7 +199,6 @@ __device__ __forceinline__ void router_topk_token(const float *part, int ksplit,
         }
     }
     router_topk_write(my_e, my_w, t, lane, topk, func, route_scale, idx, wout);
-    if (MOE_TRACE_TL && trace_ld) moe_trace_span(MOE_TR_TOPK_LD, t_ld);
 }
 
 /* ---- one token's top-k over RT_GROUP warps (E <= 32 * RT_GROUP: one expert per lane), for the smallest

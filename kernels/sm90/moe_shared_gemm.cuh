@@ -13,11 +13,9 @@
  * takes 72 us at 512 (FOLD 1; 82 with the partials) and the down 32-37, against k_shared_fp8's 107 and 69; bound by the
  * L2 -> SM traffic of 128 x 128 tiles (~3.3 TB/s), not by the tensor pipe; the layer gains 2-3 % at 512 (skewed 512
  * 7 %) and nothing at 128-256, so used it from 512.
- * (GW, moe_shared_gemms' wg): the same GEMMs on wgmma with 128 x 256 tiles (k_shared_gemm_wg, below; folded scales
- * only); with it moe_cuda_ws runs them from 256 (`sluice-bench moe`: 256 -1.6 %, 512 -0.5..1 %).
- * (GWT, wg 4, the default): the same tiles moved by TMA from a producer warp (k_shared_gemm_tma, below): 's
- * step was its copies' instruction stream (`sluice-bench moe`); alone the gate/up at 512 53 us against 71, the layer 512
- * -1.1..1.5 %, 256 -0.4..0.6 % ((3)). wg 2-3 (k_shared_gemm_wg's FORM 1-2) are the forms measured on the way.
+ * (GWT, folded scales on sm_90a): the same GEMMs on wgmma with 128 x 256 tiles moved by TMA from a producer warp
+ * (k_shared_gemm_tma, below); with it the plan runs them from 256 (`sluice-bench moe`: alone the gate/up at 512 53 us
+ * against 71).
  *
  * C[t][n] = sum_k A[t][k] B[n][k]: A the token rows (x for gate/up; the shared pairs' h rows for down), B the weights
  * ([n][k], k contiguous, "TN"). Block tile 128 tokens x 128 outputs, K in steps of 64; 8 warps as 2 (tokens) x 4
@@ -35,9 +33,7 @@
 #define GM_BM 128
 #define GM_BN 128
 #define GM_BK 64
-#ifndef GM_STAGES
-#define GM_STAGES 4
-#endif
+#define GM_STAGES 4   /* pipeline stages of the shared-memory ring */
 #define GM_STAGE_BYTES ((GM_BM + GM_BN) * GM_BK * 2)
 
 __device__ __forceinline__ void gm_ldsm_x4(uint32_t r[4], const uint16_t *p)
@@ -205,25 +201,11 @@ static cudaError_t shared_gemm_launch(const moe_expert_args *a, const uint16_t *
  * the warps' issue slots, and 64 blocks (one per SM) do 512 tokens' gate/up, so the router keeps the other SMs.
  * Layout: each stage holds A (128 token rows) then B (256 weight rows), rows of 64 bf16 (128 bytes) with the 16-byte
  * chunk index XOR (row & 7): wgmma's 128-byte swizzle, K-major, 8-row atoms 1024 bytes apart (the stage base is
- * 1024-aligned). Pipeline: GW_STAGES - 1 steps of cp.async in flight; per step every thread waits for its copies,
- * fences them to the async proxy, and the block meets; then each warpgroup issues its 8 wgmmas, the block refills
- * the slot the previous step read (its wgmmas completed before the barrier), and waits for its wgmmas. FOLD 1 only
- * (the partials form would need 128 more registers); numerics as k_shared_gemm<., 1>: exact bf16 products, fp32
- * accumulation in a fixed order, one owner per output: deterministic. sm_90a only (sw_ok).
- * FORM 1 (moe_shared_gemms' wg 2): one wgmma group left in flight across steps. the form waits for its own
- * wgmmas at the end of every step, so the tensor pipe drains once per 64 inputs while the block meets and the next
- * step's copies are checked (~40 % of the tensor rate, `sluice-bench moe`). Here each warpgroup waits only for
- * the previous step's group (wait_group 1), and the slot a step refills is the one read two steps back: every warp
- * waited for that group before the barrier it just passed. The price is one step less of copies in flight (2).
- * FORM 2 (wg 3): INFL with one m64n256k16 per warpgroup and 16 inputs in place of two m64n128k16, so the warpgroup's
- * 64 token rows are read from shared memory once per step, not twice (the step moves 96 KB of wgmma operands and
- * 48 KB of copies through shared memory per 2M MACs: ~144 bytes per cycle at the tensor rate, past its ~128).
- * Measured (`sluice-bench moe`): both as fast as FORM 0; the step is its copies' instruction stream, which GWT removes. */
+ * 1024-aligned). FOLD 1 only (the partials form would need 128 more registers); numerics as k_shared_gemm<., 1>:
+ * exact bf16 products, fp32 accumulation in a fixed order, one owner per output: deterministic. sm_90a only (sw_ok). */
 #define GW_BM 128
 #define GW_BN 256
-#ifndef GW_STAGES
-#define GW_STAGES 4
-#endif
+#define GW_STAGES 4   /* pipeline stages of the shared-memory ring */
 #define GW_A_BYTES (GW_BM * GM_BK * 2)
 #define GW_STAGE_BYTES ((GW_BM + GW_BN) * GM_BK * 2)
 
@@ -292,15 +274,14 @@ __device__ __forceinline__ void gw_epilogue(const float (&acc)[2][64], int m0, i
 }
 
 /* ---- GWT (moe_shared_gemms' wg 4): GW's tiles fed by the tensor memory accelerator.
- * Why: ncu of GW's gate/up alone at 512 (`sluice-bench moe`): 295 warp-instructions per warp and step, issued at
- * one per ~7 cycles (dispatch and dependency stalls, 2 warps per scheduler), so the 12 16-byte copies per thread and
- * step and their address arithmetic take the whole step, whatever the wgmma form (in flight, m64n256: equal).
- * Here one lane of a ninth warp (the producer) moves each step's two tiles with two cp.async.bulk.tensor copies (A:
+ * Why: with 16-byte cp.async copies by every thread (`sluice-bench moe`, ncu of the gate/up alone at 512) a step
+ * was 295 warp-instructions per warp, issued at one per ~7 cycles, so the copies and their address arithmetic took
+ * the whole step, whatever the wgmma form. Here one lane of a ninth warp (the producer) moves each step's two tiles with two cp.async.bulk.tensor copies (A:
  * 128 token rows, B: 256 weight rows, 64 inputs each) into the same 128-byte-swizzled stage layout, completing on the
  * stage's "full" mbarrier; the two consumer warpgroups wait on it, issue one m64n256k16 per 16 inputs, keep one group in
  * flight, and arrive on the previous step's "empty" mbarrier, which the producer waits on before refilling that stage.
  * GW_STAGES steps in flight, no block barrier in the loop. Token rows past T are the tensor map's out-of-bounds rows
- * (zeros), never stored. Numerics and the epilogue as k_shared_gemm_wg: deterministic. The tensor maps (gwt_map)
+ * (zeros), never stored. Numerics as GW above: deterministic. The tensor maps (gwt_map)
  * are encoded on the host per launch (x, T and h's shared rows change with the batch). */
 __device__ __forceinline__ uint32_t gwt_sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void gwt_mb_init(uint64_t *b, int n)
