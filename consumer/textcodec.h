@@ -16,9 +16,9 @@
  * - stop_find: stop strings are matched on that decoded text, so a stop string spanning tokens (or
  *   ending inside a multi-byte character) is found on the token that completes it.
  * - Chat jobs: textcodec_encode_messages renders the messages with DeepSeek-V4's chat encoding
- *   (engine/chat.h) and encodes the text without the post-processor (the text starts with BOS, as
- *   DeepSeek's generate.py encodes it); textcodec_chat_answer splits the final text into content and
- *   reasoning_content at the end of thinking, as DeepSeek's API does.
+ *   (engine/chat.h) and encodes the text without the post-processor (the rendered text already starts
+ *   with BOS); textcodec_chat_answer splits the final text into content and reasoning_content at the
+ *   end of thinking, as DeepSeek's API does.
  * Threads: one codec per worker; encode and the decoders are used from the worker's main thread.
  */
 #ifndef SLUICE_TEXTCODEC_H
