@@ -71,11 +71,6 @@ int sl_chat_render(const sl_chat_msg *m, int n, int thinking, char **out, size_t
             free(t);
             return -1;
         }
-        if (r == R_DEVELOPER && m[i].content_len == 0) {
-            snprintf(err, errlen, "messages[%d]: a developer message needs content", i);
-            free(t);
-            return -1;
-        }
         /* tool results and user text become content blocks of one user message (merge_tool_messages) */
         if (r == R_USER && nt > 0 && t[nt - 1].role == R_USER) {
             t[nt - 1].last = i;
@@ -94,6 +89,12 @@ int sl_chat_render(const sl_chat_msg *m, int n, int thinking, char **out, size_t
     }
 
     int lu = last_user(t, nt);
+    for (int i = 0; i < nt; i++)   /* (a developer message that was dropped may be empty) */
+        if (t[i].role == R_DEVELOPER && m[t[i].first].content_len == 0) {
+            snprintf(err, errlen, "messages[%d]: a developer message needs content", t[i].first);
+            free(t);
+            return -1;
+        }
     sbuf b = {0};
     puts_(&b, SL_CHAT_BOS);
     for (int i = 0; i < nt; i++) {

@@ -17,7 +17,8 @@
  *     so are developer messages before it.
  *
  * The text is returned as is (special tokens are plain text here; the tokenizer matches them).
- * Errors: a role other than system/user/assistant/developer, an empty developer message.
+ * Errors: a role other than system/user/assistant/developer, an empty developer message that is
+ * rendered (one dropped in thinking mode may be empty, as in DeepSeek's encoder).
  * tests/tokenizer/chat_cases.jsonl holds prompts made with DeepSeek's encoder (make_chat_cases.py).
  */
 #ifndef SLUICE_CHAT_H

@@ -98,6 +98,16 @@ static void test_errors(void) {
     CHECK(sl_chat_render(empty_dev, 1, 0, &out, &len, err, sizeof err) == -1 &&
               strstr(err, "messages[0]: a developer message needs content"),
           "%s", err);
+    /* an empty developer message is an error only where it is rendered: thinking drops it before the last
+     * user message (DeepSeek's encoder asserts on it in chat mode, and renders this in thinking mode) */
+    sl_chat_msg dev_then_user[] = {{"developer", "", 0, NULL, 0}, {"user", "q", 1, NULL, 0}};
+    CHECK(sl_chat_render(dev_then_user, 2, 0, &out, &len, err, sizeof err) == -1 &&
+              strstr(err, "messages[0]: a developer message needs content"),
+          "%s", err);
+    CHECK(sl_chat_render(dev_then_user, 2, 1, &out, &len, err, sizeof err) == 0 &&
+              !strcmp(out, SL_CHAT_BOS SL_CHAT_USER "q" SL_CHAT_ASSISTANT SL_CHAT_THINK_START),
+          "%s", err);
+    free(out);
     CHECK(sl_chat_role_ok("system") && sl_chat_role_ok("developer") && !sl_chat_role_ok("tool") && !sl_chat_role_ok(NULL),
           "role_ok");
 }
