@@ -212,7 +212,11 @@ static int scan_string(scan *s) {
     return scan_long(s, &n, 10) || scan_skip(s, n);
 }
 
-/* kind: 0 ints, 1 strings, 2 map of strings */
+static int scan_union(scan *s, int64_t *branch, int64_t n) {
+    return scan_long(s, branch, 10) || *branch < 0 || *branch >= n ? -1 : 0;
+}
+
+/* kind: 0 ints, 1 strings, 2 map of strings, 3 chat messages (role, content, null or reasoning) */
 static int scan_blocks(scan *s, int kind) {
     for (;;) {
         int64_t count, bytes, x;
@@ -226,15 +230,13 @@ static int scan_blocks(scan *s, int kind) {
         for (int64_t i = 0; i < count; i++) {
             if (kind == 0 && scan_long(s, &x, 5)) return -1;
             if (kind >= 1 && scan_string(s)) return -1;
-            if (kind == 2 && scan_string(s)) return -1;
+            if (kind >= 2 && scan_string(s)) return -1;
+            if (kind == 3 && (scan_union(s, &x, 2) || (x == 1 && scan_string(s)))) return -1;
         }
     }
 }
 
-static int scan_union(scan *s, int64_t *branch, int64_t n) {
-    return scan_long(s, branch, 10) || *branch < 0 || *branch >= n ? -1 : 0;
-}
-
+/* 0 for the current layout, 1 for the v1 layout (the bytes end after metadata), -1 with err. */
 static int job_prescan(const uint8_t *buf, size_t len, char *err, size_t errlen) {
     scan s = {buf, buf + len, NULL};
     int64_t x, b;
@@ -262,6 +264,9 @@ static int job_prescan(const uint8_t *buf, size_t len, char *err, size_t errlen)
     STEP("deadline_ms", scan_union(&s, &b, 2) || (b == 1 && scan_long(&s, &x, 10)));
     STEP("reply_topic", scan_union(&s, &b, 2) || (b == 1 && scan_string(&s)));
     STEP("metadata", scan_blocks(&s, 2));
+    if (s.p == s.end) return 1;
+    STEP("messages", scan_blocks(&s, 3));
+    STEP("thinking", s.p >= s.end || *s.p++ > 1);
 #undef STEP
     if (s.p != s.end) {
         snprintf(err, errlen, "avro: %zu trailing bytes after the Job record (wrong schema?)", (size_t)(s.end - s.p));
@@ -290,13 +295,43 @@ void job_free(sl_job *j) {
     }
     free(j->meta_k);
     free(j->meta_v);
+    for (int i = 0; i < j->n_messages; i++) {
+        free(j->messages[i].role);
+        free(j->messages[i].content);
+        free(j->messages[i].reasoning_content);
+    }
+    free(j->messages);
     memset(j, 0, sizeof(*j));
+}
+
+/* The encoding of the defaults of the fields added after v1, in order: messages [] and thinking false. */
+static const uint8_t JOB_V1_TAIL[2] = {0, 0};
+/* Result: content null, reasoning_content null (union branch 0). */
+static const uint8_t RESULT_V1_TAIL[2] = {0, 0};
+
+/* buf[0..len) + tail in a malloc'd buffer. */
+static uint8_t *with_tail(const void *buf, size_t len, const uint8_t *tail, size_t tlen) {
+    uint8_t *b = malloc(len + tlen);
+    if (!b) return NULL;
+    memcpy(b, buf, len);
+    memcpy(b + len, tail, tlen);
+    return b;
 }
 
 int codec_decode_job(sl_codec *c, const void *buf, size_t len, sl_job *j, char *err, size_t errlen) {
     memset(j, 0, sizeof(*j));
-    if (job_prescan(buf, len, err, errlen) != 0) return -1;
-    if (read_value(c, S_JOB, buf, len, err, errlen) != 0) return -1;
+    int layout = job_prescan(buf, len, err, errlen);
+    if (layout < 0) return -1;
+    uint8_t *padded = NULL;
+    if (layout == 1) {   /* v1 bytes: read them with the added fields' defaults appended */
+        if (!(padded = with_tail(buf, len, JOB_V1_TAIL, sizeof(JOB_V1_TAIL))))
+            return snprintf(err, errlen, "avro: out of memory"), -1;
+        buf = padded;
+        len += sizeof(JOB_V1_TAIL);
+    }
+    int rc = read_value(c, S_JOB, buf, len, err, errlen);
+    free(padded);
+    if (rc != 0) return -1;
     avro_value_t *v = &c->value[S_JOB], f, b;
     int disc;
     int bval;
@@ -365,6 +400,23 @@ int codec_decode_job(sl_codec *c, const void *buf, size_t len, sl_job *j, char *
         }
         j->n_meta = (int)i + 1;
     }
+    if (field(v, "messages", &f) || avro_value_get_size(&f, &n)) goto bad;
+    j->messages = calloc(n ? n : 1, sizeof(*j->messages));
+    if (!j->messages) goto bad;
+    for (size_t i = 0; i < n; i++) {
+        avro_value_t e, g;
+        sl_job_message *msg = &j->messages[i];
+        j->n_messages = (int)i + 1;
+        if (avro_value_get_by_index(&f, i, &e, NULL) || field(&e, "role", &g) || get_str(&g, &msg->role, NULL) ||
+            field(&e, "content", &g) || get_str(&g, &msg->content, &msg->content_len) ||
+            field(&e, "reasoning_content", &g) || avro_value_get_discriminant(&g, &disc))
+            goto bad;
+        if (disc == 1 && (avro_value_get_current_branch(&g, &b) ||
+                          get_str(&b, &msg->reasoning_content, &msg->reasoning_content_len)))
+            goto bad;
+    }
+    if (field(v, "thinking", &f) || avro_value_get_boolean(&f, &bval)) goto bad;
+    j->thinking = bval;
     avro_value_reset(v);
     return 0;
 bad:
@@ -486,6 +538,17 @@ int codec_encode_job(sl_codec *c, const sl_job *j, int32_t schema_id, uint8_t **
     if (field(v, "metadata", &f) ||
         set_map(&f, (const char *const *)j->meta_k, (const char *const *)j->meta_v, j->n_meta))
         goto bad;
+    if (field(v, "messages", &f)) goto bad;
+    for (int i = 0; i < j->n_messages; i++) {
+        const sl_job_message *msg = &j->messages[i];
+        avro_value_t e, g;
+        if (avro_value_append(&f, &e, NULL) || field(&e, "role", &g) || set_str(&g, msg->role, strlen(msg->role)) ||
+            field(&e, "content", &g) || set_str(&g, msg->content, msg->content_len) ||
+            field(&e, "reasoning_content", &g) ||
+            set_null_or_str(&g, msg->reasoning_content, msg->reasoning_content_len))
+            goto bad;
+    }
+    if (field(v, "thinking", &f) || avro_value_set_boolean(&f, j->thinking)) goto bad;
     if (write_value(v, schema_id, out, outlen)) goto bad;
     avro_value_reset(v);
     return 0;
@@ -522,6 +585,10 @@ int codec_encode_result(sl_codec *c, const sl_result *r, int32_t schema_id, uint
         goto bad;
     if (field(v, "model", &f) || set_str(&f, r->model ? r->model : "", r->model ? strlen(r->model) : 0)) goto bad;
     if (field(v, "metadata", &f) || set_map(&f, r->meta_k, r->meta_v, r->n_meta)) goto bad;
+    if (field(v, "content", &f) || set_null_or_str(&f, r->content, r->content_len)) goto bad;
+    if (field(v, "reasoning_content", &f) ||
+        set_null_or_str(&f, r->reasoning_content, r->reasoning_content_len))
+        goto bad;
     if (write_value(v, schema_id, out, outlen)) goto bad;
     avro_value_reset(v);
     return 0;
@@ -615,7 +682,15 @@ void result_owned_free(sl_result_owned *r) {
 int codec_decode_result(sl_codec *c, const void *buf, size_t len, sl_result_owned *out, char *err,
                         size_t errlen) {
     memset(out, 0, sizeof(*out));
-    if (read_value(c, S_RESULT, buf, len, err, errlen) != 0) return -1;
+    if (read_value(c, S_RESULT, buf, len, err, errlen) != 0) {
+        /* v1 bytes end before content: read them again with the defaults appended (a v1 record never
+         * decodes as the current one, which needs those bytes) */
+        uint8_t *padded = with_tail(buf, len, RESULT_V1_TAIL, sizeof(RESULT_V1_TAIL));
+        char err1[256];
+        int rc = padded ? read_value(c, S_RESULT, padded, len + sizeof(RESULT_V1_TAIL), err1, sizeof(err1)) : -1;
+        free(padded);
+        if (rc != 0) return -1;   /* err: the current schema's complaint */
+    }
     arena *a = calloc(1, sizeof(*a));
     if (!a) goto bad;
     out->mem = a;
@@ -661,6 +736,10 @@ int codec_decode_result(sl_codec *c, const void *buf, size_t len, sl_result_owne
     r->meta_k = mk;
     r->meta_v = mv;
     r->n_meta = (int)n;
+    if (field(v, "content", &f) || arena_null_or_str(a, &f, &r->content, &r->content_len)) goto bad;
+    if (field(v, "reasoning_content", &f) ||
+        arena_null_or_str(a, &f, &r->reasoning_content, &r->reasoning_content_len))
+        goto bad;
     avro_value_reset(v);
     return 0;
 bad:

@@ -7,14 +7,28 @@
  * avro-c keeps its last error process-wide (avro_strerror), so a codec is used by ONE thread only
  * (the worker's consumer thread; sluice-submit's main thread).
  *
- * Decoded jobs own their memory (job_free). Strings are NUL-terminated; prompt text and stop strings
- * also carry their byte length (Avro strings may contain U+0000).
+ * Decoded jobs own their memory (job_free). Strings are NUL-terminated; prompt text, stop strings and
+ * message texts also carry their byte length (Avro strings may contain U+0000).
+ *
+ * Schema evolution: Job and Result gained fields at their end (Job: messages, thinking; Result: content,
+ * reasoning_content), each with a default. Bytes written with the earlier schemas (schemas/v1/) end where
+ * those fields would begin, so they decode here with the defaults; what is encoded here always has the
+ * fields. A reader holding the earlier schema reads these bytes with Avro schema resolution (or, being at
+ * the end, by reading the fields it knows and ignoring the rest).
  */
 #ifndef SLUICE_CODEC_H
 #define SLUICE_CODEC_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+typedef struct {
+    char *role;
+    char *content;
+    size_t content_len;
+    char *reasoning_content;         /* NULL = null */
+    size_t reasoning_content_len;
+} sl_job_message;
 
 typedef struct {
     char *id;
@@ -41,6 +55,9 @@ typedef struct {
     char *reply_topic;               /* NULL = default results topic */
     char **meta_k, **meta_v;
     int n_meta;
+    sl_job_message *messages;        /* a chat job when n_messages > 0 (its prompt is then empty) */
+    int n_messages;
+    int thinking;                    /* chat: let the model reason first (DeepSeek's thinking mode) */
 } sl_job;
 
 typedef enum { RS_OK = 0, RS_ERROR, RS_EXPIRED, RS_CANCELLED } sl_result_status;
@@ -62,6 +79,10 @@ typedef struct {
     const char *worker, *model;
     const char *const *meta_k, *const *meta_v;
     int n_meta;
+    const char *content;             /* chat jobs: the answer; NULL = null */
+    size_t content_len;
+    const char *reasoning_content;   /* chat jobs with thinking: the reasoning; NULL = null */
+    size_t reasoning_content_len;
 } sl_result;
 
 /* A decoded Result with its own storage (codec_decode_result). */
@@ -93,7 +114,8 @@ enum { FRAMING_AUTO = 0, FRAMING_CONFLUENT = 1, FRAMING_BARE = 2 };
 int codec_unframe(const void *buf, size_t len, int framing, const uint8_t **payload, size_t *plen,
                   int32_t *schema_id, char *err, size_t errlen);
 
-/* Decode one bare Avro Job; -1 with err on undecodable bytes or trailing bytes. */
+/* Decode one bare Avro Job (current schema, or the v1 layout); -1 with err on undecodable bytes or
+ * trailing bytes. */
 int codec_decode_job(sl_codec *c, const void *buf, size_t len, sl_job *job, char *err, size_t errlen);
 void job_free(sl_job *job);
 
@@ -104,7 +126,7 @@ int codec_encode_result(sl_codec *c, const sl_result *r, int32_t schema_id, uint
                         char *err, size_t errlen);
 int codec_encode_chunk(sl_codec *c, const sl_chunk *ch, int32_t schema_id, uint8_t **out, size_t *outlen,
                        char *err, size_t errlen);
-/* Decode a bare Avro Result (sluice-submit, tests). */
+/* Decode a bare Avro Result, current schema or the v1 layout (sluice-submit, tests). */
 int codec_decode_result(sl_codec *c, const void *buf, size_t len, sl_result_owned *out, char *err,
                         size_t errlen);
 void result_owned_free(sl_result_owned *r);

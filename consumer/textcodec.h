@@ -15,6 +15,10 @@
  *   U+FFFD as in from_utf8_lossy. The final text equals the whole-sequence decode.
  * - stop_find: stop strings are matched on that decoded text, so a stop string spanning tokens (or
  *   ending inside a multi-byte character) is found on the token that completes it.
+ * - Chat jobs: textcodec_encode_messages renders the messages with DeepSeek-V4's chat encoding
+ *   (engine/chat.h) and encodes the text without the post-processor (the rendered text already starts
+ *   with BOS); textcodec_chat_answer splits the final text into content and reasoning_content at the
+ *   end of thinking, as DeepSeek's API does.
  * Threads: one codec per worker; encode and the decoders are used from the worker's main thread.
  */
 #ifndef SLUICE_TEXTCODEC_H
@@ -23,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h"
 #include "tokenizer.h"
 
 typedef struct sl_textcodec {
@@ -31,6 +36,7 @@ typedef struct sl_textcodec {
     int vocab_size;
     int eos_ids[8];
     int n_eos;
+    int32_t think_end_id;            /* the tokenizer's `</think>` token, -1 if none */
 } sl_textcodec;
 
 /* 0 with *out set; 1 when the model has no text support (*out NULL, err says why); -1 when a
@@ -42,6 +48,26 @@ void textcodec_close(sl_textcodec *tc);
  * the model vocab, too long). */
 int textcodec_encode(sl_textcodec *tc, const char *text, size_t len, int32_t **ids, int *n, char *err,
                      size_t errlen);
+/* A chat job's messages -> ids (malloc'd). 0, or -1 with one line in err naming the message: a role other
+ * than system/user/assistant/developer, invalid UTF-8, a last message that is not from the user (or
+ * developer), an empty developer message, an id outside the model vocab. */
+int textcodec_encode_messages(sl_textcodec *tc, const sl_job_message *msgs, int n, int thinking, int32_t **ids,
+                              int *n_ids, char *err, size_t errlen);
+
+/* The answer of a chat job, pointing into its final text. Thinking off: content = the text, reasoning
+ * NULL. Thinking on: reasoning = the text before the end of thinking, content = the text after it; no
+ * end of thinking yet (max_tokens reached while reasoning): reasoning = the text, content NULL. The end
+ * of thinking is the first `</think>` token among tokens when the tokenizer has one that decodes to no
+ * text (a special token), else the first `</think>` in the text. */
+typedef struct {
+    const char *content;
+    size_t content_len;
+    const char *reasoning;
+    size_t reasoning_len;
+} sl_chat_answer;
+void textcodec_chat_answer(const sl_textcodec *tc, int thinking, const int32_t *tokens, int n_tokens,
+                           const char *text, size_t len, sl_chat_answer *out);
+
 /* 1 if id gives no text (a special token or an EOS id). */
 int textcodec_silent(const sl_textcodec *tc, int32_t id);
 

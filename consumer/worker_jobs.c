@@ -196,7 +196,15 @@ static int validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char 
     int vocab = w->info->vocab_size, ctx = w->info->max_context;
     if (!j->id[0]) return snprintf(err, errlen, "id: empty"), -1;
     if (strlen(j->id) > 256) return snprintf(err, errlen, "id: longer than 256 bytes"), -1;
-    if (j->prompt_is_text) {
+    if (j->n_messages > 0) {   /* a chat job: the messages make the prompt */
+        if (j->prompt_is_text ? j->prompt_text_len > 0 : j->n_prompt_ids > 0)
+            return snprintf(err, errlen, "prompt: must be empty in a chat job (a job has prompt or messages)"), -1;
+        if (!w->tc) return snprintf(err, errlen, "messages: chat jobs need a tokenizer: %s", w->tc_err), -1;
+        if (textcodec_encode_messages(w->tc, j->messages, j->n_messages, j->thinking, prompt, n_prompt, err, errlen))
+            return -1;
+    } else if (j->thinking) {
+        return snprintf(err, errlen, "thinking: set on a job without messages (it applies to chat jobs)"), -1;
+    } else if (j->prompt_is_text) {
         if (j->prompt_text_len == 0) return snprintf(err, errlen, "prompt: empty"), -1;
         if (!w->tc) return snprintf(err, errlen, "prompt: text prompts need a tokenizer: %s", w->tc_err), -1;
         char e2[200] = "";
@@ -390,6 +398,12 @@ static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const cha
         if (textdec_finish(&r->text)) abort();   /* also makes "" for no tokens */
         res.text = r->text.text;
         res.text_len = r->text.len;
+        if (r->job.n_messages > 0) {   /* a chat job: content / reasoning_content as DeepSeek's API gives them */
+            sl_chat_answer a;
+            textcodec_chat_answer(w->tc, r->job.thinking, r->tokens, r->n_tokens, res.text, res.text_len, &a);
+            res.content = a.content, res.content_len = a.content_len;
+            res.reasoning_content = a.reasoning, res.reasoning_content_len = a.reasoning_len;
+        }
     }
     if (r->job.logprobs) {
         res.logprobs = r->logprobs;

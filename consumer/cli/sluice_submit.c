@@ -2,9 +2,11 @@
  *
  *   sluice-submit --brokers HOST:PORT [options] [PROMPT...]
  *
- * Jobs come from the PROMPT arguments, else from --file (one prompt per line), --jsonl (one Job as a
- * JSON object per line: the Avro field names; "prompt" a string or an array of ids), or stdin lines.
- * Each result is printed as one JSON line. Exit status: 0 when every job got a result with status OK,
+ * Jobs come from the PROMPT arguments, else from --chat (one chat job per question: messages [system
+ * (--system), user], thinking with --thinking), --file (one prompt per line), --jsonl (one Job as a
+ * JSON object per line: the Avro field names; "prompt" a string or an array of ids, or "messages" and
+ * "thinking" for a chat job), or stdin lines. Each result is printed as one JSON line, with "content" and
+ * "reasoning_content" when the Result has them (chat jobs). Exit status: 0 when every job got a result with status OK,
  * 1 otherwise (error results, timeout), 2 on bad usage.
  *
  * Load mode (--rate R --count N): N copies of --prompt at R jobs/s, open loop (send times fixed in
@@ -28,8 +30,8 @@
 #include "codec.h"
 
 typedef struct {
-    const char *brokers, *topic, *results, *framing, *prompt, *file, *jsonl, *report;
-    int schema_id, max_tokens, tokens_mode, count, timeout_s, quiet, stream;
+    const char *brokers, *topic, *results, *framing, *prompt, *file, *jsonl, *report, *system;
+    int schema_id, max_tokens, tokens_mode, count, timeout_s, quiet, stream, thinking;
     double rate, temperature;
     int64_t seed;
     int has_seed;
@@ -37,6 +39,8 @@ typedef struct {
     int n_kafka_kv;
     char **args;
     int n_args;
+    char **chat;                     /* --chat questions */
+    int n_chat;
 } opts;
 
 typedef struct {
@@ -61,6 +65,8 @@ static void usage(FILE *f) {
             "  --results T          result topic to wait on (sluice.results)\n"
             "  --framing F          confluent|bare (confluent)\n"
             "  --schema-id N        Confluent schema id written in front of each job (1)\n"
+            "  --chat Q             a chat job asking Q (repeatable: one job each); prints content and\n"
+            "                       reasoning_content.  --system S: system message;  --thinking: thinking mode\n"
             "  --file F             one prompt per line;  --jsonl F: one Job JSON object per line\n"
             "  --tokens             prompts are comma-separated token ids, not text\n"
             "  --max-tokens N       (16)   --temperature T (0)   --seed S (none: derived from the id)\n"
@@ -88,6 +94,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     o->prompt = "hi";
     o->args = calloc((size_t)argc, sizeof(char *));
     o->kafka_kv = calloc((size_t)argc, sizeof(char *));
+    o->chat = calloc((size_t)argc, sizeof(char *));
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -115,6 +122,9 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--jsonl")) { NEEDV(); o->jsonl = v; }
         else if (!strcmp(a, "--report")) { NEEDV(); o->report = v; }
         else if (!strcmp(a, "--prompt")) { NEEDV(); o->prompt = v; }
+        else if (!strcmp(a, "--chat")) { NEEDV(); o->chat[o->n_chat++] = (char *)v; }
+        else if (!strcmp(a, "--system")) { NEEDV(); o->system = v; }
+        else if (!strcmp(a, "--thinking")) o->thinking = 1;
         else if (!strcmp(a, "--tokens")) o->tokens_mode = 1;
         else if (!strcmp(a, "--stream")) o->stream = 1;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
@@ -155,6 +165,9 @@ static int parse_args(int argc, char **argv, opts *o) {
     }
     if (!o->brokers) return bad("usage: --brokers is required", "");
     if ((o->rate > 0) != (o->count > 0)) return bad("load mode: give both --rate and --count", "");
+    if (o->n_chat > 0 && (o->n_args > 0 || o->file || o->jsonl || o->count > 0))
+        return bad("usage: --chat jobs are sent alone (not with PROMPT, --file, --jsonl or --count)", "");
+    if ((o->system || o->thinking) && o->n_chat == 0) return bad("usage: --system and --thinking go with --chat", "");
     return 0;
 }
 
@@ -186,12 +199,62 @@ static void job_defaults(sl_job *j, const opts *o) {
     j->stream = o->stream;
 }
 
+static void add_message(sl_job *j, const char *role, const char *content, size_t len, const char *reasoning,
+                        size_t rlen) {
+    sl_job_message *m = realloc(j->messages, (size_t)(j->n_messages + 1) * sizeof(*m));
+    if (!m) abort();
+    j->messages = m;
+    m += j->n_messages++;
+    m->role = strdup(role);
+    m->content = malloc(len + 1);
+    if (!m->role || !m->content) abort();
+    memcpy(m->content, content, len);
+    m->content[len] = 0;
+    m->content_len = len;
+    m->reasoning_content = NULL;
+    m->reasoning_content_len = rlen;
+    if (reasoning) {
+        if (!(m->reasoning_content = malloc(rlen + 1))) abort();
+        memcpy(m->reasoning_content, reasoning, rlen);
+        m->reasoning_content[rlen] = 0;
+    }
+}
+
+/* A chat job: [system,] user question; its prompt is empty. */
+static void chat_job(sl_job *j, const opts *o, const char *question) {
+    j->prompt_is_text = 1;
+    j->prompt_text = strdup("");
+    if (o->system) add_message(j, "system", o->system, strlen(o->system), NULL, 0);
+    add_message(j, "user", question, strlen(question), NULL, 0);
+    j->thinking = o->thinking;
+}
+
 /* Fill a Job from a JSON object (the Avro field names). */
 static int job_from_json(sl_job *j, json_t *obj, char *err, size_t errlen) {
     json_t *v;
     if ((v = json_object_get(obj, "id")) && json_is_string(v)) j->id = strdup(json_string_value(v));
+    json_t *msgs = json_object_get(obj, "messages");
+    if (msgs && !json_is_array(msgs)) {
+        snprintf(err, errlen, "\"messages\" must be an array of {\"role\", \"content\", \"reasoning_content\"}");
+        return -1;
+    }
+    for (size_t i = 0; msgs && i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i), *r = json_object_get(m, "role"), *c = json_object_get(m, "content"),
+               *rc = json_object_get(m, "reasoning_content");
+        if (!json_is_string(r) || !json_is_string(c) || (rc && !json_is_null(rc) && !json_is_string(rc))) {
+            snprintf(err, errlen, "messages[%zu]: needs string \"role\" and \"content\" (and \"reasoning_content\" a "
+                     "string or null)", i);
+            return -1;
+        }
+        add_message(j, json_string_value(r), json_string_value(c), json_string_length(c),
+                    json_is_string(rc) ? json_string_value(rc) : NULL, json_is_string(rc) ? json_string_length(rc) : 0);
+    }
+    if ((v = json_object_get(obj, "thinking"))) j->thinking = json_is_true(v);
     v = json_object_get(obj, "prompt");
-    if (json_is_string(v)) {
+    if (!v && j->n_messages > 0) {   /* a chat job: the prompt is empty */
+        j->prompt_is_text = 1;
+        j->prompt_text = strdup("");
+    } else if (json_is_string(v)) {
         j->prompt_is_text = 1;
         j->prompt_text_len = json_string_length(v);
         j->prompt_text = malloc(j->prompt_text_len + 1);
@@ -201,7 +264,7 @@ static int job_from_json(sl_job *j, json_t *obj, char *err, size_t errlen) {
         j->prompt_ids = malloc(((size_t)j->n_prompt_ids + 1) * sizeof(int32_t));
         for (int i = 0; i < j->n_prompt_ids; i++) j->prompt_ids[i] = (int32_t)json_integer_value(json_array_get(v, (size_t)i));
     } else {
-        snprintf(err, errlen, "\"prompt\" must be a string or an array of token ids");
+        snprintf(err, errlen, "\"prompt\" must be a string or an array of token ids (or give \"messages\")");
         return -1;
     }
     if ((v = json_object_get(obj, "max_tokens"))) j->max_tokens = (int32_t)json_integer_value(v);
@@ -306,6 +369,9 @@ static void print_result(const sl_result *r) {
     for (int i = 0; i < r->n_tokens; i++) json_array_append_new(t, json_integer(r->tokens[i]));
     json_object_set_new(o, "tokens", t);
     json_object_set_new(o, "text", r->text ? json_stringn(r->text, r->text_len) : json_null());
+    if (r->reasoning_content)
+        json_object_set_new(o, "reasoning_content", json_stringn(r->reasoning_content, r->reasoning_content_len));
+    if (r->content) json_object_set_new(o, "content", json_stringn(r->content, r->content_len));
     if (r->error) json_object_set_new(o, "error", json_string(r->error));
     json_object_set_new(o, "worker", json_string(r->worker));
     json_object_set_new(o, "queue_ms", json_real(r->queue_ms));
@@ -469,7 +535,7 @@ int main(int argc, char **argv) {
     } else if (o.file) {
         in = fopen(o.file, "r");
         from_lines = 1;
-    } else if (o.n_args == 0) {
+    } else if (o.n_args == 0 && o.n_chat == 0) {
         in = stdin;
         from_lines = 1;
     }
@@ -487,6 +553,9 @@ int main(int argc, char **argv) {
             j.prompt_is_text = 1;
             j.prompt_text = strdup(o.prompt);
             j.prompt_text_len = strlen(o.prompt);
+        } else if (o.n_chat > 0) {
+            if (k >= o.n_chat) break;
+            chat_job(&j, &o, o.chat[k]);
         } else if (!in) {
             if (k >= o.n_args) break;
             if (o.tokens_mode) {
@@ -683,5 +752,6 @@ int main(int argc, char **argv) {
     codec_free(rcodec);
     free(o.args);
     free(o.kafka_kv);
+    free(o.chat);
     return got == n && failed == 0 ? 0 : 1;
 }

@@ -6,12 +6,17 @@
  *                                                                 stdout: one JSON string a line
  *   sluice-tokenize --tokenizer PATH --bench FILE [--repeat N]   encode FILE line by line, one core;
  *                                                                 prints a JSON line with MB/s
+ *   sluice-tokenize --chat FILE.json                             FILE: {"messages": [...], "thinking": bool}
+ *                                                                 stdout: the DeepSeek-V4 prompt (engine/chat.h)
+ *                                                                 as raw UTF-8, then one newline
  * PATH is a tokenizer.json or a checkpoint directory (its tokenizer.json and tokenizer_config.json,
  * or the byte tokenizer when it has none and config.json's vocab_size >= 256).
  * --encode adds no special tokens unless --add-special (special tokens written in the text are
  * still matched); --decode keeps special tokens and turns invalid UTF-8 into U+FFFD.
+ * --chat needs no tokenizer; FILE "-" is stdin.
  * A line that is not the expected JSON is an error naming the line; the exit status is then 1.
  */
+#include "chat.h"
 #include "tokenizer.h"
 
 #include <jansson.h>
@@ -25,10 +30,55 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: sluice-tokenize --tokenizer PATH (--encode [--add-special] | --decode | --bench FILE "
                "[--repeat N])\n"
+               "       sluice-tokenize --chat FILE.json\n"
                "  PATH: tokenizer.json or a checkpoint directory\n"
                "  --encode: stdin JSON strings, one a line -> JSON arrays of ids\n"
                "  --decode: stdin JSON arrays of ids, one a line -> JSON strings\n"
-               "  --bench FILE: encode FILE's lines (one core), print MB/s as JSON\n");
+               "  --bench FILE: encode FILE's lines (one core), print MB/s as JSON\n"
+               "  --chat FILE.json: {\"messages\": [{\"role\", \"content\", \"reasoning_content\"}...], \"thinking\": "
+               "bool}\n"
+               "      -> the DeepSeek-V4 chat prompt as raw UTF-8 and a newline (no tokenizer needed; - = stdin)\n");
+}
+
+/* Print the rendered chat prompt of FILE ({"messages": [...], "thinking": bool}). */
+static int do_chat(const char *file)
+{
+    json_error_t je;
+    json_t *j = !strcmp(file, "-") ? json_loadf(stdin, JSON_ALLOW_NUL, &je) : json_load_file(file, JSON_ALLOW_NUL, &je);
+    if (!j) {
+        fprintf(stderr, "sluice-tokenize: %s: line %d: %s\n", file, je.line, je.text);
+        return 1;
+    }
+    json_t *th = json_object_get(j, "thinking");
+    if (!json_is_object(j) || (th && !json_is_boolean(th) && !json_is_null(th))) {
+        fprintf(stderr, "sluice-tokenize: %s: expected {\"messages\": [...], \"thinking\": true|false}\n", file);
+        json_decref(j);
+        return 1;
+    }
+    sl_chat_msg *m;
+    int n;
+    char err[512], *out;
+    size_t len;
+    if (sl_chat_from_json(json_object_get(j, "messages"), &m, &n, err, sizeof err)) {
+        fprintf(stderr, "sluice-tokenize: %s: %s\n", file, err);
+        json_decref(j);
+        return 1;
+    }
+    int rc = sl_chat_render(m, n, json_is_true(th), &out, &len, err, sizeof err);
+    free(m);
+    json_decref(j);
+    if (rc) {
+        fprintf(stderr, "sluice-tokenize: %s: %s\n", file, err);
+        return 1;
+    }
+    fwrite(out, 1, len, stdout);
+    putchar('\n');
+    free(out);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "sluice-tokenize: write error\n");
+        return 1;
+    }
+    return 0;
 }
 
 static int open_tokenizer(const char *path, sl_tokenizer **t, char *err, size_t errlen)
@@ -219,7 +269,7 @@ static int do_bench(sl_tokenizer *t, const char *file, int repeat)
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL, *bench = NULL;
+    const char *path = NULL, *bench = NULL, *chat = NULL;
     int mode = 0, add_special = 0, repeat = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -233,6 +283,8 @@ int main(int argc, char **argv)
             mode = 'd';
         } else if (!strcmp(argv[i], "--bench") && i + 1 < argc) {
             mode = 'b', bench = argv[++i];
+        } else if (!strcmp(argv[i], "--chat") && i + 1 < argc) {
+            chat = argv[++i];
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
             repeat = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--add-special")) {
@@ -242,7 +294,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!path || !mode || repeat < 1) {
+    if (chat && !mode && !path) return do_chat(chat);
+    if (chat || !path || !mode || repeat < 1) {
         usage(stderr);
         return 2;
     }

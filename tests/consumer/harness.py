@@ -81,7 +81,7 @@ def job_record(id, prompt, max_tokens, **kw):
     rec = {"id": id, "prompt": prompt, "max_tokens": max_tokens, "tenant": "", "temperature": 0.0, "top_p": 1.0,
            "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0, "seed": None, "stop": [], "stop_token_ids": [],
            "ignore_eos": False, "logprobs": False, "stream": False, "priority": 0, "deadline_ms": None,
-           "reply_topic": None, "metadata": {}}
+           "reply_topic": None, "metadata": {}, "messages": [], "thinking": False}
     rec.update(kw)
     return rec
 

@@ -116,7 +116,7 @@ def test(make):
              "text": "*+,-", "logprobs": [], "error": None,
              "usage": {"prompt_tokens": 3, "completion_tokens": 4, "cached_tokens": 0},
              "timing": {"queue_ms": 1.0, "ttft_ms": 2.0, "decode_ms": 3.0}, "worker": "other", "model": "m",
-             "metadata": {}}
+             "metadata": {}, "content": None, "reasoning_content": None}
     time.sleep(1.0)
     env.redis.cmd("SET", "sluice:result:" + j_park_done["id"], h.avro_encode(h.RESULT_SCHEMA, other))
     env.redis.cmd("HSET", "sluice:job:" + j_park_done["id"], "status", "done")
