@@ -54,6 +54,11 @@ struct sl_backend {
 sl_backend *sl_backend_cpu_create(const v4_weights *w, v4_state_pool *pool, int n_threads,
                                   char *err, size_t errlen);
 
+/* Tests: the CPU reference with the cuda backend's storage numerics: what that backend keeps or feeds to a
+ * projection in bf16 (activations into the projections, q, KV, compressed entries and indexer keys, the attention
+ * output, non-FP8 dense weights) is rounded to bf16 here too, the rest stays fp32; so a comparison of the two
+ * measures the kernels, not bf16 storage. Off by default. */
+void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on);
 /* CUDA backend (engine/cuda/, only when SLUICE_HAVE_CUDA_BACKEND). */
 /* The pool's budget may shrink to what the GPU holds. */
 sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, char *err, size_t errlen);

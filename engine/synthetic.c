@@ -222,14 +222,14 @@ static int make_config(const synth_spec *s, v4_config *c, char *err, size_t errl
              "\"sliding_window\":128,\"rms_norm_eps\":1e-6,\"num_key_value_heads\":1,\"n_routed_experts\":256,"
              "\"n_shared_experts\":1,\"num_experts_per_tok\":6,\"moe_intermediate_size\":2048,"
              "\"routed_scaling_factor\":1.5,\"swiglu_limit\":10.0,\"scoring_func\":\"sqrtsoftplus\","
-             "\"num_hash_layers\":3,\"index_n_heads\":64,\"index_head_dim\":128,\"index_topk\":512,\"hc_mult\":4,"
+             "\"num_hash_layers\":%d,\"index_n_heads\":64,\"index_head_dim\":128,\"index_topk\":512,\"hc_mult\":4,"
              "\"hc_sinkhorn_iters\":20,\"hc_eps\":1e-6,\"max_position_embeddings\":1048576,"
              "\"num_nextn_predict_layers\":0,\"bos_token_id\":0,\"eos_token_id\":1,\"rope_theta\":10000,"
              "\"compress_rope_theta\":160000,\"rope_scaling\":{\"type\":\"yarn\",\"factor\":16,"
              "\"original_max_position_embeddings\":65536,\"beta_fast\":32,\"beta_slow\":1},"
              "\"expert_dtype\":\"fp4\",\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
              "\"scale_fmt\":\"ue8m0\",\"weight_block_size\":[128,128]},\"compress_ratios\":[%s]}",
-             s->layers, ratios);
+             s->layers, s->layers < 3 ? s->layers : 3, ratios);
     if (v4_config_parse(json, strlen(json), c, err, errlen)) return -1;
     snprintf(c->model_id, sizeof c->model_id, "synthetic-v4-flash-%dl-%s", s->layers,
              s->experts == SYNTH_NVFP4 ? "nvfp4" : "mxfp4");

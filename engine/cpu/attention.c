@@ -192,6 +192,7 @@ typedef struct {
     const float *cs, *sn;
     int rd_half;
     int stride;              /* scores stride per head */
+    int round;               /* gpu numerics: the output in bf16 */
 } heads_job;
 
 static void attend_heads(void *arg, int h0, int h1, int thread) {
@@ -219,6 +220,7 @@ static void attend_heads(void *arg, int h0, int h1, int thread) {
         float inv = 1.0f / z;
         for (int d = 0; d < hd; d++) oh[d] *= inv;
         cpu_rope(oh, hd, j->cs, j->sn, j->rd_half, 1);
+        if (j->round) cpu_round_bf16(oh, (size_t)hd);
     }
 }
 
@@ -241,20 +243,21 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
     cpu_pool *tp = m->tp;
 
     /* batched projections */
-    cpu_matmul(tp, &L->wq_a, 0, ql, xn, dim, n, b->qr, ql);
+    cpu_matmul_dense(m, &L->wq_a, 0, ql, xn, dim, n, b->qr, ql);
     for (int i = 0; i < n; i++) cpu_rmsnorm(b->qr + (size_t)i * ql, b->qr + (size_t)i * ql, L->q_norm, ql, eps);
-    cpu_matmul(tp, &L->wq_b, 0, H * hd, b->qr, ql, n, b->q, H * hd);
-    cpu_matmul(tp, &L->wkv, 0, hd, xn, dim, n, b->kv, hd);
+    cpu_gpu_round(m, b->qr, (size_t)n * ql);
+    cpu_matmul_dense(m, &L->wq_b, 0, H * hd, b->qr, ql, n, b->q, H * hd);
+    cpu_matmul_dense(m, &L->wkv, 0, hd, xn, dim, n, b->kv, hd);
     for (int i = 0; i < n; i++) cpu_rmsnorm(b->kv + (size_t)i * hd, b->kv + (size_t)i * hd, L->kv_norm, hd, eps);
     if (ratio) {
-        cpu_matmul(tp, &L->comp.wkv, 0, coff * hd, xn, dim, n, b->cC, coff * hd);
-        cpu_matmul(tp, &L->comp.wgate, 0, coff * hd, xn, dim, n, b->cZ, coff * hd);
+        cpu_matmul_dense(m, &L->comp.wkv, 0, coff * hd, xn, dim, n, b->cC, coff * hd);
+        cpu_matmul_dense(m, &L->comp.wgate, 0, coff * hd, xn, dim, n, b->cZ, coff * hd);
     }
     if (csa) {
-        cpu_matmul(tp, &L->icomp.wkv, 0, 2 * dI, xn, dim, n, b->iC, 2 * dI);
-        cpu_matmul(tp, &L->icomp.wgate, 0, 2 * dI, xn, dim, n, b->iZ, 2 * dI);
-        cpu_matmul(tp, &L->iwq_b, 0, nI * dI, b->qr, ql, n, b->iq, nI * dI);
-        cpu_matmul(tp, &L->iweights, 0, nI, xn, dim, n, b->iw, nI);
+        cpu_matmul_dense(m, &L->icomp.wkv, 0, 2 * dI, xn, dim, n, b->iC, 2 * dI);
+        cpu_matmul_dense(m, &L->icomp.wgate, 0, 2 * dI, xn, dim, n, b->iZ, 2 * dI);
+        cpu_matmul_dense(m, &L->iwq_b, 0, nI * dI, b->qr, ql, n, b->iq, nI * dI);
+        cpu_matmul_dense(m, &L->iweights, 0, nI, xn, dim, n, b->iw, nI);
     }
 
     float cs[256], sn[256];
@@ -271,8 +274,10 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
                 cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, NULL, hd, eps);
                 cpu_rope(q + (size_t)h * hd, hd, cs, sn, half, 0);
             }
+            cpu_gpu_round(m, q, (size_t)H * hd);
             float *kv = b->kv + (size_t)i * hd;
             cpu_rope(kv, hd, cs, sn, half, 0);
+            cpu_gpu_round(m, kv, (size_t)hd);
             memcpy(ring + (size_t)(t % W) * hd, kv, (size_t)hd * sizeof(float));
 
             int n_win = t + 1 < W ? (int)t + 1 : W;
@@ -285,13 +290,15 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
 
             if (csa) {
                 float *ik = (t + 1) % 4 ? NULL : v4_ikey(pool, st, l, (int)(t / 4));
-                compress_push(&L->icomp, 4, dI, half, freq, eps, v4_ibuf(pool, st, l),
-                              b->iC + (size_t)i * 2 * dI, b->iZ + (size_t)i * 2 * dI, t, ik);
+                if (compress_push(&L->icomp, 4, dI, half, freq, eps, v4_ibuf(pool, st, l),
+                                  b->iC + (size_t)i * 2 * dI, b->iZ + (size_t)i * 2 * dI, t, ik))
+                    cpu_gpu_round(m, ik, (size_t)dI);
             }
             if (ratio) {
                 float *e = (t + 1) % ratio ? NULL : v4_entry(pool, st, l, (int)(t / ratio));
-                compress_push(&L->comp, ratio, hd, half, freq, eps, v4_cbuf(pool, st, l),
-                              b->cC + (size_t)i * coff * hd, b->cZ + (size_t)i * coff * hd, t, e);
+                if (compress_push(&L->comp, ratio, hd, half, freq, eps, v4_cbuf(pool, st, l),
+                                  b->cC + (size_t)i * coff * hd, b->cZ + (size_t)i * coff * hd, t, e))
+                    cpu_gpu_round(m, e, (size_t)hd);
             }
             if (csa && n_cmp > 0) {
                 /* lightning indexer: score(e) = Σ_h wI_h · ReLU(qI_h · K_e) */
@@ -304,6 +311,7 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
                     cpu_rope(iqh + (size_t)h * dI, dI, cs, sn, half, 0);
                     wts[h] = b->iw[(size_t)i * nI + h] * sc;
                 }
+                cpu_gpu_round(m, iqh, (size_t)nI * dI);
                 index_job ij = {pool, st, l, iqh, wts, nI, dI, b->iscore};
                 if ((double)n_vis * nI * dI < 65536.0) index_scores(&ij, 0, n_vis, 0);
                 else cpu_pool_run(tp, index_scores, &ij, n_vis);
@@ -314,7 +322,7 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
             }
 
             heads_job hj = {c, q, b->keys, nk, b->scores, L->attn_sink, b->o + (size_t)i * H * hd,
-                            cs, sn, half, b->cap_keys};
+                            cs, sn, half, b->cap_keys, m->bf16};
             if ((double)H * nk * hd < 32768.0) attend_heads(&hj, 0, H, 0);   /* small: no wake-up */
             else cpu_pool_run(tp, attend_heads, &hj, H);
         }
@@ -323,7 +331,8 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
     /* grouped output projection: u_g = wo_a[g] @ o_g; f = wo_b @ concat(u) */
     int G = c->o_groups, ol = c->o_lora_rank, gw = H * hd / G;
     for (int g = 0; g < G; g++)
-        cpu_matmul(tp, &L->wo_a, g * ol, ol, b->o + (size_t)g * gw, H * hd, n, b->u + (size_t)g * ol, G * ol);
-    cpu_matmul(tp, &L->wo_b, 0, dim, b->u, G * ol, n, f, dim);
+        cpu_matmul_dense(m, &L->wo_a, g * ol, ol, b->o + (size_t)g * gw, H * hd, n, b->u + (size_t)g * ol, G * ol);
+    cpu_gpu_round(m, b->u, (size_t)n * G * ol);
+    cpu_matmul_dense(m, &L->wo_b, 0, dim, b->u, G * ol, n, f, dim);
     return 0;
 }

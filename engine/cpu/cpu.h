@@ -36,6 +36,7 @@ float *cpu_pool_scratch(cpu_pool *p, int thread);
 void cpu_matmul(cpu_pool *p, const qtensor *W, int row0, int nrows,
                 const float *x, int ldx, int n, float *y, int ldy);
 float cpu_dot(const float *a, const float *b, int n);
+void cpu_round_bf16(float *x, size_t n);
 /* out = w ⊙ x·rsqrt(mean(x²)+eps); w NULL = unweighted. out may alias x. */
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 /* Wrap an owned float array as an F32 qtensor view. */
@@ -54,6 +55,7 @@ typedef struct {
     v4_state_pool *pool;
     cpu_pool *tp;
     double *freq_main, *freq_comp;   /* rope_dim/2 each */
+    int bf16;                        /* gpu numerics (sl_backend_cpu_set_gpu_numerics) */
 } cpu_model;
 
 typedef struct {          /* one sequence's tokens inside the step's flat token array */
@@ -62,6 +64,13 @@ typedef struct {          /* one sequence's tokens inside the step's flat token 
     int pos0;             /* position of its first token */
     const int32_t *tokens;
 } cpu_span;
+
+void cpu_matmul_dense(const cpu_model *m, const qtensor *W, int row0, int nrows, const float *x, int ldx, int n,
+                      float *y, int ldy);
+/* under gpu numerics: round x to bf16 in place (what the cuda backend stores or feeds a projection in bf16) */
+static inline void cpu_gpu_round(const cpu_model *m, float *x, size_t n) {
+    if (m->bf16) cpu_round_bf16(x, n);
+}
 
 /* mhc.c */
 void cpu_hc_pre(cpu_model *m, const float *X, int n, const float *fn, const float *scale,

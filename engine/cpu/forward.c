@@ -98,6 +98,7 @@ static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, 
         cpu_hc_pre(m, c->X, n, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->x, c->post, c->comb, c->mix);
         for (int i = 0; i < n; i++)
             cpu_rmsnorm(c->xn + (size_t)i * dim, c->x + (size_t)i * dim, L->attn_norm, dim, cfg->norm_eps);
+        cpu_gpu_round(m, c->xn, (size_t)n * dim);
         if (cpu_attention(m, l, c->spans, n_spans, n, c->xn, c->f, &c->ab)) {
             snprintf(err, errlen, "cpu backend: attention failed in layer %d (out of memory)", l);
             return -1;
@@ -107,6 +108,7 @@ static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, 
         cpu_hc_pre(m, c->X, n, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->x, c->post, c->comb, c->mix);
         for (int i = 0; i < n; i++)
             cpu_rmsnorm(c->xn + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cfg->norm_eps);
+        cpu_gpu_round(m, c->xn, (size_t)n * dim);
         if (cpu_moe(m, l, n, c->tok, c->xn, c->f, &c->mb)) {
             snprintf(err, errlen, "cpu backend: MoE failed in layer %d (out of memory or bad tid2eid)", l);
             return -1;
@@ -124,7 +126,8 @@ static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, 
         cpu_hc_head(m, c->Xl, nl, c->yl, c->mix);
         for (int i = 0; i < nl; i++)
             cpu_rmsnorm(c->yl + (size_t)i * dim, c->yl + (size_t)i * dim, w->norm, dim, cfg->norm_eps);
-        cpu_matmul(m->tp, &w->head, 0, V, c->yl, dim, nl, c->lg, V);
+        cpu_gpu_round(m, c->yl, (size_t)nl * dim);
+        cpu_matmul_dense(m, &w->head, 0, V, c->yl, dim, nl, c->lg, V);
     }
     r = 0;
     for (int s = 0; s < n_spans; s++) {
@@ -152,6 +155,10 @@ static void cpu_destroy(sl_backend *be) {
 }
 
 static const sl_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_destroy};
+
+void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on) {
+    ((cpu_impl *)b->impl)->m.bf16 = on;
+}
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 

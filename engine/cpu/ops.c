@@ -22,6 +22,7 @@ typedef struct {
     int ldx, n;
     float *y;
     int ldy;
+    int round_w;          /* round each weight to bf16 (gpu numerics) */
 } matmul_job;
 
 static void matmul_rows(void *arg, int i0, int i1, int thread) {
@@ -32,10 +33,11 @@ static void matmul_rows(void *arg, int i0, int i1, int thread) {
     for (int k = i0; k < i1; k++) {
         int r = j->row0 + k;
         const float *row;
-        if (W->fmt == QT_F32) {
+        if (W->fmt == QT_F32 && !j->round_w) {
             row = (const float *)W->data + (size_t)r * cols;
         } else {
             qt_dequant_row(W, r, tmp);
+            if (j->round_w) cpu_round_bf16(tmp, (size_t)cols);
             row = tmp;
         }
         for (int i = 0; i < j->n; i++)
@@ -47,10 +49,22 @@ void cpu_matmul(cpu_pool *p, const qtensor *W, int row0, int nrows,
                 const float *x, int ldx, int n, float *y, int ldy) {
     if (n <= 0 || nrows <= 0) return;
     /* scratch was reserved for the widest weight at backend creation */
-    matmul_job j = {p, W, row0, x, ldx, n, y, ldy};
+    matmul_job j = {p, W, row0, x, ldx, n, y, ldy, 0};
     /* below ~64K multiply-adds waking the workers costs more than it saves */
     if ((double)nrows * W->cols * n < 65536.0) matmul_rows(&j, 0, nrows, 0);
     else cpu_pool_run(p, matmul_rows, &j, nrows);
+}
+
+void cpu_matmul_dense(const cpu_model *m, const qtensor *W, int row0, int nrows, const float *x, int ldx, int n,
+                      float *y, int ldy) {
+    if (n <= 0 || nrows <= 0) return;
+    matmul_job j = {m->tp, W, row0, x, ldx, n, y, ldy, m->bf16 && W->fmt != QT_FP8_B128};
+    if ((double)nrows * W->cols * n < 65536.0) matmul_rows(&j, 0, nrows, 0);
+    else cpu_pool_run(m->tp, matmul_rows, &j, nrows);
+}
+
+void cpu_round_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = qt_bf16_to_f32(qt_f32_to_bf16(x[i]));
 }
 
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {

@@ -284,8 +284,8 @@ static int alloc_state(cuda_impl *c, char *err, size_t errlen)
         return -1;
     }
     if (budget > fr - reserve) budget = fr - reserve;
-    /* slots: room for as many sequences as half the budget holds (at most MAX_SLOTS); the rest pages */
-    size_t ns = budget / 2 / slot_bytes;
+    /* slots: one per sequence with two pages on average (at most MAX_SLOTS); the rest pages */
+    size_t ns = budget / (slot_bytes + 2 * page_bytes);
     if (ns > MAX_SLOTS) ns = MAX_SLOTS;
     if (ns < 1) ns = 1;
     size_t np = page_bytes && budget > ns * slot_bytes ? (budget - ns * slot_bytes) / page_bytes : 0;

@@ -2,14 +2,18 @@
  * reference backend on every fixture in tests/data (transformers layout f32 / bf16, hub FP8 + MXFP4,
  * ModelOpt NVFP4, the hc2 / YaRN long one).
  *
+ * The reference is the CPU backend with the cuda backend's storage numerics
+ * (sl_backend_cpu_set_gpu_numerics: what the GPU keeps or feeds to a projection in bf16 is rounded the
+ * same way), so the comparison measures the kernels; the tiny random fixtures are chaotic enough that
+ * bf16 storage alone moves their logits by 10-50 % (relative L2) over a hundred tokens, which is also
+ * printed (GPU against the exact CPU reference), not asserted.
  * Per fixture and prompt (prompt + the oracle's greedy continuation, teacher-forced):
  *   - whole prefill, chunked prefill (3 tokens a step) and token-by-token decode on the GPU: every
- *     logits row within relative L2 2e-2 of the CPU's row (bf16 activations into the projections,
- *     bf16 KV, FP4 / FP8 weights decoded exactly on both sides);
- *   - the GPU's argmax equals the CPU's wherever the CPU's top-2 margin is >= 0.05;
+ *     logits row within relative L2 2e-2 of the reference's row;
+ *   - the GPU's argmax equals the reference's wherever its top-2 margin is >= 0.05;
+ *   - a 32-token greedy continuation (token by token) equals the reference's up to the first step
+ *     whose reference margin is below 0.05;
  * and through the engine (sl_engine, backend "cuda"):
- *   - 32-token greedy continuations equal the CPU engine's up to the first step whose CPU margin is
- *     below 0.05;
  *   - batch invariance: a request alone and inside batches of 7 and 64 with other prompts gives the
  *     same tokens, greedy and seeded sampling;
  *   - preemption: a state budget too small for every request at once (requests are preempted and
@@ -61,7 +65,8 @@ static int argmax(const float *r, int V, float *margin)
 }
 
 /* worst relative L2 over rows; counts argmax disagreements where the CPU margin is clear */
-static double compare(const char *fx, const char *what, int k, const float *gpu, const float *cpu, int rows, int V)
+static double compare(const char *fx, const char *what, int k, const float *gpu, const float *cpu, int rows, int V,
+                      int assert_it)
 {
     double worst = 0.0;
     int flips = 0;
@@ -80,11 +85,33 @@ static double compare(const char *fx, const char *what, int k, const float *gpu,
         const int ac = argmax(c, V, &m);
         if (m >= MIN_MARGIN && argmax(g, V, NULL) != ac) flips++;
     }
-    printf("%-26s prompt %d %-14s rows %3d  worst rel L2 %.2e  argmax flips (margin >= %.2f) %d\n", fx, k, what, rows,
+    printf("%-26s prompt %d %-22s rows %3d  worst rel L2 %.2e  argmax flips (margin >= %.2f) %d\n", fx, k, what, rows,
            worst, MIN_MARGIN, flips);
+    if (!assert_it) return worst;
     if (!(worst <= MAX_REL_L2)) FAIL("%s prompt %d %s: rel L2 %.3e > %.0e", fx, k, what, worst, MAX_REL_L2);
     if (flips) FAIL("%s prompt %d %s: %d clear argmax flips", fx, k, what, flips);
     return worst;
+}
+
+/* Greedy continuation of prompt p, token by token, GEN tokens; margins of the rows sampled from. */
+static int greedy(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int V, int32_t *out, float *margin)
+{
+    v4_seq_state st;
+    char err[256];
+    float *row = malloc((size_t)V * sizeof(float));
+    int rc = -1;
+    if (!row || v4_seq_init(pool, &st) || v4_seq_reserve(pool, &st, p->n_prompt + GEN)) { FAIL("state alloc"); goto out; }
+    sl_seq_span sp = {p->seq, p->n_prompt, &st, p->n_prompt - 1, row};
+    for (int g = 0; g < GEN; g++) {
+        if (be->ops->forward(be, &sp, 1, err, sizeof err)) { FAIL("%s greedy: %s", be->ops->name, err); goto out; }
+        out[g] = argmax(row, V, margin ? &margin[g] : NULL);
+        sp = (sl_seq_span){&out[g], 1, &st, 0, row};
+    }
+    rc = 0;
+out:
+    if (row) v4_seq_free(pool, &st);
+    free(row);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------ engine */
@@ -161,21 +188,9 @@ static void engine_checks(const fx_fixture *f)
         pr[i] = malloc((size_t)np[i] * sizeof(int32_t));
         for (int j = 0; j < np[i]; j++) pr[i][j] = j < p->n_prompt ? p->seq[j] : (int32_t)((7 * i + 13 * j) % f->vocab);
     }
-    gen_out *cpu = calloc(64, sizeof *cpu), *gpu = calloc(64, sizeof *gpu), *alt = calloc(64, sizeof *alt);
-    sl_engine *ec = open_engine(f->dir, "cpu", 0, 64), *eg = open_engine(f->dir, "cuda", 0, 64);
-    if (!ec || !eg) goto out;
-    /* greedy, one request at a time, against the CPU engine */
-    for (int i = 0; i < f->n; i++) {
-        if (generate(ec, 1, (const int32_t *const *)&pr[i], &np[i], 0.0f, 1, 1, &cpu[i]) ||
-            generate(eg, 1, (const int32_t *const *)&pr[i], &np[i], 0.0f, 1, 0, &gpu[i]))
-            goto out;
-        int same = 0, clear = 0;
-        while (clear < GEN && cpu[i].margin[clear] >= MIN_MARGIN) clear++;
-        while (same < GEN && cpu[i].tok[same] == gpu[i].tok[same]) same++;
-        printf("%-26s engine greedy prompt %d: GPU = CPU for %d of %d tokens; CPU margins clear for the first %d\n",
-               f->name, i, same, GEN, clear);
-        if (same < clear) FAIL("%s prompt %d: greedy differs at token %d where the CPU margin is clear", f->name, i, same);
-    }
+    gen_out *gpu = calloc(64, sizeof *gpu), *alt = calloc(64, sizeof *alt);
+    sl_engine *eg = open_engine(f->dir, "cuda", 0, 64);
+    if (!eg) goto out;
     /* batch invariance: request 0 alone, in 7, in 64 */
     for (int mode = 0; mode < 2; mode++) {
         const float temp = mode ? 0.8f : 0.0f;
@@ -234,10 +249,8 @@ static void engine_checks(const fx_fixture *f)
         break;
     }
 out:
-    if (ec) sl_engine_close(ec);
     if (eg) sl_engine_close(eg);
     for (int i = 0; i < 64; i++) free(pr[i]);
-    free(cpu);
     free(gpu);
     free(alt);
 }
@@ -251,8 +264,9 @@ static void test_fixture(const char *name)
     v4_weights w;
     char err[256];
     if (v4_weights_load(dir, &w, err, sizeof err)) { FAIL("%s: %s", name, err); fx_free(&f); return; }
-    v4_state_pool pc, pg;
+    v4_state_pool pc, pn, pg;
     if (v4_pool_init(&pc, &w.cfg, (size_t)1 << 30, err, sizeof err) ||
+        v4_pool_init(&pn, &w.cfg, (size_t)1 << 30, err, sizeof err) ||
         v4_pool_init(&pg, &w.cfg, (size_t)1 << 30, err, sizeof err)) {
         FAIL("%s: %s", name, err);
         v4_weights_free(&w);
@@ -260,26 +274,44 @@ static void test_fixture(const char *name)
         return;
     }
     sl_backend *cpu = sl_backend_cpu_create(&w, &pc, 0, err, sizeof err);
+    sl_backend *ref = sl_backend_cpu_create(&w, &pn, 0, err, sizeof err);
     sl_backend *gpu = sl_backend_cuda_create(&w, &pg, err, sizeof err);
-    if (!cpu || !gpu) FAIL("%s: backend: %s", name, err);
+    if (!cpu || !ref || !gpu) FAIL("%s: backend: %s", name, err);
+    if (ref) sl_backend_cpu_set_gpu_numerics(ref, 1);
     const int V = f.vocab;
-    for (int k = 0; k < f.n && cpu && gpu; k++) {
+    for (int k = 0; k < f.n && cpu && ref && gpu; k++) {
         const fx_prompt *p = &f.p[k];
-        float *rc = malloc((size_t)p->rows * V * sizeof(float)), *rg = malloc((size_t)p->rows * V * sizeof(float));
-        if (!run(cpu, &pc, p, 0, V, rc)) {
+        float *rc = malloc((size_t)p->rows * V * sizeof(float)), *rn = malloc((size_t)p->rows * V * sizeof(float));
+        float *rg = malloc((size_t)p->rows * V * sizeof(float));
+        if (!run(cpu, &pc, p, 0, V, rc) && !run(ref, &pn, p, 0, V, rn)) {
             const int chunks[3] = {0, 3, 1};
             const char *what[3] = {"whole", "chunks of 3", "token by token"};
             for (int c = 0; c < 3; c++) {
                 for (size_t i = 0; i < (size_t)p->rows * V; i++) rg[i] = NAN;
-                if (!run(gpu, &pg, p, chunks[c], V, rg)) compare(name, what[c], k, rg, rc, p->rows, V);
+                if (run(gpu, &pg, p, chunks[c], V, rg)) continue;
+                compare(name, what[c], k, rg, rn, p->rows, V, 1);
+                if (c == 0) compare(name, "whole vs exact CPU", k, rg, rc, p->rows, V, 0);
             }
         }
+        int32_t tn[GEN], tg[GEN];
+        float mn[GEN];
+        if (!greedy(ref, &pn, p, V, tn, mn) && !greedy(gpu, &pg, p, V, tg, NULL)) {
+            int same = 0, clear = 0;
+            while (clear < GEN && mn[clear] >= MIN_MARGIN) clear++;
+            while (same < GEN && tn[same] == tg[same]) same++;
+            printf("%-26s prompt %d greedy: GPU = reference for %d of %d tokens; margins clear for the first %d\n", name,
+                   k, same, GEN, clear);
+            if (same < clear) FAIL("%s prompt %d: greedy differs at token %d where the margin is clear", name, k, same);
+        }
         free(rc);
+        free(rn);
         free(rg);
     }
     if (gpu) gpu->ops->destroy(gpu);
     if (cpu) cpu->ops->destroy(cpu);
+    if (ref) ref->ops->destroy(ref);
     v4_pool_free(&pc);
+    v4_pool_free(&pn);
     v4_pool_free(&pg);
     v4_weights_free(&w);
     engine_checks(&f);

@@ -188,6 +188,9 @@ static void run_check(const char *name, weight *w, int n0, int nn, int m, int ld
         const double r = den[i] > 0 ? sqrt(num[i] / den[i]) : sqrt(num[i]);
         if (r > worst) worst = r;
     }
+    /* a row of a few outputs is a few dot products: cancellation makes its relative error meaningless (the
+     * per-element bound above covers them); the row bound applies from 16 outputs */
+    if (ns < 16) worst = 0;
     if (worst > g_max_rel) g_max_rel = worst;
     CHECK(!bad && worst <= 5e-5, "%s n0 %d nn %d m %d ldx %d: %d elements off, worst row relative L2 %.3g", name, n0, nn,
           m, ldx, bad, worst);
