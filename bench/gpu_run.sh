@@ -64,8 +64,13 @@ build_tree() {
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   [ $rc = 0 ] || { cat "$b"/*.log >&2; return 1; }
   $NVCC $ARCH -o "$b/sluice-moe-digest" "$b/moe_digest.o" "${objs[@]}" -lm &&
-    $NVCC $ARCH -o "$b/sluice-bench" "$b/sluice_bench.o" "${objs[@]}" -lm -ldl &&
-    $NVCC $ARCH -o "$b/test_moe_gpu" "$b/test_moe_gpu.o" "${objs[@]}" -lm
+    $NVCC $ARCH -o "$b/test_moe_gpu" "$b/test_moe_gpu.o" "${objs[@]}" -lm || return 1
+  if [ -f "$src/bench/bench_decode.c" ]; then   # sluice-bench needs the whole engine there: the engine build's
+    [ -x "$ROOT/.ab/build-engine/sluice_bench" ] || build_engine || return 1
+    cp "$ROOT/.ab/build-engine/sluice_bench" "$b/sluice-bench"
+  else
+    $NVCC $ARCH -o "$b/sluice-bench" "$b/sluice_bench.o" "${objs[@]}" -lm -ldl
+  fi
 }
 
 do_build() {
@@ -163,11 +168,11 @@ build_engine() {
   local rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   [ $rc = 0 ] || { cat "$b"/*.log >&2; return 1; }
-  local libs=("${LIBS[@]}" -ljansson -lonig -lunistring -lpthread -lm -ldl)
+  local libs=(-ljansson -lonig -lunistring -lpthread -lm -ldl) ldirs=()
+  if [ ${#LIBS[@]} -gt 0 ]; then ldirs=(-L/tmp/tokdeps/usr/lib/x86_64-linux-gnu -Xlinker -rpath -Xlinker /tmp/tokdeps/usr/lib/x86_64-linux-gnu); fi
   for f in test_v4_ops test_dense_gpu test_backend_cuda test_moe_gpu test_synthetic_gpu sluice_generate sluice_bench; do
     local extra=""; [ $f = sluice_bench ] && extra="$b/bench_decode.o"
-    $NVCC $ARCH -o "$b/$f" "$b/main_$f.o" $extra "${objs[@]}" "$b/bench_kernels.o" -Xlinker --start-group \
-      $(printf -- '-Xlinker %s ' "${libs[@]}") -Xlinker --end-group || return 1
+    $NVCC $ARCH -o "$b/$f" "$b/main_$f.o" $extra "${objs[@]}" "$b/bench_kernels.o" "${ldirs[@]}" "${libs[@]}" || return 1
   done
 }
 

@@ -289,8 +289,30 @@ static void test_fixture(const char *name)
             for (int c = 0; c < 3; c++) {
                 for (size_t i = 0; i < (size_t)p->rows * V; i++) rg[i] = NAN;
                 if (run(gpu, &pg, p, chunks[c], V, rg)) continue;
-                compare(name, what[c], k, rg, rn, p->rows, V, 1);
+                const double e = compare(name, what[c], k, rg, rn, p->rows, V, 1);
                 if (c == 0) compare(name, "whole vs exact CPU", k, rg, rc, p->rows, V, 0);
+                if (c == 0 && !(e <= MAX_REL_L2)) {   /* where it starts: the model's prefixes, sublayer by sublayer */
+                    printf("%-26s prompt %d: worst rel L2 of the first n sublayers:", name, k);
+                    for (int sub = 1; sub <= 2 * w.cfg.n_layers; sub++) {
+                        ref->sublayers = gpu->sublayers = sub;
+                        if (run(ref, &pn, p, 0, V, rn) || run(gpu, &pg, p, 0, V, rg)) break;
+                        double worst = 0;
+                        int at = 0;
+                        for (int r = 0; r < p->rows; r++) {
+                            double num = 0, den = 0;
+                            for (int i = 0; i < V; i++) {
+                                const double d = (double)rg[(size_t)r * V + i] - rn[(size_t)r * V + i];
+                                num += d * d;
+                                den += (double)rn[(size_t)r * V + i] * rn[(size_t)r * V + i];
+                            }
+                            if (sqrt(num / den) > worst) { worst = sqrt(num / den); at = r; }
+                        }
+                        printf(" %d:%.1e@%d", sub, worst, at);
+                    }
+                    printf("\n");
+                    ref->sublayers = gpu->sublayers = 0;
+                    run(ref, &pn, p, 0, V, rn);
+                }
             }
         }
         int32_t tn[GEN], tg[GEN];
