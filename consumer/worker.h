@@ -27,6 +27,9 @@
 #include "redis_state.h"
 #include "textcodec.h"
 
+/* A job id: valid UTF-8, no NUL, 1 to JOB_ID_MAX bytes (else the job goes to the DLQ as `validation`). */
+enum { JOB_ID_MAX = 256 };
+
 enum { JK_JOB = 0, JK_DLQ, JK_REEMIT };
 enum { JS_CLAIM = 0, JS_PARKED, JS_RUNNING, JS_PRODUCING, JS_DONEWRITE };
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer.h"
 #include "worker.h"
 
 // ---------------------------------------------------------------- records
@@ -194,8 +195,10 @@ static int topic_name_ok(const char *t) {
 /* 0, or -1 with one line naming the field. Tokenises a text prompt into r->prompt. */
 static int validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char *err, size_t errlen) {
     int vocab = w->info->vocab_size, ctx = w->info->max_context;
-    if (!j->id[0]) return snprintf(err, errlen, "id: empty"), -1;
-    if (strlen(j->id) > 256) return snprintf(err, errlen, "id: longer than 256 bytes"), -1;
+    if (j->id_len == 0) return snprintf(err, errlen, "id: empty"), -1;
+    if (j->id_len > JOB_ID_MAX) return snprintf(err, errlen, "id: %zu bytes, longer than %d", j->id_len, JOB_ID_MAX), -1;
+    if (memchr(j->id, 0, j->id_len)) return snprintf(err, errlen, "id: holds a NUL byte"), -1;
+    if (!sl_utf8_valid(j->id, j->id_len)) return snprintf(err, errlen, "id: not valid UTF-8"), -1;
     if (j->prompt_is_text) {
         if (j->prompt_text_len == 0) return snprintf(err, errlen, "prompt: empty"), -1;
         if (!w->tc) return snprintf(err, errlen, "prompt: text prompts need a tokenizer: %s", w->tc_err), -1;
@@ -249,6 +252,25 @@ static int validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char 
     return 0;
 }
 
+/* The id for a log line or an error header: at most 64 bytes, and an id that is not valid UTF-8 or
+ * holds a NUL with every byte outside printable ASCII written as \xNN. */
+static const char *printable_id(const sl_job *j, char *buf, size_t cap) {
+    size_t n = j->id_len < 64 ? j->id_len : 64;
+    if (!memchr(j->id, 0, j->id_len) && sl_utf8_valid(j->id, j->id_len)) {
+        while (n < j->id_len && n > 0 && ((unsigned char)j->id[n] & 0xC0) == 0x80) n--;   /* whole characters */
+        snprintf(buf, cap, "%.*s", (int)n, j->id);
+        return buf;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)j->id[i];
+        o += (size_t)(c >= 0x20 && c < 0x7f && c != '\\' ? snprintf(buf + o, cap - o, "%c", c)
+                                                          : snprintf(buf + o, cap - o, "\\x%02x", c));
+    }
+    buf[o] = 0;
+    return buf;
+}
+
 /* FNV-1a 64 of the id, top bit cleared: a recomputed job samples the same tokens. */
 static uint64_t seed_from_id(const char *id) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -266,7 +288,7 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
     }
     if (w->draining) return;   /* fetched before the pause: left for the next owner (offset not stored) */
     atomic_fetch_add(&w->m.consumed, 1);
-    char err[512];
+    char err[1024];
     if (!m->payload || m->len == 0) {
         dlq(w, m, "empty message value (null or 0 bytes)", "framing");
         return;
@@ -302,7 +324,8 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
     int n_prompt = 0;
     char verr[400];
     if (validate(w, &job, &prompt, &n_prompt, verr, sizeof(verr))) {
-        snprintf(err, sizeof(err), "invalid job '%.64s': %s", job.id, verr);
+        char shown[4 * 64 + 1];
+        snprintf(err, sizeof(err), "invalid job '%s': %s", printable_id(&job, shown, sizeof(shown)), verr);
         free(prompt);
         job_free(&job);
         dlq(w, m, err, "validation");
