@@ -61,6 +61,7 @@ struct sl_redis {
     int port, db;
     char prefix[64];
     char worker[128];
+    char *user, *password;           /* AUTH on every connect when password is set */
     char sha[48];
     int timeout_ms;
     int64_t lease_ms, ttl_ms;
@@ -95,6 +96,19 @@ static int connect_now(sl_redis *r, char *err, size_t errlen) {
         return -1;
     }
     redisReply *rep;
+    if (r->password[0]) {
+        if (r->user[0]) rep = redisCommand(c, "AUTH %s %s", r->user, r->password);
+        else rep = redisCommand(c, "AUTH %s", r->password);
+        int ok = rep && rep->type == REDIS_REPLY_STATUS;
+        if (!ok)
+            snprintf(err, errlen, "redis %s:%d: AUTH%s%s failed: %s", r->host, r->port, r->user[0] ? " as " : "",
+                     r->user, rep && rep->type == REDIS_REPLY_ERROR ? rep->str : c->errstr);
+        if (rep) freeReplyObject(rep);
+        if (!ok) {
+            redisFree(c);
+            return -1;
+        }
+    }
     if (r->db) {
         rep = redisCommand(c, "SELECT %d", r->db);
         int ok = rep && rep->type == REDIS_REPLY_STATUS;
@@ -133,16 +147,14 @@ static int ensure(sl_redis *r) {
     return 0;
 }
 
-int redis_open(sl_redis **out, const char *url, const char *prefix, int timeout_ms, const char *worker,
-               int64_t lease_ms, int64_t ttl_ms, char *err, size_t errlen) {
+int redis_open(sl_redis **out, const char *url, const char *user, const char *password, const char *prefix,
+               int timeout_ms, const char *worker, int64_t lease_ms, int64_t ttl_ms, char *err, size_t errlen) {
     sl_redis *r = calloc(1, sizeof(*r));
     if (!r) {
         snprintf(err, errlen, "redis: out of memory");
         return -1;
     }
     const char *p = url + (strncmp(url, "redis://", 8) == 0 ? 8 : 0);
-    const char *at = strchr(p, '@');
-    if (at) p = at + 1;   /* credentials are not supported by this client; ignored */
     const char *colon = strrchr(p, ':');
     const char *slash = strchr(p, '/');
     size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
@@ -161,11 +173,18 @@ int redis_open(sl_redis **out, const char *url, const char *prefix, int timeout_
     }
     snprintf(r->prefix, sizeof(r->prefix), "%s", prefix);
     snprintf(r->worker, sizeof(r->worker), "%s", worker);
+    r->user = strdup(user ? user : "");
+    r->password = strdup(password ? password : "");
+    if (!r->user || !r->password) {
+        snprintf(err, errlen, "redis: out of memory");
+        redis_close(r);
+        return -1;
+    }
     r->timeout_ms = timeout_ms;
     r->lease_ms = lease_ms;
     r->ttl_ms = ttl_ms;
     if (connect_now(r, err, errlen) != 0) {
-        free(r);
+        redis_close(r);
         return -1;
     }
     *out = r;
@@ -175,6 +194,9 @@ int redis_open(sl_redis **out, const char *url, const char *prefix, int timeout_
 void redis_close(sl_redis *r) {
     if (!r) return;
     if (r->ctx) redisFree(r->ctx);
+    free(r->user);
+    if (r->password) memset(r->password, 0, strlen(r->password));
+    free(r->password);
     free(r);
 }
 

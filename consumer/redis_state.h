@@ -44,9 +44,10 @@ typedef struct {
     int status;                      /* out: RC_OK | RC_ALREADY | RC_ERR */
 } redis_done;
 
-/* Connects and loads the script; -1 with err when Redis cannot be reached (the worker exits then). */
-int redis_open(sl_redis **out, const char *url, const char *prefix, int timeout_ms, const char *worker,
-               int64_t lease_ms, int64_t ttl_ms, char *err, size_t errlen);
+/* Connects (AUTH [user] password when password is not empty, on every connect) and loads the script;
+ * -1 with err when Redis cannot be reached or refuses the credentials (the worker exits then). */
+int redis_open(sl_redis **out, const char *url, const char *user, const char *password, const char *prefix,
+               int timeout_ms, const char *worker, int64_t lease_ms, int64_t ttl_ms, char *err, size_t errlen);
 void redis_close(sl_redis *r);
 int redis_connected(const sl_redis *r);
 uint64_t redis_errors(const sl_redis *r);   /* failed commands / reconnect attempts so far */

@@ -128,7 +128,8 @@ int main(int argc, char **argv) {
     }
     if (tcr > 0) wlog(&w, L_WARN, "text prompts and stop strings off: %s", w.tc_err);
 
-    if (redis_open(&w.redis, cfg_get(&c, "redis.url"), cfg_get(&c, "redis.prefix"), (int)cfg_int(&c, "redis.timeout_ms"),
+    if (redis_open(&w.redis, cfg_get(&c, "redis.url"), cfg_get(&c, "redis.user"), cfg_get(&c, "redis.password"),
+                   cfg_get(&c, "redis.prefix"), (int)cfg_int(&c, "redis.timeout_ms"),
                    w.worker_id, cfg_int(&c, "lease.ms"), cfg_int(&c, "redis.ttl_s") * 1000, err, sizeof(err)))
         return fail(err);
     w.on_delivery = wj_on_delivery;   /* the Kafka layer reports to the job layer through these */
