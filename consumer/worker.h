@@ -72,10 +72,14 @@ typedef struct job_rec {
     struct dlq_msg *dlq;             /* JK_DLQ: what to write (kept until delivered) */
 } job_rec;
 
-/* A DLQ record's message, owned by its job_rec, so a failed write can be retried. */
+/* A DLQ record's message, owned by its job_rec, so a failed write can be retried. value/key hold at
+ * most the producer's message limit of the original bytes; orig_* are the original sizes. */
 struct dlq_msg {
     uint8_t *value, *key;
     size_t value_len, key_len;
+    size_t orig_value_len, orig_key_len;
+    size_t limit;                    /* bytes a DLQ message may take: the producer's limit, halved on each
+                                        refusal for size by the broker */
     char *error, *cls, *topic;
     char partition[16], offset[24];
 };
@@ -96,6 +100,7 @@ struct worker {
     int32_t *schema_ids;
     int n_schema_ids;
     int64_t max_bytes;
+    int64_t produce_max;             /* the producer's message.max.bytes (DLQ copies are cut to fit it) */
     int max_tokens_limit;
     const char *topic_jobs, *topic_results, *topic_chunks, *topic_dlq;
     int32_t result_schema_id, chunk_schema_id;
@@ -152,8 +157,14 @@ void wk_close(worker *w);
  * timers' retry (wk_retry_later). */
 enum { WK_TOO_LARGE = 1 };
 int wk_produce_result(worker *w, job_rec *r);
-/* Produce a JK_DLQ record's message to the DLQ with the error headers; it completes on its delivery report. */
+/* Produce a JK_DLQ record's message to the DLQ with the error headers; it completes on its delivery report.
+ * Original bytes that do not fit the message limit are cut, with headers sluice.dlq.truncated=true,
+ * sluice.original.size (value bytes) and sluice.original.key.size. */
 void wk_produce_dlq(worker *w, job_rec *r);
+/* A DLQ delivery failed: retried from the timers; a refusal for size first halves the message's limit. */
+void wk_dlq_failed(worker *w, job_rec *r, rd_kafka_resp_err_t err);
+/* Headroom above input.max_bytes for a DLQ copy's headers and record framing. */
+enum { DLQ_HEADROOM = 16384 };
 void wk_retry_later(worker *w, job_rec *r);   /* a produce or DLQ delivery failed: the timers try again in 0.5 s */
 int wk_reply_topic_failed(rd_kafka_resp_err_t err);   /* a delivery error the reply topic will not recover from */
 void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err);   /* result -> topic.results + reason */

@@ -54,11 +54,16 @@ static void dlq(worker *w, const rd_kafka_message_t *m, const char *error, const
     r->kind = JK_DLQ;
     r->state = JS_PRODUCING;
     r->dlq = d;
-    /* a copy of everything the DLQ message needs, so a failed write can be retried later */
-    d->value = m->payload ? xmemdup(m->payload, m->len) : NULL;
-    d->value_len = m->payload ? m->len : 0;
-    d->key = m->key ? xmemdup(m->key, m->key_len) : NULL;
-    d->key_len = m->key ? m->key_len : 0;
+    /* a copy of everything the DLQ message needs, so a failed write can be retried later; never more
+     * than the producer takes (wk_produce_dlq cuts what does not fit and says so) */
+    size_t cap = (size_t)w->produce_max;
+    d->orig_value_len = m->payload ? m->len : 0;
+    d->orig_key_len = m->key ? m->key_len : 0;
+    d->value_len = d->orig_value_len < cap ? d->orig_value_len : cap;
+    d->key_len = d->orig_key_len < cap ? d->orig_key_len : cap;
+    d->value = m->payload ? xmemdup(m->payload, d->value_len) : NULL;
+    d->key = m->key ? xmemdup(m->key, d->key_len) : NULL;
+    d->limit = cap;
     d->error = xstrdup(error);
     d->cls = xstrdup(cls);
     d->topic = xstrdup(rd_kafka_topic_name(m->rkt));
@@ -293,9 +298,9 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
         dlq(w, m, "empty message value (null or 0 bytes)", "framing");
         return;
     }
-    if ((int64_t)m->len > w->max_bytes) {
-        snprintf(err, sizeof(err), "message of %zu bytes exceeds input.max_bytes=%lld", m->len,
-                 (long long)w->max_bytes);
+    if ((int64_t)(m->len + m->key_len) > w->max_bytes) {
+        snprintf(err, sizeof(err), "message of %zu bytes (key %zu + value %zu) exceeds input.max_bytes=%lld",
+                 m->key_len + m->len, m->key_len, m->len, (long long)w->max_bytes);
         dlq(w, m, err, "size");
         return;
     }
@@ -635,9 +640,7 @@ void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
         atomic_fetch_add(&w->m.produce_retries, 1);
         if (r->kind == JK_DLQ) {
             /* the record keeps the message: write it again from the timers; the offset waits */
-            wlog(w, L_ERROR, "DLQ delivery for offset %lld failed: %s; retrying", (long long)r->offset,
-                 rd_kafka_err2str(err));
-            wk_retry_later(w, r);
+            wk_dlq_failed(w, r, err);
             return;
         }
         if (!r->small && (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)) {

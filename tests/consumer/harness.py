@@ -244,7 +244,7 @@ class Env:
     def produce(self, values, topic="sluice.jobs", partition=None, producer=None):
         """values: list of (key, value). Returns [(partition, offset)] in order. A warm `producer`
         (connected, topic metadata known) sends at once; a new one first spends up to ~1 s on that."""
-        p = producer or self.producer()
+        p = producer if producer is not None else self.producer()   # (a Producer with an empty queue is falsy)
         where = [None] * len(values)
 
         def cb(i):
