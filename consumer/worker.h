@@ -186,6 +186,10 @@ void wj_hand_back_all(worker *w);
 void wj_drop_parked(worker *w);      /* drain start: jobs another worker holds are not ours to wait for */
 void wj_free_all(worker *w);
 int wj_live(worker *w);              /* records not yet released */
+int wj_undelivered(worker *w);       /* ... less those whose Result is delivered (waiting for Redis done) */
+/* Drain end: release the offsets of delivered Results whose Redis done write has not succeeded (Redis
+ * down): the Result is in Kafka, so the job is not handed back to be computed again. Returns how many. */
+int wj_release_delivered(worker *w);
 /* Stage profile of released jobs (consume -> claim -> engine finish -> delivery -> Redis done). */
 void wj_profile_print(worker *w);
 

@@ -172,6 +172,28 @@ int wj_live(worker *w) {
     return n;
 }
 
+int wj_undelivered(worker *w) {
+    int n = 0;
+    for (job_rec *r = w->head; r; r = r->next) n += !r->abandoned && !(r->kind == JK_JOB && r->state == JS_DONEWRITE);
+    return n;
+}
+
+int wj_release_delivered(worker *w) {
+    int n = 0;
+    for (int i = 0; i < w->n_doneq; i++) {
+        job_rec *r = w->doneq[i];
+        r->in_doneq = 0;
+        if (r->abandoned) {
+            rec_maybe_free(w, r);
+        } else {
+            rec_release(w, r);
+            n++;
+        }
+    }
+    w->n_doneq = 0;
+    return n;
+}
+
 static void push(job_rec ***q, int *n, int *cap, job_rec *r) {
     if (*n == *cap) {
         int c = *cap ? *cap * 2 : 256;
