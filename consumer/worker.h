@@ -70,6 +70,16 @@ typedef struct job_rec {
     uint8_t *small;                  /* the Result is over Kafka's message limit: this ERROR Result instead */
     size_t small_len;
     struct dlq_msg *dlq;             /* JK_DLQ: what to write (kept until delivered) */
+    /* one job id is computed once at a time here: the first record of an id is its leader (in w->ids);
+     * later records of the same payload follow it and re-emit its Result */
+    uint64_t digest;                 /* FNV-1a 64 of the unframed Avro payload */
+    char digest_hex[17];
+    int in_ids;
+    struct job_rec *id_next;         /* chain in w->ids */
+    struct job_rec *leader;          /* a follower: the record computing this id */
+    struct job_rec *followers, *next_follower;
+    uint8_t *raw, *raw_key;          /* the message, while the job may still go to the DLQ (claim stage) */
+    size_t raw_len, raw_key_len;
 } job_rec;
 
 /* A DLQ record's message, owned by its job_rec, so a failed write can be retried. value/key hold at
@@ -119,6 +129,8 @@ struct worker {
     int wake_rd, wake_wr;
 
     job_rec *head;                   /* list of live records */
+    job_rec **ids;                   /* leaders by job id (hash chains) */
+    size_t ids_cap, n_ids;
     int64_t n_inflight;              /* CLAIM + RUNNING */
     job_rec **claimq;                /* records waiting for a claim round */
     int n_claimq, cap_claimq;
