@@ -118,6 +118,8 @@ struct worker {
     rd_kafka_t *consumer, *producer;
     rd_kafka_topic_partition_list_t *assigned;
     int paused;
+    int topic_missing;               /* the jobs topic was reported missing or refused: metadata re-checked */
+    double next_topic_check;
     sl_redis *redis;
     sl_codec *codec;
     sl_engine *engine;
@@ -182,6 +184,12 @@ int wk_reply_topic_failed(rd_kafka_resp_err_t err);   /* a delivery error the re
 void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err);   /* result -> topic.results + reason */
 void wk_produce_chunk(worker *w, job_rec *r, int done);   /* fire-and-forget */
 void wk_pause_all(worker *w, int pause);
+/* A consumer error: notes a missing or refused jobs topic (see wk_topic_check). */
+void wk_consumer_error(worker *w, const rd_kafka_message_t *m);
+/* While the jobs topic is missing or refused and nothing is assigned: ask for the cluster's metadata
+ * once a second, so the group sees the topic within seconds of its return (librdkafka by itself looks
+ * again only every topic.metadata.refresh.interval.ms, 5 minutes by default). */
+void wk_topic_check(worker *w);
 void wk_store_offset(worker *w, int32_t partition, int64_t offset);   /* batched ... */
 void wk_flush_offsets(worker *w);                                      /* ... stored here */
 

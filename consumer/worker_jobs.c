@@ -456,8 +456,10 @@ static uint64_t seed_from_id(const char *id) {
 
 void wj_on_message(worker *w, rd_kafka_message_t *m) {
     if (m->err) {
-        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
             wlog(w, L_WARN, "consumer: %s", rd_kafka_message_errstr(m));
+            wk_consumer_error(w, m);
+        }
         return;
     }
     if (w->draining) return;   /* fetched before the pause: left for the next owner (offset not stored) */
@@ -995,6 +997,7 @@ void wj_timers(worker *w) {
         wj_claim_round(w, 1);
         w->next_parked = now + (double)cfg_int(w->cfg, "worker.parked_recheck_ms") / 4;
     }
+    wk_topic_check(w);
     if (now >= w->next_heartbeat) {
         heartbeat(w);
         w->next_heartbeat = now + (double)cfg_int(w->cfg, "worker.heartbeat_ms");

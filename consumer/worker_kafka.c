@@ -469,6 +469,41 @@ void wk_pause_all(worker *w, int pause) {
     w->paused = pause;
 }
 
+void wk_consumer_error(worker *w, const rd_kafka_message_t *m) {
+    rd_kafka_resp_err_t e = m->err;
+    if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || e == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+        e == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED || e == RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION ||
+        e == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) {
+        if (!w->topic_missing)
+            wlog(w, L_WARN, "jobs topic %s not available (%s): checking the cluster's metadata every second",
+                 w->topic_jobs, rd_kafka_err2str(e));
+        w->topic_missing = 1;
+    }
+}
+
+void wk_topic_check(worker *w) {
+    if (!w->topic_missing) return;
+    if (w->assigned && w->assigned->cnt > 0) {   /* the group has it again */
+        w->topic_missing = 0;
+        return;
+    }
+    double now = now_ms();
+    if (now < w->next_topic_check) return;
+    w->next_topic_check = now + 1000;
+    /* all topics: only a full listing updates the consumer group's view of its subscription (a
+     * partial one could make subscribed topics look missing); the answer is applied to the group
+     * when it comes, whether or not this call waits that long */
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(w->consumer, 1, NULL, &md, 200);
+    if (e || !md) return;
+    for (int i = 0; i < md->topic_cnt; i++)
+        if (!strcmp(md->topics[i].topic, w->topic_jobs) && !md->topics[i].err && md->topics[i].partition_cnt > 0) {
+            wlog(w, L_INFO, "jobs topic %s is available (%d partitions)", w->topic_jobs, md->topics[i].partition_cnt);
+            w->topic_missing = 0;
+        }
+    rd_kafka_metadata_destroy(md);
+}
+
 void wk_store_offset(worker *w, int32_t partition, int64_t offset) {
     if (partition >= w->n_store_off) {
         int n = partition + 1;
