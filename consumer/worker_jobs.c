@@ -351,7 +351,6 @@ int wj_release_delivered(worker *w) {
     return n;
 }
 
-
 // ---------------------------------------------------------------- validation
 
 static int topic_name_ok(const char *t) {
