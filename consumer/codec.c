@@ -335,7 +335,7 @@ int codec_decode_job(sl_codec *c, const void *buf, size_t len, sl_job *j, char *
     avro_value_t *v = &c->value[S_JOB], f, b;
     int disc;
     int bval;
-    if (field(v, "id", &f) || get_str(&f, &j->id, NULL)) goto bad;
+    if (field(v, "id", &f) || get_str(&f, &j->id, &j->id_len)) goto bad;
     if (field(v, "prompt", &f) || avro_value_get_discriminant(&f, &disc) ||
         avro_value_get_current_branch(&f, &b))
         goto bad;

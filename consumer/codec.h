@@ -32,6 +32,7 @@ typedef struct {
 
 typedef struct {
     char *id;
+    size_t id_len;                   /* bytes (the id may hold U+0000; validation refuses that) */
     int prompt_is_text;
     char *prompt_text;               /* prompt_is_text */
     size_t prompt_text_len;

@@ -28,6 +28,8 @@ static const key_spec KEYS[] = {
     {"topic.chunks", "sluice.chunks", K_STR, 0, 0, NULL, 0, "streaming TokenChunk topic (jobs with stream=true)"},
     {"topic.dlq", "sluice.jobs.dlq", K_STR, 0, 0, NULL, 0, "dead-letter topic for undecodable or invalid jobs"},
     {"redis.url", "redis://127.0.0.1:6379", K_STR, 0, 0, NULL, 0, "redis://host:port[/db]"},
+    {"redis.user", "", K_STR, 0, 0, NULL, 0, "Redis ACL user (AUTH user password; empty = AUTH password alone)"},
+    {"redis.password", "", K_STR, 0, 0, NULL, 0, "Redis password (requirepass or the ACL user's); empty = no AUTH"},
     {"redis.prefix", "sluice:", K_STR, 0, 0, NULL, 0, "key prefix of every Redis key"},
     {"redis.timeout_ms", "500", K_INT, 10, 60000, NULL, 0, "connect and command timeout"},
     {"redis.ttl_s", "86400", K_INT, 1, 31536000, NULL, 0, "TTL of job state and result copies"},
@@ -230,6 +232,14 @@ int cfg_validate(const cfg *c, char *err, size_t errlen) {
     const char *url = cfg_get(c, "redis.url");
     if (strncmp(url, "redis://", 8) != 0) {
         snprintf(err, errlen, "config: redis.url='%s' must look like redis://host:port[/db]", url);
+        return -1;
+    }
+    if (strchr(url, '@')) {
+        snprintf(err, errlen, "config: redis.url must not hold credentials; set redis.user and redis.password");
+        return -1;
+    }
+    if (cfg_get(c, "redis.user")[0] && !cfg_get(c, "redis.password")[0]) {
+        snprintf(err, errlen, "config: redis.user needs redis.password");
         return -1;
     }
     return 0;

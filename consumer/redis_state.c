@@ -7,48 +7,61 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
-/* KEYS[1] = job key, KEYS[2] = result key. ARGV[1] = op, ARGV[2] = worker id, then per op. */
+/* KEYS[1] = job key, KEYS[2] = result key. ARGV[1] = op, ARGV[2] = worker id, ARGV[3] = incarnation,
+ * then per op. A claim is held by (worker, incarnation): a worker id is one live process at a time, so
+ * a claim of the same id under another incarnation, or of a worker whose heartbeat names another
+ * incarnation, belongs to a process that is gone and is taken at once. `digest` is the hash of the
+ * job's payload: a job id is one job; a claim with another digest is a conflict. */
 static const char JOB_SCRIPT[] =
-    "local key, op, me = KEYS[1], ARGV[1], ARGV[2]\n"
+    "local key, op, me, inc = KEYS[1], ARGV[1], ARGV[2], ARGV[3]\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "if op == 'claim' then\n"  /* ARGV: lease_ms ttl_ms partition offset prefix */
-    "  local st = redis.call('HMGET', key, 'status', 'worker', 'lease_until')\n"
+    "if op == 'claim' then\n"  /* ARGV: lease_ms ttl_ms partition offset prefix digest */
+    "  local st = redis.call('HMGET', key, 'status', 'worker', 'lease_until', 'incarnation', 'digest')\n"
+    "  if st[5] and ARGV[9] ~= '' and st[5] ~= ARGV[9] then return {'conflict', st[5]} end\n"
     "  if st[1] == 'done' or st[1] == 'failed' then\n"
     "    local r = redis.call('GET', KEYS[2])\n"
     "    if r then return {'done', r} end\n"
     "  end\n"
     "  local lease = tonumber(st[3] or '0') or 0\n"
-    /* held by another worker under a live lease: parked, unless that worker's heartbeat is gone */
-    "  if st[1] == 'running' and st[2] ~= me and lease > now and\n"
-    "     redis.call('EXISTS', ARGV[7] .. 'worker:' .. st[2]) == 1 then\n"
-    "    return {'parked', st[2]}\n"
+    /* held by another live worker under a live lease: parked. Not when the holder's heartbeat is gone,
+     * or names a later incarnation (the holder restarted); this worker's own earlier incarnation is
+     * gone by definition. */
+    "  if st[1] == 'running' and st[2] ~= me and lease > now then\n"
+    "    local hk = ARGV[8] .. 'worker:' .. st[2]\n"
+    "    if redis.call('EXISTS', hk) == 1 then\n"
+    "      local hinc = redis.call('HGET', hk, 'incarnation')\n"
+    "      if not (hinc and st[4] and hinc ~= st[4]) then return {'parked', st[2]} end\n"
+    "    end\n"
     "  end\n"
-    "  redis.call('HSET', key, 'status', 'running', 'worker', me, 'lease_until', now + tonumber(ARGV[3]),\n"
-    "             'partition', ARGV[5], 'offset', ARGV[6], 'started', now)\n"
+    "  redis.call('HSET', key, 'status', 'running', 'worker', me, 'incarnation', inc,\n"
+    "             'lease_until', now + tonumber(ARGV[4]), 'partition', ARGV[6], 'offset', ARGV[7], 'started', now)\n"
+    "  if ARGV[9] ~= '' then redis.call('HSETNX', key, 'digest', ARGV[9]) end\n"
     "  redis.call('HSETNX', key, 'created', now)\n"
-    "  redis.call('PEXPIRE', key, ARGV[4])\n"
+    "  redis.call('PEXPIRE', key, ARGV[5])\n"
     "  return {'claimed'}\n"
     "elseif op == 'renew' then\n"  /* ARGV: lease_ms */
-    "  local st = redis.call('HMGET', key, 'status', 'worker')\n"
-    "  if st[1] == 'running' and st[2] == me then\n"
-    "    redis.call('HSET', key, 'lease_until', now + tonumber(ARGV[3]))\n"
+    "  local st = redis.call('HMGET', key, 'status', 'worker', 'incarnation')\n"
+    "  if st[1] == 'running' and st[2] == me and (not st[3] or st[3] == inc) then\n"
+    "    redis.call('HSET', key, 'lease_until', now + tonumber(ARGV[4]))\n"
     "    return {'ok'}\n"
     "  end\n"
     "  return {'lost'}\n"
-    "elseif op == 'done' or op == 'failed' then\n"  /* ARGV: result ttl_ms tokens_out */
+    "elseif op == 'done' or op == 'failed' then\n"  /* ARGV: result ttl_ms tokens_out digest */
     "  local st = redis.call('HGET', key, 'status')\n"
     "  if (st == 'done' or st == 'failed') and redis.call('EXISTS', KEYS[2]) == 1 then return {'already'} end\n"
-    "  redis.call('HSET', key, 'status', op, 'worker', me, 'finished', now, 'tokens_out', ARGV[5],\n"
-    "             'lease_until', 0)\n"
+    "  redis.call('HSET', key, 'status', op, 'worker', me, 'incarnation', inc, 'finished', now,\n"
+    "             'tokens_out', ARGV[6], 'lease_until', 0)\n"
+    "  if ARGV[7] ~= '' then redis.call('HSETNX', key, 'digest', ARGV[7]) end\n"
     "  redis.call('HSETNX', key, 'created', now)\n"
-    "  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])\n"
-    "  redis.call('PEXPIRE', key, ARGV[4])\n"
+    "  redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])\n"
+    "  redis.call('PEXPIRE', key, ARGV[5])\n"
     "  return {'ok'}\n"
     "elseif op == 'release' then\n"
-    "  local st = redis.call('HMGET', key, 'status', 'worker')\n"
-    "  if st[1] == 'running' and st[2] == me then\n"
+    "  local st = redis.call('HMGET', key, 'status', 'worker', 'incarnation')\n"
+    "  if st[1] == 'running' and st[2] == me and (not st[3] or st[3] == inc) then\n"
     "    redis.call('HSET', key, 'status', 'queued', 'lease_until', 0)\n"
     "  end\n"
     "  return {'ok'}\n"
@@ -61,6 +74,8 @@ struct sl_redis {
     int port, db;
     char prefix[64];
     char worker[128];
+    char *user, *password;           /* AUTH on every connect when password is set */
+    char inc[48];                    /* this process's incarnation: start time in ms + 64 random bits */
     char sha[48];
     int timeout_ms;
     int64_t lease_ms, ttl_ms;
@@ -95,6 +110,19 @@ static int connect_now(sl_redis *r, char *err, size_t errlen) {
         return -1;
     }
     redisReply *rep;
+    if (r->password[0]) {
+        if (r->user[0]) rep = redisCommand(c, "AUTH %s %s", r->user, r->password);
+        else rep = redisCommand(c, "AUTH %s", r->password);
+        int ok = rep && rep->type == REDIS_REPLY_STATUS;
+        if (!ok)
+            snprintf(err, errlen, "redis %s:%d: AUTH%s%s failed: %s", r->host, r->port, r->user[0] ? " as " : "",
+                     r->user, rep && rep->type == REDIS_REPLY_ERROR ? rep->str : c->errstr);
+        if (rep) freeReplyObject(rep);
+        if (!ok) {
+            redisFree(c);
+            return -1;
+        }
+    }
     if (r->db) {
         rep = redisCommand(c, "SELECT %d", r->db);
         int ok = rep && rep->type == REDIS_REPLY_STATUS;
@@ -133,16 +161,14 @@ static int ensure(sl_redis *r) {
     return 0;
 }
 
-int redis_open(sl_redis **out, const char *url, const char *prefix, int timeout_ms, const char *worker,
-               int64_t lease_ms, int64_t ttl_ms, char *err, size_t errlen) {
+int redis_open(sl_redis **out, const char *url, const char *user, const char *password, const char *prefix,
+               int timeout_ms, const char *worker, int64_t lease_ms, int64_t ttl_ms, char *err, size_t errlen) {
     sl_redis *r = calloc(1, sizeof(*r));
     if (!r) {
         snprintf(err, errlen, "redis: out of memory");
         return -1;
     }
     const char *p = url + (strncmp(url, "redis://", 8) == 0 ? 8 : 0);
-    const char *at = strchr(p, '@');
-    if (at) p = at + 1;   /* credentials are not supported by this client; ignored */
     const char *colon = strrchr(p, ':');
     const char *slash = strchr(p, '/');
     size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
@@ -161,11 +187,30 @@ int redis_open(sl_redis **out, const char *url, const char *prefix, int timeout_
     }
     snprintf(r->prefix, sizeof(r->prefix), "%s", prefix);
     snprintf(r->worker, sizeof(r->worker), "%s", worker);
+    r->user = strdup(user ? user : "");
+    r->password = strdup(password ? password : "");
+    if (!r->user || !r->password) {
+        snprintf(err, errlen, "redis: out of memory");
+        redis_close(r);
+        return -1;
+    }
+    uint64_t rnd = 0;
+    FILE *ur = fopen("/dev/urandom", "rb");
+    if (!ur || fread(&rnd, sizeof(rnd), 1, ur) != 1) {
+        struct timespec ts;   /* no /dev/urandom: the clock and the pid still differ per process */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        rnd = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)getpid() ^ ((uint64_t)ts.tv_sec << 40);
+    }
+    if (ur) fclose(ur);
+    struct timespec wt;
+    clock_gettime(CLOCK_REALTIME, &wt);
+    snprintf(r->inc, sizeof(r->inc), "%lld-%016llx", (long long)wt.tv_sec * 1000 + wt.tv_nsec / 1000000,
+             (unsigned long long)rnd);
     r->timeout_ms = timeout_ms;
     r->lease_ms = lease_ms;
     r->ttl_ms = ttl_ms;
     if (connect_now(r, err, errlen) != 0) {
-        free(r);
+        redis_close(r);
         return -1;
     }
     *out = r;
@@ -175,15 +220,19 @@ int redis_open(sl_redis **out, const char *url, const char *prefix, int timeout_
 void redis_close(sl_redis *r) {
     if (!r) return;
     if (r->ctx) redisFree(r->ctx);
+    free(r->user);
+    if (r->password) memset(r->password, 0, strlen(r->password));
+    free(r->password);
     free(r);
 }
 
 int redis_connected(const sl_redis *r) { return r->ctx != NULL; }
+const char *redis_incarnation(const sl_redis *r) { return r->inc; }
 uint64_t redis_errors(const sl_redis *r) { return r->errors; }
 
 // ---------------------------------------------------------------- pipelined script calls
 
-#define MAXARGS 8
+#define MAXARGS 10
 
 typedef struct {
     char key[2][512];
@@ -204,6 +253,7 @@ static void call_init(script_call *sc, sl_redis *r, const char *op, const char *
     sc->argv[sc->argc] = sc->key[1], sc->argl[sc->argc++] = strlen(sc->key[1]);
     sc->argv[sc->argc] = op, sc->argl[sc->argc++] = strlen(op);
     sc->argv[sc->argc] = r->worker, sc->argl[sc->argc++] = strlen(r->worker);
+    sc->argv[sc->argc] = r->inc, sc->argl[sc->argc++] = strlen(r->inc);
 }
 
 static void call_arg(script_call *sc, const void *p, size_t n) {
@@ -264,6 +314,10 @@ static void claim_reply(void *ud, int i, redisReply *rep) {
         memcpy(c->result, rep->element[1]->str, rep->element[1]->len);
         c->result_len = rep->element[1]->len;
         c->status = RC_DONE;
+    } else if (strcmp(t, "conflict") == 0) {
+        c->status = RC_CONFLICT;
+        if (rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING)
+            snprintf(c->holder, sizeof(c->holder), "%s", rep->element[1]->str);
     } else if (strcmp(t, "parked") == 0) {
         c->status = RC_PARKED;
         if (rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING)
@@ -288,6 +342,7 @@ int redis_claim_batch(sl_redis *r, redis_claim *c, int n) {
         call_num(&sc, 2, c[i].partition);
         call_num(&sc, 3, c[i].offset);
         call_arg(&sc, r->prefix, strlen(r->prefix));
+        call_arg(&sc, c[i].digest ? c[i].digest : "", c[i].digest ? strlen(c[i].digest) : 0);
         if (append(r, &sc)) {
             drop(r);
             return -1;
@@ -313,6 +368,7 @@ int redis_done_batch(sl_redis *r, redis_done *d, int n) {
         call_arg(&sc, d[i].result, d[i].result_len);
         call_num(&sc, 0, r->ttl_ms);
         call_num(&sc, 1, d[i].tokens_out);
+        call_arg(&sc, d[i].digest ? d[i].digest : "", d[i].digest ? strlen(d[i].digest) : 0);
         if (append(r, &sc)) {
             drop(r);
             return -1;
@@ -404,12 +460,15 @@ int redis_heartbeat(sl_redis *r, const char *const *fv, int n_pairs, int64_t ttl
     if (ensure(r)) return -1;
     char key[256];
     snprintf(key, sizeof(key), "%sworker:%s", r->prefix, r->worker);
-    const char *argv[2 + 2 * 16];
-    size_t argl[2 + 2 * 16];
+    const char *argv[4 + 2 * 16];
+    size_t argl[4 + 2 * 16];
     if (n_pairs > 16) n_pairs = 16;
     argv[0] = "HSET", argl[0] = 4;
     argv[1] = key, argl[1] = strlen(key);
     for (int i = 0; i < 2 * n_pairs; i++) argv[2 + i] = fv[i], argl[2 + i] = strlen(fv[i]);
+    argv[2 + 2 * n_pairs] = "incarnation", argl[2 + 2 * n_pairs] = 11;   /* claims name it: see JOB_SCRIPT */
+    argv[3 + 2 * n_pairs] = r->inc, argl[3 + 2 * n_pairs] = strlen(r->inc);
+    n_pairs++;
     char ttl[32];
     snprintf(ttl, sizeof(ttl), "%lld", (long long)ttl_ms);
     if (redisAppendCommandArgv(r->ctx, 2 + 2 * n_pairs, argv, argl) != REDIS_OK ||

@@ -5,10 +5,14 @@
  * cancel:<id> (set by clients), worker:<id> (heartbeat hash). Every job transition is one call of ONE
  * Lua script (claim / renew / done / failed / release), using the server clock for leases.
  *
- * Claim: a job already done|failed whose result copy exists -> DONE with the stored bytes (re-emit);
- * running under another worker's unexpired lease while that worker's heartbeat key exists -> PARKED;
- * otherwise it becomes running under this worker (the same worker id re-claims its own jobs after a
- * restart; a dead worker's jobs are taken once its heartbeat expires, before their leases do).
+ * Claim: a job id already known with another payload digest -> CONFLICT (the stored digest in holder);
+ * a job already done|failed whose result copy exists -> DONE with the stored bytes (re-emit); running
+ * under another worker's unexpired lease while that worker's heartbeat key exists and names the claim's
+ * incarnation -> PARKED; otherwise it becomes running under this worker and incarnation. A claim
+ * records (worker id, incarnation): this process's incarnation is its start time in ms and 64 random
+ * bits, also written in its heartbeat. A worker id is one live process at a time, so a restarted worker
+ * takes over its own earlier incarnation's claims at once, and so does any other worker once the
+ * heartbeat names the new incarnation; a dead worker's jobs are taken once its heartbeat expires.
  *
  * Failure model: a context that errors is freed; the next call reconnects, at most once per second, so
  * a dead Redis costs the caller at most one connect timeout per second. Batch calls return -1 when
@@ -23,16 +27,17 @@
 
 typedef struct sl_redis sl_redis;
 
-enum { RC_ERR = 0, RC_CLAIMED, RC_DONE, RC_PARKED, RC_OK, RC_ALREADY, RC_LOST };
+enum { RC_ERR = 0, RC_CLAIMED, RC_DONE, RC_PARKED, RC_OK, RC_ALREADY, RC_LOST, RC_CONFLICT };
 
 typedef struct {
     const char *id;
     int32_t partition;
     int64_t offset;
+    const char *digest;              /* the payload's digest (hex), or NULL */
     int status;                      /* out */
     char *result;                    /* out, RC_DONE: malloc'ed stored Result bytes (caller frees) */
     size_t result_len;
-    char holder[64];                 /* out, RC_PARKED */
+    char holder[64];                 /* out: RC_PARKED the holding worker, RC_CONFLICT the known digest */
 } redis_claim;
 
 typedef struct {
@@ -41,14 +46,17 @@ typedef struct {
     const uint8_t *result;
     size_t result_len;
     int tokens_out;
+    const char *digest;              /* the payload's digest (hex), or NULL */
     int status;                      /* out: RC_OK | RC_ALREADY | RC_ERR */
 } redis_done;
 
-/* Connects and loads the script; -1 with err when Redis cannot be reached (the worker exits then). */
-int redis_open(sl_redis **out, const char *url, const char *prefix, int timeout_ms, const char *worker,
-               int64_t lease_ms, int64_t ttl_ms, char *err, size_t errlen);
+/* Connects (AUTH [user] password when password is not empty, on every connect) and loads the script;
+ * -1 with err when Redis cannot be reached or refuses the credentials (the worker exits then). */
+int redis_open(sl_redis **out, const char *url, const char *user, const char *password, const char *prefix,
+               int timeout_ms, const char *worker, int64_t lease_ms, int64_t ttl_ms, char *err, size_t errlen);
 void redis_close(sl_redis *r);
 int redis_connected(const sl_redis *r);
+const char *redis_incarnation(const sl_redis *r);
 uint64_t redis_errors(const sl_redis *r);   /* failed commands / reconnect attempts so far */
 
 int redis_claim_batch(sl_redis *r, redis_claim *c, int n);
@@ -58,7 +66,7 @@ int redis_renew_batch(sl_redis *r, const char *const *ids, int n, int *status);
 int redis_release_batch(sl_redis *r, const char *const *ids, int n);
 /* One MGET of cancel:<id>; cancelled[i] = 1 when the key exists. */
 int redis_cancel_sweep(sl_redis *r, const char *const *ids, int n, uint8_t *cancelled);
-/* HSET worker:<id> with the given field/value pairs and a TTL. */
+/* HSET worker:<id> with the given field/value pairs and `incarnation`, and a TTL. */
 int redis_heartbeat(sl_redis *r, const char *const *fv, int n_pairs, int64_t ttl_ms);
 
 #endif

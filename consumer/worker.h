@@ -27,6 +27,9 @@
 #include "redis_state.h"
 #include "textcodec.h"
 
+/* A job id: valid UTF-8, no NUL, 1 to JOB_ID_MAX bytes (else the job goes to the DLQ as `validation`). */
+enum { JOB_ID_MAX = 256 };
+
 enum { JK_JOB = 0, JK_DLQ, JK_REEMIT };
 enum { JS_CLAIM = 0, JS_PARKED, JS_RUNNING, JS_PRODUCING, JS_DONEWRITE };
 
@@ -67,12 +70,26 @@ typedef struct job_rec {
     uint8_t *small;                  /* the Result is over Kafka's message limit: this ERROR Result instead */
     size_t small_len;
     struct dlq_msg *dlq;             /* JK_DLQ: what to write (kept until delivered) */
+    /* one job id is computed once at a time here: the first record of an id is its leader (in w->ids);
+     * later records of the same payload follow it and re-emit its Result */
+    uint64_t digest;                 /* FNV-1a 64 of the unframed Avro payload */
+    char digest_hex[17];
+    int in_ids;
+    struct job_rec *id_next;         /* chain in w->ids */
+    struct job_rec *leader;          /* a follower: the record computing this id */
+    struct job_rec *followers, *next_follower;
+    uint8_t *raw, *raw_key;          /* the message, while the job may still go to the DLQ (claim stage) */
+    size_t raw_len, raw_key_len;
 } job_rec;
 
-/* A DLQ record's message, owned by its job_rec, so a failed write can be retried. */
+/* A DLQ record's message, owned by its job_rec, so a failed write can be retried. value/key hold at
+ * most the producer's message limit of the original bytes; orig_* are the original sizes. */
 struct dlq_msg {
     uint8_t *value, *key;
     size_t value_len, key_len;
+    size_t orig_value_len, orig_key_len;
+    size_t limit;                    /* bytes a DLQ message may take: the producer's limit, halved on each
+                                        refusal for size by the broker */
     char *error, *cls, *topic;
     char partition[16], offset[24];
 };
@@ -93,6 +110,7 @@ struct worker {
     int32_t *schema_ids;
     int n_schema_ids;
     int64_t max_bytes;
+    int64_t produce_max;             /* the producer's message.max.bytes (DLQ copies are cut to fit it) */
     int max_tokens_limit;
     const char *topic_jobs, *topic_results, *topic_chunks, *topic_dlq;
     int32_t result_schema_id, chunk_schema_id;
@@ -100,6 +118,8 @@ struct worker {
     rd_kafka_t *consumer, *producer;
     rd_kafka_topic_partition_list_t *assigned;
     int paused;
+    int topic_missing;               /* the jobs topic was reported missing or refused: metadata re-checked */
+    double next_topic_check;
     sl_redis *redis;
     sl_codec *codec;
     sl_engine *engine;
@@ -111,6 +131,8 @@ struct worker {
     int wake_rd, wake_wr;
 
     job_rec *head;                   /* list of live records */
+    job_rec **ids;                   /* leaders by job id (hash chains) */
+    size_t ids_cap, n_ids;
     int64_t n_inflight;              /* CLAIM + RUNNING */
     job_rec **claimq;                /* records waiting for a claim round */
     int n_claimq, cap_claimq;
@@ -149,13 +171,25 @@ void wk_close(worker *w);
  * timers' retry (wk_retry_later). */
 enum { WK_TOO_LARGE = 1 };
 int wk_produce_result(worker *w, job_rec *r);
-/* Produce a JK_DLQ record's message to the DLQ with the error headers; it completes on its delivery report. */
+/* Produce a JK_DLQ record's message to the DLQ with the error headers; it completes on its delivery report.
+ * Original bytes that do not fit the message limit are cut, with headers sluice.dlq.truncated=true,
+ * sluice.original.size (value bytes) and sluice.original.key.size. */
 void wk_produce_dlq(worker *w, job_rec *r);
+/* A DLQ delivery failed: retried from the timers; a refusal for size first halves the message's limit. */
+void wk_dlq_failed(worker *w, job_rec *r, rd_kafka_resp_err_t err);
+/* Headroom above input.max_bytes for a DLQ copy's headers and record framing. */
+enum { DLQ_HEADROOM = 16384 };
 void wk_retry_later(worker *w, job_rec *r);   /* a produce or DLQ delivery failed: the timers try again in 0.5 s */
 int wk_reply_topic_failed(rd_kafka_resp_err_t err);   /* a delivery error the reply topic will not recover from */
 void wk_reply_fallback(worker *w, job_rec *r, rd_kafka_resp_err_t err);   /* result -> topic.results + reason */
 void wk_produce_chunk(worker *w, job_rec *r, int done);   /* fire-and-forget */
 void wk_pause_all(worker *w, int pause);
+/* A consumer error: notes a missing or refused jobs topic (see wk_topic_check). */
+void wk_consumer_error(worker *w, const rd_kafka_message_t *m);
+/* While the jobs topic is missing or refused and nothing is assigned: ask for the cluster's metadata
+ * once a second, so the group sees the topic within seconds of its return (librdkafka by itself looks
+ * again only every topic.metadata.refresh.interval.ms, 5 minutes by default). */
+void wk_topic_check(worker *w);
 void wk_store_offset(worker *w, int32_t partition, int64_t offset);   /* batched ... */
 void wk_flush_offsets(worker *w);                                      /* ... stored here */
 
@@ -172,6 +206,10 @@ void wj_hand_back_all(worker *w);
 void wj_drop_parked(worker *w);      /* drain start: jobs another worker holds are not ours to wait for */
 void wj_free_all(worker *w);
 int wj_live(worker *w);              /* records not yet released */
+int wj_undelivered(worker *w);       /* ... less those whose Result is delivered (waiting for Redis done) */
+/* Drain end: release the offsets of delivered Results whose Redis done write has not succeeded (Redis
+ * down): the Result is in Kafka, so the job is not handed back to be computed again. Returns how many. */
+int wj_release_delivered(worker *w);
 /* Stage profile of released jobs (consume -> claim -> engine finish -> delivery -> Redis done). */
 void wj_profile_print(worker *w);
 

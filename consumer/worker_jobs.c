@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer.h"
 #include "worker.h"
 
 // ---------------------------------------------------------------- records
@@ -44,28 +45,45 @@ static uint8_t *xmemdup(const void *p, size_t n) {
     return d;
 }
 
+/* The DLQ message for a record: a copy of at most the producer's message limit of the original bytes
+ * (wk_produce_dlq cuts what does not fit and says so), kept so that a failed write can be retried. */
+static void dlq_send(worker *w, job_rec *r, const void *value, size_t vlen, const void *key, size_t klen,
+                     const char *topic, const char *error, const char *cls) {
+    struct dlq_msg *d = calloc(1, sizeof(*d));
+    if (!d) abort();
+    r->kind = JK_DLQ;
+    set_state(w, r, JS_PRODUCING);
+    r->dlq = d;
+    size_t cap = (size_t)w->produce_max;
+    d->orig_value_len = value ? vlen : 0;
+    d->orig_key_len = key ? klen : 0;
+    d->value_len = d->orig_value_len < cap ? d->orig_value_len : cap;
+    d->key_len = d->orig_key_len < cap ? d->orig_key_len : cap;
+    d->value = value ? xmemdup(value, d->value_len) : NULL;
+    d->key = key ? xmemdup(key, d->key_len) : NULL;
+    d->limit = cap;
+    d->error = xstrdup(error);
+    d->cls = xstrdup(cls);
+    d->topic = xstrdup(topic);
+    snprintf(d->partition, sizeof(d->partition), "%d", (int)r->partition);
+    snprintf(d->offset, sizeof(d->offset), "%lld", (long long)r->offset);
+    wlog(w, L_INFO, "DLQ %s[%d]@%lld: %s", d->topic, (int)r->partition, (long long)r->offset, error);
+    atomic_fetch_add(&w->m.dlq, 1);
+    wk_produce_dlq(w, r);
+}
+
 /* Bad input: a JK_DLQ record that writes the message to the DLQ with the error headers; its offset is
  * released once the DLQ write is delivered. */
 static void dlq(worker *w, const rd_kafka_message_t *m, const char *error, const char *cls) {
     job_rec *r = rec_new(w, m);
-    struct dlq_msg *d = calloc(1, sizeof(*d));
-    if (!d) abort();
-    r->kind = JK_DLQ;
-    r->state = JS_PRODUCING;
-    r->dlq = d;
-    /* a copy of everything the DLQ message needs, so a failed write can be retried later */
-    d->value = m->payload ? xmemdup(m->payload, m->len) : NULL;
-    d->value_len = m->payload ? m->len : 0;
-    d->key = m->key ? xmemdup(m->key, m->key_len) : NULL;
-    d->key_len = m->key ? m->key_len : 0;
-    d->error = xstrdup(error);
-    d->cls = xstrdup(cls);
-    d->topic = xstrdup(rd_kafka_topic_name(m->rkt));
-    snprintf(d->partition, sizeof(d->partition), "%d", (int)m->partition);
-    snprintf(d->offset, sizeof(d->offset), "%lld", (long long)m->offset);
-    wlog(w, L_INFO, "DLQ %s[%d]@%lld: %s", d->topic, (int)m->partition, (long long)m->offset, error);
-    atomic_fetch_add(&w->m.dlq, 1);
-    wk_produce_dlq(w, r);
+    dlq_send(w, r, m->payload, m->len, m->key, m->key_len, rd_kafka_topic_name(m->rkt), error, cls);
+}
+
+static void free_raw(job_rec *r) {
+    free(r->raw);
+    free(r->raw_key);
+    r->raw = r->raw_key = NULL;
+    r->raw_len = r->raw_key_len = 0;
 }
 
 static void rec_free(worker *w, job_rec *r) {
@@ -82,6 +100,7 @@ static void rec_free(worker *w, job_rec *r) {
     free(r->result);
     free(r->reply_error);
     free(r->small);
+    free_raw(r);
     if (r->dlq) {
         free(r->dlq->value);
         free(r->dlq->key);
@@ -151,8 +170,152 @@ void wj_profile_print(worker *w) {
     w->prof = NULL;
 }
 
+static void push(job_rec ***q, int *n, int *cap, job_rec *r) {
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 256;
+        job_rec **p = realloc(*q, (size_t)c * sizeof(*p));
+        if (!p) abort();
+        *q = p;
+        *cap = c;
+    }
+    (*q)[(*n)++] = r;
+}
+
+// ---------------------------------------------------------------- one job id, one computation
+
+static uint64_t fnv1a(const void *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *b = p, *e = b + n; b < e; b++) h = (h ^ *b) * 0x100000001b3ull;
+    return h;
+}
+
+static job_rec **ids_slot(worker *w, const char *id, size_t len) {
+    return &w->ids[fnv1a(id, len) & (w->ids_cap - 1)];
+}
+
+static job_rec *ids_find(worker *w, const sl_job *j) {
+    if (!w->ids_cap) return NULL;
+    for (job_rec *r = *ids_slot(w, j->id, j->id_len); r; r = r->id_next)
+        if (r->job.id_len == j->id_len && memcmp(r->job.id, j->id, j->id_len) == 0) return r;
+    return NULL;
+}
+
+static void ids_add(worker *w, job_rec *r) {
+    if (w->n_ids + 1 > w->ids_cap / 2) {
+        size_t cap = w->ids_cap ? w->ids_cap * 2 : 1024;
+        job_rec **old = w->ids;
+        size_t ocap = w->ids_cap;
+        w->ids = calloc(cap, sizeof(*w->ids));
+        if (!w->ids) abort();
+        w->ids_cap = cap;
+        for (size_t i = 0; i < ocap; i++)
+            for (job_rec *x = old[i], *nx; x; x = nx) {
+                nx = x->id_next;
+                job_rec **sl = ids_slot(w, x->job.id, x->job.id_len);
+                x->id_next = *sl;
+                *sl = x;
+            }
+        free(old);
+    }
+    job_rec **sl = ids_slot(w, r->job.id, r->job.id_len);
+    r->id_next = *sl;
+    *sl = r;
+    r->in_ids = 1;
+    w->n_ids++;
+}
+
+static void ids_del(worker *w, job_rec *r) {
+    if (!r->in_ids) return;
+    for (job_rec **p = ids_slot(w, r->job.id, r->job.id_len); *p; p = &(*p)->id_next)
+        if (*p == r) {
+            *p = r->id_next;
+            break;
+        }
+    r->in_ids = 0;
+    r->id_next = NULL;
+    w->n_ids--;
+}
+
+static void unfollow(job_rec *f) {
+    job_rec *l = f->leader;
+    if (!l) return;
+    for (job_rec **p = &l->followers; *p; p = &(*p)->next_follower)
+        if (*p == f) {
+            *p = f->next_follower;
+            break;
+        }
+    f->leader = NULL;
+    f->next_follower = NULL;
+}
+
+static void reemit(worker *w, job_rec *r, char *bytes, size_t len);
+static void rec_to_dlq(worker *w, job_rec *r, const char *error, const char *cls);
+
+/* The leader's Result is delivered: each follower re-emits it (the job is not computed again). */
+static void serve_followers(worker *w, job_rec *l) {
+    job_rec *f = l->followers;
+    l->followers = NULL;
+    for (job_rec *nx; f; f = nx) {
+        nx = f->next_follower;
+        f->leader = NULL;
+        f->next_follower = NULL;
+        f->tokens_out = l->tokens_out;
+        reemit(w, f, (char *)xmemdup(l->result, l->result_len), l->result_len);
+    }
+}
+
+/* A leader leaves (released, handed back): its followers get its delivered Result, or (draining) are
+ * left as parked records for the drain to hand back, or the first of them becomes the leader and is
+ * claimed. Frees no record. */
+static void leader_gone(worker *w, job_rec *l) {
+    ids_del(w, l);
+    if (!l->followers) return;
+    if (l->result && (l->kind == JK_REEMIT || l->t_delivered > 0)) {
+        serve_followers(w, l);
+        return;
+    }
+    job_rec *f = l->followers;
+    l->followers = NULL;
+    if (w->draining) {
+        /* plain parked records now: the drain hands them back (never freed here: the callers walk the
+         * record list) */
+        for (job_rec *nx; f; f = nx) {
+            nx = f->next_follower;
+            f->leader = NULL;
+            f->next_follower = NULL;
+        }
+        return;
+    }
+    job_rec *nl = f;
+    nl->followers = nl->next_follower;
+    nl->leader = NULL;
+    nl->next_follower = NULL;
+    for (job_rec *x = nl->followers; x; x = x->next_follower) x->leader = nl;
+    ids_add(w, nl);
+    set_state(w, nl, JS_CLAIM);
+    nl->in_claimq = 1;
+    push(&w->claimq, &w->n_claimq, &w->cap_claimq, nl);
+}
+
+/* A job that turns out not to be runnable after all (its id is known with another payload): the DLQ
+ * gets its message; its followers (the same payload) go with it. */
+static void rec_to_dlq(worker *w, job_rec *r, const char *error, const char *cls) {
+    ids_del(w, r);
+    job_rec *f = r->followers;
+    r->followers = NULL;
+    for (job_rec *nx; f; f = nx) {
+        nx = f->next_follower;
+        f->leader = NULL;
+        f->next_follower = NULL;
+        rec_to_dlq(w, f, error, cls);
+    }
+    dlq_send(w, r, r->raw, r->raw_len, r->raw_key, r->raw_key_len, w->topic_jobs, error, cls);
+    free_raw(r);
+}
+
 /* The record's work is over: release its offset (if the low-water mark moves) and free it. */
 static void rec_release(worker *w, job_rec *r) {
+    leader_gone(w, r);
     prof_add(w, r);
     int64_t off = offsets_done(&w->offs, r->partition, r->offset);
     if (off >= 0) wk_store_offset(w, r->partition, off);
@@ -166,15 +329,26 @@ int wj_live(worker *w) {
     return n;
 }
 
-static void push(job_rec ***q, int *n, int *cap, job_rec *r) {
-    if (*n == *cap) {
-        int c = *cap ? *cap * 2 : 256;
-        job_rec **p = realloc(*q, (size_t)c * sizeof(*p));
-        if (!p) abort();
-        *q = p;
-        *cap = c;
+int wj_undelivered(worker *w) {
+    int n = 0;
+    for (job_rec *r = w->head; r; r = r->next) n += !r->abandoned && !(r->kind == JK_JOB && r->state == JS_DONEWRITE);
+    return n;
+}
+
+int wj_release_delivered(worker *w) {
+    int n = 0;
+    for (int i = 0; i < w->n_doneq; i++) {
+        job_rec *r = w->doneq[i];
+        r->in_doneq = 0;
+        if (r->abandoned) {
+            rec_maybe_free(w, r);
+        } else {
+            rec_release(w, r);
+            n++;
+        }
     }
-    (*q)[(*n)++] = r;
+    w->n_doneq = 0;
+    return n;
 }
 
 // ---------------------------------------------------------------- validation
@@ -194,8 +368,10 @@ static int topic_name_ok(const char *t) {
 /* 0, or -1 with one line naming the field. Tokenises a text prompt into r->prompt. */
 static int validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char *err, size_t errlen) {
     int vocab = w->info->vocab_size, ctx = w->info->max_context;
-    if (!j->id[0]) return snprintf(err, errlen, "id: empty"), -1;
-    if (strlen(j->id) > 256) return snprintf(err, errlen, "id: longer than 256 bytes"), -1;
+    if (j->id_len == 0) return snprintf(err, errlen, "id: empty"), -1;
+    if (j->id_len > JOB_ID_MAX) return snprintf(err, errlen, "id: %zu bytes, longer than %d", j->id_len, JOB_ID_MAX), -1;
+    if (memchr(j->id, 0, j->id_len)) return snprintf(err, errlen, "id: holds a NUL byte"), -1;
+    if (!sl_utf8_valid(j->id, j->id_len)) return snprintf(err, errlen, "id: not valid UTF-8"), -1;
     if (j->n_messages > 0) {   /* a chat job: the messages make the prompt */
         if (j->prompt_is_text ? j->prompt_text_len > 0 : j->n_prompt_ids > 0)
             return snprintf(err, errlen, "prompt: must be empty in a chat job (a job has prompt or messages)"), -1;
@@ -257,6 +433,25 @@ static int validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char 
     return 0;
 }
 
+/* The id for a log line or an error header: at most 64 bytes, and an id that is not valid UTF-8 or
+ * holds a NUL with every byte outside printable ASCII written as \xNN. */
+static const char *printable_id(const sl_job *j, char *buf, size_t cap) {
+    size_t n = j->id_len < 64 ? j->id_len : 64;
+    if (!memchr(j->id, 0, j->id_len) && sl_utf8_valid(j->id, j->id_len)) {
+        while (n < j->id_len && n > 0 && ((unsigned char)j->id[n] & 0xC0) == 0x80) n--;   /* whole characters */
+        snprintf(buf, cap, "%.*s", (int)n, j->id);
+        return buf;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)j->id[i];
+        o += (size_t)(c >= 0x20 && c < 0x7f && c != '\\' ? snprintf(buf + o, cap - o, "%c", c)
+                                                          : snprintf(buf + o, cap - o, "\\x%02x", c));
+    }
+    buf[o] = 0;
+    return buf;
+}
+
 /* FNV-1a 64 of the id, top bit cleared: a recomputed job samples the same tokens. */
 static uint64_t seed_from_id(const char *id) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -268,20 +463,22 @@ static uint64_t seed_from_id(const char *id) {
 
 void wj_on_message(worker *w, rd_kafka_message_t *m) {
     if (m->err) {
-        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
             wlog(w, L_WARN, "consumer: %s", rd_kafka_message_errstr(m));
+            wk_consumer_error(w, m);
+        }
         return;
     }
     if (w->draining) return;   /* fetched before the pause: left for the next owner (offset not stored) */
     atomic_fetch_add(&w->m.consumed, 1);
-    char err[512];
+    char err[1024];
     if (!m->payload || m->len == 0) {
         dlq(w, m, "empty message value (null or 0 bytes)", "framing");
         return;
     }
-    if ((int64_t)m->len > w->max_bytes) {
-        snprintf(err, sizeof(err), "message of %zu bytes exceeds input.max_bytes=%lld", m->len,
-                 (long long)w->max_bytes);
+    if ((int64_t)(m->len + m->key_len) > w->max_bytes) {
+        snprintf(err, sizeof(err), "message of %zu bytes (key %zu + value %zu) exceeds input.max_bytes=%lld",
+                 m->key_len + m->len, m->key_len, m->len, (long long)w->max_bytes);
         dlq(w, m, err, "size");
         return;
     }
@@ -310,10 +507,25 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
     int n_prompt = 0;
     char verr[400];
     if (validate(w, &job, &prompt, &n_prompt, verr, sizeof(verr))) {
-        snprintf(err, sizeof(err), "invalid job '%.64s': %s", job.id, verr);
+        char shown[4 * 64 + 1];
+        snprintf(err, sizeof(err), "invalid job '%s': %s", printable_id(&job, shown, sizeof(shown)), verr);
         free(prompt);
         job_free(&job);
         dlq(w, m, err, "validation");
+        return;
+    }
+    /* one job id, one job: the same payload again while it is here follows the first record; another
+     * payload under the id is a conflict (the DLQ says so) */
+    uint64_t digest = fnv1a(pl, plen);
+    job_rec *lead = ids_find(w, &job);
+    if (lead && lead->digest != digest) {
+        char shown[4 * 64 + 1];
+        snprintf(err, sizeof(err), "job id '%s' is already in progress with a different payload (digest %s, this "
+                 "message's %016llx)", printable_id(&job, shown, sizeof(shown)), lead->digest_hex,
+                 (unsigned long long)digest);
+        free(prompt);
+        job_free(&job);
+        dlq(w, m, err, "conflict");
         return;
     }
     job_rec *r = rec_new(w, m);
@@ -324,6 +536,28 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
     r->seed = job.has_seed ? (uint64_t)job.seed : seed_from_id(job.id);
     r->has_text = w->tc != NULL;
     if (r->has_text) textdec_init(&r->text, w->tc);
+    r->digest = digest;
+    snprintf(r->digest_hex, sizeof(r->digest_hex), "%016llx", (unsigned long long)digest);
+    if (lead && lead->t_delivered > 0 && lead->result) {   /* its Result is out already */
+        r->tokens_out = lead->tokens_out;
+        reemit(w, r, (char *)xmemdup(lead->result, lead->result_len), lead->result_len);
+        return;
+    }
+    /* kept while the job may still go to the DLQ (a conflict that only Redis knows of) */
+    r->raw = xmemdup(m->payload, m->len);
+    r->raw_len = m->len;
+    if (m->key) {
+        r->raw_key = xmemdup(m->key, m->key_len);
+        r->raw_key_len = m->key_len;
+    }
+    if (lead) {
+        r->leader = lead;   /* stays JS_PARKED, not in flight, until the leader's Result is delivered */
+        r->next_follower = lead->followers;
+        lead->followers = r;
+        wlog(w, L_DEBUG, "job %s is already here: waiting for its result", lead->job.id);
+        return;
+    }
+    ids_add(w, r);
     set_state(w, r, JS_CLAIM);
     r->in_claimq = 1;
     push(&w->claimq, &w->n_claimq, &w->cap_claimq, r);
@@ -426,6 +660,7 @@ static void finish_job(worker *w, job_rec *r, sl_finish_reason reason, const cha
 }
 
 static void admit(worker *w, job_rec *r) {
+    free_raw(r);
     r->t_admit = now_ms();
     if (r->job.has_deadline && wall_ms() >= r->job.deadline_ms) {
         finish_job(w, r, SL_FINISH_EXPIRED, NULL, r->n_prompt);
@@ -484,6 +719,7 @@ void wj_send_cmds(worker *w) {
 }
 
 static void reemit(worker *w, job_rec *r, char *bytes, size_t len) {
+    free_raw(r);
     r->kind = JK_REEMIT;
     r->result = (uint8_t *)bytes;
     r->result_len = len;
@@ -500,7 +736,7 @@ void wj_claim_round(worker *w, int parked_only) {
     if (parked_only) {
         double now = now_ms();
         for (job_rec *r = w->head; r; r = r->next)
-            if (!r->abandoned && r->kind == JK_JOB && r->state == JS_PARKED && r->next_check <= now)
+            if (!r->abandoned && r->kind == JK_JOB && r->state == JS_PARKED && !r->leader && r->next_check <= now)
                 push(&batch, &n, &cap, r);
     } else {
         batch = w->claimq;
@@ -518,6 +754,7 @@ void wj_claim_round(worker *w, int parked_only) {
         c[i].id = batch[i]->job.id;
         c[i].partition = batch[i]->partition;
         c[i].offset = batch[i]->offset;
+        c[i].digest = batch[i]->digest_hex;
     }
     if (redis_claim_batch(w->redis, c, n) != 0) atomic_fetch_add(&w->m.redis_retries, 1);
     for (int i = 0; i < n; i++) {
@@ -532,6 +769,13 @@ void wj_claim_round(worker *w, int parked_only) {
         case RC_DONE:
             reemit(w, r, c[i].result, c[i].result_len);
             break;
+        case RC_CONFLICT: {
+            char shown[4 * 64 + 1], e[512];
+            snprintf(e, sizeof(e), "job id '%s' is already known with a different payload (digest %s, this message's %s)",
+                     printable_id(&r->job, shown, sizeof(shown)), c[i].holder, r->digest_hex);
+            rec_to_dlq(w, r, e, "conflict");
+            break;
+        }
         case RC_PARKED:
             if (r->state != JS_PARKED) {
                 atomic_fetch_add(&w->m.parked, 1);
@@ -626,9 +870,7 @@ void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
         atomic_fetch_add(&w->m.produce_retries, 1);
         if (r->kind == JK_DLQ) {
             /* the record keeps the message: write it again from the timers; the offset waits */
-            wlog(w, L_ERROR, "DLQ delivery for offset %lld failed: %s; retrying", (long long)r->offset,
-                 rd_kafka_err2str(err));
-            wk_retry_later(w, r);
+            wk_dlq_failed(w, r, err);
             return;
         }
         if (!r->small && (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)) {
@@ -646,6 +888,7 @@ void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
     if (r->kind == JK_JOB) {
         r->t_delivered = now_ms();
         atomic_fetch_add(&w->m.results, 1);
+        serve_followers(w, r);
         r->state = JS_DONEWRITE;
         r->in_doneq = 1;
         push(&w->doneq, &w->n_doneq, &w->cap_doneq, r);
@@ -667,6 +910,7 @@ void wj_flush_done(worker *w) {
             d[i].result = r->result;
             d[i].result_len = r->result_len;
             d[i].tokens_out = r->tokens_out;
+            d[i].digest = r->digest_hex[0] ? r->digest_hex : NULL;
         }
         int rc = redis_done_batch(w->redis, d, n);
         int kept = 0;
@@ -766,6 +1010,7 @@ void wj_timers(worker *w) {
         wj_claim_round(w, 1);
         w->next_parked = now + (double)cfg_int(w->cfg, "worker.parked_recheck_ms") / 4;
     }
+    wk_topic_check(w);
     if (now >= w->next_heartbeat) {
         heartbeat(w);
         w->next_heartbeat = now + (double)cfg_int(w->cfg, "worker.heartbeat_ms");
@@ -781,7 +1026,10 @@ void wj_timers(worker *w) {
     int64_t pending = offsets_pending(&w->offs);
     atomic_store(&w->m.inflight, w->n_inflight);
     atomic_store(&w->m.pending, pending);
-    if (w->draining) return;
+    if (w->draining) {
+        wj_drop_parked(w);   /* parked since the drain began (a claim round, a follower whose leader left) */
+        return;
+    }
     int64_t maxin = w->max_inflight, maxp = w->max_pending;
     if (!w->paused && (w->n_inflight >= maxin || pending >= maxp)) {
         wlog(w, L_DEBUG, "pausing: %lld in flight, %lld pending", (long long)w->n_inflight, (long long)pending);
@@ -797,6 +1045,8 @@ void wj_timers(worker *w) {
  * the job at once, and the engine stops working on it. */
 static void hand_back(worker *w, job_rec *r, char ***rel, int *n_rel) {
     if (r->abandoned) return;
+    unfollow(r);
+    leader_gone(w, r);
     if (r->claimed && (r->state == JS_CLAIM || r->state == JS_RUNNING)) {
         *rel = realloc(*rel, (size_t)(*n_rel + 1) * sizeof(char *));
         if (!*rel) abort();
@@ -866,6 +1116,11 @@ void wj_hand_back_all(worker *w) {
 }
 
 void wj_free_all(worker *w) {
+    for (job_rec *r = w->head; r; r = r->next) r->leader = r->followers = r->next_follower = NULL;
+    free(w->ids);
+    w->ids = NULL;
+    w->ids_cap = w->n_ids = 0;
+    for (job_rec *r = w->head; r; r = r->next) r->in_ids = 0;
     while (w->head) rec_free(w, w->head);
     free(w->claimq);
     free(w->doneq);

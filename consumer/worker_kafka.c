@@ -136,13 +136,31 @@ int wk_setup(worker *w, char *err, size_t errlen) {
     rd_kafka_conf_t *pc = rd_kafka_conf_new();
     rd_kafka_conf_set_log_cb(pc, log_cb);
     /* small request/response messages: Nagle + delayed ACK would add ms-scale tails */
-    if (conf_set(pc, "enable.idempotence", "true", err, errlen) || conf_set(pc, "linger.ms", "1", err, errlen) ||
+    /* the message limit follows input.max_bytes, so a DLQ copy of any accepted message fits whole (a
+     * kafka.message.max.bytes / kafka.producer.message.max.bytes setting overrides it) */
+    char mmax[24];
+    int64_t want = w->max_bytes + DLQ_HEADROOM;
+    snprintf(mmax, sizeof(mmax), "%lld", (long long)(want < 1000000 ? 1000000 : want > 1000000000 ? 1000000000 : want));
+    if (conf_set(pc, "message.max.bytes", mmax, err, errlen) ||
+        conf_set(pc, "enable.idempotence", "true", err, errlen) || conf_set(pc, "linger.ms", "1", err, errlen) ||
         conf_set(pc, "socket.nagle.disable", "true", err, errlen) ||
         conf_set(pc, "bootstrap.servers", cfg_get(w->cfg, "kafka.bootstrap.servers"), err, errlen) ||
         apply_kafka_keys(w->cfg, pc, 0, err, errlen)) {
         rd_kafka_conf_destroy(pc);
         return -1;
     }
+    char got[24];
+    size_t gotlen = sizeof(got);
+    if (rd_kafka_conf_get(pc, "message.max.bytes", got, &gotlen) != RD_KAFKA_CONF_OK) {
+        snprintf(err, errlen, "kafka producer: cannot read message.max.bytes");
+        rd_kafka_conf_destroy(pc);
+        return -1;
+    }
+    w->produce_max = atoll(got);
+    if (w->produce_max < want)
+        wlog(w, L_WARN, "the producer's message.max.bytes=%lld is below input.max_bytes + %d: DLQ copies of larger "
+             "messages are cut (header sluice.dlq.truncated) and larger Results become ERROR Results",
+             (long long)w->produce_max, DLQ_HEADROOM);
     rd_kafka_conf_set_dr_msg_cb(pc, dr_cb);
     rd_kafka_conf_set_opaque(pc, w);
     w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, e, sizeof(e));
@@ -242,19 +260,56 @@ static void produced(worker *w, job_rec *r) {
     r->in_producer = 1;
 }
 
+/* Record framing and the headers' names and lengths, on top of the header values (librdkafka counts a
+ * v2 record's overhead as a few dozen bytes; this is generous). */
+#define DLQ_FRAMING 512
+
 void wk_produce_dlq(worker *w, job_rec *r) {
-    const struct dlq_msg *d = r->dlq;
+    struct dlq_msg *d = r->dlq;
     rd_kafka_resp_err_t e;
-    do {
-        e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(w->topic_dlq), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_VALUE(d->value, d->value_len), RD_KAFKA_V_KEY(d->key, d->key_len),
-                              RD_KAFKA_V_HEADER("sluice.error", d->error, -1),
-                              RD_KAFKA_V_HEADER("sluice.error.class", d->cls, -1),
-                              RD_KAFKA_V_HEADER("sluice.original.topic", d->topic, -1),
-                              RD_KAFKA_V_HEADER("sluice.original.partition", d->partition, -1),
-                              RD_KAFKA_V_HEADER("sluice.original.offset", d->offset, -1), RD_KAFKA_V_OPAQUE(r),
-                              RD_KAFKA_V_END);
-    } while (e && produce_retry(w, e));
+    for (;;) {
+        /* what fits: the limit less framing and header values; the value (the job) before the key */
+        size_t hdrs = DLQ_FRAMING + strlen(d->error) + strlen(d->cls) + strlen(d->topic) + 64;
+        size_t room = d->limit > hdrs ? d->limit - hdrs : 0;
+        size_t vl = d->orig_value_len, kl = d->orig_key_len;
+        if (vl + kl > room) {
+            size_t kmin = kl < 1024 ? kl : 1024;
+            vl = vl < (room > kmin ? room - kmin : 0) ? vl : (room > kmin ? room - kmin : 0);
+            kl = kl < room - vl ? kl : room - vl;
+        }
+        if (vl > d->value_len) vl = d->value_len;   /* never past the copy */
+        if (kl > d->key_len) kl = d->key_len;
+        int cut = vl < d->orig_value_len || kl < d->orig_key_len;
+        char osize[24], oksize[24];
+        snprintf(osize, sizeof(osize), "%zu", d->orig_value_len);
+        snprintf(oksize, sizeof(oksize), "%zu", d->orig_key_len);
+        rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+        rd_kafka_header_add(h, "sluice.error", -1, d->error, -1);
+        rd_kafka_header_add(h, "sluice.error.class", -1, d->cls, -1);
+        rd_kafka_header_add(h, "sluice.original.topic", -1, d->topic, -1);
+        rd_kafka_header_add(h, "sluice.original.partition", -1, d->partition, -1);
+        rd_kafka_header_add(h, "sluice.original.offset", -1, d->offset, -1);
+        if (cut) {
+            rd_kafka_header_add(h, "sluice.dlq.truncated", -1, "true", -1);
+            rd_kafka_header_add(h, "sluice.original.size", -1, osize, -1);
+            rd_kafka_header_add(h, "sluice.original.key.size", -1, oksize, -1);
+        }
+        do {
+            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(w->topic_dlq), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                  RD_KAFKA_V_VALUE(d->value, vl), RD_KAFKA_V_KEY(d->key, kl), RD_KAFKA_V_HEADERS(h),
+                                  RD_KAFKA_V_OPAQUE(r), RD_KAFKA_V_END);
+        } while (e && produce_retry(w, e));
+        if (e) rd_kafka_headers_destroy(h);   /* librdkafka owns them once the call succeeds */
+        /* our estimate of the framing was short: cut further (a headers-only message always fits) */
+        if (e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && (vl > 0 || kl > 0)) {
+            d->limit = d->limit / 2;
+            continue;
+        }
+        if (!e && cut)
+            wlog(w, L_WARN, "DLQ copy of offset %lld cut to %zu of %zu value bytes and %zu of %zu key bytes "
+                 "(message limit %zu)", (long long)r->offset, vl, d->orig_value_len, kl, d->orig_key_len, d->limit);
+        break;
+    }
     if (e) {
         /* the record keeps the message and its offset stays unstored: retried from the timers */
         wlog(w, L_ERROR, "DLQ produce for offset %lld failed: %s (retrying)", (long long)r->offset,
@@ -265,6 +320,20 @@ void wk_produce_dlq(worker *w, job_rec *r) {
     if (r->produce_tries > 0)
         wlog(w, L_INFO, "DLQ write for offset %lld queued again (try %d)", (long long)r->offset, r->produce_tries + 1);
     produced(w, r);
+}
+
+void wk_dlq_failed(worker *w, job_rec *r, rd_kafka_resp_err_t err) {
+    struct dlq_msg *d = r->dlq;
+    if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && d->limit > 0) {
+        /* the broker's (or the topic's) limit is below the producer's: a smaller copy */
+        d->limit /= 2;
+        wlog(w, L_WARN, "DLQ message for offset %lld refused for size; writing it again cut to %zu bytes",
+             (long long)r->offset, d->limit);
+    } else {
+        wlog(w, L_ERROR, "DLQ delivery for offset %lld failed: %s; retrying", (long long)r->offset,
+             rd_kafka_err2str(err));
+    }
+    wk_retry_later(w, r);
 }
 
 int wk_reply_topic_failed(rd_kafka_resp_err_t err) {
@@ -398,6 +467,41 @@ void wk_pause_all(worker *w, int pause) {
     if (e) wlog(w, L_WARN, "%s partitions: %s", pause ? "pause" : "resume", rd_kafka_err2str(e));
     if (pause && !w->paused) atomic_fetch_add(&w->m.paused, 1);
     w->paused = pause;
+}
+
+void wk_consumer_error(worker *w, const rd_kafka_message_t *m) {
+    rd_kafka_resp_err_t e = m->err;
+    if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || e == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+        e == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED || e == RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION ||
+        e == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) {
+        if (!w->topic_missing)
+            wlog(w, L_WARN, "jobs topic %s not available (%s): checking the cluster's metadata every second",
+                 w->topic_jobs, rd_kafka_err2str(e));
+        w->topic_missing = 1;
+    }
+}
+
+void wk_topic_check(worker *w) {
+    if (!w->topic_missing) return;
+    if (w->assigned && w->assigned->cnt > 0) {   /* the group has it again */
+        w->topic_missing = 0;
+        return;
+    }
+    double now = now_ms();
+    if (now < w->next_topic_check) return;
+    w->next_topic_check = now + 1000;
+    /* all topics: only a full listing updates the consumer group's view of its subscription (a
+     * partial one could make subscribed topics look missing); the answer is applied to the group
+     * when it comes, whether or not this call waits that long */
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(w->consumer, 1, NULL, &md, 200);
+    if (e || !md) return;
+    for (int i = 0; i < md->topic_cnt; i++)
+        if (!strcmp(md->topics[i].topic, w->topic_jobs) && !md->topics[i].err && md->topics[i].partition_cnt > 0) {
+            wlog(w, L_INFO, "jobs topic %s is available (%d partitions)", w->topic_jobs, md->topics[i].partition_cnt);
+            w->topic_missing = 0;
+        }
+    rd_kafka_metadata_destroy(md);
 }
 
 void wk_store_offset(worker *w, int32_t partition, int64_t offset) {

@@ -128,7 +128,8 @@ int main(int argc, char **argv) {
     }
     if (tcr > 0) wlog(&w, L_WARN, "text prompts and stop strings off: %s", w.tc_err);
 
-    if (redis_open(&w.redis, cfg_get(&c, "redis.url"), cfg_get(&c, "redis.prefix"), (int)cfg_int(&c, "redis.timeout_ms"),
+    if (redis_open(&w.redis, cfg_get(&c, "redis.url"), cfg_get(&c, "redis.user"), cfg_get(&c, "redis.password"),
+                   cfg_get(&c, "redis.prefix"), (int)cfg_int(&c, "redis.timeout_ms"),
                    w.worker_id, cfg_int(&c, "lease.ms"), cfg_int(&c, "redis.ttl_s") * 1000, err, sizeof(err)))
         return fail(err);
     w.on_delivery = wj_on_delivery;   /* the Kafka layer reports to the job layer through these */
@@ -167,7 +168,9 @@ int main(int argc, char **argv) {
         if (w.draining) {
             /* leave time for flush + close inside the grace */
             double margin = grace_ms > 4000 ? 2000 : grace_ms / 2;
-            if (wj_live(&w) == 0 || now >= grace_end - margin) break;
+            /* a delivered Result waiting for its Redis done write does not hold the drain: with Redis
+             * down that write may never come before the grace ends (see below) */
+            if (wj_undelivered(&w) == 0 || now >= grace_end - margin) break;
         }
         int busy = w.n_inflight > 0 || w.n_doneq > 0 || rd_kafka_outq_len(w.producer) > 0;
         struct pollfd pfd = {w.wake_rd, POLLIN, 0};
@@ -202,6 +205,10 @@ int main(int argc, char **argv) {
     rd_kafka_flush(w.producer, left > 1000 ? 1000 : left > 0 ? (int)left : 0);
     rd_kafka_poll(w.producer, 0);
     wj_flush_done(&w);
+    int kept = wj_release_delivered(&w);
+    if (kept > 0)
+        wlog(&w, L_WARN, "%d delivered results are not marked done in Redis (unreachable); their offsets are "
+             "stored all the same (the Results are in Kafka)", kept);
     wk_flush_offsets(&w);
     int live = wj_live(&w);
     if (live > 0) wlog(&w, L_WARN, "grace over: handing back %d unfinished jobs", live);

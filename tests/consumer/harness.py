@@ -112,14 +112,17 @@ def seed_from_id(job_id):
 # ---------------------------------------------------------------- Redis (minimal RESP client)
 
 class Redis:
-    def __init__(self, port):
+    def __init__(self, port, auth=()):
         self.port = port
+        self.auth = tuple(auth)   # () or (password,) or (user, password): AUTH on connect
         self.sock = None
 
     def _conn(self):
         if self.sock is None:
             self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
             self.f = self.sock.makefile("rb")
+            if self.auth:
+                self.cmd("AUTH", *self.auth)
         return self.sock
 
     def cmd(self, *args):
@@ -162,11 +165,12 @@ class Redis:
 class Env:
     """redis-server + sluice-mock-kafka + workers, all stopped by pid in close()."""
 
-    def __init__(self, name, partitions=4, topics=(), topic_errors=()):
+    def __init__(self, name, partitions=4, topics=(), topic_errors=(), redis_args=(), redis_auth=()):
         self.dir = tempfile.mkdtemp(prefix="sluice-%s-" % name)
         self.procs = []
         self.workers = {}
         self.redis_port = free_port()
+        self.redis_args = list(redis_args)   # extra redis-server arguments (e.g. --requirepass PW)
         self.start_redis()
         args = [prog("sluice-mock-kafka"), "--partitions", str(partitions)]
         if topics:
@@ -185,14 +189,14 @@ class Env:
         self.brokers = line.strip().replace("bootstrap.servers=", "")
         assert self.brokers, "mock cluster printed no bootstrap servers"
         self.group = "g-%s-%d" % (name, random.randrange(1 << 30))
-        self.redis = Redis(self.redis_port)
+        self.redis = Redis(self.redis_port, redis_auth)
         log("env %s: redis %d, kafka %s, group %s, logs %s" % (name, self.redis_port, self.brokers, self.group,
                                                                self.dir))
 
     def start_redis(self):
         self.redis_proc = subprocess.Popen(
             ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-             "no"], stdout=open(os.path.join(self.dir, "redis.log"), "a"), stderr=subprocess.STDOUT)
+             "no"] + self.redis_args, stdout=open(os.path.join(self.dir, "redis.log"), "a"), stderr=subprocess.STDOUT)
         self.procs.append(self.redis_proc)
         for _ in range(100):
             try:
@@ -240,7 +244,7 @@ class Env:
     def produce(self, values, topic="sluice.jobs", partition=None, producer=None):
         """values: list of (key, value). Returns [(partition, offset)] in order. A warm `producer`
         (connected, topic metadata known) sends at once; a new one first spends up to ~1 s on that."""
-        p = producer or self.producer()
+        p = producer if producer is not None else self.producer()   # (a Producer with an empty queue is falsy)
         where = [None] * len(values)
 
         def cb(i):
