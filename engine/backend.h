@@ -59,6 +59,11 @@ sl_backend *sl_backend_cpu_create(const v4_weights *w, v4_state_pool *pool, int 
  * output, non-FP8 dense weights) is rounded to bf16 here too, the rest stays fp32; so a comparison of the two
  * measures the kernels, not bf16 storage. Off by default. */
 void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on);
+/* Tests: until called again with NULL, for each row i < cap of the following steps (rows in step order) keep in
+ * gap[i] (set to 1 here) the smallest relative gap of the top-k decisions made for it in any layer: the router's
+ * (last expert taken against the first left out, by score + bias) and the indexer's (worst entry taken against the
+ * best left out). A small gap is a near tie that another backend's rounding may decide the other way. */
+void sl_backend_cpu_log_decisions(sl_backend *b, float *gap, int cap);
 /* CUDA backend (engine/cuda/, only when SLUICE_HAVE_CUDA_BACKEND). */
 /* The pool's budget may shrink to what the GPU holds. */
 sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, char *err, size_t errlen);

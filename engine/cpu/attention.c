@@ -316,6 +316,15 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
                 if ((double)n_vis * nI * dI < 65536.0) index_scores(&ij, 0, n_vis, 0);
                 else cpu_pool_run(tp, index_scores, &ij, n_vis);
                 topk_select(b->iscore, n_vis, n_cmp, b->sel);
+                if (m->gap && n_vis > n_cmp) {   /* the best entry left out against the worst one taken */
+                    float next = -INFINITY;
+                    for (int e2 = 0; e2 < n_vis; e2++) {
+                        int used = 0;
+                        for (int q2 = 0; q2 < n_cmp && !used; q2++) used = b->sel[q2] == e2;
+                        if (!used && b->iscore[e2] > next) next = b->iscore[e2];
+                    }
+                    cpu_log_gap(m, i, b->iscore[b->sel[0]], next);
+                }
                 for (int k2 = 0; k2 < n_cmp; k2++) b->keys[nk++] = v4_entry(pool, st, l, b->sel[k2]);
             } else if (ratio && !csa) {
                 for (int e = 0; e < n_vis; e++) b->keys[nk++] = v4_entry(pool, st, l, e);

@@ -56,7 +56,16 @@ typedef struct {
     cpu_pool *tp;
     double *freq_main, *freq_comp;   /* rope_dim/2 each */
     int bf16;                        /* gpu numerics (sl_backend_cpu_set_gpu_numerics) */
+    float *gap;                      /* NULL, or per step row the smallest top-k decision gap (sl_backend_cpu_log_decisions) */
+    int gap_cap;
 } cpu_model;
+
+/* Record a top-k decision of row i: the last chosen and the first rejected candidate's scores. */
+static inline void cpu_log_gap(const cpu_model *m, int i, float chosen, float rejected) {
+    if (!m->gap || i >= m->gap_cap) return;
+    float scale = fabsf(chosen) > 1e-12f ? fabsf(chosen) : 1e-12f, g = (chosen - rejected) / scale;
+    if (g < m->gap[i]) m->gap[i] = g;
+}
 
 typedef struct {          /* one sequence's tokens inside the step's flat token array */
     v4_seq_state *st;

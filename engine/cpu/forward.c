@@ -160,6 +160,13 @@ void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on) {
     ((cpu_impl *)b->impl)->m.bf16 = on;
 }
 
+void sl_backend_cpu_log_decisions(sl_backend *b, float *gap, int cap) {
+    cpu_impl *c = b->impl;
+    c->m.gap = gap;
+    c->m.gap_cap = gap ? cap : 0;
+    for (int i = 0; i < cap && gap; i++) gap[i] = 1.0f;
+}
+
 static int max_i(int a, int b) { return a > b ? a : b; }
 
 sl_backend *sl_backend_cpu_create(const v4_weights *w, v4_state_pool *pool, int n_threads,

@@ -118,6 +118,16 @@ int cpu_moe(cpu_model *m, int l, int n, const int32_t *tok, const float *xn, flo
                 }
                 idx[k] = best;
             }
+            if (m->gap) {   /* the first expert left out against the last one taken */
+                float last = s[idx[K - 1]] + (L->gate_bias ? L->gate_bias[idx[K - 1]] : 0.0f), next = -INFINITY;
+                for (int e = 0; e < E; e++) {
+                    int used = 0;
+                    for (int q = 0; q < K; q++) used |= idx[q] == e;
+                    const float v = s[e] + (L->gate_bias ? L->gate_bias[e] : 0.0f);
+                    if (!used && v > next) next = v;
+                }
+                if (next > -INFINITY) cpu_log_gap(m, i, last, next);
+            }
         }
         float *wt = b->wt + (size_t)i * K, sum = 0.0f;
         for (int k = 0; k < K; k++) { wt[k] = s[idx[k]]; sum += wt[k]; }

@@ -9,10 +9,13 @@
  * printed (GPU against the exact CPU reference), not asserted.
  * Per fixture and prompt (prompt + the oracle's greedy continuation, teacher-forced):
  *   - whole prefill, chunked prefill (3 tokens a step) and token-by-token decode on the GPU: every
- *     logits row within relative L2 2e-2 of the reference's row;
- *   - the GPU's argmax equals the reference's wherever its top-2 margin is >= 0.05;
+ *     logits row within relative L2 2e-2 of the reference's row, and the same argmax wherever the
+ *     reference's top-2 margin is >= 0.05, up to the first position where the reference met a near
+ *     tie in a top-k decision (router or indexer, relative gap < 1e-2; sl_backend_cpu_log_decisions):
+ *     from there on the rounding of either side may pick the other candidate, and the tiny models
+ *     amplify that (rows after it are printed, not asserted);
  *   - a 32-token greedy continuation (token by token) equals the reference's up to the first step
- *     whose reference margin is below 0.05;
+ *     whose reference margin is below 0.05 or that follows a near tie;
  * and through the engine (sl_engine, backend "cuda"):
  *   - batch invariance: a request alone and inside batches of 7 and 64 with other prompts gives the
  *     same tokens, greedy and seeded sampling;
@@ -29,6 +32,7 @@
 
 #define MAX_REL_L2 2e-2
 #define MIN_MARGIN 0.05f
+#define NEAR_TIE 1e-2f        /* a top-k decision this close (relative) may go either way on the GPU */
 #define GEN 32
 
 static int failures = 0;
@@ -66,9 +70,9 @@ static int argmax(const float *r, int V, float *margin)
 
 /* worst relative L2 over rows; counts argmax disagreements where the CPU margin is clear */
 static double compare(const char *fx, const char *what, int k, const float *gpu, const float *cpu, int rows, int V,
-                      int assert_it)
+                      int assert_it, int clean)
 {
-    double worst = 0.0;
+    double worst = 0.0, after = 0.0;
     int flips = 0;
     for (int r = 0; r < rows; r++) {
         const float *g = gpu + (size_t)r * V, *c = cpu + (size_t)r * V;
@@ -80,13 +84,17 @@ static double compare(const char *fx, const char *what, int k, const float *gpu,
             den += (double)c[i] * c[i];
         }
         const double rel = bad ? INFINITY : sqrt(num / (den > 0 ? den : 1e-30));
-        if (rel > worst) worst = rel;
+        if (r >= clean) {
+            if (!(rel <= after)) after = rel;
+            continue;
+        }
+        if (!(rel <= worst)) worst = rel;
         float m;
         const int ac = argmax(c, V, &m);
         if (m >= MIN_MARGIN && argmax(g, V, NULL) != ac) flips++;
     }
-    printf("%-26s prompt %d %-22s rows %3d  worst rel L2 %.2e  argmax flips (margin >= %.2f) %d\n", fx, k, what, rows,
-           worst, MIN_MARGIN, flips);
+    printf("%-26s prompt %d %-22s rows %3d, before the first near tie %3d: worst rel L2 %.2e, clear argmax flips %d; "
+           "after it %.2e\n", fx, k, what, rows, clean, worst, flips, after);
     if (!assert_it) return worst;
     if (!(worst <= MAX_REL_L2)) FAIL("%s prompt %d %s: rel L2 %.3e > %.0e", fx, k, what, worst, MAX_REL_L2);
     if (flips) FAIL("%s prompt %d %s: %d clear argmax flips", fx, k, what, flips);
@@ -94,7 +102,8 @@ static double compare(const char *fx, const char *what, int k, const float *gpu,
 }
 
 /* Greedy continuation of prompt p, token by token, GEN tokens; margins of the rows sampled from. */
-static int greedy(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int V, int32_t *out, float *margin)
+static int greedy(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int V, int32_t *out, float *margin,
+                  float *gaps)
 {
     v4_seq_state st;
     char err[256];
@@ -102,11 +111,20 @@ static int greedy(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int V
     int rc = -1;
     if (!row || v4_seq_init(pool, &st) || v4_seq_reserve(pool, &st, p->n_prompt + GEN)) { FAIL("state alloc"); goto out; }
     sl_seq_span sp = {p->seq, p->n_prompt, &st, p->n_prompt - 1, row};
+    float *lg = gaps ? malloc((size_t)p->n_prompt * sizeof(float)) : NULL;
     for (int g = 0; g < GEN; g++) {
-        if (be->ops->forward(be, &sp, 1, err, sizeof err)) { FAIL("%s greedy: %s", be->ops->name, err); goto out; }
+        if (gaps) sl_backend_cpu_log_decisions(be, lg, sp.n);
+        const int bad = be->ops->forward(be, &sp, 1, err, sizeof err);
+        if (gaps) {
+            sl_backend_cpu_log_decisions(be, NULL, 0);
+            gaps[g] = 1.0f;
+            for (int i = 0; i < sp.n; i++) gaps[g] = lg[i] < gaps[g] ? lg[i] : gaps[g];
+        }
+        if (bad) { FAIL("%s greedy: %s", be->ops->name, err); free(lg); goto out; }
         out[g] = argmax(row, V, margin ? &margin[g] : NULL);
         sp = (sl_seq_span){&out[g], 1, &st, 0, row};
     }
+    free(lg);
     rc = 0;
 out:
     if (row) v4_seq_free(pool, &st);
@@ -283,14 +301,21 @@ static void test_fixture(const char *name)
         const fx_prompt *p = &f.p[k];
         float *rc = malloc((size_t)p->rows * V * sizeof(float)), *rn = malloc((size_t)p->rows * V * sizeof(float));
         float *rg = malloc((size_t)p->rows * V * sizeof(float));
-        if (!run(cpu, &pc, p, 0, V, rc) && !run(ref, &pn, p, 0, V, rn)) {
+        float *gap = malloc((size_t)p->rows * sizeof(float));
+        sl_backend_cpu_log_decisions(ref, gap, p->rows);
+        const int ok_ref = !run(ref, &pn, p, 0, V, rn);
+        sl_backend_cpu_log_decisions(ref, NULL, 0);
+        int clean = 0;
+        while (clean < p->rows && gap[clean] >= NEAR_TIE) clean++;
+        free(gap);
+        if (!run(cpu, &pc, p, 0, V, rc) && ok_ref) {
             const int chunks[3] = {0, 3, 1};
             const char *what[3] = {"whole", "chunks of 3", "token by token"};
             for (int c = 0; c < 3; c++) {
                 for (size_t i = 0; i < (size_t)p->rows * V; i++) rg[i] = NAN;
                 if (run(gpu, &pg, p, chunks[c], V, rg)) continue;
-                const double e = compare(name, what[c], k, rg, rn, p->rows, V, 1);
-                if (c == 0) compare(name, "whole vs exact CPU", k, rg, rc, p->rows, V, 0);
+                const double e = compare(name, what[c], k, rg, rn, p->rows, V, 1, clean);
+                if (c == 0) compare(name, "whole vs exact CPU", k, rg, rc, p->rows, V, 0, p->rows);
                 if (c == 0 && !(e <= MAX_REL_L2)) {   /* where it starts: the model's prefixes, sublayer by sublayer */
                     printf("%-26s prompt %d: worst rel L2 of the first n sublayers:", name, k);
                     for (int sub = 1; sub <= 2 * w.cfg.n_layers; sub++) {
@@ -316,10 +341,10 @@ static void test_fixture(const char *name)
             }
         }
         int32_t tn[GEN], tg[GEN];
-        float mn[GEN];
-        if (!greedy(ref, &pn, p, V, tn, mn) && !greedy(gpu, &pg, p, V, tg, NULL)) {
+        float mn[GEN], gn[GEN];
+        if (!greedy(ref, &pn, p, V, tn, mn, gn) && !greedy(gpu, &pg, p, V, tg, NULL, NULL)) {
             int same = 0, clear = 0;
-            while (clear < GEN && mn[clear] >= MIN_MARGIN) clear++;
+            while (clear < GEN && mn[clear] >= MIN_MARGIN && gn[clear] >= NEAR_TIE) clear++;
             while (same < GEN && tn[same] == tg[same]) same++;
             printf("%-26s prompt %d greedy: GPU = reference for %d of %d tokens; margins clear for the first %d\n", name,
                    k, same, GEN, clear);
