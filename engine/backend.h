@@ -67,6 +67,10 @@ void sl_backend_cpu_log_decisions(sl_backend *b, float *gap, int cap);
 /* CUDA backend (engine/cuda/, only when SLUICE_HAVE_CUDA_BACKEND). */
 /* The pool's budget may shrink to what the GPU holds. */
 sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, char *err, size_t errlen);
+/* Batch invariance where the MoE's fast kernels would break it (their tiling depends on the batch): every token's
+ * MoE runs alone, as in a batch of one, so a request's tokens do not depend on its neighbours (engine.deterministic;
+ * slower at large batches). The other kernels are batch-invariant as they are. */
+void sl_backend_cuda_set_deterministic(sl_backend *b, int on);
 /* Benchmarks: make a cuda sequence look as if `pos` tokens had been fed: its window, compressed entries
  * and indexer keys random (bf16 in +-1, what RMSNorm'd rows look like), its compressors' open windows
  * empty; pages must be reserved for pos tokens. 0 or -1 with err. */

@@ -131,11 +131,13 @@ static void remove_at(request **a, int *n, int i) {
 
 /* ------------------------------------------------------------------------- self-check */
 #define CHECK_TOKENS 8
-#define CHECK_MAX_REL 5e-2   /* worst row's relative L2 of the logits */
+#define CHECK_MAX_REL 5e-2   /* worst compared row's relative L2 of the logits */
+#define CHECK_NEAR_TIE 1e-2f /* a top-k decision this close may go either way on the GPU */
 
-/* Logits of CHECK_TOKENS tokens through the first `sub` sublayers of `be` (a fresh sequence). */
-static int check_run(sl_backend *be, v4_state_pool *pool, int sub, const int32_t *tok, float *out, char *err,
-                     size_t errlen)
+/* Logits of CHECK_TOKENS tokens through the first `sub` sublayers of `be` (a fresh sequence); gap: the CPU's
+ * per-row closest top-k decision, or NULL. */
+static int check_run(sl_backend *be, v4_state_pool *pool, int sub, const int32_t *tok, float *out, float *gap,
+                     char *err, size_t errlen)
 {
     v4_seq_state st;
     if (v4_seq_init(pool, &st) || v4_seq_reserve(pool, &st, CHECK_TOKENS)) {
@@ -144,13 +146,16 @@ static int check_run(sl_backend *be, v4_state_pool *pool, int sub, const int32_t
         return -1;
     }
     be->sublayers = sub;
+    if (gap) sl_backend_cpu_log_decisions(be, gap, CHECK_TOKENS);
     sl_seq_span sp = {tok, CHECK_TOKENS, &st, 0, out};
     const int rc = be->ops->forward(be, &sp, 1, err, errlen);
+    if (gap) sl_backend_cpu_log_decisions(be, NULL, 0);
     be->sublayers = 0;
     v4_seq_free(pool, &st);
     return rc;
 }
 
+/* worst relative L2 over rows [0, rows) */
 static double worst_rel_l2(const float *a, const float *b, int rows, int V)
 {
     double worst = 0;
@@ -167,8 +172,24 @@ static double worst_rel_l2(const float *a, const float *b, int rows, int V)
     return worst;
 }
 
-/* The cuda backend against the CPU reference on the same weights: the first 4 layers (every layer of a
- * model with <= 8), then, on a disagreement, sublayer by sublayer to name the first that differs. */
+/* One comparison of the first `sub` sublayers: the rows before the CPU's first near tie in a top-k decision
+ * (from there on either side's rounding may pick the other candidate). 0 agree, 1 differ, -1 error. */
+static int check_sub(sl_engine *e, sl_backend *cpu, v4_state_pool *pool, int sub, const int32_t *tok, float *lc,
+                     float *lg, double *d, char *err, size_t errlen)
+{
+    float gap[CHECK_TOKENS];
+    if (check_run(cpu, pool, sub, tok, lc, gap, err, errlen) ||
+        check_run(e->be, &e->pool, sub, tok, lg, NULL, err, errlen))
+        return -1;
+    int rows = 0;
+    while (rows < CHECK_TOKENS && gap[rows] >= CHECK_NEAR_TIE) rows++;
+    *d = worst_rel_l2(lg, lc, rows, e->w.cfg.vocab_size);
+    return *d > CHECK_MAX_REL;
+}
+
+/* The cuda backend against the CPU reference on the same weights, the reference rounding what the GPU keeps in
+ * bf16 the same way (sl_backend_cpu_set_gpu_numerics): the first 4 layers (every layer of a model with <= 8),
+ * then, on a disagreement, sublayer by sublayer to name the first that differs. */
 static int self_check(sl_engine *e, char *err, size_t errlen)
 {
     const v4_config *c = &e->w.cfg;
@@ -183,23 +204,20 @@ static int self_check(sl_engine *e, char *err, size_t errlen)
     int32_t tok[CHECK_TOKENS];
     for (int i = 0; i < CHECK_TOKENS; i++) tok[i] = (int32_t)(i == 0 && c->bos_id >= 0 ? c->bos_id : (7 * i + 3) % V);
     float *lc = malloc((size_t)CHECK_TOKENS * V * sizeof(float)), *lg = malloc((size_t)CHECK_TOKENS * V * sizeof(float));
-    int rc = -1;
+    int rc = -1, sub = 2 * layers, r;
+    double d = 0;
     if (!cpu || !lc || !lg) {
         if (cpu) snprintf(err, errlen, "self-check: out of memory");
         goto out;
     }
-    int sub = 2 * layers;
-    double d = 0;
-    if (check_run(cpu, &pool, sub, tok, lc, err, errlen) || check_run(e->be, &e->pool, sub, tok, lg, err, errlen)) goto out;
-    if ((d = worst_rel_l2(lg, lc, CHECK_TOKENS, V)) <= CHECK_MAX_REL) {
-        rc = 0;
+    sl_backend_cpu_set_gpu_numerics(cpu, 1);
+    if ((r = check_sub(e, cpu, &pool, sub, tok, lc, lg, &d, err, errlen)) <= 0) {
+        rc = r;
         goto out;
     }
-    for (sub = 1; sub < 2 * layers; sub++) {
-        if (check_run(cpu, &pool, sub, tok, lc, err, errlen) || check_run(e->be, &e->pool, sub, tok, lg, err, errlen))
-            goto out;
-        if ((d = worst_rel_l2(lg, lc, CHECK_TOKENS, V)) > CHECK_MAX_REL) break;
-    }
+    for (sub = 1; sub < 2 * layers; sub++)
+        if ((r = check_sub(e, cpu, &pool, sub, tok, lc, lg, &d, err, errlen)) != 0) break;
+    if (r < 0) goto out;
     snprintf(err, errlen, "self-check: the %s backend differs from the CPU reference from layer %d's %s on (logits "
              "rel L2 %.3g > %.2g over %d tokens); engine.self_check=0 opens it anyway", e->be->ops->name, (sub - 1) / 2,
              sub % 2 ? "attention" : "MoE", d, CHECK_MAX_REL, CHECK_TOKENS);
@@ -259,6 +277,9 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
 #endif
         e->be = sl_backend_cpu_create(&e->w, &e->pool, opts->n_threads, err, errlen);
     if (!e->be) { sl_engine_close(e); return -1; }
+#ifdef SLUICE_HAVE_CUDA_BACKEND
+    if (!strcmp(bk, "cuda") && opts->deterministic) sl_backend_cuda_set_deterministic(e->be, 1);
+#endif
     if (!strcmp(bk, "cuda") && opts->self_check >= 0 && self_check(e, err, errlen)) {
         sl_engine_close(e);
         return -1;

@@ -114,6 +114,8 @@ int main(int argc, char **argv) {
     eo.prefill_chunk = (int)cfg_int(&c, "engine.prefill_chunk");
     eo.max_step_tokens = (int)cfg_int(&c, "engine.max_step_tokens");
     eo.state_bytes = (size_t)cfg_int(&c, "engine.state_mb") << 20;
+    eo.self_check = strcmp(cfg_get(&c, "engine.self_check"), "off") ? 0 : -1;
+    eo.deterministic = !strcmp(cfg_get(&c, "engine.deterministic"), "on");
     char eerr[512];
     if (sl_engine_open(&eo, &w.engine, eerr, sizeof(eerr))) {
         snprintf(err, sizeof(err), "model %s: %s", eo.model_path, eerr);

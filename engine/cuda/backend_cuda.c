@@ -74,6 +74,7 @@ typedef struct {
     size_t score_floats;
     size_t lrows_at;                        /* ints from the layout's start to its logits rows */
     int use_graphs;
+    int deterministic;                      /* sl_backend_cuda_set_deterministic */
     int sublayers;                          /* sl_backend.sublayers of the step in flight */
     cu_graph graphs[MAX_GRAPHS];
     int n_graphs;
@@ -473,10 +474,14 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
         CK(v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, cfg->hc_sinkhorn_iters,
                      cfg->hc_eps, eps, L->ffn_norm, 0, c->xn, c->post, c->comb, st), "mHC pre (MoE)");
         if (c->moe.fast[l]) {
-            if (moe_cuda_forward(&c->moe.L[l], &c->moe.W, c->xn, S.tok_id, n, c->f, st)) {
-                snprintf(err, errlen, "cuda backend: layer %d: MoE launch failed (see the line above)", l);
-                return -1;
-            }
+            /* the fast kernels' tiling depends on the batch; deterministic: each token alone, as in a batch of one */
+            const int per = c->deterministic ? 1 : n;
+            for (int i = 0; i < n; i += per)
+                if (moe_cuda_forward(&c->moe.L[l], &c->moe.W, c->xn + (size_t)i * dim, S.tok_id + i, per,
+                                     c->f + (size_t)i * dim, st)) {
+                    snprintf(err, errlen, "cuda backend: layer %d: MoE launch failed (see the line above)", l);
+                    return -1;
+                }
         } else {
             CK(v4_moe_ref(&S, &c->moe.ref[l], c->xn, c->f, st), "MoE (generic)");
         }
@@ -636,6 +641,15 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
     }
     free(pc);
     return rc;
+}
+
+void sl_backend_cuda_set_deterministic(sl_backend *be, int on)
+{
+    cuda_impl *c = be->impl;
+    if (c->deterministic != on)   /* the captured graphs have the other MoE launches */
+        for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
+    if (c->deterministic != on) c->n_graphs = 0;
+    c->deterministic = on;
 }
 
 int sl_backend_cuda_fill_state(sl_backend *be, v4_seq_state *s, int pos, uint64_t seed, char *err, size_t errlen)
