@@ -29,6 +29,7 @@
 #include "../../engine/backend.h"
 #include "../../engine/engine.h"
 #include "../model/fixture.h"
+#include "logits_cmp.h"
 
 #define MAX_REL_L2 2e-2
 #define MIN_MARGIN 0.05f
@@ -58,15 +59,6 @@ static int run(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int chun
     return 0;
 }
 
-static int argmax(const float *r, int V, float *margin)
-{
-    int b = 0, s = -1;
-    for (int i = 1; i < V; i++)
-        if (r[i] > r[b]) { s = b; b = i; }
-        else if (s < 0 || r[i] > r[s]) s = i;
-    if (margin) *margin = s >= 0 ? r[b] - r[s] : INFINITY;
-    return b;
-}
 
 /* worst relative L2 over rows; counts argmax disagreements where the CPU margin is clear */
 static double compare(const char *fx, const char *what, int k, const float *gpu, const float *cpu, int rows, int V,
@@ -76,22 +68,15 @@ static double compare(const char *fx, const char *what, int k, const float *gpu,
     int flips = 0;
     for (int r = 0; r < rows; r++) {
         const float *g = gpu + (size_t)r * V, *c = cpu + (size_t)r * V;
-        double num = 0.0, den = 0.0;
-        int bad = 0;
-        for (int i = 0; i < V; i++) {
-            if (!isfinite(g[i])) bad = 1;
-            num += ((double)g[i] - c[i]) * ((double)g[i] - c[i]);
-            den += (double)c[i] * c[i];
-        }
-        const double rel = bad ? INFINITY : sqrt(num / (den > 0 ? den : 1e-30));
+        const double rel = logits_rel_l2(g, c, V);
         if (r >= clean) {
             if (!(rel <= after)) after = rel;
             continue;
         }
         if (!(rel <= worst)) worst = rel;
         float m;
-        const int ac = argmax(c, V, &m);
-        if (m >= MIN_MARGIN && argmax(g, V, NULL) != ac) flips++;
+        const int ac = logits_argmax(c, V, &m);
+        if (m >= MIN_MARGIN && logits_argmax(g, V, NULL) != ac) flips++;
     }
     printf("%-26s prompt %d %-22s rows %3d, before the first near tie %3d: worst rel L2 %.2e, clear argmax flips %d; "
            "after it %.2e\n", fx, k, what, rows, clean, worst, flips, after);
@@ -121,7 +106,7 @@ static int greedy(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int V
             for (int i = 0; i < sp.n; i++) gaps[g] = lg[i] < gaps[g] ? lg[i] : gaps[g];
         }
         if (bad) { FAIL("%s greedy: %s", be->ops->name, err); free(lg); goto out; }
-        out[g] = argmax(row, V, margin ? &margin[g] : NULL);
+        out[g] = logits_argmax(row, V, margin ? &margin[g] : NULL);
         sp = (sl_seq_span){&out[g], 1, &st, 0, row};
     }
     free(lg);
@@ -189,7 +174,7 @@ static int generate(sl_engine *e, int nreq, const int32_t *const *prompts, const
             if (ev.kind == SL_EV_TOKEN && g->n < GEN) g->tok[g->n++] = ev.token;
             if (ev.kind == SL_EV_LOGITS) {
                 const int gi = ev.position - n_prompt[ev.tag] + 1;   /* row of generated token gi */
-                if (gi >= 0 && gi < GEN) argmax(ev.logits, V, &g->margin[gi]);
+                if (gi >= 0 && gi < GEN) logits_argmax(ev.logits, V, &g->margin[gi]);
             }
             if (ev.kind == SL_EV_FINISH) left--;
         }
@@ -330,13 +315,8 @@ static void test_fixture(const char *name)
                         double worst = 0;
                         int at = 0;
                         for (int r = 0; r < p->rows; r++) {
-                            double num = 0, den = 0;
-                            for (int i = 0; i < V; i++) {
-                                const double d = (double)rg[(size_t)r * V + i] - rn[(size_t)r * V + i];
-                                num += d * d;
-                                den += (double)rn[(size_t)r * V + i] * rn[(size_t)r * V + i];
-                            }
-                            if (sqrt(num / den) > worst) { worst = sqrt(num / den); at = r; }
+                            const double e = logits_rel_l2(rg + (size_t)r * V, rn + (size_t)r * V, V);
+                            if (!(e <= worst)) { worst = e; at = r; }
                         }
                         printf(" %d:%.1e@%d", sub, worst, at);
                     }

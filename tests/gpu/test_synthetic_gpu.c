@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "synthetic.h"
+#include "logits_cmp.h"
 
 #define CTX 2400
 #define CHUNK 300
@@ -34,26 +35,7 @@ static double now_s(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static double rel_l2(const float *g, const float *c, int V)
-{
-    double num = 0, den = 0;
-    for (int i = 0; i < V; i++) {
-        if (!isfinite(g[i])) return INFINITY;
-        num += ((double)g[i] - c[i]) * ((double)g[i] - c[i]);
-        den += (double)c[i] * c[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1e-30));
-}
 
-static int argmax(const float *r, int V, float *margin)
-{
-    int b = 0, s = -1;
-    for (int i = 1; i < V; i++)
-        if (r[i] > r[b]) { s = b; b = i; }
-        else if (s < 0 || r[i] > r[s]) s = i;
-    if (margin) *margin = s >= 0 ? r[b] - r[s] : INFINITY;
-    return b;
-}
 
 /* Prefill tokens[0..CTX) in chunks; the last TAIL rows' logits into out. */
 static int prefill(sl_backend *be, v4_state_pool *pool, v4_seq_state *st, const int32_t *tok, int V, float *out)
@@ -107,7 +89,7 @@ int main(void)
     printf("prefill of %d tokens: CPU %.1f s, GPU %.2f s\n", CTX, t_cpu, now_s() - t0);
     double worst = 0;
     for (int r = 0; r < TAIL; r++) {
-        const double e = rel_l2(lg + (size_t)r * V, lc + (size_t)r * V, V);
+        const double e = logits_rel_l2(lg + (size_t)r * V, lc + (size_t)r * V, V);
         if (!(e <= worst)) worst = e;
     }
     printf("prefill rows t = %d..%d (%d..%d CSA candidates for 512 slots): worst rel L2 %.2e\n", CTX - TAIL, CTX - 1,
@@ -120,17 +102,17 @@ int main(void)
     int flips = 0;
     for (int d = 0; d < DECODE; d++) {
         float m;
-        tok[CTX + d] = argmax(last, V, &m);
+        tok[CTX + d] = logits_argmax(last, V, &m);
         sl_seq_span a = {&tok[CTX + d], 1, &sc, 0, lc}, b = {&tok[CTX + d], 1, &sg, 0, lg};
         if (cpu->ops->forward(cpu, &a, 1, err, sizeof err) || gpu->ops->forward(gpu, &b, 1, err, sizeof err)) {
             FAIL("decode: %s", err);
             break;
         }
-        const double e = rel_l2(lg, lc, V);
+        const double e = logits_rel_l2(lg, lc, V);
         if (!(e <= dworst)) dworst = e;
         float mc;
-        const int ac = argmax(lc, V, &mc);
-        if (mc >= 0.05f && argmax(lg, V, NULL) != ac) flips++;
+        const int ac = logits_argmax(lc, V, &mc);
+        if (mc >= 0.05f && logits_argmax(lg, V, NULL) != ac) flips++;
         last = lc;
     }
     printf("decode %d steps at %d..%d: worst rel L2 %.2e, clear argmax flips %d\n", DECODE, CTX, CTX + DECODE - 1,
