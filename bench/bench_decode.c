@@ -136,7 +136,7 @@ int bench_decode(int argc, char **argv)
     const v4_config *cfg = &w.cfg;
     v4_state_pool pool;
     if (v4_pool_init(&pool, cfg, (size_t)120 << 30, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
-    sl_backend *be = sl_backend_cuda_create(&w, &pool, err, sizeof err);
+    sl_backend *be = sl_backend_cuda_create(&w, &pool, 0, err, sizeof err);
     if (!be) { fprintf(stderr, "sluice-bench decode: %s\n", err); return 1; }
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);

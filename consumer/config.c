@@ -42,6 +42,7 @@ static const key_spec KEYS[] = {
     {"engine.prefill_chunk", "0", K_INT, 0, 1 << 20, NULL, 0, "max prompt tokens per sequence per step (0 = whole)"},
     {"engine.max_step_tokens", "0", K_INT, 0, 1 << 24, NULL, 0, "token budget per step (0 = engine default 8192)"},
     {"engine.state_mb", "0", K_INT, 0, 1 << 22, NULL, 0, "memory for per-sequence state (0 = engine default 1 GiB)"},
+    {"engine.gpu_memory_fraction", "0.9", K_STR, 0, 0, NULL, 0, "cuda: share of GPU memory the engine may take (0.05-1)"},
     {"engine.self_check", "on", K_ENUM, 0, 0, "on|off", 0, "cuda: check the GPU path against the CPU reference at open"},
     {"engine.deterministic", "off", K_ENUM, 0, 0, "on|off", 0, "cuda: a job's tokens never depend on its batch (slower)"},
     {"worker.id", "", K_STR, 0, 0, NULL, 0, "worker identity in Redis (default: host name); keep it stable across restarts"},

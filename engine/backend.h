@@ -65,8 +65,10 @@ void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on);
  * best left out). A small gap is a near tie that another backend's rounding may decide the other way. */
 void sl_backend_cpu_log_decisions(sl_backend *b, float *gap, int cap);
 /* CUDA backend (engine/cuda/, only when SLUICE_HAVE_CUDA_BACKEND). */
-/* The pool's budget may shrink to what the GPU holds. */
-sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, char *err, size_t errlen);
+/* gpu_memory_fraction: how much of the GPU's memory weights, buffers and state may take (0 = 0.9); the pool's budget
+ * shrinks to the state that fits. */
+sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, double gpu_memory_fraction, char *err,
+                                   size_t errlen);
 /* Batch invariance where the MoE's fast kernels would break it (their tiling depends on the batch): every token's
  * MoE runs alone, as in a batch of one, so a request's tokens do not depend on its neighbours (engine.deterministic;
  * slower at large batches). The other kernels are batch-invariant as they are. */

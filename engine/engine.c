@@ -272,7 +272,7 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
     if (v4_pool_init(&e->pool, &e->w.cfg, e->o.state_bytes, err, errlen)) { sl_engine_close(e); return -1; }
     if (sl_sampler_init(&e->smp, e->w.cfg.vocab_size)) { snprintf(err, errlen, "out of memory"); sl_engine_close(e); return -1; }
 #ifdef SLUICE_HAVE_CUDA_BACKEND
-    if (!strcmp(bk, "cuda")) e->be = sl_backend_cuda_create(&e->w, &e->pool, err, errlen);
+    if (!strcmp(bk, "cuda")) e->be = sl_backend_cuda_create(&e->w, &e->pool, opts->gpu_memory_fraction, err, errlen);
     else
 #endif
         e->be = sl_backend_cpu_create(&e->w, &e->pool, opts->n_threads, err, errlen);

@@ -29,6 +29,8 @@ typedef struct {
                                     same weights (the first 4 layers, all when the model has <= 8); on disagreement
                                     the open fails with one line naming the first layer and sublayer that differ.
                                     0 = default (on for cuda), 1 = on, -1 = off */
+    double gpu_memory_fraction;  /* cuda: the share of the GPU's memory the engine may take (weights, buffers,
+                                    state); 0 = 0.9 */
     int deterministic;           /* cuda: 1 = a request's tokens never depend on the batch it shares (the MoE's fast
                                     kernels then run each token alone: slower at large batches); 0 = fastest */
 } sl_engine_opts;

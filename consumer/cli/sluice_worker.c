@@ -116,6 +116,15 @@ int main(int argc, char **argv) {
     eo.state_bytes = (size_t)cfg_int(&c, "engine.state_mb") << 20;
     eo.self_check = strcmp(cfg_get(&c, "engine.self_check"), "off") ? 0 : -1;
     eo.deterministic = !strcmp(cfg_get(&c, "engine.deterministic"), "on");
+    {
+        char *end;
+        const char *f = cfg_get(&c, "engine.gpu_memory_fraction");
+        eo.gpu_memory_fraction = strtod(f, &end);
+        if (*end || !(eo.gpu_memory_fraction > 0.05 && eo.gpu_memory_fraction <= 1.0)) {
+            snprintf(err, sizeof(err), "engine.gpu_memory_fraction '%s' must be a number in (0.05, 1]", f);
+            return fail(err);
+        }
+    }
     char eerr[512];
     if (sl_engine_open(&eo, &w.engine, eerr, sizeof(eerr))) {
         snprintf(err, sizeof(err), "model %s: %s", eo.model_path, eerr);

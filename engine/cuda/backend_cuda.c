@@ -75,6 +75,7 @@ typedef struct {
     size_t lrows_at;                        /* ints from the layout's start to its logits rows */
     int use_graphs;
     int deterministic;                      /* sl_backend_cuda_set_deterministic */
+    double mem_fraction;                    /* of the GPU's memory the engine may take */
     int sublayers;                          /* sl_backend.sublayers of the step in flight */
     cu_graph graphs[MAX_GRAPHS];
     int n_graphs;
@@ -270,14 +271,24 @@ static int st_page_add(void *ctx, int id)
     return id < c->n_pages ? 0 : -1;
 }
 
-/* Arenas within the pool's budget and the GPU memory left (keeping 1/20 of it, at least 1 GiB, free). */
+/* GPU memory left free: the share beyond gpu_memory_fraction (at least 256 MiB, for the runtime and cuBLAS-free
+ * kernels' launches). */
+static size_t reserve_bytes(const cuda_impl *c)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return (size_t)1 << 30;
+    const size_t r = (size_t)((1.0 - c->mem_fraction) * (double)tot);
+    return r > ((size_t)256 << 20) ? r : ((size_t)256 << 20);
+}
+
+/* Arenas within the pool's budget and the GPU memory left (keeping reserve_bytes free). */
 static int alloc_state(cuda_impl *c, char *err, size_t errlen)
 {
     size_t slot_bytes, page_bytes;
     layout_state(c, &slot_bytes, &page_bytes);
     size_t fr = 0, tot = 0;
     CK(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
-    size_t reserve = tot / 20 > ((size_t)1 << 30) ? tot / 20 : ((size_t)1 << 30);
+    const size_t reserve = reserve_bytes(c);
     size_t budget = c->pool->budget;
     if (fr < reserve + slot_bytes + page_bytes) {
         snprintf(err, errlen, "cuda backend: the model leaves %zu MiB of GPU memory; its state needs at least %zu MiB "
@@ -760,7 +771,8 @@ static int check_config(const v4_config *c, char *err, size_t errlen)
     return 0;
 }
 
-sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, char *err, size_t errlen)
+sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, double gpu_memory_fraction, char *err,
+                                   size_t errlen)
 {
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
@@ -770,6 +782,11 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, cha
         return NULL;
     }
     if (check_config(&w->cfg, err, errlen)) return NULL;
+    if (gpu_memory_fraction == 0) gpu_memory_fraction = 0.9;
+    if (!(gpu_memory_fraction > 0.05 && gpu_memory_fraction <= 1.0)) {
+        snprintf(err, errlen, "cuda backend: gpu_memory_fraction %g outside (0.05, 1]", gpu_memory_fraction);
+        return NULL;
+    }
     sl_backend *be = calloc(1, sizeof *be);
     cuda_impl *c = calloc(1, sizeof *c);
     if (!be || !c) {
@@ -781,6 +798,7 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, cha
     c->w = w;
     c->pool = pool;
     c->cap = STEP_TOKENS;
+    c->mem_fraction = gpu_memory_fraction;
     c->use_graphs = 1;
     c->L = calloc((size_t)w->cfg.n_layers, sizeof *c->L);
     if (!c->L) { snprintf(err, errlen, "cuda backend: out of memory"); goto fail; }
@@ -793,7 +811,7 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, cha
         if (load_layer(c, l, err, errlen)) goto fail;
     if (gpu_moe_load(&c->moe, w, c->cap, err, errlen)) goto fail;
     if (alloc_step(c, err, errlen)) goto fail;
-    if (gpu_moe_add_shared_bf16(&c->moe, w, err, errlen)) goto fail;
+    if (gpu_moe_add_shared_bf16(&c->moe, w, reserve_bytes(c), err, errlen)) goto fail;
     if (alloc_state(c, err, errlen)) goto fail;
     if ((ce = cudaDeviceSynchronize()) != cudaSuccess) {
         snprintf(err, errlen, "cuda backend: loading the weights failed on the GPU (%s)", cudaGetErrorString(ce));

@@ -27,8 +27,8 @@ typedef struct {
 /* Upload every layer's MoE (fast where the shape fits, else generic) with a workspace for
  * max_tokens tokens. 0, or -1 with one line in err. */
 int gpu_moe_load(gpu_moe *g, const v4_weights *w, int max_tokens, char *err, size_t errlen);
-/* The shared experts' bf16 copies where memory allows (after every other allocation). */
-int gpu_moe_add_shared_bf16(gpu_moe *g, const v4_weights *w, char *err, size_t errlen);
+/* The shared experts' bf16 copies where memory allows, keeping `reserve` bytes of the GPU free. */
+int gpu_moe_add_shared_bf16(gpu_moe *g, const v4_weights *w, size_t reserve, char *err, size_t errlen);
 void gpu_moe_free(gpu_moe *g);
 
 #endif

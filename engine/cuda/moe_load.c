@@ -194,12 +194,12 @@ static int load_layer(moe_cuda_layer *L, const v4_weights *w, int l, quant_scrat
 /* The shared expert's bf16 copy (moe_cuda_alloc_shared_bf16), with which large steps run it as two bf16 GEMMs (the
  * path sluice-bench moe measures from 256 tokens) instead of the FP8 kernels; 2 bytes per weight beside the FP8 copy
  * (+50 MB per V4-Flash layer).
- * Added last, after every buffer the backend needs, layer by layer while the GPU keeps SHARED_BF16_RESERVE (or 1/20
- * of its memory, the larger) free. SLUICE_CUDA_SHARED_BF16: 0 never, 1 every layer (an open error if one does not
+ * Added after every buffer the backend needs, layer by layer while the GPU keeps `reserve` bytes free (the share
+ * beyond engine.gpu_memory_fraction). SLUICE_CUDA_SHARED_BF16: 0 never, 1 every layer (an open error if one does not
  * fit), unset or "auto": as far as it fits. */
-#define SHARED_BF16_RESERVE ((size_t)1 << 30)
 
-static int add_shared_bf16(moe_cuda_layer *Ls, const int *fast, int n_layers, const v4_weights *w, char *err, size_t errlen)
+static int add_shared_bf16(moe_cuda_layer *Ls, const int *fast, int n_layers, const v4_weights *w, size_t reserve,
+                           char *err, size_t errlen)
 {
     const char *ev = getenv("SLUICE_CUDA_SHARED_BF16");
     int mode = -1;
@@ -220,7 +220,6 @@ static int add_shared_bf16(moe_cuda_layer *Ls, const int *fast, int n_layers, co
         const size_t need = (size_t)9 * L->s.inter * L->s.hidden;
         size_t fr = 0, tot = 0;
         if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
-        const size_t reserve = tot / 20 > SHARED_BF16_RESERVE ? tot / 20 : SHARED_BF16_RESERVE;
         if (fr < need + reserve) {
             if (mode < 0) break;
             snprintf(err, errlen, "cuda backend: layer %d: no GPU memory for the shared expert's bf16 copy (%zu MiB free; "
@@ -234,8 +233,8 @@ static int add_shared_bf16(moe_cuda_layer *Ls, const int *fast, int n_layers, co
         done++;
     }
     if (done < n)
-        fprintf(stderr, "cuda backend: the shared expert's bf16 copy fits %d of %d layers (the GPU keeps 1/20 of its "
-                "memory free); the others run it on the FP8 kernels at every batch\n", done, n);
+        fprintf(stderr, "cuda backend: the shared expert's bf16 copy fits %d of %d layers (within the GPU memory "
+                "fraction); the others run it on the FP8 kernels at every batch\n", done, n);
     return 0;
 }
 
@@ -389,9 +388,9 @@ int gpu_moe_load(gpu_moe *g, const v4_weights *w, int max_tokens, char *err, siz
     return 0;
 }
 
-int gpu_moe_add_shared_bf16(gpu_moe *g, const v4_weights *w, char *err, size_t errlen)
+int gpu_moe_add_shared_bf16(gpu_moe *g, const v4_weights *w, size_t reserve, char *err, size_t errlen)
 {
-    return add_shared_bf16(g->L, g->fast, g->n_layers, w, err, errlen);
+    return add_shared_bf16(g->L, g->fast, g->n_layers, w, reserve, err, errlen);
 }
 
 void gpu_moe_free(gpu_moe *g)
