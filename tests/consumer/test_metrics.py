@@ -1,8 +1,14 @@
 """/metrics of a live worker: `promtool check metrics` (Prometheus' own parser and linter, Debian's
 `prometheus` package) reports nothing; the latency histograms count exactly the jobs run, their buckets
 are cumulative and end at _count; the engine gauges and the per-partition consumer lag are there, the
-lag is seen above 0 while a batch waits and back at 0 once it is committed."""
+lag is seen above 0 while a batch waits and back at 0 once it is committed. Every query of the Grafana
+dashboard (ops/grafana/sluice.json) parses as PromQL (promtool check rules) and names only metrics the
+worker serves."""
+import json
+import os
+import re
 import subprocess
+import tempfile
 import time
 import urllib.request
 
@@ -38,6 +44,30 @@ def lags(s):
 def promtool(body):
     p = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
     return p.returncode, (p.stdout + p.stderr).strip()
+
+
+def check_dashboard(s):
+    """The dashboard's queries: valid PromQL (as recording rules, with Grafana's variables filled in)
+    over metric names this worker serves."""
+    with open(os.path.join(h.ROOT, "ops", "grafana", "sluice.json")) as f:
+        dash = json.load(f)
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 20, len(exprs)
+    served = {n for n, _ in s}
+    rules = ["groups:", "  - name: dashboard", "    rules:"]
+    for i, e in enumerate(exprs):
+        for m in re.findall(r"\bsluice_\w+", e):
+            assert m in served, "dashboard query names %s, not served: %s" % (m, e)
+        e = e.replace("$__rate_interval", "5m").replace("$instance", ".*")
+        rules += ["      - record: sluice:dashboard_%d" % i, "        expr: %s" % json.dumps(e)]
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        f.write("\n".join(rules) + "\n")
+    try:
+        p = subprocess.run(["promtool", "check", "rules", f.name], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    assert p.returncode == 0, "promtool check rules on the dashboard's queries:\n" + p.stdout + p.stderr
+    return len(exprs)
 
 
 def jobs(prefix, n, max_tokens=T):
@@ -109,8 +139,9 @@ def test(make):
     # the linter is live: a counter without _total is a finding
     rc, out = promtool("# HELP x_bytes a counter\n# TYPE x_bytes counter\nx_bytes 1\n")
     assert rc != 0 and "_total" in out, (rc, out)
-    h.log("promtool: no findings; %d jobs counted by each of %d histograms; engine gauges and lag present"
-          % (n, len(HISTS)))
+    nq = check_dashboard(s)
+    h.log("promtool: no findings; %d dashboard queries parse over served metrics; %d jobs counted by each of %d histograms; engine gauges and lag present"
+          % (nq, n, len(HISTS)))
 
 
 if __name__ == "__main__":
