@@ -23,6 +23,7 @@ static const key_spec KEYS[] = {
     {"kafka.bootstrap.servers", NULL, K_STR, 0, 0, NULL, 1, "Kafka brokers host:port,... (passed to librdkafka)"},
     {"kafka.group.id", "sluice", K_STR, 0, 0, NULL, 0, "consumer group; workers sharing it share the partitions"},
     {"kafka.auto.offset.reset", "earliest", K_STR, 0, 0, NULL, 0, "where a new group starts (a job queue never skips jobs)"},
+    {"kafka.startup_timeout_ms", "0", K_INT, 0, 86400000, NULL, 0, "exit 1 when no broker answers this long after start (0 = wait forever)"},
     {"topic.jobs", "sluice.jobs", K_STR, 0, 0, NULL, 0, "input topic (Avro Job)"},
     {"topic.results", "sluice.results", K_STR, 0, 0, NULL, 0, "default result topic (a job's reply_topic overrides it)"},
     {"topic.chunks", "sluice.chunks", K_STR, 0, 0, NULL, 0, "streaming TokenChunk topic (jobs with stream=true)"},

@@ -25,8 +25,7 @@ struct eng_thread {
     int n_cmds, cap_cmds;
     eng_event *evs;                  /* under mu */
     int n_evs, cap_evs;
-    uint64_t steps;                  /* under mu */
-    double busy_s;
+    eng_stats stats;                 /* under mu */
     /* engine-thread private */
     active_req *act;
     int n_act, cap_act;
@@ -155,10 +154,14 @@ static void *thread_main(void *arg) {
         }
         drain_engine(t);
         double dt = mono_ms() - t0;
+        sl_engine_stats es;
+        sl_engine_get_stats(t->e, &es);
 
         pthread_mutex_lock(&t->mu);
-        t->steps += ran > 0;
-        t->busy_s += dt * 1e-3;
+        t->stats.e = es;
+        t->stats.steps += ran > 0;
+        t->stats.busy_s += dt * 1e-3;
+        t->stats.batch = t->n_act > 0 && ran > 0 ? ran : 0;
         int wake = 0;
         if (t->n_out > 0) {
             if (grow((void **)&t->evs, &t->cap_evs, t->n_evs + t->n_out, sizeof(eng_event))) abort();
@@ -185,6 +188,7 @@ int eng_thread_start(eng_thread **out, sl_engine *e, int wake_fd) {
     t->wake_fd = wake_fd;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
+    sl_engine_get_stats(e, &t->stats.e);   /* the state budget before the first step */
     if (pthread_create(&t->th, NULL, thread_main, t) != 0) {
         free(t);
         return -1;
@@ -241,9 +245,8 @@ int eng_thread_take(eng_thread *t, eng_event **evs) {
     return n;
 }
 
-void eng_thread_stats(eng_thread *t, uint64_t *steps, double *busy_s) {
+void eng_thread_stats(eng_thread *t, eng_stats *out) {
     pthread_mutex_lock(&t->mu);
-    *steps = t->steps;
-    *busy_s = t->busy_s;
+    *out = t->stats;
     pthread_mutex_unlock(&t->mu);
 }

@@ -45,7 +45,14 @@ void eng_thread_stop(eng_thread *t);
 int eng_thread_send(eng_thread *t, const eng_cmd *cmds, int n);   /* 0 or -1 (out of memory) */
 /* Take every pending event; *evs is malloc'ed (caller frees). Returns the count. */
 int eng_thread_take(eng_thread *t, eng_event **evs);
-/* Engine statistics for /metrics. */
-void eng_thread_stats(eng_thread *t, uint64_t *steps, double *busy_s);
+/* Engine statistics for /metrics: the engine's counters as of its last step (the engine is not
+ * thread-safe, so the engine thread copies them after each step), plus the thread's own. */
+typedef struct {
+    sl_engine_stats e;
+    uint64_t steps;                  /* steps that ran at least one sequence */
+    double busy_s;                   /* time spent in steps and event draining */
+    int batch;                       /* sequences in the last step; 0 once nothing is active */
+} eng_stats;
+void eng_thread_stats(eng_thread *t, eng_stats *out);
 
 #endif

@@ -16,6 +16,7 @@
 #define SLUICE_WORKER_H
 
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -94,11 +95,39 @@ struct dlq_msg {
     char partition[16], offset[24];
 };
 
+/* A latency histogram in seconds (metrics.c holds the bucket bounds). One writer (the consumer
+ * thread); /metrics reads it from its own thread and derives _count and +Inf from the buckets, so a
+ * scrape is always self-consistent. */
+enum { LAT_BUCKETS = 20 };
+typedef struct {
+    _Atomic uint64_t n[LAT_BUCKETS + 1];   /* per bucket (not cumulative); the last one is +Inf */
+    _Atomic uint64_t sum_ns;
+} lat_hist;
+void lat_observe(lat_hist *h, double seconds);   /* metrics.c */
+
+/* One partition's consumer lag, from librdkafka's statistics. */
+typedef struct {
+    char *topic;
+    int32_t partition;
+    int64_t lag;
+} part_lag;
+
 typedef struct {
     _Atomic uint64_t consumed, dlq, results, reemitted, parked, tokens, cancelled, expired, errors;
     _Atomic uint64_t redis_retries, produce_retries, handed_back, paused;
     _Atomic int64_t inflight, pending;
-    _Atomic uint64_t loop_ms_epoch;  /* last main-loop tick (ms, for /healthz) */
+    _Atomic uint64_t loop_ms_epoch;  /* last main-loop tick (ms, for /healthz); 0 = not started */
+    /* per delivered job (JK_JOB): consumed -> admitted to the engine; engine submit -> first token;
+     * decode time per token after the first; consumed -> Result delivery report; that less the
+     * engine's time (ttft + decode) */
+    lat_hist queue_wait, ttft, tpot, e2e, added;
+    /* readiness (/readyz), written by the consumer thread */
+    _Atomic int model_loaded, kafka_up, group_joined, redis_up, draining;
+    _Atomic int64_t assigned;        /* partitions assigned to this worker */
+    pthread_mutex_t mu;              /* guards lag and kafka_reason */
+    part_lag *lag;
+    int n_lag;
+    char kafka_reason[256];          /* the last reason a broker could not be reached */
 } worker_metrics;
 
 typedef struct worker worker;
@@ -116,6 +145,10 @@ struct worker {
     int32_t result_schema_id, chunk_schema_id;
 
     rd_kafka_t *consumer, *producer;
+    rd_kafka_topic_t *warm_topics[3];   /* results, chunks, DLQ: their metadata is fetched at start */
+    double kafka_down_since;         /* no broker reachable since (ms), 0 = reachable */
+    double next_unreachable_log;
+    int kafka_ever_up;
     rd_kafka_topic_partition_list_t *assigned;
     int paused;
     int topic_missing;               /* the jobs topic was reported missing or refused: metadata re-checked */
@@ -192,6 +225,10 @@ void wk_consumer_error(worker *w, const rd_kafka_message_t *m);
 void wk_topic_check(worker *w);
 void wk_store_offset(worker *w, int32_t partition, int64_t offset);   /* batched ... */
 void wk_flush_offsets(worker *w);                                      /* ... stored here */
+/* Called each main-loop round: while no broker has answered for 10 s, one line `cannot reach Kafka
+ * brokers X for N s: <reason>`, at most once a minute. Returns -1 (having logged that line) when
+ * kafka.startup_timeout_ms > 0 passed without any broker ever answering: the worker exits 1. */
+int wk_check_reachable(worker *w, double now);
 
 /* worker_jobs.c */
 void wj_on_message(worker *w, rd_kafka_message_t *m);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <unistd.h>
 
 #include "worker.h"
@@ -39,11 +40,151 @@ void wlog(worker *w, int level, const char *fmt, ...) {
 
 // ---------------------------------------------------------------- callbacks
 
+/* Broker connection failures are not printed as librdkafka words them (several lines a minute per
+ * client while no broker answers): error_cb keeps the reason and wk_check_reachable says it once. */
+static int connection_error(rd_kafka_resp_err_t e) {
+    return e == RD_KAFKA_RESP_ERR__TRANSPORT || e == RD_KAFKA_RESP_ERR__RESOLVE ||
+           e == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || e == RD_KAFKA_RESP_ERR__AUTHENTICATION ||
+           e == RD_KAFKA_RESP_ERR__SSL;
+}
+
+/* librdkafka's own threads call this */
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
-    (void)rk;
+    worker *w = rd_kafka_opaque(rk);
     /* kafka.* keys go to both clients; each warns about the other's properties: not news */
     if (strcmp(fac, "CONFWARN") == 0) return;
+    /* connection failures while no broker is reachable: the worker's own line says it (see above) */
+    if ((strcmp(fac, "FAIL") == 0 || strcmp(fac, "ERROR") == 0) && w && !atomic_load(&w->m.kafka_up)) return;
     if (level <= 4) fprintf(stderr, "sluice-worker: librdkafka %s: %s\n", fac, buf);
+}
+
+/* On the consumer thread (inside rd_kafka_consumer_poll / rd_kafka_poll). */
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+    worker *w = opaque;
+    rd_kafka_resp_err_t e = (rd_kafka_resp_err_t)err;
+    if (connection_error(e)) {
+        /* "N/N brokers are down" says less than the connect failure before it: kept only as a fallback */
+        pthread_mutex_lock(&w->m.mu);
+        if (e != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || !w->m.kafka_reason[0]) {
+            /* without librdkafka's " (after 0ms in state CONNECT, 1 identical error(s) suppressed)" */
+            const char *tail = strstr(reason, " (after ");
+            int n = tail ? (int)(tail - reason) : (int)strlen(reason);
+            snprintf(w->m.kafka_reason, sizeof(w->m.kafka_reason), "%.*s", n, reason);
+        }
+        pthread_mutex_unlock(&w->m.mu);
+        if (e == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && atomic_load(&w->m.kafka_up)) {
+            atomic_store(&w->m.kafka_up, 0);
+            w->kafka_down_since = now_ms();
+        }
+        if (atomic_load(&w->m.kafka_up)) wlog(w, L_WARN, "kafka: %s", reason);
+        return;
+    }
+    if (e == RD_KAFKA_RESP_ERR__FATAL) {
+        char why[512];
+        rd_kafka_fatal_error(rk, why, sizeof(why));
+        wlog(w, L_ERROR, "kafka fatal error: %s", why);
+        return;
+    }
+    wlog(w, L_WARN, "kafka: %s: %s", rd_kafka_err2name(e), reason);
+}
+
+/* The consumer's statistics (statistics.interval.ms), on the consumer thread: broker reachability,
+ * the group's join state and each partition's consumer lag. */
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
+    (void)rk;
+    worker *w = opaque;
+    json_error_t je;
+    json_t *root = json_loadb(json, len, 0, &je);
+    if (!root) {
+        wlog(w, L_DEBUG, "librdkafka statistics: %s", je.text);
+        return 0;
+    }
+    int up = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(root, "brokers"), k, v) {
+        /* bootstrap ("configured") and metadata ("learned") brokers; not the internal/logical ones */
+        const char *src = json_string_value(json_object_get(v, "source"));
+        const char *st = json_string_value(json_object_get(v, "state"));
+        if (st && !strcmp(st, "UP") && src && (!strcmp(src, "learned") || !strcmp(src, "configured"))) up = 1;
+    }
+    const char *js = json_string_value(json_object_get(json_object_get(root, "cgrp"), "join_state"));
+    atomic_store(&w->m.group_joined, js && !strcmp(js, "steady"));
+    double now = now_ms();
+    if (up && !atomic_load(&w->m.kafka_up)) {
+        if (w->next_unreachable_log > 0)
+            wlog(w, L_INFO, "Kafka brokers %s reachable again after %.0f s", cfg_get(w->cfg, "kafka.bootstrap.servers"),
+                 (now - w->kafka_down_since) / 1000);
+        w->kafka_down_since = 0;
+        w->next_unreachable_log = 0;
+        w->kafka_ever_up = 1;
+        pthread_mutex_lock(&w->m.mu);
+        w->m.kafka_reason[0] = 0;
+        pthread_mutex_unlock(&w->m.mu);
+    } else if (!up && atomic_load(&w->m.kafka_up)) {
+        w->kafka_down_since = now;
+    }
+    atomic_store(&w->m.kafka_up, up);
+
+    part_lag *lag = NULL;
+    int n = 0, cap = 0;
+    json_t *t;
+    json_object_foreach(json_object_get(root, "topics"), k, t) {
+        const char *pk;
+        json_t *p;
+        json_object_foreach(json_object_get(t, "partitions"), pk, p) {
+            json_int_t part = json_integer_value(json_object_get(p, "partition"));
+            json_t *cl = json_object_get(p, "consumer_lag");
+            /* -1: the internal unassigned partition, or a lag not known (partition not consumed) */
+            if (part < 0 || !json_is_integer(cl) || json_integer_value(cl) < 0) continue;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                part_lag *nl = realloc(lag, (size_t)cap * sizeof(*lag));
+                if (!nl) abort();
+                lag = nl;
+            }
+            lag[n].topic = strdup(k);
+            if (!lag[n].topic) abort();
+            lag[n].partition = (int32_t)part;
+            lag[n++].lag = json_integer_value(cl);
+        }
+    }
+    json_decref(root);
+    pthread_mutex_lock(&w->m.mu);
+    part_lag *old = w->m.lag;
+    int n_old = w->m.n_lag;
+    w->m.lag = lag;
+    w->m.n_lag = n;
+    pthread_mutex_unlock(&w->m.mu);
+    for (int i = 0; i < n_old; i++) free(old[i].topic);
+    free(old);
+    return 0;
+}
+
+int wk_check_reachable(worker *w, double now) {
+    if (w->kafka_down_since == 0) return 0;
+    double down = now - w->kafka_down_since;
+    int64_t limit = cfg_int(w->cfg, "kafka.startup_timeout_ms");
+    int give_up = !w->kafka_ever_up && limit > 0 && down >= (double)limit;
+    if (!give_up && (down < 10000 || now < w->next_unreachable_log)) return 0;
+    char reason[256];
+    pthread_mutex_lock(&w->m.mu);
+    snprintf(reason, sizeof(reason), "%s", w->m.kafka_reason[0] ? w->m.kafka_reason : "no answer yet");
+    pthread_mutex_unlock(&w->m.mu);
+    wlog(w, L_ERROR, "cannot reach Kafka brokers %s for %g s: %s", cfg_get(w->cfg, "kafka.bootstrap.servers"),
+         give_up ? (double)limit / 1000 : (double)(int64_t)(down / 1000), reason);
+    w->next_unreachable_log = now + 60000;
+    return give_up ? -1 : 0;
+}
+
+/* Latency histograms of a job whose Result was delivered. */
+static void observe_job(worker *w, const job_rec *r) {
+    double now = now_ms(), e2e = now - r->t_recv, added = e2e - r->ttft_ms - r->decode_ms;
+    if (r->t_admit > 0) lat_observe(&w->m.queue_wait, (r->t_admit - r->t_recv) * 1e-3);
+    if (r->tokens_out > 0) lat_observe(&w->m.ttft, r->ttft_ms * 1e-3);
+    if (r->tokens_out > 1) lat_observe(&w->m.tpot, r->decode_ms / (r->tokens_out - 1) * 1e-3);
+    lat_observe(&w->m.e2e, e2e * 1e-3);
+    lat_observe(&w->m.added, (added > 0 ? added : 0) * 1e-3);
 }
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
@@ -53,7 +194,9 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
         if (m->err) wlog(w, L_WARN, "chunk delivery failed: %s", rd_kafka_err2str(m->err));
         return;
     }
-    w->on_delivery(w, m->_private, m->err);
+    job_rec *r = m->_private;
+    if (!m->err && r->kind == JK_JOB && !r->abandoned) observe_job(w, r);
+    w->on_delivery(w, r, m->err);
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
@@ -67,6 +210,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
             wlog(w, L_INFO, "assigned %s[%d]", parts->elems[i].topic, parts->elems[i].partition);
         }
         if (w->paused || w->draining) rd_kafka_pause_partitions(rk, parts);
+        atomic_store(&w->m.assigned, w->assigned->cnt);
     } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
         int lost = rd_kafka_assignment_lost(rk);
         w->on_revoke(w, parts, lost);
@@ -75,6 +219,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
             rd_kafka_topic_partition_list_del(w->assigned, parts->elems[i].topic, parts->elems[i].partition);
             wlog(w, L_INFO, "%s %s[%d]", lost ? "lost" : "revoked", parts->elems[i].topic, parts->elems[i].partition);
         }
+        atomic_store(&w->m.assigned, w->assigned->cnt);
     } else {
         wlog(w, L_ERROR, "rebalance error: %s", rd_kafka_err2str(err));
         e = rd_kafka_incremental_unassign(rk, parts);
@@ -110,6 +255,8 @@ static int apply_kafka_keys(const cfg *c, rd_kafka_conf_t *conf, int is_consumer
             k += 9;
         } else if (!is_consumer && (strcmp(k, "group.id") == 0 || strcmp(k, "auto.offset.reset") == 0)) {
             continue;
+        } else if (strcmp(k, "startup_timeout_ms") == 0) {
+            continue;   /* the worker's own (wk_check_reachable) */
         }
         if (conf_set(conf, k, c->e[i].value, err, errlen)) return -1;
     }
@@ -162,12 +309,22 @@ int wk_setup(worker *w, char *err, size_t errlen) {
              "messages are cut (header sluice.dlq.truncated) and larger Results become ERROR Results",
              (long long)w->produce_max, DLQ_HEADROOM);
     rd_kafka_conf_set_dr_msg_cb(pc, dr_cb);
+    rd_kafka_conf_set_error_cb(pc, error_cb);
     rd_kafka_conf_set_opaque(pc, w);
+    w->kafka_down_since = now_ms();   /* until the first statistics show a broker up */
     w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, e, sizeof(e));
     if (!w->producer) {
         snprintf(err, errlen, "kafka producer: %s", e);
         rd_kafka_conf_destroy(pc);
         return -1;
+    }
+    /* warm-up: a topic handle asks for the topic's metadata now, and the idempotent producer gets its
+     * PID as soon as a broker answers, so the first Result does not wait for either */
+    const char *warm[3] = {w->topic_results, w->topic_chunks, w->topic_dlq};
+    for (int i = 0; i < 3; i++) {
+        w->warm_topics[i] = rd_kafka_topic_new(w->producer, warm[i], NULL);
+        if (!w->warm_topics[i])
+            wlog(w, L_WARN, "kafka topic %s: %s", warm[i], rd_kafka_err2str(rd_kafka_last_error()));
     }
 
     rd_kafka_conf_t *cc = rd_kafka_conf_new();
@@ -181,6 +338,8 @@ int wk_setup(worker *w, char *err, size_t errlen) {
         /* a job queue wants low pickup latency; brokers answer a fetch as soon as data arrives anyway */
         conf_set(cc, "fetch.wait.max.ms", "10", err, errlen) ||
         conf_set(cc, "socket.nagle.disable", "true", err, errlen) ||
+        /* broker reachability, the group's state and consumer lag come from these (stats_cb) */
+        conf_set(cc, "statistics.interval.ms", "1000", err, errlen) ||
         apply_kafka_keys(w->cfg, cc, 1, err, errlen) ||
         /* the worker stores offsets itself, after the result is delivered and Redis says done */
         conf_set(cc, "enable.auto.offset.store", "false", err, errlen)) {
@@ -188,6 +347,8 @@ int wk_setup(worker *w, char *err, size_t errlen) {
         return -1;
     }
     rd_kafka_conf_set_rebalance_cb(cc, rebalance_cb);
+    rd_kafka_conf_set_error_cb(cc, error_cb);
+    rd_kafka_conf_set_stats_cb(cc, stats_cb);
     rd_kafka_conf_set_opaque(cc, w);
     w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, e, sizeof(e));
     if (!w->consumer) {
@@ -225,6 +386,8 @@ void wk_close(worker *w) {
         w->consumer = NULL;
     }
     if (w->producer) {
+        for (int i = 0; i < 3; i++)
+            if (w->warm_topics[i]) rd_kafka_topic_destroy(w->warm_topics[i]);
         rd_kafka_flush(w->producer, 5000);
         rd_kafka_poll(w->producer, 0);
         rd_kafka_destroy(w->producer);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Idempotent install of the Debian packages sluice builds and tests with (see DESIGN.md).
+# Idempotent install of the Debian packages sluice builds and tests with (see DESIGN.md); prometheus
+# brings promtool, which tests/consumer/test_metrics.py runs over a live /metrics.
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config librdkafka-dev libavro-dev libhiredis-dev libjansson-dev
       libmicrohttpd-dev libonig-dev libunistring-dev libcmocka-dev redis-server kcat
-      python3-confluent-kafka python3-avro)
+      python3-confluent-kafka python3-avro prometheus)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

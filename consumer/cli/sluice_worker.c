@@ -3,7 +3,8 @@
  *   sluice-worker [--config FILE] [--set key=value]...
  *
  * Exit status: 0 after a clean drain (SIGTERM/SIGINT), 1 on a fatal start-up error (bad config,
- * unreachable Redis, model that fails to load, Kafka client setup), 2 on bad usage.
+ * unreachable Redis, model that fails to load, Kafka client setup, no broker answering within
+ * kafka.startup_timeout_ms), 2 on bad usage.
  */
 #include <errno.h>
 #include <poll.h>
@@ -75,6 +76,7 @@ int main(int argc, char **argv) {
     memset(&w, 0, sizeof(w));
     w.cfg = &c;
     w.wake_rd = w.wake_wr = -1;
+    pthread_mutex_init(&w.m.mu, NULL);
     const char *lvl = cfg_get(&c, "log.level");
     w.verbose = !strcmp(lvl, "error") ? L_ERROR : !strcmp(lvl, "warn") ? L_WARN : !strcmp(lvl, "info") ? L_INFO : L_DEBUG;
     snprintf(w.worker_id, sizeof(w.worker_id), "%s", cfg_get(&c, "worker.id"));
@@ -100,6 +102,13 @@ int main(int argc, char **argv) {
     w.result_schema_id = (int32_t)cfg_int(&c, "output.result_schema_id");
     w.chunk_schema_id = (int32_t)cfg_int(&c, "output.chunk_schema_id");
     offsets_init(&w.offs);
+
+    /* /healthz and /readyz answer while the model loads */
+    metrics_server *ms = NULL;
+    if (cfg_int(&c, "metrics.port") > 0) {
+        ms = metrics_start(&w, cfg_get(&c, "metrics.bind"), (int)cfg_int(&c, "metrics.port"), err, sizeof(err));
+        if (!ms) return fail(err);
+    }
 
     /* avro-c: no single allocation may exceed a few times the largest accepted message */
     size_t cap = (size_t)w.max_bytes * 4 + ((size_t)1 << 20);
@@ -155,22 +164,25 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     if (eng_thread_start(&w.eng, w.engine, w.wake_wr)) return fail("cannot start the engine thread");
-    metrics_server *ms = NULL;
-    if (cfg_int(&c, "metrics.port") > 0) {
-        ms = metrics_start(&w, cfg_get(&c, "metrics.bind"), (int)cfg_int(&c, "metrics.port"), err, sizeof(err));
-        if (!ms) return fail(err);
-    }
+    atomic_store(&w.m.model_loaded, 1);
     wlog(&w, L_INFO, "model %s (vocab %d, context %d, %s), jobs from %s, group %s, text %s", w.info->model_id,
          w.info->vocab_size, w.info->max_context, w.info->backend ? w.info->backend : "?", w.topic_jobs,
          cfg_get(&c, "kafka.group.id"), w.tc ? w.tc->name : "off (token ids only)");
 
     double grace_end = 0, grace_ms = (double)cfg_int(&c, "worker.grace_ms");
-    int more = 0;
+    int more = 0, rc = 0;
     for (;;) {
         double now = now_ms();
         atomic_store(&w.m.loop_ms_epoch, (uint64_t)now);
+        atomic_store(&w.m.redis_up, redis_connected(w.redis));
+        metrics_tick(ms, now);
+        if (wk_check_reachable(&w, now) < 0) {   /* kafka.startup_timeout_ms passed: nothing to drain */
+            rc = 1;
+            break;
+        }
         if (g_stop && !w.draining) {
             w.draining = 1;
+            atomic_store(&w.m.draining, 1);
             wk_pause_all(&w, 1);
             wj_drop_parked(&w);
             grace_end = now + grace_ms;
@@ -228,11 +240,14 @@ int main(int argc, char **argv) {
     signal(SIGALRM, on_alarm);
     alarm(15);
     wk_close(&w);   /* leaves the group; the revoke callback commits the stored offsets */
+    metrics_stop(ms);   /* before the engine thread it reads */
     eng_thread_stop(w.eng);
     wj_profile_print(&w);
     wj_free_all(&w);
     free(w.store_off);
-    metrics_stop(ms);
+    for (int i = 0; i < w.m.n_lag; i++) free(w.m.lag[i].topic);
+    free(w.m.lag);
+    pthread_mutex_destroy(&w.m.mu);
     sl_engine_close(w.engine);
     textcodec_close(w.tc);
     redis_close(w.redis);
@@ -243,5 +258,5 @@ int main(int argc, char **argv) {
     close(w.wake_wr);
     wlog(&w, L_INFO, "stopped");
     cfg_free(&c);
-    return 0;
+    return rc;
 }
