@@ -219,7 +219,7 @@ static int self_check(sl_engine *e, char *err, size_t errlen)
         if ((r = check_sub(e, cpu, &pool, sub, tok, lc, lg, &d, err, errlen)) != 0) break;
     if (r < 0) goto out;
     snprintf(err, errlen, "self-check: the %s backend differs from the CPU reference from layer %d's %s on (logits "
-             "rel L2 %.3g > %.2g over %d tokens); engine.self_check=0 opens it anyway", e->be->ops->name, (sub - 1) / 2,
+             "rel L2 %.3g > %.2g over %d tokens); engine.self_check=off opens it anyway", e->be->ops->name, (sub - 1) / 2,
              sub % 2 ? "attention" : "MoE", d, CHECK_MAX_REL, CHECK_TOKENS);
 out:
     if (cpu) cpu->ops->destroy(cpu);
