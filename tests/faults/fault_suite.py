@@ -14,7 +14,8 @@ in its own phase of fresh jobs:
                        Metadata (the jobs and results topics answer LEADER_NOT_AVAILABLE for 5 s while
                        a fourth worker joins: the mock's Metadata handler takes no request errors)
 
-Every phase ends settled: all its results out, the group's committed offsets at the high watermark, no
+A phase's fault starts as soon as a worker has >= 2 of its jobs in flight (a kill hits the next
+worker in turn that has). Every phase ends settled: all its results out, the group's committed offsets at the high watermark, no
 job in flight. The audit at the end: every job has >= 1 result and all copies are identical (tokens,
 text, status), exactly one `done` transition per job in Redis (counted in the AOF, which records every
 write), every job `done`, committed offsets at the high watermark, nothing in the DLQ, and compute:
@@ -50,7 +51,7 @@ def arg(name, default):
 
 PHASE_JOBS = int(arg("--phase-jobs", "50"))
 REPORT = arg("--report", None)
-TOKENS = 48            # every job: ignore_eos, max_tokens = TOKENS, so its compute is exactly TOKENS tokens
+TOKENS = 256            # every job: ignore_eos, max_tokens = TOKENS, so its compute is exactly TOKENS tokens
 PARTITIONS = 6
 OUTAGE_S = 15
 SETTINGS = {"engine.max_batch": 4, "worker.max_inflight": 8, "redis.timeout_ms": 200, "worker.heartbeat_ms": 1000,
@@ -263,6 +264,16 @@ class Suite:
         with self.watch.lock:
             return sum(1 for i in ids if i in self.watch.results)
 
+    def busy(self, order=None):
+        """The workers (in `order`) with >= 2 jobs in flight now."""
+        order = order or sorted(self.fleet.live)
+        return [w for w in order
+                if (self.fleet.scrape(self.fleet.live[w]) or {}).get("sluice_jobs_inflight", 0) >= 2]
+
+    def done(self, ids):
+        """How many of ids Redis shows done (the workers' progress, not the reader's)."""
+        return sum(1 for i in ids if self.env.job_status(i) == "done")
+
     def restart(self, wid, new_id):
         self.restarts += 1
         nid = "%s-r%d" % (wid.split("-r")[0], self.restarts) if new_id else wid
@@ -291,8 +302,8 @@ class Suite:
         tok0 = self.fleet.total_tokens()
         t0 = time.time()
         self.env.produce([(j["id"].encode(), h.encode_job(j)) for j in jobs], producer=self.producer)
-        self.wait(lambda: self.have(ids) >= len(ids) // 4, 120, "%s: a quarter of the results" % name)
-        at_start = self.have(ids)
+        self.wait(lambda: self.busy(), 120, "%s: a worker with jobs in flight" % name)
+        at_start = self.done(ids)
         info = fault(ids) or {}
         t_end = info.get("t_end", time.time())
         t_all = self.wait(lambda: self.have(ids) == len(ids), 240, "%s: every result" % name)
@@ -307,7 +318,7 @@ class Suite:
         # when each job was finished: result delivered and marked done (Redis's clock, this host's)
         fin = sorted(int(self.env.redis.cmd("HGET", "sluice:job:" + i, "finished")) / 1000.0 for i in ids)
         after = [f for f in fin if f > t_end]
-        row = {"phase": name, "jobs": len(ids), "results_before_fault": at_start,
+        row = {"phase": name, "jobs": len(ids), "done_before_fault": at_start,
                "fault_s": round(t_end - info.get("t_start", t_end), 1),
                "first_finished_after_s": round(after[0] - t_end, 2) if after else None,
                "last_finished_after_s": round(fin[-1] - t_end, 2) if after else 0.0,
@@ -330,7 +341,11 @@ class Suite:
 
     def kill9(self, k):
         def fault(ids):
-            wid = sorted(self.fleet.live)[k % 3]
+            order = sorted(self.fleet.live)
+            order = order[k % 3:] + order[:k % 3]   # rolling: each worker in turn, if it has work in flight
+            busy = []
+            self.wait(lambda: busy.extend(self.busy(order)) or busy, 60, "a worker with jobs in flight")
+            wid = busy[0]
             t_start = time.time()
             p = self.fleet.stopped_for_good(wid)
             claimed = claimed_by(self.env, ids, wid)
@@ -426,7 +441,7 @@ def print_table(rows):
                                                     "seen", "settled", "extra/allowed"))
     for r in rows:
         log("%-15s %4d %6d %6.1f %7s %7.2f %7.2f %7.2f %6d/%-6d %s" % (
-            r["phase"], r["jobs"], r["results_before_fault"], r["fault_s"], r["first_finished_after_s"],
+            r["phase"], r["jobs"], r["done_before_fault"], r["fault_s"], r["first_finished_after_s"],
             r["last_finished_after_s"], r["all_results_seen_after_s"], r["settled_after_s"], r["extra_tokens"],
             r["allowed_tokens"],
             ("killed %s (%d in flight, served %.1f s after) -> %s" % (r["worker"], r["killed_inflight"],
