@@ -165,7 +165,7 @@ class Redis:
 class Env:
     """redis-server + sluice-mock-kafka + workers, all stopped by pid in close()."""
 
-    def __init__(self, name, partitions=4, topics=(), topic_errors=(), redis_args=(), redis_auth=()):
+    def __init__(self, name, partitions=4, topics=(), topic_errors=(), redis_args=(), redis_auth=(), mock_args=()):
         self.dir = tempfile.mkdtemp(prefix="sluice-%s-" % name)
         self.procs = []
         self.workers = {}
@@ -177,6 +177,7 @@ class Env:
             args += ["--topics", ",".join(topics)]
         for spec in topic_errors:   # "TOPIC=ERROR[:SECONDS]": the cluster refuses the topic (for a while)
             args += ["--topic-error", spec]
+        args += list(mock_args)   # e.g. --control FIFO, --request-error API=ERR:COUNT (tests/faults)
         out = open(os.path.join(self.dir, "mock.out"), "w+")
         self.mock = subprocess.Popen(args, stdout=out, stderr=open(os.path.join(self.dir, "mock.err"), "w"))
         self.procs.append(self.mock)
