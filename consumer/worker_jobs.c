@@ -1084,7 +1084,15 @@ void wj_revoke(worker *w, const rd_kafka_topic_partition_list_t *parts, int lost
         int32_t p = parts->elems[i].partition;
         for (job_rec *r = w->head, *nx; r; r = nx) {
             nx = r->next;
-            if (r->partition == p) hand_back(w, r, &rel, &n_rel);
+            if (r->partition != p) continue;
+            /* A lost partition (the session timed out: brokers unreachable) takes no work with it: a job already
+             * computing or delivering goes on to its Result and its done mark in Redis. Its offset is no longer ours
+             * to store (the tracker goes below); whoever holds the partition now parks on the claim and re-emits
+             * the stored Result, and this worker, if it gets the partition back, absorbs the re-delivery. */
+            if (lost && r->kind == JK_JOB && !r->abandoned &&
+                (r->state == JS_RUNNING || r->state == JS_PRODUCING || r->state == JS_DONEWRITE))
+                continue;
+            hand_back(w, r, &rel, &n_rel);
         }
         offsets_drop(&w->offs, p);
         if (p < w->n_store_off) w->store_off[p] = -1;

@@ -25,7 +25,7 @@ a kill, and in a kill phase at most the tokens of the jobs the killed worker had
 finished (Redis, read while it is stopped). The recovery times are printed per phase, and with
 --report FILE written as JSON (the README's table comes from it).
 
-    /usr/bin/python3 tests/faults/fault_suite.py --build build [--phase-jobs 50] [--report FILE]
+    /usr/bin/python3 tests/faults/fault_suite.py --build build [--phase-jobs 50] [--report FILE] [--only a,b]
 """
 import glob
 import json
@@ -51,6 +51,7 @@ def arg(name, default):
 
 PHASE_JOBS = int(arg("--phase-jobs", "50"))
 REPORT = arg("--report", None)
+ONLY = arg("--only", None)   # comma list of phase names (prefixes) to run, e.g. baseline,brokers-down
 TOKENS = 256            # every job: ignore_eos, max_tokens = TOKENS, so its compute is exactly TOKENS tokens
 PARTITIONS = 6
 OUTAGE_S = 15
@@ -296,6 +297,8 @@ class Suite:
 
     # one phase: fresh jobs, the fault once a quarter of them have results, then settle
     def phase(self, name, fault):
+        if ONLY and not any(name.startswith(o) for o in ONLY.split(",")):
+            return
         jobs = make_jobs(name.replace("-", ""))
         ids = {j["id"] for j in jobs}
         self.jobs += jobs
