@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seeds for the fuzz corpora (tests/fuzz/corpus/{job,safetensors,config,tokenizer_load}): a few
+"""Seeds for the fuzz corpora (tests/fuzz/corpus/<target>): a few
 well-formed inputs per target that reach deep into the parser, from which libFuzzer mutates.
 Job messages are Avro written by hand (schemas/job.avsc, field order), so no Avro package is needed.
     python3 tests/fuzz/make_seeds.py    (from the repository root; overwrites seed_* files only)
@@ -95,6 +95,9 @@ def main():
                                               ("b", "I64", [1], 8), ("c", "F8_E4M3", [2, 2, 2, 2], 16),
                                               ("e", "F16", [0], 0), ("s", "I32", [], 4)],
                                              meta={"format": "pt"}))
+    write("safetensors_index", "two", json.dumps({"metadata": {"total_size": 19}, "weight_map": {
+        "a": "s1.safetensors", "b": "s1.safetensors", "c": "s2.safetensors"}}).encode())
+    write("safetensors_index", "one", json.dumps({"weight_map": {"c": "s2.safetensors"}}).encode())
     cfg_dir = os.path.join(ROOT, "tests", "data")
     for d in sorted(os.listdir(cfg_dir)):
         p = os.path.join(cfg_dir, d, "config.json")
