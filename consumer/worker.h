@@ -232,6 +232,9 @@ int wk_check_reachable(worker *w, double now);
 
 /* worker_jobs.c */
 void wj_on_message(worker *w, rd_kafka_message_t *m);
+/* A decoded job's checks (ids, prompt, limits, sampling, stop, deadline, reply topic); a text or chat prompt
+ * is tokenised into *prompt (malloc'd; free it on both outcomes). 0, or -1 with one line naming the field. */
+int wj_validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char *err, size_t errlen);
 void wj_claim_round(worker *w, int parked_only);
 void wj_engine_events(worker *w);
 void wj_on_delivery(worker *w, job_rec *r, rd_kafka_resp_err_t err);

@@ -366,7 +366,7 @@ static int topic_name_ok(const char *t) {
 }
 
 /* 0, or -1 with one line naming the field. Tokenises a text prompt into r->prompt. */
-static int validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char *err, size_t errlen) {
+int wj_validate(worker *w, sl_job *j, int32_t **prompt, int *n_prompt, char *err, size_t errlen) {
     int vocab = w->info->vocab_size, ctx = w->info->max_context;
     if (j->id_len == 0) return snprintf(err, errlen, "id: empty"), -1;
     if (j->id_len > JOB_ID_MAX) return snprintf(err, errlen, "id: %zu bytes, longer than %d", j->id_len, JOB_ID_MAX), -1;
@@ -506,7 +506,7 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
     int32_t *prompt = NULL;
     int n_prompt = 0;
     char verr[400];
-    if (validate(w, &job, &prompt, &n_prompt, verr, sizeof(verr))) {
+    if (wj_validate(w, &job, &prompt, &n_prompt, verr, sizeof(verr))) {
         char shown[4 * 64 + 1];
         snprintf(err, sizeof(err), "invalid job '%s': %s", printable_id(&job, shown, sizeof(shown)), verr);
         free(prompt);

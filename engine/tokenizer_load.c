@@ -351,6 +351,15 @@ static int append_ids(int32_t **v, int *n, const int32_t *ids, int k, int at_fro
     return 0;
 }
 
+/* A post-processor's id: an integer naming a token of this tokenizer (an id past the vocabulary would
+ * reach the model as a token the tokenizer cannot decode). */
+static int post_id(const sl_tokenizer *t, const json_t *v, int32_t *out)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= t->n_ids) return -1;
+    *out = (int32_t)json_integer_value(v);
+    return 0;
+}
+
 /* Wrap what is there: pre = mine + pre, post = post + mine (Sequence applies in order). */
 static int load_post(sl_tokenizer *t, json_t *p, char *err, size_t errlen)
 {
@@ -368,10 +377,8 @@ static int load_post(sl_tokenizer *t, json_t *p, char *err, size_t errlen)
     int npre = 0, npost = 0;
     if (strcmp(ty, "RobertaProcessing") == 0 || strcmp(ty, "BertProcessing") == 0) {
         json_t *cls = json_object_get(p, "cls"), *sep = json_object_get(p, "sep");
-        if (!json_is_integer(json_array_get(cls, 1)) || !json_is_integer(json_array_get(sep, 1)))
-            return errf(err, errlen, "post_processor %s: cls/sep are not [token, id]", ty);
-        pre[npre++] = (int32_t)json_integer_value(json_array_get(cls, 1));
-        post[npost++] = (int32_t)json_integer_value(json_array_get(sep, 1));
+        if (post_id(t, json_array_get(cls, 1), &pre[npre++]) || post_id(t, json_array_get(sep, 1), &post[npost++]))
+            return errf(err, errlen, "post_processor %s: cls/sep are not [token, id] with an id of the vocabulary", ty);
     } else if (strcmp(ty, "TemplateProcessing") == 0) {
         json_t *single = json_object_get(p, "single"), *specials = json_object_get(p, "special_tokens"), *piece;
         size_t i;
@@ -391,9 +398,9 @@ static int load_post(sl_tokenizer *t, json_t *p, char *err, size_t errlen)
             size_t k;
             json_t *idv;
             json_array_foreach(ids, k, idv) {
-                if (npre + npost >= 64 || !json_is_integer(idv)) return errf(err, errlen, "post_processor TemplateProcessing: bad ids");
-                if (seen_a) post[npost++] = (int32_t)json_integer_value(idv);
-                else pre[npre++] = (int32_t)json_integer_value(idv);
+                if (npre + npost >= 64 || post_id(t, idv, seen_a ? &post[npost++] : &pre[npre++]))
+                    return errf(err, errlen, "post_processor TemplateProcessing: special %s: ids must be ids of the vocabulary",
+                                name);
             }
         }
         if (!seen_a) return errf(err, errlen, "post_processor TemplateProcessing: single template has no $A");
