@@ -394,7 +394,7 @@ __device__ __forceinline__ bool part_reduce(float acc[NM][1][4], float *scr, uns
  * of one expert do not queue behind another's). Its key (DONE_KEY): for T > 8 the token chunk, by its first
  * pair (moe_expert_args.tok1_max: an expert may have several chunks, and a down item waits only for
  * the h rows it reads); for T <= 8 (one chunk per expert) the expert, E for the shared expert (keyed by
- * pair there, the kernel took 6 more registers and batches 4-8 ran 2 % slower run 2). */
+ * pair there, the kernel takes 6 more registers and batches 4-8 are 2 % slower in sluice-bench moe). */
 #define MOE_DONE(t, k) ((t) + 32 + (size_t)(k) * 32)
 /* a warp's first MOE_STATIC_FIRST warp-items are its own by number (warp g and g + warps of the
  * grid, as the static walk), the rest are drawn: at batch 1 the 2 x 2640 draws at the start, all on one

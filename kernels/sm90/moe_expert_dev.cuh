@@ -468,7 +468,7 @@ __device__ __forceinline__ void item_tables1_body(int32_t *s_ig, int32_t *s_id, 
 }
 
 /* The chunked tables as a call: inlined, they pushed the T > 8 fused kernel (96 registers for 5 blocks/SM)
- * to spill 24 bytes per item, which cost it 3-5 % (run 1). */
+ * to spill 24 bytes per item, which costs it 3-5 % in sluice-bench moe. */
 static __device__ __noinline__ void item_tables1_chunks(int32_t *s_ig, int32_t *s_id, int32_t *s_off, const int32_t *off,
                                                         int E, int rows_g, int rpi_g, int rows_d, int rpi_d, int tok1)
 {
