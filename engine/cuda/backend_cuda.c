@@ -573,7 +573,10 @@ static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size
         if (!rc) rc = enqueue_layers(c, &S, cb - 1, err, errlen);
         if (!rc) rc = enqueue_head(c, d_lrows, B, err, errlen);
         cudaError_t e = cudaStreamEndCapture(c->st, &g);
-        if (rc) return -1;
+        if (rc) {
+            if (e == cudaSuccess) cudaGraphDestroy(g);
+            return -1;
+        }
         CK(e, "graph capture");
         cudaGraphExec_t x;
         e = cudaGraphInstantiate(&x, g, 0);
