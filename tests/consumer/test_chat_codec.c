@@ -18,16 +18,6 @@
 
 #include "check.h"
 
-static size_t unhex(const char *h, uint8_t *out) {
-    size_t n = strlen(h) / 2;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        sscanf(h + 2 * i, "%2x", &v);
-        out[i] = (uint8_t)v;
-    }
-    return n;
-}
-
 /* Written by python3-avro 1.11 (Debian) from schemas/job.avsc: id "chat-1", prompt "", max_tokens 9,
  * metadata {k: v}, messages [system "Be brief.", user "Hi é", assistant "Hello" (reasoning "greet"),
  * user "2+2?"], thinking true; the other fields their defaults. */

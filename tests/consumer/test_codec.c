@@ -12,16 +12,6 @@
 
 #include "check.h"
 
-static size_t unhex(const char *h, uint8_t *out) {
-    size_t n = strlen(h) / 2;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        sscanf(h + 2 * i, "%2x", &v);
-        out[i] = (uint8_t)v;
-    }
-    return n;
-}
-
 /* written by python3-avro 1.11 from schemas/job.avsc and result.avsc (see tests/consumer/README) */
 static const char V1_JOB_TEXT[] =
     "0c6a6f622d3432001848656c6c6f2c20c3a974c3a90e0474310000003f3333733f50000000000000803f02a8e8c8e9970704040a0a0645"
