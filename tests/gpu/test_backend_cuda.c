@@ -121,7 +121,6 @@ out:
 typedef struct {
     int32_t tok[GEN];
     int n;
-    float margin[GEN];    /* CPU runs only: top-2 margin of the logits each token was sampled from */
 } gen_out;
 
 static int g_deterministic;   /* engine.deterministic for the batch-invariance runs */
@@ -143,11 +142,10 @@ static sl_engine *open_engine(const char *dir, const char *backend, size_t state
 
 /* Run the requests (prompts[i], n_prompt[i]) together to completion. temperature 0 = greedy. */
 static int generate(sl_engine *e, int nreq, const int32_t *const *prompts, const int *n_prompt, float temperature,
-                    uint64_t seed, int want_margins, gen_out *out)
+                    uint64_t seed, gen_out *out)
 {
     char err[256];
     uint64_t *ids = calloc((size_t)nreq, sizeof *ids);
-    const int V = sl_engine_info(e)->vocab_size;
     for (int i = 0; i < nreq; i++) {
         sl_sampling s;
         memset(&s, 0, sizeof s);
@@ -157,7 +155,6 @@ static int generate(sl_engine *e, int nreq, const int32_t *const *prompts, const
         s.seed = seed + (uint64_t)i;
         s.max_tokens = GEN;
         s.ignore_eos = 1;
-        s.all_logits = want_margins;
         out[i].n = 0;
         if (sl_engine_submit(e, prompts[i], n_prompt[i], &s, (uint64_t)i, &ids[i], err, sizeof err)) {
             FAIL("submit: %s", err);
@@ -172,10 +169,6 @@ static int generate(sl_engine *e, int nreq, const int32_t *const *prompts, const
         while (sl_engine_poll(e, &ev)) {
             gen_out *g = &out[ev.tag];
             if (ev.kind == SL_EV_TOKEN && g->n < GEN) g->tok[g->n++] = ev.token;
-            if (ev.kind == SL_EV_LOGITS) {
-                const int gi = ev.position - n_prompt[ev.tag] + 1;   /* row of generated token gi */
-                if (gi >= 0 && gi < GEN) logits_argmax(ev.logits, V, &g->margin[gi]);
-            }
             if (ev.kind == SL_EV_FINISH) left--;
         }
     }
@@ -203,7 +196,7 @@ static void engine_checks(const fx_fixture *f, int fast_moe)
     for (int mode = 0; mode < 2; mode++) {
         const float temp = mode ? 0.8f : 0.0f;
         gen_out one;
-        if (generate(eg, 1, (const int32_t *const *)pr, np, temp, 7, 0, &one)) goto out;
+        if (generate(eg, 1, (const int32_t *const *)pr, np, temp, 7, &one)) goto out;
         const int sizes[2] = {7, 64};
         for (int b = 0; b < 2; b++) {
             /* request 0 keeps its seed (7); the neighbours are rotated so each batch differs */
@@ -212,7 +205,7 @@ static void engine_checks(const fx_fixture *f, int fast_moe)
             bp[0] = pr[0];
             bn[0] = np[0];
             for (int i = 1; i < sizes[b]; i++) { bp[i] = pr[(i + 3 * b) % 63 + 1]; bn[i] = np[(i + 3 * b) % 63 + 1]; }
-            if (generate(eg, sizes[b], (const int32_t *const *)bp, bn, temp, 7, 0, alt)) goto out;
+            if (generate(eg, sizes[b], (const int32_t *const *)bp, bn, temp, 7, alt)) goto out;
             if (alt[0].n != one.n || memcmp(alt[0].tok, one.tok, sizeof one.tok[0] * (size_t)one.n))
                 FAIL("%s: %s request alone and in a batch of %d give different tokens", f->name,
                      mode ? "seeded" : "greedy", sizes[b]);
@@ -222,7 +215,7 @@ static void engine_checks(const fx_fixture *f, int fast_moe)
         }
     }
     /* preemption: 16 requests under the largest state budget (halving from 4 MiB) that preempts */
-    if (generate(eg, 16, (const int32_t *const *)pr, np, 0.0f, 1, 0, gpu)) goto out;
+    if (generate(eg, 16, (const int32_t *const *)pr, np, 0.0f, 1, gpu)) goto out;
     for (size_t budget = (size_t)4 << 20; budget >= 1024; budget /= 2) {
         sl_engine *small = open_engine(f->dir, "cuda", budget, 16);
         if (!small) break;
@@ -240,7 +233,7 @@ static void engine_checks(const fx_fixture *f, int fast_moe)
         sl_engine_close(small);
         if (!ok) { FAIL("%s: no state budget preempts while every request fits alone", f->name); break; }
         small = open_engine(f->dir, "cuda", budget, 16);
-        if (!small || generate(small, 16, (const int32_t *const *)pr, np, 0.0f, 1, 0, alt)) {
+        if (!small || generate(small, 16, (const int32_t *const *)pr, np, 0.0f, 1, alt)) {
             if (small) sl_engine_close(small);
             break;
         }
