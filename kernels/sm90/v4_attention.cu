@@ -13,6 +13,7 @@
  */
 #include <math.h>
 
+#include "common/mma_sm80.cuh"
 #include "common/v4_dev.cuh"
 
 #define IDX_THREADS 128
@@ -56,6 +57,91 @@ __global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_aren
         if (lane == 0) scores[(size_t)blockIdx.x * ld + e] = acc;
         __syncwarp();
     }
+}
+
+/* ---- 64 heads x 128 on the tensor cores (the V4 indexer's shape): a block scores IX_EPB entries of one row;
+ * warp w takes entries 16w..16w+15 against every head (S = q K^T, mma.sync bf16 -> fp32), then each lane folds its
+ * fragments through w_h ReLU(.) and the warp sums over heads with shuffles. */
+#define IX_H 64
+#define IX_D 128
+#define IX_EPB 128
+#define IX_THREADS 256
+
+__device__ __forceinline__ int sw128(int r, int c) { return r * IX_D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
+
+__global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_arena ar, size_t page_off, int r0,
+                                                                 const uint16_t *q, int nI, const float *wI,
+                                                                 float w_scale, int topk, float *scores, int ld)
+{
+    __shared__ __align__(16) uint16_t qs[IX_H * IX_D];
+    __shared__ __align__(16) uint16_t ks[IX_EPB * IX_D];
+    const int i = r0 + blockIdx.x, N = idx_count(s, i), e0 = blockIdx.y * IX_EPB;
+    if (N <= topk || e0 >= N) return;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, qd = lane & 3, sp = s.tok_span[i];
+    const uint16_t *qi = q + (size_t)i * nI * IX_D;
+    for (int c = tid; c < IX_H * (IX_D / 8); c += IX_THREADS) {
+        const int r = c / (IX_D / 8), ch = c % (IX_D / 8);
+        uint16_t *d = qs + r * IX_D + ((ch ^ (r & 7)) << 3);
+        if (r < nI) cp_async16(d, qi + (size_t)r * IX_D + ch * 8);
+        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+    }
+    for (int c = tid; c < IX_EPB * (IX_D / 8); c += IX_THREADS) {
+        const int r = c / (IX_D / 8), ch = c % (IX_D / 8), e = e0 + r;
+        uint16_t *d = ks + r * IX_D + ((ch ^ (r & 7)) << 3);
+        if (e < N) cp_async16(d, v4_entry_ptr(s, ar, page_off, sp, e, 4, IX_D) + ch * 8);
+        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+    }
+    cp_async_commit();
+    float wh[4][2];   /* the weights of this lane's heads 16 mt + g (+ 8) */
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int h = 16 * mt + g + 8 * hf;
+            wh[mt][hf] = h < nI ? wI[(size_t)i * nI + h] * w_scale : 0.0f;
+        }
+    cp_async_wait<0>();
+    __syncthreads();
+    float sc[4][2][4];
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int b = 0; b < 2; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sc[a][b][c] = 0.0f;
+#pragma unroll
+    for (int kq = 0; kq < IX_D / 16; kq++) {
+        uint32_t b[4];
+        ldsm_x4(b, ks + sw128(16 * w + (lane & 7) + ((lane >> 4) << 3), 16 * kq + (((lane >> 3) & 1) << 3)));
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+            uint32_t a[4];
+            ldsm_x4(a, qs + sw128(16 * mt + (lane & 15), 16 * kq + ((lane >> 4) << 3)));
+            mma_bf16(sc[mt][0], a, b[0], b[1]);
+            mma_bf16(sc[mt][1], a, b[2], b[3]);
+        }
+    }
+    float part[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};   /* [n-tile][entry 2q + j] */
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) {
+        const float w0 = wh[mt][0], w1 = wh[mt][1];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            part[nt][0] += w0 * fmaxf(sc[mt][nt][0], 0.0f) + w1 * fmaxf(sc[mt][nt][2], 0.0f);
+            part[nt][1] += w0 * fmaxf(sc[mt][nt][1], 0.0f) + w1 * fmaxf(sc[mt][nt][3], 0.0f);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            float v = part[nt][j];
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            const int e = e0 + 16 * w + 8 * nt + 2 * qd + j;
+            if (g == 0 && e < N) scores[(size_t)blockIdx.x * ld + e] = v;
+        }
 }
 
 __device__ __forceinline__ unsigned score_key(float v)
@@ -140,7 +226,13 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
 {
     if (nr <= 0) return cudaSuccess;
     if (topk <= 0) return cudaErrorInvalidValue;
-    if (max_entries > topk) {
+    if (max_entries > topk && dI == IX_D && nI <= IX_H) {
+        dim3 grid(nr, (max_entries + IX_EPB - 1) / IX_EPB);
+        k_index_scores_mma<<<grid, IX_THREADS, 0, st>>>(*s, *a, page_off, r0, q, nI, wI, w_scale, topk, scores,
+                                                         max_entries);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    } else if (max_entries > topk) {
         const size_t smem = ((size_t)nI * (dI + 1) + nI + (size_t)(IDX_THREADS / 32) * dI) * sizeof(float);
         if (smem > 48 * 1024) {
             cudaError_t e = cudaFuncSetAttribute(k_index_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -156,8 +248,290 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
     return cudaGetLastError();
 }
 
-/* dynamic shared memory: q fp32 [hd], scores [max_keys], key row pointers [max_keys] */
-__global__ void __launch_bounds__(ATT_THREADS) k_attention(v4_step s, v4_arena ar, size_t ring_off, int W,
+/* The key set of row i: n_win window positions from pw0, then the compressed entries; nk keys in all. */
+__device__ __forceinline__ int att_key_count(const v4_step &s, int i, int W, int ratio, int topk, int max_keys,
+                                             int *n_win, int *pw0)
+{
+    const int t = s.tok_pos[i];
+    *n_win = min(t + 1, W);
+    *pw0 = t - *n_win + 1;
+    int n_cmp = 0;
+    if (ratio == 4) n_cmp = min(topk, (t + 1) / 4);
+    else if (ratio > 0) n_cmp = (t + 1) / ratio;
+    return min(*n_win + n_cmp, max_keys);
+}
+
+/* Key kk of a row: a window position (this step's kv row, or the ring), or a compressed entry; NULL for none
+ * (kk >= nk, or an unfilled top-k slot). */
+__device__ __forceinline__ const uint16_t *att_key(const v4_step &s, const v4_arena &ar, const uint16_t *ring,
+                                                   const uint16_t *kv, int hd, int W, int pos0, int row0, int pw0,
+                                                   int n_win, int nk, int kk, int ratio, const int32_t *seli,
+                                                   size_t page_off, int sp)
+{
+    if (kk >= nk) return nullptr;
+    if (kk < n_win) {
+        const int pos = pw0 + kk;
+        return pos >= pos0 ? kv + (size_t)(row0 + pos - pos0) * hd : ring + (size_t)(pos % W) * hd;
+    }
+    const int e = ratio == 4 ? seli[kk - n_win] : kk - n_win;
+    return e >= 0 ? v4_entry_ptr(s, ar, page_off, sp, e, ratio, hd) : nullptr;
+}
+
+/* ---- 64 heads x 512 on the tensor cores (the V4 shape).
+ * A block takes one row and one split: FA_SPLIT consecutive keys of its key list. It reads each key once for every
+ * head: S = Q K^T (64 x 32 keys a tile, mma.sync bf16 -> fp32), an online softmax per head over the tiles, P rounded
+ * to bf16 (the normaliser sums the rounded values, so the weights stay exactly normalised), O += P V with O in
+ * registers (warp w owns dims 64w..64w+63 of every head). Keys stream through a double-buffered cp.async ring.
+ * The splits are fixed runs of keys, so a row's arithmetic does not depend on the batch or the step's key bound:
+ * splits past a row's keys are empty and the combine skips them. One split: the block normalises (sink included)
+ * and writes o; more: each writes its unnormalised O, running max and sum to a scratch unit and
+ * k_attention_combine merges them in split order. */
+#define FA_H 64
+#define FA_HD 512
+#define FA_TILE 32
+#define FA_SPLIT 64
+#define FA_THREADS 256
+#define FA_S_LD 40            /* score rows, floats */
+#define FA_P_LD 40            /* probability rows, bf16 (80 bytes: ldmatrix rows on distinct banks) */
+#define FA_UNIT_FLOATS ((size_t)FA_H * FA_HD + 2 * FA_H)
+
+struct FaSmem {
+    uint16_t q[FA_H * FA_HD];             /* rows swizzled: 16-byte chunk c of row r at c ^ (r & 7) */
+    uint16_t k[2][FA_TILE * FA_HD];       /* same swizzle */
+    float s[FA_H * FA_S_LD];
+    uint16_t p[FA_H * FA_P_LD];
+    float m[FA_H], l[FA_H], alpha[FA_H];
+    int valid[2][FA_TILE];
+};
+
+__device__ __forceinline__ int sw512(int r, int c) { return r * FA_HD + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
+
+__global__ void __launch_bounds__(FA_THREADS, 1)
+    k_attention_mma(v4_step s, v4_arena ar, size_t ring_off, int W, size_t page_off, int ratio, const int32_t *sel,
+                    int topk, const uint16_t *q, const uint16_t *kv, int H, float scale, const float *sink,
+                    int max_keys, int n_splits, int r0, float *part, float *o)
+{
+    extern __shared__ __align__(16) uint8_t fa_raw[];
+    FaSmem &sm = *reinterpret_cast<FaSmem *>(fa_raw);
+    const int i = r0 + blockIdx.x / n_splits, split = blockIdx.x % n_splits;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, qd = lane & 3;
+    const int sp = s.tok_span[i], pos0 = s.span_pos0[sp], row0 = s.span_row0[sp];
+    int n_win, pw0;
+    const int nk = att_key_count(s, i, W, ratio, topk, max_keys, &n_win, &pw0);
+    const int kb = split * FA_SPLIT;
+    float *unit = part ? part + (size_t)blockIdx.x * FA_UNIT_FLOATS : nullptr;
+    if (kb >= nk) {   /* past this row's keys (only with several splits) */
+        if (tid < FA_H) {
+            unit[FA_H * FA_HD + 2 * tid] = -INFINITY;
+            unit[FA_H * FA_HD + 2 * tid + 1] = 0.0f;
+        }
+        return;
+    }
+    const uint16_t *ring = (const uint16_t *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off);
+    const int32_t *seli = ratio == 4 ? sel + (size_t)i * topk : nullptr;
+
+    const uint16_t *qi = q + (size_t)i * H * FA_HD;
+    for (int c = tid; c < FA_H * (FA_HD / 8); c += FA_THREADS) {
+        const int r = c / (FA_HD / 8), ch = c % (FA_HD / 8);
+        uint16_t *d = sm.q + r * FA_HD + ((ch ^ (r & 7)) << 3);
+        if (r < H) cp_async16(d, qi + (size_t)r * FA_HD + ch * 8);
+        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+    }
+    /* tile `tile` of the split into buffer buf: 8 threads a key, 128 bytes each */
+    auto load_tile = [&](int tile, int buf) {
+        const int kr = tid >> 3, part8 = tid & 7;
+        const uint16_t *src = att_key(s, ar, ring, kv, FA_HD, W, pos0, row0, pw0, n_win, nk, kb + tile * FA_TILE + kr,
+                                      ratio, seli, page_off, sp);
+        uint16_t *dst = sm.k[buf] + kr * FA_HD;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int ch = part8 * 8 + j;
+            uint16_t *d = dst + ((ch ^ (kr & 7)) << 3);
+            if (src) cp_async16(d, src + ch * 8);
+            else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+        }
+        if (part8 == 0) sm.valid[buf][kr] = src != nullptr;
+    };
+    if (tid < FA_H) {
+        sm.m[tid] = -INFINITY;
+        sm.l[tid] = 0.0f;
+    }
+    load_tile(0, 0);
+    cp_async_commit();
+    float acc[4][8][4];
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int b = 0; b < 8; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
+
+    const int n_tiles = nk - kb > FA_TILE ? FA_SPLIT / FA_TILE : 1;
+    for (int j = 0; j < n_tiles; j++) {
+        if (j + 1 < n_tiles) {
+            load_tile(j + 1, (j + 1) & 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const uint16_t *kt = sm.k[j & 1];
+        {   /* S = Q K^T * scale: warp w, heads 16 (w & 3).., keys 16 (w >> 2).. */
+            const int mt = w & 3, np = w >> 2;
+            float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll 8
+            for (int ks = 0; ks < FA_HD / 16; ks++) {
+                uint32_t a[4], b[4];
+                ldsm_x4(a, sm.q + sw512(16 * mt + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
+                ldsm_x4(b, kt + sw512(16 * np + (lane & 7) + ((lane >> 4) << 3), 16 * ks + (((lane >> 3) & 1) << 3)));
+                mma_bf16(sc[0], a, b[0], b[1]);
+                mma_bf16(sc[1], a, b[2], b[3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                const int col = 16 * np + 8 * nt + 2 * qd, row = 16 * mt + g;
+                *(float2 *)&sm.s[row * FA_S_LD + col] = make_float2(sc[nt][0] * scale, sc[nt][1] * scale);
+                *(float2 *)&sm.s[(row + 8) * FA_S_LD + col] = make_float2(sc[nt][2] * scale, sc[nt][3] * scale);
+            }
+        }
+        __syncthreads();
+        {   /* online softmax: 4 threads a head, 8 keys each */
+            const int hh = tid >> 2, c0 = (tid & 3) * 8;
+            float v[8], mx = -INFINITY;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                v[k] = sm.valid[j & 1][c0 + k] ? sm.s[hh * FA_S_LD + c0 + k] : -INFINITY;
+                mx = fmaxf(mx, v[k]);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_old = sm.m[hh], m_new = fmaxf(m_old, mx);
+            float sum = 0.0f;
+            uint32_t pk[4];
+#pragma unroll
+            for (int k = 0; k < 8; k += 2) {
+                const uint16_t p0 = f2bf(m_new == -INFINITY ? 0.0f : expf(v[k] - m_new));
+                const uint16_t p1 = f2bf(m_new == -INFINITY ? 0.0f : expf(v[k + 1] - m_new));
+                sum += bf2f(p0) + bf2f(p1);
+                pk[k / 2] = (uint32_t)p0 | ((uint32_t)p1 << 16);
+            }
+            *(uint4 *)&sm.p[hh * FA_P_LD + c0] = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            if ((tid & 3) == 0) {
+                const float al = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
+                sm.alpha[hh] = al;
+                sm.l[hh] = sm.l[hh] * al + sum;
+                sm.m[hh] = m_new;
+            }
+        }
+        __syncthreads();
+        {   /* O = O * alpha + P V: warp w, every head, dims 64 w.. */
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                const float a0 = sm.alpha[16 * mt + g], a1 = sm.alpha[16 * mt + g + 8];
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    acc[mt][nt][0] *= a0;
+                    acc[mt][nt][1] *= a0;
+                    acc[mt][nt][2] *= a1;
+                    acc[mt][nt][3] *= a1;
+                }
+            }
+#pragma unroll
+            for (int ks = 0; ks < FA_TILE / 16; ks++) {
+                uint32_t a[4][4];
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++)
+                    ldsm_x4(a[mt], sm.p + (16 * mt + (lane & 15)) * FA_P_LD + 16 * ks + ((lane >> 4) << 3));
+#pragma unroll
+                for (int pr = 0; pr < 4; pr++) {
+                    uint32_t b[4];
+                    ldsm_x4_t(b, kt + sw512(16 * ks + (lane & 7) + (((lane >> 3) & 1) << 3), 64 * w + 16 * pr + ((lane >> 4) << 3)));
+#pragma unroll
+                    for (int mt = 0; mt < 4; mt++) {
+                        mma_bf16(acc[mt][2 * pr], a[mt], b[0], b[1]);
+                        mma_bf16(acc[mt][2 * pr + 1], a[mt], b[2], b[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (unit && tid < FA_H) {
+        unit[FA_H * FA_HD + 2 * tid] = sm.m[tid];
+        unit[FA_H * FA_HD + 2 * tid + 1] = sm.l[tid];
+    }
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int h = 16 * mt + g + 8 * hf;
+            if (h >= H) continue;
+            float f = 1.0f, L = 1.0f;
+            if (!unit) {   /* the same arithmetic as k_attention_combine's for one split */
+                const float m = sm.m[h], sk = sink[h], M = fmaxf(m, sk);
+                f = m == -INFINITY ? 0.0f : expf(m - M);
+                L = expf(sk - M) + sm.l[h] * f;
+            }
+            float *dst = unit ? unit + (size_t)h * FA_HD : o + ((size_t)i * H + h) * FA_HD;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                const int d = 64 * w + 8 * nt + 2 * qd;
+                *(float2 *)&dst[d] = unit ? make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1])
+                                          : make_float2(acc[mt][nt][2 * hf] * f / L, acc[mt][nt][2 * hf + 1] * f / L);
+            }
+        }
+}
+
+/* o[r0 + b][h] from the row's n_splits scratch units, in split order; empty splits (sum 0) skipped.
+ * dynamic shared memory: 2 n_splits floats */
+__global__ void __launch_bounds__(128) k_attention_combine(int r0, int n_splits, int H, const float *part,
+                                                           const float *sink, float *o)
+{
+    extern __shared__ float fac[];   /* per split: its factor e^(m - M), or 0 when empty; then L at [n_splits] */
+    const int b = blockIdx.x, h = blockIdx.y;
+    const float *u = part + (size_t)b * n_splits * FA_UNIT_FLOATS;
+    const float sk = sink[h];
+    if (threadIdx.x == 0) {
+        float M = sk;
+        for (int sp = 0; sp < n_splits; sp++) {
+            const float *ml = u + (size_t)sp * FA_UNIT_FLOATS + FA_H * FA_HD + 2 * h;
+            if (ml[1] > 0.0f) M = fmaxf(M, ml[0]);
+        }
+        float L = expf(sk - M);
+        for (int sp = 0; sp < n_splits; sp++) {
+            const float *ml = u + (size_t)sp * FA_UNIT_FLOATS + FA_H * FA_HD + 2 * h;
+            fac[sp] = ml[1] > 0.0f ? expf(ml[0] - M) : 0.0f;
+            if (ml[1] > 0.0f) L += ml[1] * fac[sp];
+        }
+        fac[n_splits] = L;
+    }
+    __syncthreads();
+    const float L = fac[n_splits];
+    for (int d = threadIdx.x * 2; d < FA_HD; d += blockDim.x * 2) {
+        float x = 0.0f, y = 0.0f;
+        for (int sp = 0; sp < n_splits; sp++) {
+            if (fac[sp] == 0.0f) continue;
+            const float2 v = *(const float2 *)&u[(size_t)sp * FA_UNIT_FLOATS + (size_t)h * FA_HD + d];
+            x += v.x * fac[sp];
+            y += v.y * fac[sp];
+        }
+        *(float2 *)&o[((size_t)(r0 + b) * H + h) * FA_HD + d] = make_float2(x / L, y / L);
+    }
+}
+
+extern "C" size_t v4_attention_scratch_floats(int H, int hd, int rows, int max_keys)
+{
+    if (hd != FA_HD || H > FA_H || H < 1) return 0;
+    const int n_splits = (max_keys + FA_SPLIT - 1) / FA_SPLIT;
+    return n_splits > 1 ? (size_t)rows * n_splits * FA_UNIT_FLOATS : 0;
+}
+
+/* Any H and hd: one block per (row, head), fp32 on the CUDA cores.
+ * dynamic shared memory: q fp32 [hd], scores [max_keys], key row pointers [max_keys] */
+__global__ void __launch_bounds__(ATT_THREADS) k_attention_generic(v4_step s, v4_arena ar, size_t ring_off, int W,
                                                            size_t page_off, int ratio, const int32_t *sel, int topk,
                                                            const uint16_t *q, const uint16_t *kv, int H, int hd,
                                                            float scale, const float *sink, int max_keys, float *o)
@@ -167,25 +541,14 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(v4_step s, v4_arena a
     const int i = blockIdx.x, h = blockIdx.y;
     float *qf = sm, *sc = sm + hd;
     const uint16_t **kp = (const uint16_t **)(sc + ((max_keys + 1) & ~1));
-    const int t = s.tok_pos[i], sp = s.tok_span[i], pos0 = s.span_pos0[sp], row0 = s.span_row0[sp];
-    const int n_win = min(t + 1, W), pw0 = t - n_win + 1;
-    int n_cmp = 0;
-    if (ratio == 4) n_cmp = min(topk, (t + 1) / 4);
-    else if (ratio > 0) n_cmp = (t + 1) / ratio;
-    const int nk = min(n_win + n_cmp, max_keys);
+    const int sp = s.tok_span[i], pos0 = s.span_pos0[sp], row0 = s.span_row0[sp];
+    int n_win, pw0;
+    const int nk = att_key_count(s, i, W, ratio, topk, max_keys, &n_win, &pw0);
     const uint16_t *ring = (const uint16_t *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off);
     for (int k = threadIdx.x; k < hd; k += blockDim.x) qf[k] = bf2f(q[((size_t)i * H + h) * hd + k]);
-    for (int kk = threadIdx.x; kk < nk; kk += blockDim.x) {
-        const uint16_t *p;
-        if (kk < n_win) {
-            const int pos = pw0 + kk;
-            p = pos >= pos0 ? kv + (size_t)(row0 + pos - pos0) * hd : ring + (size_t)(pos % W) * hd;
-        } else {
-            const int e = ratio == 4 ? sel[(size_t)i * topk + kk - n_win] : kk - n_win;
-            p = e >= 0 ? v4_entry_ptr(s, ar, page_off, sp, e, ratio, hd) : nullptr;
-        }
-        kp[kk] = p;
-    }
+    const int32_t *seli = ratio == 4 ? sel + (size_t)i * topk : nullptr;
+    for (int kk = threadIdx.x; kk < nk; kk += blockDim.x)
+        kp[kk] = att_key(s, ar, ring, kv, hd, W, pos0, row0, pw0, n_win, nk, kk, ratio, seli, page_off, sp);
     __syncthreads();
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int kk = wid; kk < nk; kk += nw) {
@@ -219,18 +582,43 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(v4_step s, v4_arena a
 
 extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, int W, size_t page_off,
                                     int ratio, const int32_t *sel, int topk, const uint16_t *q, const uint16_t *kv,
-                                    int H, int hd, float scale, const float *sink, int max_keys, float *o,
-                                    cudaStream_t st)
+                                    int H, int hd, float scale, const float *sink, int max_keys, float *scratch,
+                                    size_t scratch_floats, float *o, cudaStream_t st)
 {
     if (s->n <= 0) return cudaSuccess;
+    if (hd == FA_HD && H <= FA_H && H >= 1) {
+        static bool attr_set = false;
+        if (!attr_set) {
+            cudaError_t e = cudaFuncSetAttribute(k_attention_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)sizeof(FaSmem));
+            if (e != cudaSuccess) return e;
+            attr_set = true;
+        }
+        const int n_splits = (max_keys + FA_SPLIT - 1) / FA_SPLIT;
+        if (n_splits <= 1) {
+            k_attention_mma<<<s->n, FA_THREADS, sizeof(FaSmem), st>>>(*s, *a, ring_off, W, page_off, ratio, sel, topk, q,
+                                                                       kv, H, scale, sink, max_keys, 1, 0, nullptr, o);
+            return cudaGetLastError();
+        }
+        const size_t rows = scratch_floats / ((size_t)n_splits * FA_UNIT_FLOATS);
+        if (rows < 1) return cudaErrorInvalidValue;
+        for (int r0 = 0; r0 < s->n; r0 += (int)rows) {
+            const int nr = s->n - r0 < (int)rows ? s->n - r0 : (int)rows;
+            k_attention_mma<<<nr * n_splits, FA_THREADS, sizeof(FaSmem), st>>>(
+                *s, *a, ring_off, W, page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, n_splits, r0, scratch, o);
+            k_attention_combine<<<dim3(nr, H), 128, (n_splits + 1) * sizeof(float), st>>>(r0, n_splits, H, scratch, sink,
+                                                                                          o);
+        }
+        return cudaGetLastError();
+    }
     const size_t smem = (size_t)hd * sizeof(float) + (size_t)((max_keys + 1) & ~1) * sizeof(float) +
                         (size_t)max_keys * sizeof(void *);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(k_attention_generic, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    k_attention<<<dim3(s->n, H), ATT_THREADS, smem, st>>>(*s, *a, ring_off, W, page_off, ratio, sel, topk, q, kv, H,
-                                                          hd, scale, sink, max_keys, o);
+    k_attention_generic<<<dim3(s->n, H), ATT_THREADS, smem, st>>>(*s, *a, ring_off, W, page_off, ratio, sel, topk, q, kv,
+                                                                  H, hd, scale, sink, max_keys, o);
     return cudaGetLastError();
 }
 
