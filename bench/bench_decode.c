@@ -95,21 +95,43 @@ static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, doubl
     return bytes;
 }
 
+/* The peer's ms per layer at (batch, context) from decode_peer.py's JSON (its context grows by one a step, so
+ * the row whose context is nearest), else null. */
+static json_t *peer_ms_per_layer(json_t *peer, int batch, long ctx)
+{
+    json_t *rows = json_object_get(peer, "rows"), *best = NULL, *r;
+    size_t i;
+    long bd = -1;
+    json_array_foreach(rows, i, r) {
+        const long c = (long)json_integer_value(json_object_get(r, "context")), d = labs(c - ctx);
+        if (json_integer_value(json_object_get(r, "batch")) == batch && json_is_number(json_object_get(r, "ms_per_layer")) &&
+            d <= 64 && (bd < 0 || d < bd)) {
+            best = r;
+            bd = d;
+        }
+    }
+    return best ? json_real(json_number_value(json_object_get(best, "ms_per_layer"))) : json_null();
+}
+
 typedef struct {
     int batch;
     long ctx;
     double ms, bytes, touched;
+    double split[SL_FAM_N];   /* per kernel family, the median of SPLIT_STEPS profiled steps */
 } row_out;
+
+#define SPLIT_STEPS 5
 
 int bench_decode(int argc, char **argv)
 {
-    const char *spec = "v4-flash:layers=4", *out_path = NULL, *commit = "unknown";
+    const char *spec = "v4-flash:layers=4", *out_path = NULL, *commit = "unknown", *peer_path = NULL;
     int batches[16] = {1, 4, 16, 64}, nb = 4, reps = 10;
     long ctxs[8] = {8192}, nc = 1;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--synthetic") && i + 1 < argc) spec = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+        else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
             nb = 0;
@@ -119,7 +141,8 @@ int bench_decode(int argc, char **argv)
             for (char *t = strtok(argv[++i], ","); t && nc < 8; t = strtok(NULL, ",")) ctxs[nc++] = atol(t);
         } else {
             fprintf(stderr, "usage: sluice-bench decode [--synthetic SPEC] [--batches 1,4,16,64] [--contexts 8192,65536] "
-                            "[--reps N] [--out FILE] [--commit SHA]\n");
+                            "[--reps N] [--out FILE] [--commit SHA] [--peer PEER.json]\n"
+                            "PEER.json: bench/decode_peer.py --out's rows (batch, context, ms_per_layer)\n");
             return 2;
         }
     }
@@ -159,7 +182,7 @@ int bench_decode(int argc, char **argv)
             sl_seq_span *sp = calloc((size_t)B, sizeof *sp);
             int ok = st && tok && logits && sp, opened = 0;
             for (int b = 0; b < B && ok; b++) {
-                ok = !v4_seq_init(&pool, &st[b]) && !v4_seq_reserve(&pool, &st[b], (int)C + steps + 1);
+                ok = !v4_seq_init(&pool, &st[b]) && !v4_seq_reserve(&pool, &st[b], (int)C + steps + SPLIT_STEPS + 1);
                 opened += ok;
                 if (ok && sl_backend_cuda_fill_state(be, &st[b], (int)C, (uint64_t)(b + 1), err, sizeof err)) {
                     fprintf(stderr, "%s\n", err);
@@ -180,9 +203,27 @@ int bench_decode(int argc, char **argv)
                     if (be->ops->forward(be, sp, B, err, sizeof err)) { fprintf(stderr, "%s\n", err); break; }
                     if (s >= 2 && n_ok < 64) ms[n_ok++] = now_ms() - a;
                 }
+                /* the split: steps captured afresh with an event after every launch (sl_backend_cuda_profile) */
+                double fam[SL_FAM_N] = {0}, fs[SL_FAM_N][SPLIT_STEPS];
+                int n_split = 0;
+                const int prof = !sl_backend_cuda_profile(be, fam);
+                for (int s = 0; s < SPLIT_STEPS && n_ok && prof; s++) {
+                    for (int b = 0; b < B; b++) {
+                        tok[b] = (int32_t)((7919u * (unsigned)(b + 1) + 104729u * (unsigned)(s + steps)) % (unsigned)V);
+                        sp[b] = (sl_seq_span){&tok[b], 1, &st[b], 0, logits + (size_t)b * V};
+                    }
+                    if (be->ops->forward(be, sp, B, err, sizeof err)) { fprintf(stderr, "%s\n", err); break; }
+                    for (int f = 0; f < SL_FAM_N; f++) fs[f][n_split] = fam[f];
+                    n_split++;
+                }
+                sl_backend_cuda_profile(be, NULL);
                 if (n_ok) {
                     qsort(ms, (size_t)n_ok, sizeof *ms, cmp_d);
                     row_out *r = &rows[nr++];
+                    for (int f = 0; f < SL_FAM_N; f++) {
+                        qsort(fs[f], (size_t)n_split, sizeof(double), cmp_d);
+                        r->split[f] = n_split ? fs[f][n_split / 2] : 0;
+                    }
                     r->batch = B;
                     r->ctx = C;
                     r->ms = ms[n_ok / 2];
@@ -211,8 +252,30 @@ int bench_decode(int argc, char **argv)
         }
     double slope = n > 1 ? (n * sxy - sx * sy) / (n * sxx - sx * sx) : 0, icpt = n ? (sy - slope * sx) / n : 0;
     printf("fit at context %ld: step = %.3f ms + %.4f ms per request\n", ctxs[0], icpt, slope);
+    printf("split of one step by kernel family, ms (context %ld; launch gaps inside each family included; other: the\n"
+           "timed step beyond them: graph launch, layout upload, logits copy, host work):\n%-12s", ctxs[0],
+           "batch");
+    for (int i = 0; i < nr; i++)
+        if (rows[i].ctx == ctxs[0]) printf(" %9d", rows[i].batch);
+    for (int f = 0; f <= SL_FAM_N; f++) {
+        printf("\n%-12s", f < SL_FAM_N ? sl_cuda_family_names[f] : "other");
+        for (int i = 0; i < nr; i++) {
+            if (rows[i].ctx != ctxs[0]) continue;
+            double v = 0;
+            if (f < SL_FAM_N) v = rows[i].split[f];
+            else {   /* the timed step beyond the families: graph launch, layout upload, host work */
+                v = rows[i].ms;
+                for (int g = 0; g < SL_FAM_N; g++) v -= rows[i].split[g];
+            }
+            printf(" %9.3f", v);
+        }
+    }
+    printf("\n");
 
     if (out_path) {
+        json_error_t jerr;
+        json_t *peer = peer_path ? json_load_file(peer_path, 0, &jerr) : NULL;
+        if (peer_path && !peer) fprintf(stderr, "sluice-bench decode: %s: %s (no peer times)\n", peer_path, jerr.text);
         json_t *o = json_object(), *ra = json_array();
         json_object_set_new(o, "gpu", json_string(prop.name));
         json_object_set_new(o, "commit", json_string(commit));
@@ -241,7 +304,7 @@ int bench_decode(int argc, char **argv)
             json_object_set_new(r, "pct_of_ceiling", json_real(100.0 * floor_ms / rows[i].ms));
             json_object_set_new(r, "tokens_per_s", json_real(rows[i].batch / (rows[i].ms * 1e-3)));
             json_object_set_new(r, "ms_per_layer", json_real(rows[i].ms / cfg->n_layers));
-            json_object_set_new(r, "peer_ms_per_layer", json_null());
+            json_object_set_new(r, "peer_ms_per_layer", peer_ms_per_layer(peer, rows[i].batch, rows[i].ctx));
             json_array_append_new(ra, r);
         }
         json_object_set_new(o, "rows", ra);
@@ -249,6 +312,31 @@ int bench_decode(int argc, char **argv)
         json_object_set_new(fit, "fixed_ms", json_real(icpt));
         json_object_set_new(fit, "per_request_ms", json_real(slope));
         json_object_set_new(o, "fit", fit);
+        json_t *split = json_object();
+        for (int f = 0; f <= SL_FAM_N; f++) {
+            json_t *fo = json_object();
+            for (int i = 0; i < nr; i++) {
+                if (rows[i].ctx != ctxs[0]) continue;
+                char key[16];
+                snprintf(key, sizeof key, "%d", rows[i].batch);
+                double v = rows[i].ms;
+                if (f < SL_FAM_N) v = rows[i].split[f];
+                else
+                    for (int g = 0; g < SL_FAM_N; g++) v -= rows[i].split[g];
+                json_object_set_new(fo, key, json_real(v));
+            }
+            json_object_set_new(split, f < SL_FAM_N ? sl_cuda_family_names[f] : "other", fo);
+        }
+        json_object_set_new(o, "split", split);
+        json_object_set_new(o, "split_context", json_integer(ctxs[0]));
+        if (peer) {
+            json_t *pm = json_object();
+            const char *keys[] = {"gpu", "torch", "transformers", "layers", "command"};
+            for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+                if (json_object_get(peer, keys[k])) json_object_set(pm, keys[k], json_object_get(peer, keys[k]));
+            json_object_set_new(o, "peer", pm);
+            json_decref(peer);
+        }
         if (json_dump_file(o, out_path, JSON_INDENT(1) | JSON_REAL_PRECISION(6)))
             fprintf(stderr, "sluice-bench decode: cannot write %s\n", out_path);
         json_decref(o);

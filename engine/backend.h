@@ -73,6 +73,13 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, dou
  * MoE runs alone, as in a batch of one, so a request's tokens do not depend on its neighbours (engine.deterministic;
  * slower at large batches). The other kernels are batch-invariant as they are. */
 void sl_backend_cuda_set_deterministic(sl_backend *b, int on);
+/* Benchmarks: the kernel families of a decode step. With fam_ms non-NULL, each following decode step that would
+ * replay a CUDA graph is captured afresh with a GPU timestamp after every launch and replayed once; fam_ms[f] gets
+ * family f's share of that step in ms (the launch gaps inside it included, the timestamps' own cost not). NULL: off.
+ * 0, or -1 when the timestamps cannot be allocated. */
+enum { SL_FAM_MHC, SL_FAM_DENSE, SL_FAM_COMPRESS, SL_FAM_INDEXER, SL_FAM_ATTENTION, SL_FAM_MOE, SL_FAM_HEAD, SL_FAM_N };
+extern const char *const sl_cuda_family_names[SL_FAM_N];
+int sl_backend_cuda_profile(sl_backend *b, double *fam_ms);
 /* Benchmarks: make a cuda sequence look as if `pos` tokens had been fed: its window, compressed entries
  * and indexer keys random (bf16 in +-1, what RMSNorm'd rows look like), its compressors' open windows
  * empty; pages must be reserved for pos tokens. 0 or -1 with err. */

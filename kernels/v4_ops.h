@@ -3,7 +3,7 @@
  * contract; engine/cpu/ is the reference each kernel is tested against (tests/gpu/test_v4_ops.c).
  *
  * Families (one file each in kernels/sm90/):
- *   v4_mhc.cu        embedding, mHC pre (mixes, Sinkhorn, collapse) fused with the sublayer's
+ *   v4_mhc.cu        embedding, mHC pre (split mixes, then Sinkhorn and the collapse) fused with the sublayer's
  *                    RMSNorm, mHC post, the head's mHC collapse, RMSNorm + RoPE on rows, fp32->bf16
  *   v4_compress.cu   the CSA/HCA compressors with an online per-dim softmax (O(d) state per window)
  *   v4_attention.cu  the lightning indexer's scores, top-k selection, sparse attention with sinks
@@ -65,10 +65,13 @@ cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int dim, int h
 /* mHC pre for every row: mixes = (fn @ X_i) * rsqrt(mean(X_i^2)+norm_eps), pre/post/comb (Sinkhorn),
  * x = sum_j pre_j X_i[j], then xn = RMSNorm_w(x) written as bf16 [n][dim]; post [n][hc], comb
  * [n][hc][hc] fp32. head != 0: the head's collapse (fn [hc][hc*dim], pre only; post/comb unused) over the
- * rows listed in `rows` (nr of them; NULL = 0..nr-1), xn row r for rows[r]. hc <= 8. */
+ * rows listed in `rows` (nr of them; NULL = 0..nr-1), xn row r for rows[r]. hc <= 8, dim even. scratch:
+ * v4_hc_pre_scratch_floats(nr, dim, hc) floats. */
 cudaError_t v4_hc_pre(const float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn,
                       const float *scale, const float *base, int sinkhorn_iters, float hc_eps, float norm_eps,
-                      const float *norm_w, int head, uint16_t *xn, float *post, float *comb, cudaStream_t st);
+                      const float *norm_w, int head, uint16_t *xn, float *post, float *comb, float *scratch,
+                      cudaStream_t st);
+size_t v4_hc_pre_scratch_floats(int nr, int dim, int hc);
 /* X'[k] = post_k f + sum_j comb[j][k] X[j], in place, every row. */
 cudaError_t v4_hc_post(float *X, const float *f, const float *post, const float *comb, int n, int dim, int hc,
                        cudaStream_t st);
@@ -81,6 +84,8 @@ cudaError_t v4_norm_rope(const v4_step *s, const float *in, int ld_in, int rows,
                          uint16_t *out, int ld_out, cudaStream_t st);
 /* out[i] = bf16(in[i] * scale), count elements. */
 cudaError_t v4_to_bf16(const float *in, size_t count, float scale, uint16_t *out, cudaStream_t st);
+/* *dst = the GPU's nanosecond clock (%globaltimer) when the stream runs this one-thread launch (step profiles). */
+cudaError_t v4_stamp(uint64_t *dst, cudaStream_t st);
 
 /* ---- v4_compress.cu */
 /* Push every row's compressor inputs (C, Z without ape, fp32 [n][coff*d]; coff 2 for ratio 4) into
@@ -105,10 +110,16 @@ cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int
  * ring at ring_off) + compressed entries at page_off: ratio 4: the rows of sel[i] (topk per row,
  * -1 = none); other ratio r > 0: every entry w < (t+1)/r; 0: none. K = V; scores (q_h . k) * scale,
  * sink[h] in the denominator, fp32 softmax. q bf16 [n][H][hd]; o fp32 [n][H][hd]. max_keys >= W + the
- * largest compressed count of the step (shared memory). */
+ * largest compressed count of the step. hd 512 and H <= 64 (V4's shape) run on the tensor cores, with the
+ * probabilities rounded to bf16, in splits of 64 keys merged through `scratch` (scratch_floats of it,
+ * v4_attention_scratch_floats for the rows of one launch; fewer rows a launch when smaller); other shapes on the
+ * CUDA cores (fp32), no scratch. */
 cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, int W, size_t page_off, int ratio,
                          const int32_t *sel, int topk, const uint16_t *q, const uint16_t *kv, int H, int hd,
-                         float scale, const float *sink, int max_keys, float *o, cudaStream_t st);
+                         float scale, const float *sink, int max_keys, float *scratch, size_t scratch_floats, float *o,
+                         cudaStream_t st);
+/* Scratch v4_attention needs to run `rows` rows in one launch with up to max_keys keys each (0: none). */
+size_t v4_attention_scratch_floats(int H, int hd, int rows, int max_keys);
 /* Store the last min(n, W) rows of every span's kv into its ring (after the attention read it). */
 cudaError_t v4_ring_store(const v4_step *s, const v4_arena *a, size_t ring_off, int W, const uint16_t *kv, int hd,
                           cudaStream_t st);

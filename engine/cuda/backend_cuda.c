@@ -28,9 +28,12 @@
 #define STEP_TOKENS 512          /* tokens per sub-step (buffers are sized for this many) */
 #define HEAD_ROWS 256            /* logits rows per head launch (>= GRAPH_MAX_BATCH) */
 #define INDEX_SCRATCH_FLOATS ((size_t)64 << 20)   /* indexer scores scratch: 256 MB */
+#define ATT_SCRATCH_ROWS 128     /* rows of window + top-k keys one attention launch merges (v4_attention) */
 #define MAX_SLOTS 1024
 #define GRAPH_MAX_BATCH 256      /* decode steps up to this many sequences replay a CUDA graph */
 #define MAX_GRAPHS 32            /* captured (batch, context) buckets kept */
+#define PROF_MARKS 4096          /* profile timestamps per step */
+#define PROF_CAL 16              /* back-to-back timestamps that measure one timestamp's own cost */
 
 typedef struct {
     int batch, ctx;
@@ -72,6 +75,9 @@ typedef struct {
     uint16_t *xn, *qr_b, *q_b, *kv_b, *iq_b, *o_b, *u_b, *y_b;
     int32_t *sel;
     size_t score_floats;
+    float *att_scratch;                     /* v4_attention's split partials */
+    float *hc_scratch;                      /* v4_hc_pre's chunk sums */
+    size_t att_scratch_floats;
     size_t lrows_at;                        /* ints from the layout's start to its logits rows */
     int use_graphs;
     int deterministic;                      /* sl_backend_cuda_set_deterministic */
@@ -79,6 +85,10 @@ typedef struct {
     int sublayers;                          /* sl_backend.sublayers of the step in flight */
     cu_graph graphs[MAX_GRAPHS];
     int n_graphs;
+    /* step profile (sl_backend_cuda_profile): timestamps between the launches of a freshly captured step */
+    double *prof_ms;                        /* NULL: off; else [SL_FAM_N] ms of the last profiled step */
+    uint64_t *prof_ts, *prof_hts;           /* device / host timestamps, PROF_MARKS each */
+    int prof_fam[PROF_MARKS], n_marks;
 } cuda_impl;
 
 /* ------------------------------------------------------------------------------ errors */
@@ -90,6 +100,26 @@ typedef struct {
             return -1;                                                                                      \
         }                                                                                                   \
     } while (0)
+
+/* A profiled step writes a GPU timestamp after each launch (a one-thread kernel), tagged with the launch's family;
+ * the time between consecutive stamps, less one stamp's own cost, is the family's (the launch gaps included). Off:
+ * nothing. */
+static void mark(cuda_impl *c, int fam)
+{
+    if (!c->prof_ms || c->n_marks >= PROF_MARKS) return;
+    if (v4_stamp(c->prof_ts + c->n_marks, c->st) != cudaSuccess) return;
+    c->prof_fam[c->n_marks++] = fam;
+}
+
+/* Enqueue a launch of family `fam`; "what" names it in the error. */
+#define LAUNCH(fam, call, what)                                                                            \
+    do {                                                                                                    \
+        CK(call, what);                                                                                     \
+        mark(c, fam);                                                                                       \
+    } while (0)
+
+const char *const sl_cuda_family_names[SL_FAM_N] = {"mhc_norms", "dense_gemm", "compressors", "indexer", "attention",
+                                                    "moe", "head"};
 
 /* --------------------------------------------------------------------------- load time */
 static float *up_f32(const float *h, size_t n)
@@ -362,6 +392,13 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
     HB(y_b, (size_t)HEAD_ROWS * dim);
 #undef FB
 #undef HB
+    c->att_scratch_floats = v4_attention_scratch_floats((int)H, (int)hd, ATT_SCRATCH_ROWS,
+                                                        cfg->window + (cfg->index_topk > 512 ? cfg->index_topk : 512));
+    const int hc_rows = (int)N > HEAD_ROWS ? (int)N : HEAD_ROWS;
+    CK(cudaMalloc((void **)&c->hc_scratch, v4_hc_pre_scratch_floats(hc_rows, (int)dim, (int)hc) * sizeof(float)),
+       "mHC scratch");
+    if (c->att_scratch_floats)
+        CK(cudaMalloc((void **)&c->att_scratch, c->att_scratch_floats * sizeof(float)), "attention scratch");
     CK(cudaMalloc((void **)&c->sel, N * (size_t)(cfg->index_topk > 0 ? cfg->index_topk : 1) * sizeof(int32_t)),
        "step buffers");
     CK(cudaHostAlloc((void **)&c->hlogits, (size_t)HEAD_ROWS * cfg->vocab_size * sizeof(float), cudaHostAllocDefault),
@@ -429,61 +466,62 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
     const v4_step S = *Sp;
     cudaStream_t st = c->st;
 
-    CK(v4_embed(&S, c->embed, c->embed_bf16, dim, hc, c->X, st), "embedding");
+    LAUNCH(SL_FAM_MHC, v4_embed(&S, c->embed, c->embed_bf16, dim, hc, c->X, st), "embedding");
     for (int l = 0; l < cfg->n_layers; l++) {
         const cu_layer *L = &c->L[l];
         const int ratio = L->ratio, csa = ratio == 4, coff = csa ? 2 : 1;
         const double *freq = ratio ? c->freq_comp : c->freq_main;
-        CK(v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, cfg->hc_sinkhorn_iters,
-                     cfg->hc_eps, eps, L->attn_norm, 0, c->xn, c->post, c->comb, st), "mHC pre (attention)");
-        CK(dense_gemm(&L->wq_a, 0, ql, c->xn, dim, n, c->qr, ql, st), "wq_a");
-        CK(v4_norm_rope(&S, c->qr, ql, n, 1, ql, 1, L->q_norm, eps, 0, NULL, 0, c->qr_b, ql, st), "q_norm");
-        CK(dense_gemm(&L->wq_b, 0, H * hd, c->qr_b, ql, n, c->q, H * hd, st), "wq_b");
-        CK(v4_norm_rope(&S, c->q, hd, n * H, H, hd, 1, NULL, eps, half, freq, 0, c->q_b, hd, st), "q rms + RoPE");
-        CK(dense_gemm(&L->wkv, 0, hd, c->xn, dim, n, c->kv, hd, st), "wkv");
-        CK(v4_norm_rope(&S, c->kv, hd, n, 1, hd, 1, L->kv_norm, eps, half, freq, 0, c->kv_b, hd, st), "kv_norm + RoPE");
+        LAUNCH(SL_FAM_MHC, v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, cfg->hc_sinkhorn_iters,
+                     cfg->hc_eps, eps, L->attn_norm, 0, c->xn, c->post, c->comb, c->hc_scratch, st), "mHC pre (attention)");
+        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_a, 0, ql, c->xn, dim, n, c->qr, ql, st), "wq_a");
+        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->qr, ql, n, 1, ql, 1, L->q_norm, eps, 0, NULL, 0, c->qr_b, ql, st), "q_norm");
+        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, H * hd, c->qr_b, ql, n, c->q, H * hd, st), "wq_b");
+        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->q, hd, n * H, H, hd, 1, NULL, eps, half, freq, 0, c->q_b, hd, st), "q rms + RoPE");
+        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wkv, 0, hd, c->xn, dim, n, c->kv, hd, st), "wkv");
+        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->kv, hd, n, 1, hd, 1, L->kv_norm, eps, half, freq, 0, c->kv_b, hd, st), "kv_norm + RoPE");
         if (ratio) {
-            CK(dense_gemm(&L->c_wkv, 0, coff * hd, c->xn, dim, n, c->cC, coff * hd, st), "compressor wkv");
-            CK(dense_gemm(&L->c_wgate, 0, coff * hd, c->xn, dim, n, c->cZ, coff * hd, st), "compressor wgate");
+            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->c_wkv, 0, coff * hd, c->xn, dim, n, c->cC, coff * hd, st), "compressor wkv");
+            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->c_wgate, 0, coff * hd, c->xn, dim, n, c->cZ, coff * hd, st), "compressor wgate");
         }
         int max_keys = W < max_t + 1 ? W : max_t + 1;
         if (csa) {
-            CK(dense_gemm(&L->i_wkv, 0, 2 * dI, c->xn, dim, n, c->iC, 2 * dI, st), "indexer compressor wkv");
-            CK(dense_gemm(&L->i_wgate, 0, 2 * dI, c->xn, dim, n, c->iZ, 2 * dI, st), "indexer compressor wgate");
-            CK(dense_gemm(&L->iwq_b, 0, nI * dI, c->qr_b, ql, n, c->iq, nI * dI, st), "indexer wq_b");
-            CK(v4_norm_rope(&S, c->iq, dI, n * nI, nI, dI, 0, NULL, eps, half, freq, 0, c->iq_b, dI, st), "indexer q RoPE");
-            CK(dense_gemm(&L->iweights, 0, nI, c->xn, dim, n, c->iw, nI, st), "indexer weights_proj");
-            CK(v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, c->iC, c->iZ, L->i_ape, L->i_norm, eps, half,
+            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->i_wkv, 0, 2 * dI, c->xn, dim, n, c->iC, 2 * dI, st), "indexer compressor wkv");
+            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->i_wgate, 0, 2 * dI, c->xn, dim, n, c->iZ, 2 * dI, st), "indexer compressor wgate");
+            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->iwq_b, 0, nI * dI, c->qr_b, ql, n, c->iq, nI * dI, st), "indexer wq_b");
+            LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->iq, dI, n * nI, nI, dI, 0, NULL, eps, half, freq, 0, c->iq_b, dI, st), "indexer q RoPE");
+            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->iweights, 0, nI, c->xn, dim, n, c->iw, nI, st), "indexer weights_proj");
+            LAUNCH(SL_FAM_COMPRESS, v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, c->iC, c->iZ, L->i_ape, L->i_norm, eps, half,
                            freq, st), "indexer compressor");
         }
         if (ratio)
-            CK(v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cC, c->cZ, L->c_ape, L->c_norm, eps, half,
+            LAUNCH(SL_FAM_COMPRESS, v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cC, c->cZ, L->c_ape, L->c_norm, eps, half,
                            freq, st), "compressor");
         if (csa) {
             const int ent = (max_t + 1) / 4;
             const int rows = ent > 0 ? (int)(c->score_floats / (size_t)ent) : n;
             const float wsc = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
             for (int r0 = 0; r0 < n; r0 += rows)
-                CK(v4_indexer(&S, &c->ar, L->ipage_off, r0, n - r0 < rows ? n - r0 : rows, c->iq_b, nI, dI, c->iw, wsc,
+                LAUNCH(SL_FAM_INDEXER, v4_indexer(&S, &c->ar, L->ipage_off, r0, n - r0 < rows ? n - r0 : rows, c->iq_b, nI, dI, c->iw, wsc,
                               cfg->index_topk, c->sel, c->scores, ent, st), "indexer");
             max_keys += cfg->index_topk < ent ? cfg->index_topk : ent;
         } else if (ratio) {
             max_keys += (max_t + 1) / ratio;
         }
-        CK(v4_attention(&S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b, H, hd,
-                        1.0f / sqrtf((float)hd), L->attn_sink, max_keys, c->o, st), "attention");
-        CK(v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, hd, st), "ring store");
-        CK(v4_norm_rope(&S, c->o, hd, n * H, H, hd, 0, NULL, eps, half, freq, 1, c->o_b, hd, st), "de-rotation");
+        LAUNCH(SL_FAM_ATTENTION, v4_attention(&S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b, H, hd,
+                        1.0f / sqrtf((float)hd), L->attn_sink, max_keys, c->att_scratch, c->att_scratch_floats, c->o, st),
+               "attention");
+        LAUNCH(SL_FAM_ATTENTION, v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, hd, st), "ring store");
+        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->o, hd, n * H, H, hd, 0, NULL, eps, half, freq, 1, c->o_b, hd, st), "de-rotation");
         const int gw = H * hd / G;
         for (int g = 0; g < G; g++)
             CK(dense_gemm(&L->wo_a, g * ol, ol, c->o_b + (size_t)g * gw, H * hd, n, c->u + (size_t)g * ol, G * ol, st),
                "wo_a");
-        CK(v4_to_bf16(c->u, (size_t)n * G * ol, 1.0f, c->u_b, st), "wo_a output cast");
-        CK(dense_gemm(&L->wo_b, 0, dim, c->u_b, G * ol, n, c->f, dim, st), "wo_b");
-        CK(v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (attention)");
+        LAUNCH(SL_FAM_DENSE, v4_to_bf16(c->u, (size_t)n * G * ol, 1.0f, c->u_b, st), "wo_a output cast");
+        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wo_b, 0, dim, c->u_b, G * ol, n, c->f, dim, st), "wo_b");
+        LAUNCH(SL_FAM_MHC, v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (attention)");
         if (c->sublayers && 2 * l + 1 >= c->sublayers) break;
-        CK(v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, cfg->hc_sinkhorn_iters,
-                     cfg->hc_eps, eps, L->ffn_norm, 0, c->xn, c->post, c->comb, st), "mHC pre (MoE)");
+        LAUNCH(SL_FAM_MHC, v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, cfg->hc_sinkhorn_iters,
+                     cfg->hc_eps, eps, L->ffn_norm, 0, c->xn, c->post, c->comb, c->hc_scratch, st), "mHC pre (MoE)");
         if (c->moe.fast[l]) {
             /* the fast kernels' tiling depends on the batch; deterministic: each token alone, as in a batch of one */
             const int per = c->deterministic ? 1 : n;
@@ -493,10 +531,11 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
                     snprintf(err, errlen, "cuda backend: layer %d: MoE launch failed (see the line above)", l);
                     return -1;
                 }
+            mark(c, SL_FAM_MOE);
         } else {
-            CK(v4_moe_ref(&S, &c->moe.ref[l], c->xn, c->f, st), "MoE (generic)");
+            LAUNCH(SL_FAM_MOE, v4_moe_ref(&S, &c->moe.ref[l], c->xn, c->f, st), "MoE (generic)");
         }
-        CK(v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (MoE)");
+        LAUNCH(SL_FAM_MHC, v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (MoE)");
         if (c->sublayers && 2 * l + 2 >= c->sublayers) break;
     }
     return 0;
@@ -506,9 +545,9 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
 static int enqueue_head(cuda_impl *c, const int32_t *d_rows, int m, char *err, size_t errlen)
 {
     const v4_config *cfg = &c->w->cfg;
-    CK(v4_hc_pre(c->X, m, d_rows, cfg->dim, cfg->hc_mult, c->hc_head_fn, c->hc_head_scale, c->hc_head_base, 0,
-                 cfg->hc_eps, cfg->norm_eps, c->norm, 1, c->y_b, NULL, NULL, c->st), "mHC head");
-    CK(dense_gemm(&c->head, 0, cfg->vocab_size, c->y_b, cfg->dim, m, c->logits, cfg->vocab_size, c->st), "LM head");
+    LAUNCH(SL_FAM_HEAD, v4_hc_pre(c->X, m, d_rows, cfg->dim, cfg->hc_mult, c->hc_head_fn, c->hc_head_scale, c->hc_head_base, 0,
+                 cfg->hc_eps, cfg->norm_eps, c->norm, 1, c->y_b, NULL, NULL, c->hc_scratch, c->st), "mHC head");
+    LAUNCH(SL_FAM_HEAD, dense_gemm(&c->head, 0, cfg->vocab_size, c->y_b, cfg->dim, m, c->logits, cfg->vocab_size, c->st), "LM head");
     return 0;
 }
 
@@ -539,6 +578,51 @@ static int pow2_at_least(int v)
     return p;
 }
 
+/* run_graph's step captured afresh with a profile stamp after every launch (not kept), replayed once; the
+ * families' times go to c->prof_ms. */
+static int run_profiled(cuda_impl *c, piece *pc, int np, const v4_step *S, int cb, const int32_t *d_lrows, int B,
+                        char *err, size_t errlen)
+{
+    cudaGraph_t g;
+    c->n_marks = 0;
+    CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal), "graph capture");
+    mark(c, -1);
+    int rc = cudaMemsetAsync(c->ar.slots + (size_t)c->n_slots * c->ar.slot_bytes, 0, c->ar.slot_bytes, c->st) !=
+             cudaSuccess;
+    mark(c, SL_FAM_MHC);
+    if (!rc) rc = enqueue_layers(c, S, cb - 1, err, errlen);
+    if (!rc) rc = enqueue_head(c, d_lrows, B, err, errlen);
+    const int cal0 = c->n_marks;
+    for (int k = 0; k < PROF_CAL; k++) mark(c, -1);
+    cudaError_t e = cudaStreamEndCapture(c->st, &g);
+    if (rc) {
+        if (e == cudaSuccess) cudaGraphDestroy(g);
+        return -1;
+    }
+    CK(e, "graph capture");
+    cudaGraphExec_t x;
+    e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    CK(e, "graph instantiation");
+    e = cudaGraphLaunch(x, c->st);
+    if (e == cudaSuccess) rc = scatter_logits(c, pc, np, B, 0, np, err, errlen);
+    cudaGraphExecDestroy(x);
+    CK(e, "graph launch");
+    if (rc) return -1;
+    CK(cudaMemcpy(c->prof_hts, c->prof_ts, (size_t)c->n_marks * sizeof(uint64_t), cudaMemcpyDeviceToHost),
+       "profile copy");
+    const int n = c->n_marks;
+    const double stamp_ns = n - cal0 > 1 ? (double)(c->prof_hts[n - 1] - c->prof_hts[cal0]) / (n - cal0 - 1) : 0;
+    for (int f = 0; f < SL_FAM_N; f++) c->prof_ms[f] = 0;
+    for (int k = 1; k < cal0; k++)
+        if (c->prof_fam[k] >= 0) {
+            const double ns = (double)(c->prof_hts[k] - c->prof_hts[k - 1]) - stamp_ns;
+            c->prof_ms[c->prof_fam[k]] += (ns > 0 ? ns : 0) * 1e-6;
+        }
+    for (int k = 0; k < np; k++) pc[k].sp->st->pos += pc[k].m;
+    return 0;
+}
+
 /* A decode step (one token per sequence, at most GRAPH_MAX_BATCH sequences) as a CUDA graph: one per
  * (batch bucket, context bucket), both powers of two, captured on first use. The batch is padded with
  * rows of the scratch sequence (zeroed each step, position 0), the block tables are as wide as the
@@ -560,6 +644,7 @@ static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size
     c->lrows_at = (size_t)(d_lrows - c->dmeta);
     CK(cudaMemcpyAsync(c->dmeta, c->hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
        "step layout upload");
+    if (c->prof_ms) return run_profiled(c, pc, np, &S, cb, d_lrows, B, err, errlen);
     if (gi < 0) {
         if (c->n_graphs == MAX_GRAPHS) {   /* the oldest goes */
             cudaGraphExecDestroy(c->graphs[0].exec);
@@ -657,6 +742,17 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
     return rc;
 }
 
+int sl_backend_cuda_profile(sl_backend *be, double *fam_ms)
+{
+    cuda_impl *c = be->impl;
+    if (fam_ms && !c->prof_ts) {
+        if (cudaMalloc((void **)&c->prof_ts, PROF_MARKS * sizeof(uint64_t)) != cudaSuccess) return -1;
+        if (!(c->prof_hts = malloc(PROF_MARKS * sizeof(uint64_t)))) return -1;
+    }
+    c->prof_ms = fam_ms;
+    return 0;
+}
+
 void sl_backend_cuda_set_deterministic(sl_backend *be, int on)
 {
     cuda_impl *c = be->impl;
@@ -702,9 +798,11 @@ static void impl_free(cuda_impl *c)
     void *dv[] = {c->embed, c->hc_head_fn, c->hc_head_base, c->hc_head_scale, c->norm, c->freq_main, c->freq_comp,
                   c->ar.slots, c->ar.pages, c->dmeta, c->X, c->f, c->post, c->comb, c->qr, c->q, c->kv, c->cC, c->cZ,
                   c->iC, c->iZ, c->iq, c->iw, c->o, c->u, c->scores, c->logits, c->xn, c->qr_b, c->q_b, c->kv_b,
-                  c->iq_b, c->o_b, c->u_b, c->y_b, c->sel};
+                  c->iq_b, c->o_b, c->u_b, c->y_b, c->sel, c->att_scratch, c->hc_scratch};
     for (size_t i = 0; i < sizeof dv / sizeof *dv; i++)
         if (dv[i]) cudaFree(dv[i]);
+    if (c->prof_ts) cudaFree(c->prof_ts);
+    free(c->prof_hts);
     if (c->hmeta) cudaFreeHost(c->hmeta);
     if (c->hlogits) cudaFreeHost(c->hlogits);
     if (c->st) cudaStreamDestroy(c->st);
@@ -767,6 +865,7 @@ static int check_config(const v4_config *c, char *err, size_t errlen)
     if (c->hc_mult < 1 || c->hc_mult > 8) why = "hc_mult must be 1..8";
     else if (c->rope_dim % 2 || c->rope_dim / 2 > 256 || c->rope_dim > c->head_dim) why = "rope dims must be even, <= 512 and <= head_dim";
     else if (c->head_dim % 2 || c->head_dim > 1024) why = "head_dim must be even and <= 1024";
+    else if (c->dim % 2) why = "dim must be even";
     else if (c->index_head_dim % 2 || c->index_head_dim > 1024) why = "index_head_dim must be even and <= 1024";
     else if (c->n_active > 16) why = "at most 16 active experts";
     else if (c->o_groups < 1 || (c->n_heads * c->head_dim) % c->o_groups) why = "o_groups must divide heads x head_dim";

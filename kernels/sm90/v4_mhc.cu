@@ -1,11 +1,11 @@
-/* v4_mhc.cu — embedding, manifold hyper-connections (V4_SPEC 2.3), RMSNorm + RoPE on rows, bf16 casts.
+/* v4_mhc.cu — embedding, manifold hyper-connections (V4_SPEC 2.3), RMSNorm + RoPE on rows, bf16 casts, the
+ * profile's timestamps.
  *
- * The residual stream is hc rows of dim floats per token (fp32). mHC pre is one block per token: the
- * mixes are hc_fn's (2+hc)*hc rows dotted with the flattened streams (one warp per mix, the block's
- * warps take turns), the tiny per-token math (sigmoid, softmax, Sinkhorn on hc x hc) runs in one
- * thread, then the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm write the bf16 input of the
- * projections. Memory-wise a token reads its streams ~(2+hc)*hc/warps + 2 times from L1/L2 and hc_fn
- * once per block (1.6 MB fp32 on V4-Flash, from L2 after the first block).
+ * The residual stream is hc rows of dim floats per token (fp32). mHC pre is two kernels: the mixes (hc_fn's
+ * (2+hc)*hc rows dotted with the flattened streams) split over 512-input chunks, one block per (chunk, token), so
+ * hc_fn streams from all SMs even at batch 1; then one block per token adds the chunks, does the tiny per-token math
+ * (sigmoid, softmax, Sinkhorn on hc x hc, one lane per entry), the collapse x = sum_j pre_j X_j and the sublayer's
+ * RMSNorm, writing the bf16 input of the projections.
  */
 #include <math.h>
 
@@ -35,62 +35,102 @@ extern "C" cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int
 
 __device__ __forceinline__ float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-/* dynamic shared memory: dim floats (the collapsed x) */
-__global__ void __launch_bounds__(MHC_THREADS) k_hc_pre(const float *X, const int32_t *rows, int dim, int hc,
-                                                        const float *fn, const float *scale, const float *base,
-                                                        int iters, float hc_eps, float norm_eps, const float *norm_w,
-                                                        int head, uint16_t *xn, float *post, float *comb)
+/* mHC pre, first half: block (chunk kb, row r) dots HCM_CHUNK inputs of the flattened streams with every mix row of
+ * fn and sums their squares: part[r][kb][m] (m < n_mix), part[r][kb][n_mix]. Enough blocks to stream hc_fn (1.6 MB
+ * on V4-Flash) at the read rate even for one row; the chunks are fixed, so a row's sums do not depend on the batch. */
+#define HCM_CHUNK 512
+#define HCM_THREADS (HCM_CHUNK / 2)
+#define HC_MIX_MAX ((2 + HC_MAX) * HC_MAX)
+
+__global__ void __launch_bounds__(HCM_THREADS) k_hc_mix(const float *X, const int32_t *rows, int width, int n_mix,
+                                                        const float *fn, int n_chunks, float *part)
+{
+    __shared__ float red[HCM_THREADS / 32][HC_MIX_MAX + 1];
+    const int r = blockIdx.y, i = rows ? rows[r] : r, kb = blockIdx.x;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, k0 = kb * HCM_CHUNK + 2 * threadIdx.x;
+    const bool in = k0 < width;   /* width is even */
+    const float2 x = in ? *(const float2 *)(X + (size_t)i * width + k0) : make_float2(0.0f, 0.0f);
+    const float ss = warp_sum(x.x * x.x + x.y * x.y);
+    if (lane == 0) red[wid][n_mix] = ss;
+#pragma unroll 8
+    for (int m = 0; m < n_mix; m++) {
+        const float2 f = in ? __ldg((const float2 *)(fn + (size_t)m * width + k0)) : make_float2(0.0f, 0.0f);
+        const float a = warp_sum(f.x * x.x + f.y * x.y);
+        if (lane == 0) red[wid][m] = a;
+    }
+    __syncthreads();
+    for (int m = threadIdx.x; m <= n_mix; m += blockDim.x) {
+        float t = 0.0f;
+        for (int w = 0; w < HCM_THREADS / 32; w++) t += red[w][m];
+        part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m] = t;
+    }
+}
+
+/* mHC pre, second half, one block per row: the mixes (the chunks' sums in chunk order, times rsqrt(mean(X^2)+eps));
+ * pre / post / comb on warp 0 (comb: row softmax, then Sinkhorn, one lane per entry, rows and columns summed in
+ * index order as the CPU reference does); the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm into bf16.
+ * dynamic shared memory: dim floats (the collapsed x) */
+__global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const int32_t *rows, int dim, int hc,
+                                                           int n_chunks, const float *part, const float *scale,
+                                                           const float *base, int iters, float hc_eps, float norm_eps,
+                                                           const float *norm_w, int head, uint16_t *xn, float *post,
+                                                           float *comb)
 {
     extern __shared__ float xs[];
     __shared__ float red[33];
-    __shared__ float mix[(2 + HC_MAX) * HC_MAX];
+    __shared__ float mix[HC_MIX_MAX + 1];
     __shared__ float pre[HC_MAX];
     __shared__ float c[HC_MAX * HC_MAX];
     const int r = blockIdx.x, i = rows ? rows[r] : r;
     const int width = hc * dim, n_mix = head ? hc : (2 + hc) * hc;
     const float *Xi = X + (size_t)i * width;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-
-    float ss = 0.0f;
-    for (int k = threadIdx.x; k < width; k += blockDim.x) ss += Xi[k] * Xi[k];
-    ss = block_sum(ss, red);
-    const float rs = rsqrtf(ss / (float)width + norm_eps);
-    for (int m = wid; m < n_mix; m += nw) {
-        const float *f = fn + (size_t)m * width;
-        float acc = 0.0f;
-        for (int k = lane; k < width; k += 32) acc += f[k] * Xi[k];
-        acc = warp_sum(acc);
-        if (lane == 0) mix[m] = acc * rs;
+    for (int m = threadIdx.x; m <= n_mix; m += blockDim.x) {
+        float t = 0.0f;
+        for (int kb = 0; kb < n_chunks; kb++) t += part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m];
+        mix[m] = t;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int j = 0; j < hc; j++) pre[j] = sigm(mix[j] * scale[0] + base[j]) + hc_eps;
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x, ne = hc * hc;
+        const float rs = rsqrtf(mix[n_mix] / (float)width + norm_eps);
+        if (lane < hc) pre[lane] = sigm(mix[lane] * rs * scale[0] + base[lane]) + hc_eps;
         if (!head) {
-            float *po = post + (size_t)r * hc, *C = comb + (size_t)r * hc * hc;
-            for (int j = 0; j < hc; j++) po[j] = 2.0f * sigm(mix[hc + j] * scale[1] + base[hc + j]);
-            for (int j = 0; j < hc; j++) {
+            if (lane < hc) post[(size_t)r * hc + lane] = 2.0f * sigm(mix[hc + lane] * rs * scale[1] + base[hc + lane]);
+            float v[2];
+            for (int t = 0; t < 2; t++) {
+                const int e = lane + 32 * t;
+                if (e < ne) c[e] = mix[2 * hc + e] * rs * scale[2] + base[2 * hc + e];
+            }
+            __syncwarp();
+            for (int t = 0; t < 2; t++) {   /* row softmax + eps */
+                const int e = lane + 32 * t, j = e / hc;
+                if (e >= ne) continue;
                 float mx = -INFINITY, z = 0.0f;
-                for (int k = 0; k < hc; k++) {
-                    c[j * hc + k] = mix[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
-                    mx = fmaxf(mx, c[j * hc + k]);
-                }
-                for (int k = 0; k < hc; k++) { c[j * hc + k] = expf(c[j * hc + k] - mx); z += c[j * hc + k]; }
-                for (int k = 0; k < hc; k++) c[j * hc + k] = c[j * hc + k] / z + hc_eps;
+                for (int k = 0; k < hc; k++) mx = fmaxf(mx, c[j * hc + k]);
+                for (int k = 0; k < hc; k++) z += expf(c[j * hc + k] - mx);
+                v[t] = expf(c[e] - mx) / z + hc_eps;
             }
+            __syncwarp();
+            for (int t = 0; t < 2; t++)
+                if (lane + 32 * t < ne) c[lane + 32 * t] = v[t];
+            __syncwarp();
             for (int it = 0; it < iters; it++) {
-                if (it > 0)
-                    for (int j = 0; j < hc; j++) {
+                for (int pass = it > 0 ? 0 : 1; pass < 2; pass++) {   /* 0: rows, 1: columns */
+                    for (int t = 0; t < 2; t++) {
+                        const int e = lane + 32 * t, j = e / hc, k = e % hc;
+                        if (e >= ne) continue;
                         float sum = 0.0f;
-                        for (int k = 0; k < hc; k++) sum += c[j * hc + k];
-                        for (int k = 0; k < hc; k++) c[j * hc + k] /= sum + hc_eps;
+                        for (int q = 0; q < hc; q++) sum += pass ? c[q * hc + k] : c[j * hc + q];
+                        v[t] = c[e] / (sum + hc_eps);
                     }
-                for (int k = 0; k < hc; k++) {
-                    float sum = 0.0f;
-                    for (int j = 0; j < hc; j++) sum += c[j * hc + k];
-                    for (int j = 0; j < hc; j++) c[j * hc + k] /= sum + hc_eps;
+                    __syncwarp();
+                    for (int t = 0; t < 2; t++)
+                        if (lane + 32 * t < ne) c[lane + 32 * t] = v[t];
+                    __syncwarp();
                 }
             }
-            for (int k = 0; k < hc * hc; k++) C[k] = c[k];
+            for (int t = 0; t < 2; t++)
+                if (lane + 32 * t < ne) comb[(size_t)r * ne + lane + 32 * t] = c[lane + 32 * t];
         }
     }
     __syncthreads();
@@ -107,20 +147,28 @@ __global__ void __launch_bounds__(MHC_THREADS) k_hc_pre(const float *X, const in
     for (int d = threadIdx.x; d < dim; d += blockDim.x) o[d] = f2bf(xs[d] * rx * norm_w[d]);
 }
 
+extern "C" size_t v4_hc_pre_scratch_floats(int nr, int dim, int hc)
+{
+    const int n_chunks = (hc * dim + HCM_CHUNK - 1) / HCM_CHUNK;
+    return (size_t)nr * n_chunks * ((2 + hc) * hc + 1);
+}
+
 extern "C" cudaError_t v4_hc_pre(const float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn,
                                  const float *scale, const float *base, int sinkhorn_iters, float hc_eps,
                                  float norm_eps, const float *norm_w, int head, uint16_t *xn, float *post,
-                                 float *comb, cudaStream_t st)
+                                 float *comb, float *scratch, cudaStream_t st)
 {
-    if (hc < 1 || hc > HC_MAX) return cudaErrorInvalidValue;
+    if (hc < 1 || hc > HC_MAX || dim % 2) return cudaErrorInvalidValue;
     if (nr <= 0) return cudaSuccess;
     const size_t smem = (size_t)dim * sizeof(float);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_hc_pre, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(k_hc_finish, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    k_hc_pre<<<nr, MHC_THREADS, smem, st>>>(X, rows, dim, hc, fn, scale, base, sinkhorn_iters, hc_eps, norm_eps,
-                                            norm_w, head, xn, post, comb);
+    const int width = hc * dim, n_chunks = (width + HCM_CHUNK - 1) / HCM_CHUNK, n_mix = head ? hc : (2 + hc) * hc;
+    k_hc_mix<<<dim3(n_chunks, nr), HCM_THREADS, 0, st>>>(X, rows, width, n_mix, fn, n_chunks, scratch);
+    k_hc_finish<<<nr, MHC_THREADS, smem, st>>>(X, rows, dim, hc, n_chunks, scratch, scale, base, sinkhorn_iters, hc_eps,
+                                               norm_eps, norm_w, head, xn, post, comb);
     return cudaGetLastError();
 }
 
@@ -216,5 +264,18 @@ extern "C" cudaError_t v4_to_bf16(const float *in, size_t count, float scale, ui
     size_t blocks = (count + 255) / 256;
     if (blocks > 4096) blocks = 4096;
     k_to_bf16<<<(unsigned)blocks, 256, 0, st>>>(in, count, scale, out);
+    return cudaGetLastError();
+}
+
+__global__ void k_stamp(unsigned long long *dst)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *dst = t;
+}
+
+extern "C" cudaError_t v4_stamp(uint64_t *dst, cudaStream_t st)
+{
+    k_stamp<<<1, 1, 0, st>>>((unsigned long long *)dst);
     return cudaGetLastError();
 }

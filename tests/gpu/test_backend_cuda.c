@@ -214,9 +214,10 @@ static void engine_checks(const fx_fixture *f, int fast_moe)
                        sizes[b]);
         }
     }
-    /* preemption: 16 requests under the largest state budget (halving from 4 MiB) that preempts */
+    /* preemption: 16 requests under the largest state budget (from 4 MiB down in steps of 1/8) that preempts; the
+     * window between "every request fits alone" and "no preemption" can be narrower than a halving */
     if (generate(eg, 16, (const int32_t *const *)pr, np, 0.0f, 1, gpu)) goto out;
-    for (size_t budget = (size_t)4 << 20; budget >= 1024; budget /= 2) {
+    for (size_t budget = (size_t)4 << 20; budget >= 1024; budget -= budget / 8) {
         sl_engine *small = open_engine(f->dir, "cuda", budget, 16);
         if (!small) break;
         char err[256];
