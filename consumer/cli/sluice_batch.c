@@ -576,6 +576,7 @@ static int cmd_submit(const opts *o) {
     fprintf(stderr, "sluice-batch: batch %s: %ld requests, %ld jobs sent, %ld invalid lines (in the error file)\n", id,
             total, jobs, bad_lines);
     printf("%s\n", id);
+    redisFree(b.rc);
     return 0;
 }
 
@@ -952,7 +953,10 @@ static int cmd_cancel(batch *b) {
 int main(int argc, char **argv) {
     opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) {
+        free(o.kafka_kv);
+        return rc;
+    }
     if (!strcmp(o.cmd, "submit")) {
         rc = cmd_submit(&o);
     } else {
