@@ -522,23 +522,22 @@ static int cmd_submit(const opts *o) {
         req_id(&b, lineno, rid, sizeof(rid));
         job_id(&b, lineno, jid, sizeof(jid));
         int rc = batch_parse_line(line, (size_t)len, max_tokens, &q);
-        if (rc == 0 && json_object_get(seen, q.custom_id)) {
+        if (rc == 0 && json_object_get(seen, q.custom_id)) {   /* every custom_id names one line of the files */
             snprintf(q.code, sizeof(q.code), "duplicate_custom_id");
             snprintf(q.message, sizeof(q.message), "custom_id: '%.400s' is used by an earlier line", q.custom_id);
             snprintf(q.param, sizeof(q.param), "custom_id");
             q.status_code = 0;
             rc = -1;
         }
+        if (q.custom_id) json_object_set_new(seen, q.custom_id, json_true());
         if (rc != 0) {
-            char *el = batch_error_line(rid, q.custom_id, q.status_code, q.status_code ? jid : NULL, q.code, q.message,
-                                        q.param);
+            char *el = batch_error_line(rid, q.custom_id, q.status_code, NULL, q.code, q.message, q.param);
             store_outcome(&b, lineno, 'e', el, st, sizeof(st));
             free(el);
             bad_lines++;
             batch_request_free(&q);
             continue;
         }
-        json_object_set_new(seen, q.custom_id, json_true());
         q.job.id = strdup(jid);
         q.job.id_len = strlen(jid);
         if (strcmp(o->results, "sluice.results")) q.job.reply_topic = strdup(o->results);
