@@ -1,4 +1,4 @@
-"""Program contracts: --help exits 0; bad usage / bad config / unreachable Redis / a model that fails
+"""Program contracts (sluice-worker, sluice-submit, sluice-mock-kafka, sluice-batch): --help exits 0; bad usage / bad config / unreachable Redis / a model that fails
 to load give ONE line on stderr and a non-zero exit; sluice-mock-kafka's first stdout line is the
 bootstrap servers; sluice-submit exits 1 when a job fails (DLQ'd: no result) and 0 when all succeed;
 sluice-submit --jsonl and bare framing work against a worker with input.framing=bare."""
@@ -23,7 +23,7 @@ def one_line_error(p, code, must):
 
 
 def test(make):
-    for name in ("sluice-worker", "sluice-submit", "sluice-mock-kafka"):
+    for name in ("sluice-worker", "sluice-submit", "sluice-mock-kafka", "sluice-batch"):
         p = run([h.prog(name), "--help"])
         assert p.returncode == 0 and "usage" in p.stdout, (name, p.stdout, p.stderr)
     worker = h.prog("sluice-worker")
@@ -46,6 +46,12 @@ def test(make):
     one_line_error(run([worker] + base + ["--set", "model.path=" + h.MODEL]), 1, "redis 127.0.0.1:")
     one_line_error(run([h.prog("sluice-mock-kafka"), "--partitions", "zero"]), 2, "--partitions")
     one_line_error(run([h.prog("sluice-submit"), "--brokers", "x:1", "--rate", "5"]), 2, "--count")
+    batch = h.prog("sluice-batch")
+    one_line_error(run([batch, "frobnicate", "--brokers", "x:1", "f.jsonl"]), 2, "command")
+    one_line_error(run([batch, "submit", "--brokers", "x:1"]), 2, "FILE")
+    one_line_error(run([batch, "status", "--brokers", "x:1", "bad/id"]), 2, "batch id")
+    one_line_error(run([batch, "status", "--brokers", "x:1", "--redis", "redis://127.0.0.1:%d" % h.free_port(),
+                        "batch_x"]), 1, "redis 127.0.0.1:")
 
     env = make("cli")
     line = open(os.path.join(env.dir, "mock.out")).readline().strip()
