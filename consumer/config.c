@@ -57,7 +57,7 @@ static const key_spec KEYS[] = {
     {"worker.parked_recheck_ms", "1000", K_INT, 10, 600000, NULL, 0, "how often parked jobs (held by another worker) are re-checked"},
     {"input.framing", "auto", K_ENUM, 0, 0, "auto|confluent|bare", 0, "job value framing; auto: first byte 0 = Confluent"},
     {"input.schema_ids", "", K_STR, 0, 0, NULL, 0, "comma list of accepted Confluent schema ids (empty = any)"},
-    {"schema.registry.url", "", K_STR, 0, 0, NULL, 0, "Confluent Schema Registry http://host:port[/path]: writer schemas of Confluent-framed jobs by id (empty = built-in Job schema for any id)"},
+    {"schema.registry.url", "", K_STR, 0, 0, NULL, 0, "Schema Registry http://host:port[/path]: framed jobs' writer schemas (empty = none)"},
     {"schema.registry.timeout_ms", "1000", K_INT, 50, 60000, NULL, 0, "per request to the schema registry (3 attempts)"},
     {"input.max_bytes", "1048576", K_INT, 16, 1 << 28, NULL, 0, "larger job messages go to the DLQ undecoded"},
     {"job.max_tokens_limit", "0", K_INT, 0, 1 << 24, NULL, 0, "upper bound for max_tokens (0 = the model context)"},
