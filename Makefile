@@ -4,6 +4,10 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# AUTO: the CUDA backend and kernels where nvidia-smi lists a GPU; ON: wherever nvcc is; OFF: never.
+# From the environment or the command line (make test SLUICE_CUDA=ON); demo and test pass it on.
+SLUICE_CUDA ?= AUTO
+export SLUICE_CUDA
 
 .PHONY: all build test demo deps clean
 
@@ -13,7 +17,7 @@ deps:
 	bash ops/install-deps.sh
 
 build:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=$(SLUICE_CUDA) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: deps

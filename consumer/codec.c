@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "avro_scan.h"
+#include "job_resolver.h"
 #include "schemas_gen.h"   /* SL_JOB_AVSC, SL_RESULT_AVSC, SL_CHUNK_AVSC (generated from schemas/) */
 
 struct sl_codec {
@@ -177,56 +179,13 @@ static int read_value(sl_codec *c, int s, const void *buf, size_t len, char *err
     return 0;
 }
 
-/* ---- structural pre-check of a Job payload (before avro-c sees it)
- * avro-c allocates a string's buffer before reading its bytes and leaks it when the read fails; a
- * forged length thus costs memory per hostile message. Walking the Job layout first (every length
- * within the bytes left, union branches known, no trailing bytes) means avro-c only ever decodes
- * well-formed input. */
-typedef struct {
-    const uint8_t *p, *end;
-    const char *what;
-} scan;
-
-static int scan_long(scan *s, int64_t *out, int maxbytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < maxbytes; i++) {
-        if (s->p >= s->end) return -1;
-        uint8_t b = *s->p++;
-        v |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static int scan_skip(scan *s, int64_t n) {
-    if (n < 0 || n > s->end - s->p) return -1;
-    s->p += n;
-    return 0;
-}
-
-static int scan_string(scan *s) {
-    int64_t n;
-    return scan_long(s, &n, 10) || scan_skip(s, n);
-}
-
-static int scan_union(scan *s, int64_t *branch, int64_t n) {
-    return scan_long(s, branch, 10) || *branch < 0 || *branch >= n ? -1 : 0;
-}
-
-/* kind: 0 ints, 1 strings, 2 map of strings, 3 chat messages (role, content, null or reasoning) */
+/* ---- structural pre-check of a Job payload (before avro-c sees it; avro_scan.h says why)
+ * kind: 0 ints, 1 strings, 2 map of strings, 3 chat messages (role, content, null or reasoning) */
 static int scan_blocks(scan *s, int kind) {
     for (;;) {
-        int64_t count, bytes, x;
-        if (scan_long(s, &count, 10)) return -1;
+        int64_t count, x;
+        if (scan_block_count(s, &count)) return -1;
         if (count == 0) return 0;
-        if (count < 0) {
-            if (count == INT64_MIN || scan_long(s, &bytes, 10)) return -1;
-            count = -count;
-        }
-        if (count > s->end - s->p) return -1;   /* every item takes at least one byte */
         for (int64_t i = 0; i < count; i++) {
             if (kind == 0 && scan_long(s, &x, 5)) return -1;
             if (kind >= 1 && scan_string(s)) return -1;
@@ -309,6 +268,8 @@ static const uint8_t JOB_V1_TAIL[2] = {0, 0};
 /* Result: content null, reasoning_content null (union branch 0). */
 static const uint8_t RESULT_V1_TAIL[2] = {0, 0};
 
+static int job_from_value(sl_codec *c, sl_job *j, char *err, size_t errlen);
+
 /* buf[0..len) + tail in a malloc'd buffer. */
 static uint8_t *with_tail(const void *buf, size_t len, const uint8_t *tail, size_t tlen) {
     uint8_t *b = malloc(len + tlen);
@@ -332,6 +293,18 @@ int codec_decode_job(sl_codec *c, const void *buf, size_t len, sl_job *j, char *
     int rc = read_value(c, S_JOB, buf, len, err, errlen);
     free(padded);
     if (rc != 0) return -1;
+    return job_from_value(c, j, err, errlen);
+}
+
+int codec_decode_job_resolved(sl_codec *c, sl_job_resolver *r, const void *buf, size_t len, sl_job *j, char *err,
+                              size_t errlen) {
+    memset(j, 0, sizeof(*j));
+    if (job_resolver_read(r, buf, len, &c->value[S_JOB], err, errlen)) return -1;
+    return job_from_value(c, j, err, errlen);
+}
+
+/* The codec's Job value (just read) into j; the value is reset either way. */
+static int job_from_value(sl_codec *c, sl_job *j, char *err, size_t errlen) {
     avro_value_t *v = &c->value[S_JOB], f, b;
     int disc;
     int bval;

@@ -14,7 +14,8 @@
  * reasoning_content), each with a default. Bytes written with the earlier schemas (schemas/v1/) end where
  * those fields would begin, so they decode here with the defaults; what is encoded here always has the
  * fields. A reader holding the earlier schema reads these bytes with Avro schema resolution (or, being at
- * the end, by reading the fields it knows and ignoring the rest).
+ * the end, by reading the fields it knows and ignoring the rest). Jobs written with any other schema that
+ * resolves to this one (a schema registry's, job_resolver.h) decode with codec_decode_job_resolved.
  */
 #ifndef SLUICE_CODEC_H
 #define SLUICE_CODEC_H
@@ -119,6 +120,11 @@ int codec_unframe(const void *buf, size_t len, int framing, const uint8_t **payl
  * trailing bytes. */
 int codec_decode_job(sl_codec *c, const void *buf, size_t len, sl_job *job, char *err, size_t errlen);
 void job_free(sl_job *job);
+/* Decode one bare Avro Job written with the writer schema r was made for (job_resolver.h: Avro schema
+ * resolution into the worker's Job schema, defaults for the fields the writer lacks); -1 with err. */
+typedef struct sl_job_resolver sl_job_resolver;
+int codec_decode_job_resolved(sl_codec *c, sl_job_resolver *r, const void *buf, size_t len, sl_job *job, char *err,
+                              size_t errlen);
 
 /* Encode into a malloc'ed buffer; schema_id >= 0 adds Confluent framing. 0 or -1 with err. */
 int codec_encode_job(sl_codec *c, const sl_job *job, int32_t schema_id, uint8_t **out, size_t *outlen,

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "schema_registry.h"
+
 typedef enum { K_STR, K_INT, K_ENUM } key_type;
 
 typedef struct {
@@ -55,6 +57,8 @@ static const key_spec KEYS[] = {
     {"worker.parked_recheck_ms", "1000", K_INT, 10, 600000, NULL, 0, "how often parked jobs (held by another worker) are re-checked"},
     {"input.framing", "auto", K_ENUM, 0, 0, "auto|confluent|bare", 0, "job value framing; auto: first byte 0 = Confluent"},
     {"input.schema_ids", "", K_STR, 0, 0, NULL, 0, "comma list of accepted Confluent schema ids (empty = any)"},
+    {"schema.registry.url", "", K_STR, 0, 0, NULL, 0, "Schema Registry http://host:port[/path]: framed jobs' writer schemas (empty = none)"},
+    {"schema.registry.timeout_ms", "1000", K_INT, 50, 60000, NULL, 0, "per request to the schema registry (3 attempts)"},
     {"input.max_bytes", "1048576", K_INT, 16, 1 << 28, NULL, 0, "larger job messages go to the DLQ undecoded"},
     {"job.max_tokens_limit", "0", K_INT, 0, 1 << 24, NULL, 0, "upper bound for max_tokens (0 = the model context)"},
     {"output.result_schema_id", "0", K_INT, 0, 2147483647, NULL, 0, "schema id written in Confluent-framed results"},
@@ -232,6 +236,12 @@ int cfg_validate(const cfg *c, char *err, size_t errlen) {
             return -1;
         }
         p = *end ? end + 1 : end;
+    }
+    const char *reg = cfg_get(c, "schema.registry.url");
+    char rerr[400];
+    if (reg[0] && registry_check_url(reg, rerr, sizeof(rerr))) {
+        snprintf(err, errlen, "config: schema.registry.url: %s", rerr);
+        return -1;
     }
     const char *url = cfg_get(c, "redis.url");
     if (strncmp(url, "redis://", 8) != 0) {

@@ -26,6 +26,7 @@
 #include "engine_thread.h"
 #include "offsets.h"
 #include "redis_state.h"
+#include "schema_registry.h"
 #include "textcodec.h"
 
 /* A job id: valid UTF-8, no NUL, 1 to JOB_ID_MAX bytes (else the job goes to the DLQ as `validation`). */
@@ -155,6 +156,7 @@ struct worker {
     double next_topic_check;
     sl_redis *redis;
     sl_codec *codec;
+    sl_registry *registry;           /* schema.registry.url set: writer schemas of framed jobs by id */
     sl_engine *engine;
     const sl_model_info *info;
     sl_textcodec *tc;                /* NULL: no text support (token-id prompts only) */

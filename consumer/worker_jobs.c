@@ -498,8 +498,16 @@ void wj_on_message(worker *w, rd_kafka_message_t *m) {
             return;
         }
     }
+    /* with a registry, a framed job's schema id names its writer schema (fetched once, then cached; a
+     * registry that fails sends the job to the DLQ rather than holding the partition) */
     sl_job job;
-    if (codec_decode_job(w->codec, pl, plen, &job, err, sizeof(err))) {
+    sl_job_resolver *res = NULL;
+    if (w->registry && sid >= 0 && registry_job_resolver(w->registry, sid, &res, err, sizeof(err)) != REG_OK) {
+        dlq(w, m, err, "schema");
+        return;
+    }
+    if (res ? codec_decode_job_resolved(w->codec, res, pl, plen, &job, err, sizeof(err))
+            : codec_decode_job(w->codec, pl, plen, &job, err, sizeof(err))) {
         dlq(w, m, err, "decode");
         return;
     }

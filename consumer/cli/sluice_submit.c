@@ -28,9 +28,11 @@
 #include <unistd.h>
 
 #include "codec.h"
+#include "schema_registry.h"
+#include "schemas_gen.h"   /* SL_JOB_AVSC */
 
 typedef struct {
-    const char *brokers, *topic, *results, *framing, *prompt, *file, *jsonl, *report, *system;
+    const char *brokers, *topic, *results, *framing, *prompt, *file, *jsonl, *report, *system, *registry;
     int schema_id, max_tokens, tokens_mode, count, timeout_s, quiet, stream, thinking;
     double rate, temperature;
     int64_t seed;
@@ -65,6 +67,8 @@ static void usage(FILE *f) {
             "  --results T          result topic to wait on (sluice.results)\n"
             "  --framing F          confluent|bare (confluent)\n"
             "  --schema-id N        Confluent schema id written in front of each job (1)\n"
+            "  --registry URL       register the Job schema (schemas/job.avsc) in this Confluent Schema Registry\n"
+            "                       (http://host:port) under subject <topic>-value and write its id instead\n"
             "  --chat Q             a chat job asking Q (repeatable: one job each); prints content and\n"
             "                       reasoning_content.  --system S: system message;  --thinking: thinking mode\n"
             "  --file F             one prompt per line;  --jsonl F: one Job JSON object per line\n"
@@ -118,7 +122,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             NEEDV();
             o->schema_id = (int)strtol(v, &end, 10);
             if (*end || o->schema_id < 0) return bad("--schema-id", v);
-        } else if (!strcmp(a, "--file")) { NEEDV(); o->file = v; }
+        } else if (!strcmp(a, "--registry")) { NEEDV(); o->registry = v; }
+        else if (!strcmp(a, "--file")) { NEEDV(); o->file = v; }
         else if (!strcmp(a, "--jsonl")) { NEEDV(); o->jsonl = v; }
         else if (!strcmp(a, "--report")) { NEEDV(); o->report = v; }
         else if (!strcmp(a, "--prompt")) { NEEDV(); o->prompt = v; }
@@ -165,6 +170,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     }
     if (!o->brokers) return bad("usage: --brokers is required", "");
     if ((o->rate > 0) != (o->count > 0)) return bad("load mode: give both --rate and --count", "");
+    if (o->registry && !strcmp(o->framing, "bare")) return bad("usage: --registry needs --framing confluent", "");
     if (o->n_chat > 0 && (o->n_args > 0 || o->file || o->jsonl || o->count > 0))
         return bad("usage: --chat jobs are sent alone (not with PROMPT, --file, --jsonl or --count)", "");
     if ((o->system || o->thinking) && o->n_chat == 0) return bad("usage: --system and --thinking go with --chat", "");
@@ -521,6 +527,19 @@ int main(int argc, char **argv) {
         return 1;
     }
     int32_t sid = strcmp(o.framing, "bare") ? o.schema_id : -1;
+    if (o.registry) {   /* the registry's id for the Job schema, as Confluent's serializers do */
+        sl_registry *reg = NULL;
+        char subject[512];
+        snprintf(subject, sizeof(subject), "%s-value", o.topic);
+        int failed = registry_new(o.registry, 5000, &reg, err, sizeof(err)) ||
+                     registry_register(reg, subject, SL_JOB_AVSC, &sid, err, sizeof(err));
+        registry_free(reg);
+        if (failed) {
+            fprintf(stderr, "sluice-submit: %s\n", err);
+            return 1;
+        }
+        if (!o.quiet) fprintf(stderr, "sluice-submit: Job schema registered under %s as id %d\n", subject, (int)sid);
+    }
 
     /* ---- build and encode every job before anything is timed */
     job_slot *slots = NULL;

@@ -114,6 +114,9 @@ int main(int argc, char **argv) {
     size_t cap = (size_t)w.max_bytes * 4 + ((size_t)1 << 20);
     codec_install_allocator(cap);
     if (codec_new(&w.codec, err, sizeof(err))) return fail(err);
+    const char *reg_url = cfg_get(&c, "schema.registry.url");
+    if (reg_url[0] && registry_new(reg_url, (int)cfg_int(&c, "schema.registry.timeout_ms"), &w.registry, err, sizeof(err)))
+        return fail(err);
 
     sl_engine_opts eo = {0};
     eo.model_path = cfg_get(&c, "model.path");
@@ -168,6 +171,7 @@ int main(int argc, char **argv) {
     wlog(&w, L_INFO, "model %s (vocab %d, context %d, %s), jobs from %s, group %s, text %s", w.info->model_id,
          w.info->vocab_size, w.info->max_context, w.info->backend ? w.info->backend : "?", w.topic_jobs,
          cfg_get(&c, "kafka.group.id"), w.tc ? w.tc->name : "off (token ids only)");
+    if (w.registry) wlog(&w, L_INFO, "writer schemas of Confluent-framed jobs from the schema registry at %s", reg_url);
 
     double grace_end = 0, grace_ms = (double)cfg_int(&c, "worker.grace_ms");
     int more = 0, rc = 0;
@@ -251,6 +255,7 @@ int main(int argc, char **argv) {
     sl_engine_close(w.engine);
     textcodec_close(w.tc);
     redis_close(w.redis);
+    registry_free(w.registry);
     codec_free(w.codec);
     offsets_free(&w.offs);
     free(w.schema_ids);

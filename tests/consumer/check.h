@@ -18,7 +18,7 @@ static int fails;
 
 /* PCG-style LCG; set rng_state from the test's seed */
 static uint64_t rng_state;
-static uint32_t rnd(void) {
+static inline uint32_t rnd(void) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t)(rng_state >> 33);
 }
