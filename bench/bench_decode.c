@@ -3,8 +3,8 @@
  *
  * Per row (batch B, context C): B sequences whose state is written directly as if C tokens had been
  * fed (sl_backend_cuda_fill_state: window, compressed entries and indexer keys random), then decode
- * steps of one token each through the backend's forward (the whole step: every layer, the head, the
- * logits copy to the host); the median of the timed steps. The byte floor, per layer: the dense
+ * steps of one token each through the backend's forward (the whole step: every layer, the head, greedy
+ * sampling on the device, the token ids back to the host); the median of the timed steps. The byte floor, per layer: the dense
  * weights in the checkpoint's dtypes, the shared expert, the expected routed experts touched under
  * uniform top-6 routing (256 (1 - (250/256)^B)) at 0.53125 (MXFP4) or 0.5625 (NVFP4) bytes per weight,
  * and per sequence the bf16 window (128 x 512), the selected CSA entries (min(512, C/4) x 512 bf16)
@@ -168,6 +168,7 @@ int bench_decode(int argc, char **argv)
            pool.budget / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
 
     const int V = cfg->vocab_size, steps = reps + 2;
+    const sl_sampling greedy = {.top_p = 1.0f, .repetition_penalty = 1.0f, .max_tokens = 1};   /* on the device */
     row_out rows[128];
     int nr = 0;
     printf("%6s %7s %9s %9s %10s %8s %9s %9s\n", "batch", "context", "ms", "ms/layer", "floor GB", "% ceil", "tok/s",
@@ -178,9 +179,8 @@ int bench_decode(int argc, char **argv)
             const long C = ctxs[ci];
             v4_seq_state *st = calloc((size_t)B, sizeof *st);
             int32_t *tok = malloc((size_t)B * sizeof *tok);
-            float *logits = malloc((size_t)B * V * sizeof(float));
             sl_seq_span *sp = calloc((size_t)B, sizeof *sp);
-            int ok = st && tok && logits && sp, opened = 0;
+            int ok = st && tok && sp, opened = 0;
             for (int b = 0; b < B && ok; b++) {
                 ok = !v4_seq_init(&pool, &st[b]) && !v4_seq_reserve(&pool, &st[b], (int)C + steps + SPLIT_STEPS + 1);
                 opened += ok;
@@ -197,7 +197,7 @@ int bench_decode(int argc, char **argv)
                 for (int s = 0; s < steps; s++) {
                     for (int b = 0; b < B; b++) {
                         tok[b] = (int32_t)((7919u * (unsigned)(b + 1) + 104729u * (unsigned)s) % (unsigned)V);
-                        sp[b] = (sl_seq_span){&tok[b], 1, &st[b], 0, logits + (size_t)b * V};
+                        sp[b] = (sl_seq_span){.tokens = &tok[b], .n = 1, .st = &st[b], .sample = &greedy};
                     }
                     const double a = now_ms();
                     if (be->ops->forward(be, sp, B, err, sizeof err)) { fprintf(stderr, "%s\n", err); break; }
@@ -210,7 +210,7 @@ int bench_decode(int argc, char **argv)
                 for (int s = 0; s < SPLIT_STEPS && n_ok && prof; s++) {
                     for (int b = 0; b < B; b++) {
                         tok[b] = (int32_t)((7919u * (unsigned)(b + 1) + 104729u * (unsigned)(s + steps)) % (unsigned)V);
-                        sp[b] = (sl_seq_span){&tok[b], 1, &st[b], 0, logits + (size_t)b * V};
+                        sp[b] = (sl_seq_span){.tokens = &tok[b], .n = 1, .st = &st[b], .sample = &greedy};
                     }
                     if (be->ops->forward(be, sp, B, err, sizeof err)) { fprintf(stderr, "%s\n", err); break; }
                     for (int f = 0; f < SL_FAM_N; f++) fs[f][n_split] = fam[f];
@@ -238,7 +238,6 @@ int bench_decode(int argc, char **argv)
                 if (st[b].open) v4_seq_free(&pool, &st[b]);
             free(st);
             free(tok);
-            free(logits);
             free(sp);
         }
 
@@ -253,7 +252,7 @@ int bench_decode(int argc, char **argv)
     double slope = n > 1 ? (n * sxy - sx * sy) / (n * sxx - sx * sx) : 0, icpt = n ? (sy - slope * sx) / n : 0;
     printf("fit at context %ld: step = %.3f ms + %.4f ms per request\n", ctxs[0], icpt, slope);
     printf("split of one step by kernel family, ms (context %ld; launch gaps inside each family included; other: the\n"
-           "timed step beyond them: graph launch, layout upload, logits copy, host work):\n%-12s", ctxs[0],
+           "timed step beyond them: graph launch, layout upload, sampling, host work):\n%-12s", ctxs[0],
            "batch");
     for (int i = 0; i < nr; i++)
         if (rows[i].ctx == ctxs[0]) printf(" %9d", rows[i].batch);

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine.h"
 #include "state.h"
 #include "weights.h"
 
@@ -29,6 +30,16 @@ typedef struct {
     v4_seq_state *st;        /* continues at st->pos; advanced by n */
     int logits_from;         /* logits for tokens i in [logits_from, n); n = none */
     float *logits;           /* out: (n - logits_from) rows of vocab_size floats */
+    /* Sampling on the device (backends whose ops->samples is set; NULL otherwise): with logits_from == n - 1 the
+     * backend chooses the next token from the last row by sampler.h's rules into token / logprob and returns no
+     * logits. hist: the request's tokens so far (for the repetition penalty); rng: its RNG state before the draw
+     * (the caller advances its own copy as sl_sample would). */
+    const sl_sampling *sample;
+    const int32_t *hist;
+    int n_hist;
+    uint64_t rng;
+    int32_t token;           /* out */
+    float logprob;           /* out */
 } sl_seq_span;
 
 typedef struct sl_backend sl_backend;
@@ -38,6 +49,9 @@ typedef struct {
     /* Run one step. 0, or -1 with one line in err (the scheduler then fails every request). */
     int (*forward)(sl_backend *b, sl_seq_span *spans, int n_spans, char *err, size_t errlen);
     void (*destroy)(sl_backend *b);
+    int samples;             /* 1: forward honours sl_seq_span.sample */
+    /* Device memory in use and in all (for metrics); NULL where the backend has no device. */
+    void (*memory)(sl_backend *b, size_t *used, size_t *total);
 } sl_backend_ops;
 
 struct sl_backend {

@@ -147,7 +147,7 @@ static int check_run(sl_backend *be, v4_state_pool *pool, int sub, const int32_t
     }
     be->sublayers = sub;
     if (gap) sl_backend_cpu_log_decisions(be, gap, CHECK_TOKENS);
-    sl_seq_span sp = {tok, CHECK_TOKENS, &st, 0, out};
+    sl_seq_span sp = {.tokens = tok, .n = CHECK_TOKENS, .st = &st, .logits_from = 0, .logits = out};
     const int rc = be->ops->forward(be, &sp, 1, err, errlen);
     if (gap) sl_backend_cpu_log_decisions(be, NULL, 0);
     be->sublayers = 0;
@@ -325,6 +325,8 @@ void sl_engine_get_stats(const sl_engine *e, sl_engine_stats *s) {
     s->state_bytes_budget = e->pool.budget;
     s->running = e->n_run;
     s->waiting = e->n_wait;
+    s->device_bytes_used = s->device_bytes_total = 0;
+    if (e->be->ops->memory) e->be->ops->memory(e->be, &s->device_bytes_used, &s->device_bytes_total);
 }
 
 /* -------------------------------------------------------------------------------- submit */
@@ -483,9 +485,17 @@ int sl_engine_step(sl_engine *e) {
         if (from > c) from = c;
         if (last && from > c - 1) from = c - 1;              /* the row we sample from */
         r->logits_from = from;
-        rows += (size_t)(c - from);
+        sl_seq_span sp = {.tokens = r->toks + pos, .n = c, .st = &r->st, .logits_from = from, .logits = NULL};
+        if (last && from == c - 1 && !r->s.all_logits && e->be->ops->samples) {   /* the device samples: no logits */
+            sp.sample = &r->s;
+            sp.hist = r->toks;
+            sp.n_hist = len;
+            sp.rng = r->rng.s;
+        } else {
+            rows += (size_t)(c - from);
+        }
         e->span_req[ns] = r;
-        e->spans[ns++] = (sl_seq_span){r->toks + pos, c, &r->st, from, NULL};
+        e->spans[ns++] = sp;
         budget -= c;
         e->stats.tokens_fed += (uint64_t)c;
     }
@@ -498,6 +508,7 @@ int sl_engine_step(sl_engine *e) {
     }
     size_t off = 0;
     for (int k = 0; k < ns; k++) {
+        if (e->spans[k].sample) continue;
         e->spans[k].logits = e->lbuf + off;
         off += (size_t)(e->spans[k].n - e->spans[k].logits_from) * V;
     }
@@ -531,9 +542,16 @@ int sl_engine_step(sl_engine *e) {
             r->rows_emitted = p + 1;
         }
         if (r->st.pos < len) continue;                       /* still prefilling */
-        const float *lg = sp->logits + (size_t)(sp->n - 1 - sp->logits_from) * V;
         float lp = 0.0f;
-        int32_t t = sl_sample(&e->smp, &r->s, lg, r->toks, len, &r->rng, &lp);
+        int32_t t;
+        if (sp->sample) {   /* chosen on the device from the RNG state it was given; advance ours the same way */
+            t = sp->token;
+            lp = sp->logprob;
+            if (!sl_sampling_is_greedy(&r->s)) sl_rng_next(&r->rng);
+        } else {
+            t = sl_sample(&e->smp, &r->s, sp->logits + (size_t)(sp->n - 1 - sp->logits_from) * V, r->toks, len,
+                          &r->rng, &lp);
+        }
         if (append_token(r, t)) { fail_all(e, "out of memory"); return -1; }
         e->stats.tokens_generated++;
         sl_event ev = {0};

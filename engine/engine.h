@@ -111,6 +111,7 @@ typedef struct {
     uint64_t tokens_fed;         /* tokens run through the model (prefill + decode + recompute) */
     uint64_t tokens_generated;   /* tokens sampled */
     size_t state_bytes_used, state_bytes_budget;
+    size_t device_bytes_used, device_bytes_total;   /* the backend's device memory (0 on the CPU) */
     int running, waiting;
 } sl_engine_stats;
 void sl_engine_get_stats(const sl_engine *e, sl_engine_stats *s);

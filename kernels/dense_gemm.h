@@ -47,6 +47,13 @@ void dense_weight_free(dense_weight *dw);
 cudaError_t dense_gemm(const dense_weight *W, int n0, int nn, const uint16_t *x, int ldx, int m,
                        float *y, int ldy, cudaStream_t st);
 
+/* Grouped: y[t][r] = sum_c W[r][c] x[t][g gx + c] for every row r of W, g = r / (W->n / groups): each group of
+ * rows reads its own slice of the inputs (V4's grouped output projection wo_a); y fp32, or bf16 (round to nearest)
+ * with y_bf16. One launch where W->n / groups is a multiple of 32, else one a group. Batch-invariant like
+ * dense_gemm. */
+cudaError_t dense_gemm_grouped(const dense_weight *W, int groups, const uint16_t *x, int ldx, int gx, int m, void *y,
+                               int y_bf16, int ldy, cudaStream_t st);
+
 /* The number of K slices whose partials are added in a fixed order for a call of nn rows of a k-input weight
  * (1, 2, 4, 8 or 16): a function of (nn, k) only. */
 int dense_gemm_splits(int nn, int k);

@@ -3,11 +3,13 @@
  * contract; engine/cpu/ is the reference each kernel is tested against (tests/gpu/test_v4_ops.c).
  *
  * Families (one file each in kernels/sm90/):
- *   v4_mhc.cu        embedding, mHC pre (split mixes, then Sinkhorn and the collapse) fused with the sublayer's
- *                    RMSNorm, mHC post, the head's mHC collapse, RMSNorm + RoPE on rows, fp32->bf16
+ *   v4_mhc.cu        embedding, mHC pre (the previous sublayer's mHC post, split mixes, Sinkhorn, the collapse)
+ *                    fused with the sublayer's RMSNorm, the head's mHC collapse, RMSNorm + RoPE on rows,
+ *                    fp32->bf16, the profile's timestamps
  *   v4_compress.cu   the CSA/HCA compressors with an online per-dim softmax (O(d) state per window)
  *   v4_attention.cu  the lightning indexer's scores, top-k selection, sparse attention with sinks
  *                    over window + compressed entries, the sliding-window ring store
+ *   v4_sample.cu     next-token selection (engine/sampler.h's rules) on the logits rows
  *   v4_moe_ref.cu    a generic MoE (router + experts, fp32 weights) for shapes the MoE fast path
  *                    does not take (tiny test models)
  *   v4_synth.cu      random weight bytes for synthetic models, drawn on the GPU at load
@@ -62,67 +64,90 @@ typedef struct {
 /* ---- v4_mhc.cu */
 /* X[i][j][:] = E[tok_id[i]] for every stream j < hc; E fp32 or bf16 [vocab][dim]. */
 cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int dim, int hc, float *X, cudaStream_t st);
-/* mHC pre for every row: mixes = (fn @ X_i) * rsqrt(mean(X_i^2)+norm_eps), pre/post/comb (Sinkhorn),
- * x = sum_j pre_j X_i[j], then xn = RMSNorm_w(x) written as bf16 [n][dim]; post [n][hc], comb
- * [n][hc][hc] fp32. head != 0: the head's collapse (fn [hc][hc*dim], pre only; post/comb unused) over the
- * rows listed in `rows` (nr of them; NULL = 0..nr-1), xn row r for rows[r]. hc <= 8, dim even. scratch:
+/* mHC pre for every row: with pend_f, first the previous sublayer's mHC post, in place (X'[k] = pend_post_k pend_f +
+ * sum_j pend_comb[j][k] X[j], all indexed by token row); then mixes = (fn @ X_i) * rsqrt(mean(X_i^2)+norm_eps),
+ * pre/post/comb (Sinkhorn), x = sum_j pre_j X_i[j], and xn = RMSNorm_w(x) written as bf16 [n][dim]; post [n][hc],
+ * comb [n][hc][hc] fp32. head != 0: the head's collapse (fn [hc][hc*dim], pre only; post/comb unused) over the rows
+ * listed in `rows` (nr of them; NULL = 0..nr-1), xn row r for rows[r]. hc <= 8, dim even. scratch:
  * v4_hc_pre_scratch_floats(nr, dim, hc) floats. */
-cudaError_t v4_hc_pre(const float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn,
-                      const float *scale, const float *base, int sinkhorn_iters, float hc_eps, float norm_eps,
-                      const float *norm_w, int head, uint16_t *xn, float *post, float *comb, float *scratch,
-                      cudaStream_t st);
+cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn, const float *scale,
+                      const float *base, int sinkhorn_iters, float hc_eps, float norm_eps, const float *norm_w,
+                      int head, const float *pend_f, const float *pend_post, const float *pend_comb, uint16_t *xn,
+                      float *post, float *comb, float *scratch, cudaStream_t st);
 size_t v4_hc_pre_scratch_floats(int nr, int dim, int hc);
-/* X'[k] = post_k f + sum_j comb[j][k] X[j], in place, every row. */
-cudaError_t v4_hc_post(float *X, const float *f, const float *post, const float *comb, int n, int dim, int hc,
-                       cudaStream_t st);
-/* For r < rows: out[r] (bf16, row stride ld_out) = RoPE(norm(in[r])) with in row stride ld_in, d floats a row;
- * norm: 0 none, 1 RMSNorm (weight w, NULL = unweighted); rope_half > 0: interleaved pairs on the last
- * 2*rope_half dims at the position of token r / rows_per_tok (s->tok_pos), angles pos*inv_freq[i] in
- * double; inverse: rotate by -angle. */
-cudaError_t v4_norm_rope(const v4_step *s, const float *in, int ld_in, int rows, int rows_per_tok, int d,
-                         int norm, const float *w, float eps, int rope_half, const double *inv_freq, int inverse,
-                         uint16_t *out, int ld_out, cudaStream_t st);
+/* One RMSNorm + RoPE job: for r < rows: out[r] (bf16, row stride ld_out) = RoPE(norm(in[r])), in row stride
+ * ld_in, d floats a row (even); norm: 0 none, 1 RMSNorm (weight w, NULL = unweighted); rope_half > 0: interleaved
+ * pairs on the last 2*rope_half dims at the position of token r / rows_per_tok (s->tok_pos), angles
+ * pos*inv_freq[i] in double. */
+typedef struct {
+    const float *in;
+    int ld_in, rows, rows_per_tok, d, norm;
+    const float *w;
+    int rope_half;
+    const double *inv_freq;
+    uint16_t *out;
+    int ld_out;
+} v4_norm_job;
+#define V4_NORM_JOBS 4
+/* Up to V4_NORM_JOBS jobs in one launch (eps shared). */
+cudaError_t v4_norm_rope(const v4_step *s, const v4_norm_job *jobs, int n_jobs, float eps, cudaStream_t st);
 /* out[i] = bf16(in[i] * scale), count elements. */
 cudaError_t v4_to_bf16(const float *in, size_t count, float scale, uint16_t *out, cudaStream_t st);
 /* *dst = the GPU's nanosecond clock (%globaltimer) when the stream runs this one-thread launch (step profiles). */
 cudaError_t v4_stamp(uint64_t *dst, cudaStream_t st);
 
 /* ---- v4_compress.cu */
-/* Push every row's compressor inputs (C, Z without ape, fp32 [n][coff*d]; coff 2 for ratio 4) into
+/* Push every row's compressor inputs (C, Z without ape, fp32 rows of coff*d at row stride ld; coff 2 for ratio 4) into
  * its sequence's window state (slot offset state_off); when (t+1) mod ratio == 0 the pooled entry
  * e = norm_w * rms(e) with RoPE (last 2*rope_half dims, position w*ratio) is written as bf16 to its
  * page (layer offset page_off). Rows of one span are folded in position order. d <= 1024. */
 cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, size_t page_off, int ratio,
-                        int d, const float *C, const float *Z, const float *ape, const float *norm_w, float eps,
-                        int rope_half, const double *inv_freq, cudaStream_t st);
+                        int d, const float *C, const float *Z, int ld, const float *ape, const float *norm_w,
+                        float eps, int rope_half, const double *inv_freq, cudaStream_t st);
 
 /* ---- v4_attention.cu */
 /* Lightning indexer + top-k for rows r0..r0+nr-1 (a CSA layer): for row i at position t the
  * candidates are entries e < (t+1)/4 (index keys bf16 [dI] at page_off); k = min(topk, (t+1)/4) of
- * them are chosen by score(e) = sum_h w_h ReLU(q_h . K_e), w_h = wI[i][h] * w_scale, higher first,
+ * them are chosen by score(e) = sum_h w_h ReLU(q_h . K_e), w_h = wI[i * ld_w + h] * w_scale, higher first,
  * equal scores -> lower index; sel[i][0..k) (any order), the rest -1. q: bf16 [n][nI][dI] roped.
  * scores: scratch fp32 [nr][max_entries], max_entries >= the largest candidate count of these rows. */
 cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int r0, int nr,
-                       const uint16_t *q, int nI, int dI, const float *wI, float w_scale, int topk, int32_t *sel,
-                       float *scores, int max_entries, cudaStream_t st);
+                       const uint16_t *q, int nI, int dI, const float *wI, int ld_w, float w_scale, int topk,
+                       int32_t *sel, float *scores, int max_entries, cudaStream_t st);
 /* Sparse attention for every row i (position t, span s): keys = the window (positions
  * max(0,t-W+1)..t: this step's rows from kv (bf16 [n][hd]) where the position is in the step, else the
  * ring at ring_off) + compressed entries at page_off: ratio 4: the rows of sel[i] (topk per row,
  * -1 = none); other ratio r > 0: every entry w < (t+1)/r; 0: none. K = V; scores (q_h . k) * scale,
- * sink[h] in the denominator, fp32 softmax. q bf16 [n][H][hd]; o fp32 [n][H][hd]. max_keys >= W + the
+ * sink[h] in the denominator, fp32 softmax. q bf16 [n][H][hd]; o bf16 [n][H][hd]: the output de-rotated (RoPE
+ * by -pos on the last 2 rope_half dims, angles pos * inv_freq[i] in double; rope_half 0: none). max_keys >= W + the
  * largest compressed count of the step. hd 512 and H <= 64 (V4's shape) run on the tensor cores, with the
  * probabilities rounded to bf16, in splits of 64 keys merged through `scratch` (scratch_floats of it,
  * v4_attention_scratch_floats for the rows of one launch; fewer rows a launch when smaller); other shapes on the
  * CUDA cores (fp32), no scratch. */
 cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, int W, size_t page_off, int ratio,
                          const int32_t *sel, int topk, const uint16_t *q, const uint16_t *kv, int H, int hd,
-                         float scale, const float *sink, int max_keys, float *scratch, size_t scratch_floats, float *o,
-                         cudaStream_t st);
+                         float scale, const float *sink, int max_keys, float *scratch, size_t scratch_floats,
+                         int rope_half, const double *inv_freq, uint16_t *o, cudaStream_t st);
 /* Scratch v4_attention needs to run `rows` rows in one launch with up to max_keys keys each (0: none). */
 size_t v4_attention_scratch_floats(int H, int hd, int rows, int max_keys);
 /* Store the last min(n, W) rows of every span's kv into its ring (after the attention read it). */
 cudaError_t v4_ring_store(const v4_step *s, const v4_arena *a, size_t ring_off, int W, const uint16_t *kv, int hd,
                           cudaStream_t st);
+
+/* ---- v4_sample.cu */
+typedef struct {
+    int row;                    /* its logits row */
+    float temperature, top_p, min_p, repetition_penalty;
+    int top_k;
+    uint64_t rng;               /* the request's splitmix64 state before this draw (engine/sampler.h) */
+    int hist_off, n_hist;       /* its tokens so far at hist[hist_off..] (read only when the penalty is not 1) */
+} v4_sample_req;
+/* For r < m: the next token of request req[r] from logits row req[r].row (fp32 [.][V], rewritten: penalty and
+ * temperature applied) by engine/sampler.h's rules: token[r], and logprob[r] = log-softmax of the processed logits
+ * at it. probs: scratch [m][V] fp32; marks: scratch [m][(V+31)/32]. The caller advances its own RNG copy once per
+ * non-greedy draw, as sl_sample does. */
+cudaError_t v4_sample(float *logits, int m, int V, const v4_sample_req *req, const int32_t *hist, float *probs,
+                      uint32_t *marks, int32_t *token, float *logprob, cudaStream_t st);
 
 /* ---- v4_moe_ref.cu */
 typedef struct {

@@ -154,7 +154,7 @@ static void cpu_destroy(sl_backend *be) {
     free(be);
 }
 
-static const sl_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_destroy};
+static const sl_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_destroy, 0, NULL};
 
 void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on) {
     ((cpu_impl *)b->impl)->m.bf16 = on;

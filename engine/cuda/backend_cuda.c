@@ -2,20 +2,23 @@
  * per-sequence state in device memory.
  *
  * Open uploads every weight once: dense projections as the kernels take them (dense_gemm.h: FP8
- * E4M3 with 128x128 block scales as stored, every other format converted to bf16), the small fp32
+ * E4M3 with 128x128 block scales as stored, every other format converted to bf16), the projections of one
+ * input stacked into one weight (wq_a + wkv; the compressors' and the indexer's), the small fp32
  * parameters (norms, mHC, ape, sinks), the embedding (bf16 if stored so, else fp32), the head, each
  * layer's MoE (moe_load.c), RoPE frequency tables. It then takes the state arenas and registers them
  * with the scheduler's pool (v4_state_store): one fixed part per running sequence (slots) and pages
  * of compressed entries, sized from the state budget and what the GPU has left.
  *
  * A step (forward) uploads the step's layout once (token ids, positions, spans, block tables), then
- * enqueues every layer: mHC pre + RMSNorm, the q / kv projections with their norms and RoPE, the
- * compressors and the indexer (CSA), sparse attention over the window + compressed entries, the ring
- * store, de-rotation and the grouped output projection, mHC post; mHC pre, MoE, mHC post; then the
- * head's collapse, the final norm and the LM head for the rows that want logits, which are the one
- * copy back and the one sync. Activations feeding a projection are bf16, everything else fp32. A
- * step with more than `cap` tokens runs as consecutive sub-steps of at most cap tokens (splitting a
- * span is the same as chunked prefill), so every buffer is sized once at open.
+ * enqueues every layer: mHC pre (with the previous sublayer's mHC post folded in) + RMSNorm, the
+ * stacked projections, the norms and RoPE (one launch for q_norm and kv, one for the heads), the
+ * compressors and the indexer (CSA), sparse attention over the window + compressed entries (its output
+ * de-rotated, bf16), the ring store, the grouped output projection (one launch, bf16 out), wo_b; mHC
+ * pre, MoE; then the last post, the head's collapse, the final norm and the LM head for the rows that
+ * want a token or logits. Rows that sample do so on the device (v4_sample); only token ids, and logits
+ * where asked for, come back, with the step's one sync. Activations feeding a projection are bf16,
+ * everything else fp32. A step with more than `cap` tokens runs as consecutive sub-steps of at most
+ * cap tokens (splitting a span is the same as chunked prefill), so every buffer is sized once at open.
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,10 +27,12 @@
 
 #include "cuda_internal.h"
 #include "dense_gemm.h"
+#include "sampler.h"
 
 #define STEP_TOKENS 512          /* tokens per sub-step (buffers are sized for this many) */
 #define HEAD_ROWS 256            /* logits rows per head launch (>= GRAPH_MAX_BATCH) */
 #define INDEX_SCRATCH_FLOATS ((size_t)64 << 20)   /* indexer scores scratch: 256 MB */
+#define SAMPLE_HIST_INTS ((size_t)4 << 20)   /* history tokens of one step's penalised rows on the device */
 #define ATT_SCRATCH_ROWS 128     /* rows of window + top-k keys one attention launch merges (v4_attention) */
 #define MAX_SLOTS 1024
 #define GRAPH_MAX_BATCH 256      /* decode steps up to this many sequences replay a CUDA graph */
@@ -41,8 +46,10 @@ typedef struct {
 } cu_graph;
 
 typedef struct {
-    dense_weight wq_a, wq_b, wkv, wo_a, wo_b;
-    dense_weight c_wkv, c_wgate, i_wkv, i_wgate, iwq_b, iweights;
+    dense_weight wq_b, wo_a, wo_b, iwq_b;
+    dense_weight wqkv;                      /* [wq_a; wkv] */
+    dense_weight wcmp;                      /* [compressor wkv; wgate; (CSA) indexer compressor wkv; wgate; weights_proj] */
+    int n_cmp;                              /* wcmp's rows */
     float *q_norm, *kv_norm, *attn_sink, *attn_norm, *ffn_norm;
     float *hc_attn_fn, *hc_attn_base, *hc_attn_scale, *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
     float *c_ape, *c_norm, *i_ape, *i_norm;
@@ -71,12 +78,19 @@ typedef struct {
     int cap, max_blocks;
     int32_t *hmeta, *dmeta;                 /* pinned / device step layout */
     size_t meta_ints;
-    float *X, *f, *post, *comb, *qr, *q, *kv, *cC, *cZ, *iC, *iZ, *iq, *iw, *o, *u, *scores, *logits, *hlogits;
+    float *X, *f, *post, *comb, *qkv, *q, *cmp, *iq, *scores, *logits, *hlogits;
     uint16_t *xn, *qr_b, *q_b, *kv_b, *iq_b, *o_b, *u_b, *y_b;
     int32_t *sel;
     size_t score_floats;
     float *att_scratch;                     /* v4_attention's split partials */
     float *hc_scratch;                      /* v4_hc_pre's chunk sums */
+    /* sampling (v4_sample) of a head launch's rows */
+    v4_sample_req *hsreq, *dsreq;
+    int32_t *hhist, *dhist, *htok, *dtok;
+    float *hlp, *dlp, *probs;
+    uint32_t *marks;
+    int row_piece[HEAD_ROWS], row_sample[HEAD_ROWS];
+    sl_sampler smp;                         /* rows sampled on the host (histories too long for dhist) */
     size_t att_scratch_floats;
     size_t lrows_at;                        /* ints from the layout's start to its logits rows */
     int use_graphs;
@@ -134,35 +148,58 @@ static float *up_f32(const float *h, size_t n)
     return d;
 }
 
-/* Dense weight from a qtensor: FP8 128x128 as stored (scales to fp32), anything else to bf16. */
-static int up_dense(dense_weight *dw, const qtensor *q, char *err, size_t errlen, const char *name, int l)
+/* Dense weight from qtensors stacked by rows (projections of one input, one launch): FP8 128x128 as stored (scales
+ * to fp32) when every part is, with whole 128-row blocks; anything else as bf16. */
+static int up_dense_cat(dense_weight *dw, const qtensor *const *q, int nq, char *err, size_t errlen, const char *name,
+                        int l)
 {
-    const int n = q->rows, k = q->cols;
+    int n = 0, fp8 = 1;
+    const int k = q[0]->cols;
+    for (int i = 0; i < nq; i++) {
+        if (q[i]->cols != k) {
+            snprintf(err, errlen, "cuda backend: layer %d %s: parts of %d and %d inputs", l, name, k, q[i]->cols);
+            return -1;
+        }
+        fp8 &= q[i]->fmt == QT_FP8_B128 && (i == nq - 1 || q[i]->rows % 128 == 0);
+        n += q[i]->rows;
+    }
     memset(dw, 0, sizeof *dw);
     void *dsrc = NULL;
     float *dsc = NULL;
     int fmt, rc = -1;
     cudaError_t e = cudaSuccess;
-    if (q->fmt == QT_FP8_B128) {
-        const int bn = (n + 127) / 128, bk = (k + 127) / 128;
-        float *sc = malloc((size_t)bn * bk * sizeof(float));
-        if (!sc) goto oom;
-        for (int i = 0; i < bn * bk; i++)
-            sc[i] = q->scale_is_f32 ? ((const float *)q->scale)[i] : qt_e8m0_to_f32(((const uint8_t *)q->scale)[i]);
+    if (fp8) {
+        const int bk = (k + 127) / 128;
+        float *sc = malloc((size_t)((n + 127) / 128) * bk * sizeof(float));
+        uint8_t *data = malloc((size_t)n * k);
+        if (!sc || !data) { free(sc); free(data); goto oom; }
+        size_t r0 = 0, b0 = 0;
+        for (int p = 0; p < nq; p++) {
+            const int bn = (q[p]->rows + 127) / 128;
+            memcpy(data + r0 * k, q[p]->data, (size_t)q[p]->rows * k);
+            for (int i = 0; i < bn * bk; i++)
+                sc[b0 + i] = q[p]->scale_is_f32 ? ((const float *)q[p]->scale)[i]
+                                                : qt_e8m0_to_f32(((const uint8_t *)q[p]->scale)[i]);
+            r0 += (size_t)q[p]->rows;
+            b0 += (size_t)bn * bk;
+        }
         fmt = DENSE_FP8_B128;
         if ((e = cudaMalloc(&dsrc, (size_t)n * k)) == cudaSuccess &&
-            (e = cudaMemcpy(dsrc, q->data, (size_t)n * k, cudaMemcpyHostToDevice)) == cudaSuccess)
-            dsc = up_f32(sc, (size_t)bn * bk);
+            (e = cudaMemcpy(dsrc, data, (size_t)n * k, cudaMemcpyHostToDevice)) == cudaSuccess)
+            dsc = up_f32(sc, b0);
         free(sc);
+        free(data);
         if (e == cudaSuccess && !dsc) e = cudaErrorMemoryAllocation;
     } else {
         uint16_t *h = malloc((size_t)n * k * sizeof(uint16_t));
         float *row = malloc((size_t)k * sizeof(float));
         if (!h || !row) { free(h); free(row); goto oom; }
-        for (int r = 0; r < n; r++) {
-            qt_dequant_row(q, r, row);
-            for (int c = 0; c < k; c++) h[(size_t)r * k + c] = qt_f32_to_bf16(row[c]);
-        }
+        size_t r0 = 0;
+        for (int p = 0; p < nq; p++)
+            for (int r = 0; r < q[p]->rows; r++, r0++) {
+                qt_dequant_row(q[p], r, row);
+                for (int c = 0; c < k; c++) h[r0 * k + c] = qt_f32_to_bf16(row[c]);
+            }
         free(row);
         fmt = DENSE_BF16;
         if ((e = cudaMalloc(&dsrc, (size_t)n * k * 2)) == cudaSuccess)
@@ -183,6 +220,11 @@ oom:
     return -1;
 }
 
+static int up_dense(dense_weight *dw, const qtensor *q, char *err, size_t errlen, const char *name, int l)
+{
+    return up_dense_cat(dw, &q, 1, err, errlen, name, l);
+}
+
 static int load_layer(cuda_impl *c, int l, char *err, size_t errlen)
 {
     const v4_config *cfg = &c->w->cfg;
@@ -190,8 +232,9 @@ static int load_layer(cuda_impl *c, int l, char *err, size_t errlen)
     cu_layer *L = &c->L[l];
     const int hc = cfg->hc_mult, dim = cfg->dim, nmix = (2 + hc) * hc, hd = cfg->head_dim;
     L->ratio = cfg->compress_ratio[l];
-    if (up_dense(&L->wq_a, &W->wq_a, err, errlen, "wq_a", l) || up_dense(&L->wq_b, &W->wq_b, err, errlen, "wq_b", l) ||
-        up_dense(&L->wkv, &W->wkv, err, errlen, "wkv", l) || up_dense(&L->wo_a, &W->wo_a, err, errlen, "wo_a", l) ||
+    const qtensor *qkv[2] = {&W->wq_a, &W->wkv};
+    if (up_dense_cat(&L->wqkv, qkv, 2, err, errlen, "wq_a + wkv", l) ||
+        up_dense(&L->wq_b, &W->wq_b, err, errlen, "wq_b", l) || up_dense(&L->wo_a, &W->wo_a, err, errlen, "wo_a", l) ||
         up_dense(&L->wo_b, &W->wo_b, err, errlen, "wo_b", l))
         return -1;
     L->q_norm = up_f32(W->q_norm, (size_t)cfg->q_lora_rank);
@@ -210,20 +253,17 @@ static int load_layer(cuda_impl *c, int l, char *err, size_t errlen)
         goto oom;
     if (L->ratio > 0) {
         const int coff = L->ratio == 4 ? 2 : 1;
-        if (up_dense(&L->c_wkv, &W->comp.wkv, err, errlen, "compressor wkv", l) ||
-            up_dense(&L->c_wgate, &W->comp.wgate, err, errlen, "compressor wgate", l))
-            return -1;
+        const qtensor *cmp[5] = {&W->comp.wkv, &W->comp.wgate, &W->icomp.wkv, &W->icomp.wgate, &W->iweights};
+        const int np = L->ratio == 4 ? 5 : 2;
+        if (up_dense_cat(&L->wcmp, cmp, np, err, errlen, "compressor projections", l)) return -1;
+        L->n_cmp = L->wcmp.n;
         L->c_ape = up_f32(W->comp.ape, (size_t)L->ratio * coff * hd);
         L->c_norm = up_f32(W->comp.norm, (size_t)hd);
         if (!L->c_ape || !L->c_norm) goto oom;
     }
     if (L->ratio == 4) {
         const int dI = cfg->index_head_dim;
-        if (up_dense(&L->i_wkv, &W->icomp.wkv, err, errlen, "indexer compressor wkv", l) ||
-            up_dense(&L->i_wgate, &W->icomp.wgate, err, errlen, "indexer compressor wgate", l) ||
-            up_dense(&L->iwq_b, &W->iwq_b, err, errlen, "indexer wq_b", l) ||
-            up_dense(&L->iweights, &W->iweights, err, errlen, "indexer weights_proj", l))
-            return -1;
+        if (up_dense(&L->iwq_b, &W->iwq_b, err, errlen, "indexer wq_b", l)) return -1;
         L->i_ape = up_f32(W->icomp.ape, (size_t)4 * 2 * dI);
         L->i_norm = up_f32(W->icomp.norm, (size_t)dI);
         if (!L->i_ape || !L->i_norm) goto oom;
@@ -236,8 +276,7 @@ oom:
 
 static void free_layer(cu_layer *L)
 {
-    dense_weight *d[] = {&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b, &L->c_wkv, &L->c_wgate,
-                         &L->i_wkv, &L->i_wgate, &L->iwq_b, &L->iweights};
+    dense_weight *d[] = {&L->wqkv, &L->wq_b, &L->wo_a, &L->wo_b, &L->wcmp, &L->iwq_b};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dense_weight_free(d[i]);
     float *p[] = {L->q_norm, L->kv_norm, L->attn_sink, L->attn_norm, L->ffn_norm, L->hc_attn_fn, L->hc_attn_base,
                   L->hc_attn_scale, L->hc_ffn_fn, L->hc_ffn_base, L->hc_ffn_scale, L->c_ape, L->c_norm,
@@ -369,17 +408,10 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
     FB(f, N * dim);
     FB(post, N * hc);
     FB(comb, N * hc * hc);
-    FB(qr, N * cfg->q_lora_rank);
+    FB(qkv, N * (cfg->q_lora_rank + hd));
     FB(q, N * H * hd);
-    FB(kv, N * hd);
-    FB(cC, N * 2 * hd);
-    FB(cZ, N * 2 * hd);
-    FB(iC, N * 2 * dI);
-    FB(iZ, N * 2 * dI);
+    FB(cmp, N * (2 * 2 * hd + 4 * dI + nI));
     FB(iq, N * nI * dI);
-    FB(iw, N * nI);
-    FB(o, N * H * hd);
-    FB(u, N * G * ol);
     FB(scores, c->score_floats);
     FB(logits, (size_t)HEAD_ROWS * cfg->vocab_size);
     HB(xn, N * dim);
@@ -401,6 +433,18 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
         CK(cudaMalloc((void **)&c->att_scratch, c->att_scratch_floats * sizeof(float)), "attention scratch");
     CK(cudaMalloc((void **)&c->sel, N * (size_t)(cfg->index_topk > 0 ? cfg->index_topk : 1) * sizeof(int32_t)),
        "step buffers");
+    const size_t V = (size_t)cfg->vocab_size;
+    CK(cudaHostAlloc((void **)&c->hsreq, HEAD_ROWS * sizeof(v4_sample_req), cudaHostAllocDefault), "sampling buffers");
+    CK(cudaHostAlloc((void **)&c->hhist, SAMPLE_HIST_INTS * sizeof(int32_t), cudaHostAllocDefault), "sampling buffers");
+    CK(cudaHostAlloc((void **)&c->htok, HEAD_ROWS * sizeof(int32_t), cudaHostAllocDefault), "sampling buffers");
+    CK(cudaHostAlloc((void **)&c->hlp, HEAD_ROWS * sizeof(float), cudaHostAllocDefault), "sampling buffers");
+    CK(cudaMalloc((void **)&c->dsreq, HEAD_ROWS * sizeof(v4_sample_req)), "sampling buffers");
+    CK(cudaMalloc((void **)&c->dhist, SAMPLE_HIST_INTS * sizeof(int32_t)), "sampling buffers");
+    CK(cudaMalloc((void **)&c->dtok, HEAD_ROWS * sizeof(int32_t)), "sampling buffers");
+    CK(cudaMalloc((void **)&c->dlp, HEAD_ROWS * sizeof(float)), "sampling buffers");
+    CK(cudaMalloc((void **)&c->probs, HEAD_ROWS * V * sizeof(float)), "sampling buffers");
+    CK(cudaMalloc((void **)&c->marks, HEAD_ROWS * ((V + 31) / 32) * sizeof(uint32_t)), "sampling buffers");
+    if (sl_sampler_init(&c->smp, (int)V)) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
     CK(cudaHostAlloc((void **)&c->hlogits, (size_t)HEAD_ROWS * cfg->vocab_size * sizeof(float), cudaHostAllocDefault),
        "pinned logits");
     return 0;
@@ -471,57 +515,66 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
         const cu_layer *L = &c->L[l];
         const int ratio = L->ratio, csa = ratio == 4, coff = csa ? 2 : 1;
         const double *freq = ratio ? c->freq_comp : c->freq_main;
-        LAUNCH(SL_FAM_MHC, v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, cfg->hc_sinkhorn_iters,
-                     cfg->hc_eps, eps, L->attn_norm, 0, c->xn, c->post, c->comb, c->hc_scratch, st), "mHC pre (attention)");
-        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_a, 0, ql, c->xn, dim, n, c->qr, ql, st), "wq_a");
-        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->qr, ql, n, 1, ql, 1, L->q_norm, eps, 0, NULL, 0, c->qr_b, ql, st), "q_norm");
-        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, H * hd, c->qr_b, ql, n, c->q, H * hd, st), "wq_b");
-        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->q, hd, n * H, H, hd, 1, NULL, eps, half, freq, 0, c->q_b, hd, st), "q rms + RoPE");
-        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wkv, 0, hd, c->xn, dim, n, c->kv, hd, st), "wkv");
-        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->kv, hd, n, 1, hd, 1, L->kv_norm, eps, half, freq, 0, c->kv_b, hd, st), "kv_norm + RoPE");
-        if (ratio) {
-            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->c_wkv, 0, coff * hd, c->xn, dim, n, c->cC, coff * hd, st), "compressor wkv");
-            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->c_wgate, 0, coff * hd, c->xn, dim, n, c->cZ, coff * hd, st), "compressor wgate");
-        }
-        int max_keys = W < max_t + 1 ? W : max_t + 1;
-        if (csa) {
-            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->i_wkv, 0, 2 * dI, c->xn, dim, n, c->iC, 2 * dI, st), "indexer compressor wkv");
-            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->i_wgate, 0, 2 * dI, c->xn, dim, n, c->iZ, 2 * dI, st), "indexer compressor wgate");
-            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->iwq_b, 0, nI * dI, c->qr_b, ql, n, c->iq, nI * dI, st), "indexer wq_b");
-            LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->iq, dI, n * nI, nI, dI, 0, NULL, eps, half, freq, 0, c->iq_b, dI, st), "indexer q RoPE");
-            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->iweights, 0, nI, c->xn, dim, n, c->iw, nI, st), "indexer weights_proj");
-            LAUNCH(SL_FAM_COMPRESS, v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, c->iC, c->iZ, L->i_ape, L->i_norm, eps, half,
-                           freq, st), "indexer compressor");
-        }
+        const int nqkv = ql + hd, ncmp = L->n_cmp;
+        const float *cmp_i = c->cmp + 2 * coff * hd;   /* CSA: the indexer's C, Z and weights after the compressor's */
+        LAUNCH(SL_FAM_MHC,
+               v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base,
+                         cfg->hc_sinkhorn_iters, cfg->hc_eps, eps, L->attn_norm, 0, l ? c->f : NULL, c->post, c->comb,
+                         c->xn, c->post, c->comb, c->hc_scratch, st),
+               l ? "mHC post (MoE) + pre (attention)" : "mHC pre (attention)");
+        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wqkv, 0, nqkv, c->xn, dim, n, c->qkv, nqkv, st), "wq_a + wkv");
         if (ratio)
-            LAUNCH(SL_FAM_COMPRESS, v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cC, c->cZ, L->c_ape, L->c_norm, eps, half,
-                           freq, st), "compressor");
+            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wcmp, 0, ncmp, c->xn, dim, n, c->cmp, ncmp, st), "compressor projections");
+        const v4_norm_job qkv_norms[2] = {   /* q_norm; kv_norm + RoPE */
+            {c->qkv, nqkv, n, 1, ql, 1, L->q_norm, 0, NULL, c->qr_b, ql},
+            {c->qkv + ql, nqkv, n, 1, hd, 1, L->kv_norm, half, freq, c->kv_b, hd}};
+        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, qkv_norms, 2, eps, st), "q_norm, kv_norm + RoPE");
+        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, H * hd, c->qr_b, ql, n, c->q, H * hd, st), "wq_b");
+        if (csa)
+            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->iwq_b, 0, nI * dI, c->qr_b, ql, n, c->iq, nI * dI, st), "indexer wq_b");
+        const v4_norm_job q_norms[2] = {   /* per head: q rms + RoPE; the indexer's q: RoPE */
+            {c->q, hd, n * H, H, hd, 1, NULL, half, freq, c->q_b, hd},
+            {c->iq, dI, n * nI, nI, dI, 0, NULL, half, freq, c->iq_b, dI}};
+        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, q_norms, csa ? 2 : 1, eps, st), "q rms + RoPE");
+        int max_keys = W < max_t + 1 ? W : max_t + 1;
+        if (csa)
+            LAUNCH(SL_FAM_COMPRESS,
+                   v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, cmp_i, cmp_i + 2 * dI, ncmp, L->i_ape,
+                               L->i_norm, eps, half, freq, st),
+                   "indexer compressor");
+        if (ratio)
+            LAUNCH(SL_FAM_COMPRESS,
+                   v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cmp, c->cmp + coff * hd, ncmp,
+                               L->c_ape, L->c_norm, eps, half, freq, st),
+                   "compressor");
         if (csa) {
             const int ent = (max_t + 1) / 4;
             const int rows = ent > 0 ? (int)(c->score_floats / (size_t)ent) : n;
             const float wsc = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
             for (int r0 = 0; r0 < n; r0 += rows)
-                LAUNCH(SL_FAM_INDEXER, v4_indexer(&S, &c->ar, L->ipage_off, r0, n - r0 < rows ? n - r0 : rows, c->iq_b, nI, dI, c->iw, wsc,
-                              cfg->index_topk, c->sel, c->scores, ent, st), "indexer");
+                LAUNCH(SL_FAM_INDEXER,
+                       v4_indexer(&S, &c->ar, L->ipage_off, r0, n - r0 < rows ? n - r0 : rows, c->iq_b, nI, dI,
+                                  cmp_i + 4 * dI, ncmp, wsc, cfg->index_topk, c->sel, c->scores, ent, st),
+                       "indexer");
             max_keys += cfg->index_topk < ent ? cfg->index_topk : ent;
         } else if (ratio) {
             max_keys += (max_t + 1) / ratio;
         }
-        LAUNCH(SL_FAM_ATTENTION, v4_attention(&S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b, H, hd,
-                        1.0f / sqrtf((float)hd), L->attn_sink, max_keys, c->att_scratch, c->att_scratch_floats, c->o, st),
+        LAUNCH(SL_FAM_ATTENTION,
+               v4_attention(&S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b, H,
+                            hd, 1.0f / sqrtf((float)hd), L->attn_sink, max_keys, c->att_scratch, c->att_scratch_floats,
+                            half, freq, c->o_b, st),
                "attention");
         LAUNCH(SL_FAM_ATTENTION, v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, hd, st), "ring store");
-        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, c->o, hd, n * H, H, hd, 0, NULL, eps, half, freq, 1, c->o_b, hd, st), "de-rotation");
-        const int gw = H * hd / G;
-        for (int g = 0; g < G; g++)
-            CK(dense_gemm(&L->wo_a, g * ol, ol, c->o_b + (size_t)g * gw, H * hd, n, c->u + (size_t)g * ol, G * ol, st),
+        LAUNCH(SL_FAM_DENSE, dense_gemm_grouped(&L->wo_a, G, c->o_b, H * hd, H * hd / G, n, c->u_b, 1, G * ol, st),
                "wo_a");
-        LAUNCH(SL_FAM_DENSE, v4_to_bf16(c->u, (size_t)n * G * ol, 1.0f, c->u_b, st), "wo_a output cast");
         LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wo_b, 0, dim, c->u_b, G * ol, n, c->f, dim, st), "wo_b");
-        LAUNCH(SL_FAM_MHC, v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (attention)");
         if (c->sublayers && 2 * l + 1 >= c->sublayers) break;
-        LAUNCH(SL_FAM_MHC, v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, cfg->hc_sinkhorn_iters,
-                     cfg->hc_eps, eps, L->ffn_norm, 0, c->xn, c->post, c->comb, c->hc_scratch, st), "mHC pre (MoE)");
+        LAUNCH(SL_FAM_MHC,
+               v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, cfg->hc_sinkhorn_iters,
+                         cfg->hc_eps, eps, L->ffn_norm, 0, c->f, c->post, c->comb, c->xn, c->post, c->comb,
+                         c->hc_scratch, st),
+               "mHC post (attention) + pre (MoE)");
         if (c->moe.fast[l]) {
             /* the fast kernels' tiling depends on the batch; deterministic: each token alone, as in a batch of one */
             const int per = c->deterministic ? 1 : n;
@@ -535,7 +588,6 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
         } else {
             LAUNCH(SL_FAM_MOE, v4_moe_ref(&S, &c->moe.ref[l], c->xn, c->f, st), "MoE (generic)");
         }
-        LAUNCH(SL_FAM_MHC, v4_hc_post(c->X, c->f, c->post, c->comb, n, dim, hc, st), "mHC post (MoE)");
         if (c->sublayers && 2 * l + 2 >= c->sublayers) break;
     }
     return 0;
@@ -545,9 +597,13 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
 static int enqueue_head(cuda_impl *c, const int32_t *d_rows, int m, char *err, size_t errlen)
 {
     const v4_config *cfg = &c->w->cfg;
-    LAUNCH(SL_FAM_HEAD, v4_hc_pre(c->X, m, d_rows, cfg->dim, cfg->hc_mult, c->hc_head_fn, c->hc_head_scale, c->hc_head_base, 0,
-                 cfg->hc_eps, cfg->norm_eps, c->norm, 1, c->y_b, NULL, NULL, c->hc_scratch, c->st), "mHC head");
-    LAUNCH(SL_FAM_HEAD, dense_gemm(&c->head, 0, cfg->vocab_size, c->y_b, cfg->dim, m, c->logits, cfg->vocab_size, c->st), "LM head");
+    LAUNCH(SL_FAM_HEAD,
+           v4_hc_pre(c->X, m, d_rows, cfg->dim, cfg->hc_mult, c->hc_head_fn, c->hc_head_scale, c->hc_head_base, 0,
+                     cfg->hc_eps, cfg->norm_eps, c->norm, 1, c->f, c->post, c->comb, c->y_b, NULL, NULL,
+                     c->hc_scratch, c->st),
+           "mHC post (the last sublayer) + head");
+    LAUNCH(SL_FAM_HEAD,
+           dense_gemm(&c->head, 0, cfg->vocab_size, c->y_b, cfg->dim, m, c->logits, cfg->vocab_size, c->st), "LM head");
     return 0;
 }
 
@@ -557,16 +613,62 @@ static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0,
     const int V = c->w->cfg.vocab_size;
     const int32_t *srow0 = c->hmeta + 3 * c->cap + 2 * ns;   /* ns spans in the layout, the first np real */
     const int32_t *lrows = c->hmeta + c->lrows_at;
-    CK(cudaMemcpyAsync(c->hlogits, c->logits, (size_t)m * V * sizeof(float), cudaMemcpyDeviceToHost, c->st),
-       "logits copy");
-    CK(cudaStreamSynchronize(c->st), "step");
-    for (int q = 0; q < m; q++) {
+    int n_smp = 0, n_hist = 0, n_copy = 0;
+    for (int q = 0; q < m; q++) {   /* sampled rows go to the sampler; the others' logits come back */
         const int row = lrows[r0 + q];
         int k = 0;
         while (k + 1 < np && srow0[k + 1] <= row) k++;
-        const sl_seq_span *sp = pc[k].sp;
-        const int tok = pc[k].a + (row - srow0[k]);
-        memcpy(sp->logits + (size_t)(tok - sp->logits_from) * V, c->hlogits + (size_t)q * V, (size_t)V * sizeof(float));
+        sl_seq_span *sp = pc[k].sp;
+        c->row_piece[q] = k;
+        const sl_sampling *sm = sp->sample;
+        const int pen = sm && sm->repetition_penalty != 1.0f;
+        if (sm && (!pen || (size_t)n_hist + (size_t)sp->n_hist <= SAMPLE_HIST_INTS)) {
+            c->hsreq[n_smp] = (v4_sample_req){q, sm->temperature, sm->top_p, sm->min_p, sm->repetition_penalty,
+                                              sm->top_k, sp->rng, n_hist, pen ? sp->n_hist : 0};
+            if (pen) {
+                memcpy(c->hhist + n_hist, sp->hist, (size_t)sp->n_hist * sizeof(int32_t));
+                n_hist += sp->n_hist;
+            }
+            c->row_sample[q] = n_smp++;
+        } else {   /* logits wanted, or a history too long for the device's copy: sampled on the host */
+            c->row_sample[q] = -1;
+            CK(cudaMemcpyAsync(c->hlogits + (size_t)n_copy * V, c->logits + (size_t)q * V, (size_t)V * sizeof(float),
+                               cudaMemcpyDeviceToHost, c->st), "logits copy");
+            n_copy++;
+        }
+    }
+    if (n_smp) {
+        if (n_hist)
+            CK(cudaMemcpyAsync(c->dhist, c->hhist, (size_t)n_hist * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
+               "sampling upload");
+        CK(cudaMemcpyAsync(c->dsreq, c->hsreq, (size_t)n_smp * sizeof(v4_sample_req), cudaMemcpyHostToDevice, c->st),
+           "sampling upload");
+        CK(v4_sample(c->logits, n_smp, V, c->dsreq, c->dhist, c->probs, c->marks, c->dtok, c->dlp, c->st), "sampling");
+        CK(cudaMemcpyAsync(c->htok, c->dtok, (size_t)n_smp * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st),
+           "sampled tokens copy");
+        CK(cudaMemcpyAsync(c->hlp, c->dlp, (size_t)n_smp * sizeof(float), cudaMemcpyDeviceToHost, c->st),
+           "sampled tokens copy");
+    }
+    CK(cudaStreamSynchronize(c->st), "step");
+    n_copy = 0;
+    for (int q = 0; q < m; q++) {
+        const int k = c->row_piece[q];
+        sl_seq_span *sp = pc[k].sp;
+        if (c->row_sample[q] >= 0) {
+            sp->token = c->htok[c->row_sample[q]];
+            sp->logprob = c->hlp[c->row_sample[q]];
+            continue;
+        }
+        float *dst = sp->logits;
+        if (sp->sample) {   /* sampled on the host: the span's caller has no row for it; do it here */
+            sp->token = sl_sample(&c->smp, sp->sample, c->hlogits + (size_t)n_copy * V, sp->hist, sp->n_hist,
+                                  &(sl_rng){sp->rng}, &sp->logprob);
+            n_copy++;
+            continue;
+        }
+        const int tok = pc[k].a + (lrows[r0 + q] - srow0[k]);
+        memcpy(dst + (size_t)(tok - sp->logits_from) * V, c->hlogits + (size_t)n_copy * V, (size_t)V * sizeof(float));
+        n_copy++;
     }
     return 0;
 }
@@ -796,15 +898,19 @@ static void impl_free(cuda_impl *c)
     gpu_moe_free(&c->moe);
     dense_weight_free(&c->head);
     void *dv[] = {c->embed, c->hc_head_fn, c->hc_head_base, c->hc_head_scale, c->norm, c->freq_main, c->freq_comp,
-                  c->ar.slots, c->ar.pages, c->dmeta, c->X, c->f, c->post, c->comb, c->qr, c->q, c->kv, c->cC, c->cZ,
-                  c->iC, c->iZ, c->iq, c->iw, c->o, c->u, c->scores, c->logits, c->xn, c->qr_b, c->q_b, c->kv_b,
-                  c->iq_b, c->o_b, c->u_b, c->y_b, c->sel, c->att_scratch, c->hc_scratch};
+                  c->ar.slots, c->ar.pages, c->dmeta, c->X, c->f, c->post, c->comb, c->qkv, c->q, c->cmp, c->iq,
+                  c->scores, c->logits, c->xn, c->qr_b, c->q_b, c->kv_b, c->iq_b, c->o_b, c->u_b, c->y_b, c->sel,
+                  c->att_scratch, c->hc_scratch, c->dsreq, c->dhist, c->dtok, c->dlp, c->probs, c->marks};
     for (size_t i = 0; i < sizeof dv / sizeof *dv; i++)
         if (dv[i]) cudaFree(dv[i]);
     if (c->prof_ts) cudaFree(c->prof_ts);
     free(c->prof_hts);
     if (c->hmeta) cudaFreeHost(c->hmeta);
     if (c->hlogits) cudaFreeHost(c->hlogits);
+    void *hv[] = {c->hsreq, c->hhist, c->htok, c->hlp};
+    for (size_t i = 0; i < sizeof hv / sizeof *hv; i++)
+        if (hv[i]) cudaFreeHost(hv[i]);
+    sl_sampler_free(&c->smp);
     if (c->st) cudaStreamDestroy(c->st);
     free(c->slot_free);
     free(c);
@@ -819,7 +925,16 @@ static void cuda_destroy(sl_backend *be)
     free(be);
 }
 
-static const sl_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_destroy};
+static void cuda_memory(sl_backend *be, size_t *used, size_t *total)
+{
+    (void)be;
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
+    *used = tot - fr;
+    *total = tot;
+}
+
+static const sl_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_destroy, 1, cuda_memory};
 
 static int load_globals(cuda_impl *c, char *err, size_t errlen)
 {

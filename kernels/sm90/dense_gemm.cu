@@ -32,6 +32,7 @@
  */
 #include <stdint.h>
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
 #include "dense_gemm.h"
 
 namespace cg = cooperative_groups;
@@ -61,10 +62,12 @@ struct DgArgs {
     const uint8_t *w;
     const float *scale;
     const uint16_t *x;
-    float *y;
+    void *y;                 /* fp32, or bf16 (rounded to nearest) when ybf */
     int k, nc, kps, S, SC;   /* inputs, 128-input chunks, chunks per K slice, slices, blocks per cluster */
     int tile0, tile_end;     /* row tiles of the call: [tile0, tile_end) */
     int n0, nn, ldx, m, ldy;
+    int ybf;
+    int grows, gx;           /* grouped: every grows rows of W read the inputs gx further along x (0: one group) */
 };
 
 __device__ __forceinline__ void dg_cp16(uint8_t *smem, const void *g)
@@ -166,6 +169,9 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
     const uint16_t *xrow[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++) xrow[j] = a.x + (size_t)min(t0 + 8 * j + g, a.m - 1) * a.ldx + 8 * q;
+    if (a.grows)   /* a warp's row tiles lie in one group (grows is a multiple of 16 RT) */
+#pragma unroll
+        for (int j = 0; j < NT; j++) xrow[j] += (size_t)(tile[0] * 16 / a.grows) * a.gx;
     /* group Q (chunk Q / 4, inputs 32 (Q % 4) ..) of the lane's NT token rows */
     auto loadq = [&](uint4 xv[NT], int Q) {
         const int col = (Q >> 2) * 128 + (Q & 3) * 32;
@@ -271,7 +277,11 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int row = (tfirst + i) * 16 + g + 8 * (e >> 1), t = t0 + 8 * j + 2 * q + (e & 1);
-                if (t < a.m && row >= a.n0 && row < a.n0 + a.nn) a.y[(size_t)t * a.ldy + (row - a.n0)] = acc[i][j][e];
+                if (t < a.m && row >= a.n0 && row < a.n0 + a.nn) {
+                    const size_t at = (size_t)t * a.ldy + (row - a.n0);
+                    if (a.ybf) ((__nv_bfloat16 *)a.y)[at] = __float2bfloat16_rn(acc[i][j][e]);
+                    else ((float *)a.y)[at] = acc[i][j][e];
+                }
             }
 }
 
@@ -427,24 +437,22 @@ extern "C" void dense_weight_free(dense_weight *dw)
     dw->bytes = 0;
 }
 
-extern "C" cudaError_t dense_gemm(const dense_weight *W, int n0, int nn, const uint16_t *x, int ldx, int m, float *y,
-                                  int ldy, cudaStream_t st)
+static cudaError_t dg_launch(const dense_weight *W, int n0, int nn, int grows, int gx, const uint16_t *x, int ldx,
+                             int m, void *y, int ybf, int ldy, cudaStream_t st)
 {
-    if (!W || !W->w || (W->fmt == DENSE_FP8_B128 && !W->scale) || n0 < 0 || nn < 0 || m < 0 || n0 + nn > W->n)
-        return cudaErrorInvalidValue;
-    if (m == 0 || nn == 0) return cudaSuccess;
-    if (!x || !y || ldx < W->k || ldy < nn) return cudaErrorInvalidValue;
     cudaError_t e = dg_setup();
     if (e != cudaSuccess) return e;
-    const int xv = ((uintptr_t)x % 16 == 0) && ldx % 8 == 0 && W->k % 128 == 0;
+    const int xv = ((uintptr_t)x % 16 == 0) && ldx % 8 == 0 && W->k % 128 == 0 && gx % 8 == 0;
     int var = m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : m <= 64 || !dg_wide_ok ? 3 : 4;
     if (!xv) var = var == 0 ? DG_VARIANTS : DG_VARIANTS + 1;
     const int rt = var < DG_VARIANTS ? dg_var_rt[var] : 1, nt = var < DG_VARIANTS ? dg_var_nt[var] : var == DG_VARIANTS ? 1 : 8;
+    if (grows % (16 * rt)) return cudaErrorInvalidValue;
     DgArgs a;
     a.w = (const uint8_t *)W->w;
     a.scale = W->scale;
     a.x = x;
     a.y = y;
+    a.ybf = ybf;
     a.k = W->k;
     a.nc = (W->k + 127) / 128;
     a.S = dense_gemm_splits(nn, W->k);
@@ -457,6 +465,8 @@ extern "C" cudaError_t dense_gemm(const dense_weight *W, int n0, int nn, const u
     a.ldx = ldx;
     a.m = m;
     a.ldy = ldy;
+    a.grows = grows;
+    a.gx = gx;
     const int wr = DG_WARPS / (a.S / a.SC);   /* row groups per block */
     const int groups = (a.tile_end - a.tile0 + wr * rt - 1) / (wr * rt);
     cudaLaunchConfig_t cfg = {};
@@ -477,4 +487,31 @@ extern "C" cudaError_t dense_gemm(const dense_weight *W, int n0, int nn, const u
         cfg.numAttrs = 2;
     }
     return cudaLaunchKernelEx(&cfg, dg_kernels[W->fmt][var], a);
+}
+
+extern "C" cudaError_t dense_gemm(const dense_weight *W, int n0, int nn, const uint16_t *x, int ldx, int m, float *y,
+                                  int ldy, cudaStream_t st)
+{
+    if (!W || !W->w || (W->fmt == DENSE_FP8_B128 && !W->scale) || n0 < 0 || nn < 0 || m < 0 || n0 + nn > W->n)
+        return cudaErrorInvalidValue;
+    if (m == 0 || nn == 0) return cudaSuccess;
+    if (!x || !y || ldx < W->k || ldy < nn) return cudaErrorInvalidValue;
+    return dg_launch(W, n0, nn, 0, 0, x, ldx, m, y, 0, ldy, st);
+}
+
+extern "C" cudaError_t dense_gemm_grouped(const dense_weight *W, int groups, const uint16_t *x, int ldx, int gx, int m,
+                                          void *y, int y_bf16, int ldy, cudaStream_t st)
+{
+    if (!W || !W->w || (W->fmt == DENSE_FP8_B128 && !W->scale) || groups < 1 || W->n % groups || m < 0 || gx < 0)
+        return cudaErrorInvalidValue;
+    if (m == 0) return cudaSuccess;
+    if (!x || !y || ldx < (groups - 1) * gx + W->k || ldy < W->n) return cudaErrorInvalidValue;
+    const int rows = W->n / groups;
+    if (rows % 32 == 0) return dg_launch(W, 0, W->n, rows, gx, x, ldx, m, y, y_bf16, ldy, st);
+    for (int g = 0; g < groups; g++) {   /* groups that do not fill whole row tiles: one call each */
+        void *yg = (char *)y + (size_t)g * rows * (y_bf16 ? 2 : 4);
+        cudaError_t e = dg_launch(W, g * rows, rows, 0, 0, x + (size_t)g * gx, ldx, m, yg, y_bf16, ldy, st);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }

@@ -26,7 +26,7 @@ __device__ __forceinline__ int idx_count(const v4_step &s, int i) { return (s.to
 /* dynamic shared memory: q fp32 [nI][dI+1], w [nI], one key row per warp [dI] */
 __global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_arena ar, size_t page_off, int r0,
                                                               const uint16_t *q, int nI, int dI, const float *wI,
-                                                              float w_scale, int topk, float *scores, int ld)
+                                                              int ld_w, float w_scale, int topk, float *scores, int ld)
 {
     extern __shared__ float sm[];
     const int i = r0 + blockIdx.x, N = idx_count(s, i);
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_aren
     float *qf = sm, *wf = sm + (size_t)nI * qs, *kb = wf + nI;
     for (int k = threadIdx.x; k < nI * dI; k += blockDim.x)
         qf[(k / dI) * qs + k % dI] = bf2f(q[(size_t)i * nI * dI + k]);
-    for (int h = threadIdx.x; h < nI; h += blockDim.x) wf[h] = wI[(size_t)i * nI + h] * w_scale;
+    for (int h = threadIdx.x; h < nI; h += blockDim.x) wf[h] = wI[(size_t)i * ld_w + h] * w_scale;
     __syncthreads();
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     float *kw = kb + (size_t)wid * dI;
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_aren
 __device__ __forceinline__ int sw128(int r, int c) { return r * IX_D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
 
 __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_arena ar, size_t page_off, int r0,
-                                                                 const uint16_t *q, int nI, const float *wI,
+                                                                 const uint16_t *q, int nI, const float *wI, int ld_w,
                                                                  float w_scale, int topk, float *scores, int ld)
 {
     __shared__ __align__(16) uint16_t qs[IX_H * IX_D];
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_a
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             const int h = 16 * mt + g + 8 * hf;
-            wh[mt][hf] = h < nI ? wI[(size_t)i * nI + h] * w_scale : 0.0f;
+            wh[mt][hf] = h < nI ? wI[(size_t)i * ld_w + h] * w_scale : 0.0f;
         }
     cp_async_wait<0>();
     __syncthreads();
@@ -221,14 +221,14 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
 }
 
 extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int r0, int nr,
-                                  const uint16_t *q, int nI, int dI, const float *wI, float w_scale, int topk,
-                                  int32_t *sel, float *scores, int max_entries, cudaStream_t st)
+                                  const uint16_t *q, int nI, int dI, const float *wI, int ld_w, float w_scale,
+                                  int topk, int32_t *sel, float *scores, int max_entries, cudaStream_t st)
 {
     if (nr <= 0) return cudaSuccess;
     if (topk <= 0) return cudaErrorInvalidValue;
     if (max_entries > topk && dI == IX_D && nI <= IX_H) {
         dim3 grid(nr, (max_entries + IX_EPB - 1) / IX_EPB);
-        k_index_scores_mma<<<grid, IX_THREADS, 0, st>>>(*s, *a, page_off, r0, q, nI, wI, w_scale, topk, scores,
+        k_index_scores_mma<<<grid, IX_THREADS, 0, st>>>(*s, *a, page_off, r0, q, nI, wI, ld_w, w_scale, topk, scores,
                                                          max_entries);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
@@ -239,7 +239,7 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
             if (e != cudaSuccess) return e;
         }
         dim3 grid(nr, (max_entries + IDX_EPB - 1) / IDX_EPB);
-        k_index_scores<<<grid, IDX_THREADS, smem, st>>>(*s, *a, page_off, r0, q, nI, dI, wI, w_scale, topk, scores,
+        k_index_scores<<<grid, IDX_THREADS, smem, st>>>(*s, *a, page_off, r0, q, nI, dI, wI, ld_w, w_scale, topk, scores,
                                                         max_entries);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
@@ -277,6 +277,23 @@ __device__ __forceinline__ const uint16_t *att_key(const v4_step &s, const v4_ar
     return e >= 0 ? v4_entry_ptr(s, ar, page_off, sp, e, ratio, hd) : nullptr;
 }
 
+/* Output pair (d, d+1) of row i: the attention output de-rotated (RoPE by -pos on the last 2 rope_half dims, as
+ * V4_SPEC 2.4 step 6) and rounded to bf16. */
+__device__ __forceinline__ void att_store_pair(uint16_t *o, int d, float a, float b, long pos, int hd, int rope_half,
+                                               const double *inv_freq)
+{
+    const int r0 = hd - 2 * rope_half;
+    if (rope_half > 0 && d >= r0) {
+        float c, sn;
+        v4_rope_cs(pos, inv_freq[(d - r0) >> 1], &c, &sn);
+        sn = -sn;
+        const float re = a, im = b;
+        a = re * c - im * sn;
+        b = re * sn + im * c;
+    }
+    *(uint32_t *)&o[d] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
+}
+
 /* ---- 64 heads x 512 on the tensor cores (the V4 shape).
  * A block takes one row and one split: FA_SPLIT consecutive keys of its key list. It reads each key once for every
  * head: S = Q K^T (64 x 32 keys a tile, mma.sync bf16 -> fp32), an online softmax per head over the tiles, P rounded
@@ -309,7 +326,7 @@ __device__ __forceinline__ int sw512(int r, int c) { return r * FA_HD + ((((c >>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     k_attention_mma(v4_step s, v4_arena ar, size_t ring_off, int W, size_t page_off, int ratio, const int32_t *sel,
                     int topk, const uint16_t *q, const uint16_t *kv, int H, float scale, const float *sink,
-                    int max_keys, int n_splits, int r0, float *part, float *o)
+                    int max_keys, int n_splits, int r0, float *part, int rope_half, const double *inv_freq, uint16_t *o)
 {
     extern __shared__ __align__(16) uint8_t fa_raw[];
     FaSmem &sm = *reinterpret_cast<FaSmem *>(fa_raw);
@@ -475,20 +492,23 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                 f = m == -INFINITY ? 0.0f : expf(m - M);
                 L = expf(sk - M) + sm.l[h] * f;
             }
-            float *dst = unit ? unit + (size_t)h * FA_HD : o + ((size_t)i * H + h) * FA_HD;
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
                 const int d = 64 * w + 8 * nt + 2 * qd;
-                *(float2 *)&dst[d] = unit ? make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1])
-                                          : make_float2(acc[mt][nt][2 * hf] * f / L, acc[mt][nt][2 * hf + 1] * f / L);
+                if (unit)
+                    *(float2 *)&unit[(size_t)h * FA_HD + d] = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+                else
+                    att_store_pair(o + ((size_t)i * H + h) * FA_HD, d, acc[mt][nt][2 * hf] * f / L,
+                                   acc[mt][nt][2 * hf + 1] * f / L, s.tok_pos[i], FA_HD, rope_half, inv_freq);
             }
         }
 }
 
 /* o[r0 + b][h] from the row's n_splits scratch units, in split order; empty splits (sum 0) skipped.
  * dynamic shared memory: 2 n_splits floats */
-__global__ void __launch_bounds__(128) k_attention_combine(int r0, int n_splits, int H, const float *part,
-                                                           const float *sink, float *o)
+__global__ void __launch_bounds__(128) k_attention_combine(const int32_t *tok_pos, int r0, int n_splits, int H,
+                                                           const float *part, const float *sink, int rope_half,
+                                                           const double *inv_freq, uint16_t *o)
 {
     extern __shared__ float fac[];   /* per split: its factor e^(m - M), or 0 when empty; then L at [n_splits] */
     const int b = blockIdx.x, h = blockIdx.y;
@@ -518,7 +538,8 @@ __global__ void __launch_bounds__(128) k_attention_combine(int r0, int n_splits,
             x += v.x * fac[sp];
             y += v.y * fac[sp];
         }
-        *(float2 *)&o[((size_t)(r0 + b) * H + h) * FA_HD + d] = make_float2(x / L, y / L);
+        att_store_pair(o + ((size_t)(r0 + b) * H + h) * FA_HD, d, x / L, y / L, tok_pos[r0 + b], FA_HD, rope_half,
+                       inv_freq);
     }
 }
 
@@ -534,7 +555,8 @@ extern "C" size_t v4_attention_scratch_floats(int H, int hd, int rows, int max_k
 __global__ void __launch_bounds__(ATT_THREADS) k_attention_generic(v4_step s, v4_arena ar, size_t ring_off, int W,
                                                            size_t page_off, int ratio, const int32_t *sel, int topk,
                                                            const uint16_t *q, const uint16_t *kv, int H, int hd,
-                                                           float scale, const float *sink, int max_keys, float *o)
+                                                           float scale, const float *sink, int max_keys,
+                                                           int rope_half, const double *inv_freq, uint16_t *o)
 {
     extern __shared__ float sm[];
     __shared__ float red[33];
@@ -571,19 +593,23 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention_generic(v4_step s, v4
     }
     z = block_sum(z, red) + expf(sink[h] - mx);
     const float inv = 1.0f / z;
-    float *oh = o + ((size_t)i * H + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
+    uint16_t *oh = o + ((size_t)i * H + h) * hd;
+    for (int d = 2 * threadIdx.x; d < hd; d += 2 * blockDim.x) {   /* hd is even */
+        float a = 0.0f, b = 0.0f;
         for (int kk = 0; kk < nk; kk++)
-            if (kp[kk]) acc += sc[kk] * bf2f(kp[kk][d]);
-        oh[d] = acc * inv;
+            if (kp[kk]) {
+                a += sc[kk] * bf2f(kp[kk][d]);
+                b += sc[kk] * bf2f(kp[kk][d + 1]);
+            }
+        att_store_pair(oh, d, a * inv, b * inv, s.tok_pos[i], hd, rope_half, inv_freq);
     }
 }
 
 extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, int W, size_t page_off,
                                     int ratio, const int32_t *sel, int topk, const uint16_t *q, const uint16_t *kv,
                                     int H, int hd, float scale, const float *sink, int max_keys, float *scratch,
-                                    size_t scratch_floats, float *o, cudaStream_t st)
+                                    size_t scratch_floats, int rope_half, const double *inv_freq, uint16_t *o,
+                                    cudaStream_t st)
 {
     if (s->n <= 0) return cudaSuccess;
     if (hd == FA_HD && H <= FA_H && H >= 1) {
@@ -597,7 +623,8 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
         const int n_splits = (max_keys + FA_SPLIT - 1) / FA_SPLIT;
         if (n_splits <= 1) {
             k_attention_mma<<<s->n, FA_THREADS, sizeof(FaSmem), st>>>(*s, *a, ring_off, W, page_off, ratio, sel, topk, q,
-                                                                       kv, H, scale, sink, max_keys, 1, 0, nullptr, o);
+                                                                       kv, H, scale, sink, max_keys, 1, 0, nullptr,
+                                                                       rope_half, inv_freq, o);
             return cudaGetLastError();
         }
         const size_t rows = scratch_floats / ((size_t)n_splits * FA_UNIT_FLOATS);
@@ -605,9 +632,10 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
         for (int r0 = 0; r0 < s->n; r0 += (int)rows) {
             const int nr = s->n - r0 < (int)rows ? s->n - r0 : (int)rows;
             k_attention_mma<<<nr * n_splits, FA_THREADS, sizeof(FaSmem), st>>>(
-                *s, *a, ring_off, W, page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, n_splits, r0, scratch, o);
-            k_attention_combine<<<dim3(nr, H), 128, (n_splits + 1) * sizeof(float), st>>>(r0, n_splits, H, scratch, sink,
-                                                                                          o);
+                *s, *a, ring_off, W, page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, n_splits, r0, scratch,
+                rope_half, inv_freq, o);
+            k_attention_combine<<<dim3(nr, H), 128, (n_splits + 1) * sizeof(float), st>>>(
+                s->tok_pos, r0, n_splits, H, scratch, sink, rope_half, inv_freq, o);
         }
         return cudaGetLastError();
     }
@@ -618,7 +646,7 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
         if (e != cudaSuccess) return e;
     }
     k_attention_generic<<<dim3(s->n, H), ATT_THREADS, smem, st>>>(*s, *a, ring_off, W, page_off, ratio, sel, topk, q, kv,
-                                                                  H, hd, scale, sink, max_keys, o);
+                                                                  H, hd, scale, sink, max_keys, rope_half, inv_freq, o);
     return cudaGetLastError();
 }
 

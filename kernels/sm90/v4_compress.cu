@@ -48,7 +48,7 @@ __device__ __forceinline__ float acc_pool(const acc3 &p, const acc3 &q)
 }
 
 __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar, size_t state_off, size_t page_off,
-                                                          int ratio, int d, const float *C, const float *Z,
+                                                          int ratio, int d, const float *C, const float *Z, int ld,
                                                           const float *ape, const float *norm_w, float eps,
                                                           int rope_half, const double *inv_freq)
 {
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar
     const int r0 = d - 2 * rope_half;
     for (int k = 0; k < n; k++) {
         const long t = pos0 + k;
-        const float *c = C + (size_t)(row0 + k) * width, *z = Z + (size_t)(row0 + k) * width;
+        const float *c = C + (size_t)(row0 + k) * ld, *z = Z + (size_t)(row0 + k) * ld;
         const float *ap = ape + (size_t)(t % ratio) * width;
 #pragma unroll
         for (int u = 0; u < CMP_DPT; u++) {
@@ -139,12 +139,13 @@ __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar
 }
 
 extern "C" cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, size_t page_off, int ratio,
-                                   int d, const float *C, const float *Z, const float *ape, const float *norm_w,
-                                   float eps, int rope_half, const double *inv_freq, cudaStream_t st)
+                                   int d, const float *C, const float *Z, int ld, const float *ape,
+                                   const float *norm_w, float eps, int rope_half, const double *inv_freq,
+                                   cudaStream_t st)
 {
-    if (d > CMP_DPT * CMP_THREADS || d % 2 || ratio <= 0) return cudaErrorInvalidValue;
+    if (d > CMP_DPT * CMP_THREADS || d % 2 || ratio <= 0 || ld < (ratio == 4 ? 2 : 1) * d) return cudaErrorInvalidValue;
     if (s->n_spans <= 0) return cudaSuccess;
-    k_compress<<<s->n_spans, CMP_THREADS, 0, st>>>(*s, *a, state_off, page_off, ratio, d, C, Z, ape, norm_w, eps,
+    k_compress<<<s->n_spans, CMP_THREADS, 0, st>>>(*s, *a, state_off, page_off, ratio, d, C, Z, ld, ape, norm_w, eps,
                                                    rope_half, inv_freq);
     return cudaGetLastError();
 }

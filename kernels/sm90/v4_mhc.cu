@@ -2,10 +2,11 @@
  * profile's timestamps.
  *
  * The residual stream is hc rows of dim floats per token (fp32). mHC pre is two kernels: the mixes (hc_fn's
- * (2+hc)*hc rows dotted with the flattened streams) split over 512-input chunks, one block per (chunk, token), so
- * hc_fn streams from all SMs even at batch 1; then one block per token adds the chunks, does the tiny per-token math
- * (sigmoid, softmax, Sinkhorn on hc x hc, one lane per entry), the collapse x = sum_j pre_j X_j and the sublayer's
- * RMSNorm, writing the bf16 input of the projections.
+ * (2+hc)*hc rows dotted with the streams) split over chunks of dims, one block per (chunk, token), so hc_fn streams
+ * from all SMs even at batch 1, each block first applying the previous sublayer's mHC post to its elements (no pass
+ * of its own); then one block per token adds the chunks, does the tiny per-token math (sigmoid, softmax, Sinkhorn on
+ * hc x hc, one lane per entry), the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm, writing the bf16 input
+ * of the projections.
  */
 #include <math.h>
 
@@ -35,27 +36,50 @@ extern "C" cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int
 
 __device__ __forceinline__ float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-/* mHC pre, first half: block (chunk kb, row r) dots HCM_CHUNK inputs of the flattened streams with every mix row of
- * fn and sums their squares: part[r][kb][m] (m < n_mix), part[r][kb][n_mix]. Enough blocks to stream hc_fn (1.6 MB
- * on V4-Flash) at the read rate even for one row; the chunks are fixed, so a row's sums do not depend on the batch. */
-#define HCM_CHUNK 512
-#define HCM_THREADS (HCM_CHUNK / 2)
+/* mHC pre, first half: block (chunk kb, row r) takes pp = HCM_THREADS / hc pairs of dims of every stream (thread t:
+ * stream t / pp, pair kb pp + t % pp). With f: the previous sublayer's mHC post first, on those elements (X'[j] =
+ * post_j f + sum_q comb[q][j] X[q], the old values through shared memory), written back. Then it dots them with every
+ * mix row of fn and sums their squares: part[r][kb][m] (m < n_mix), part[r][kb][n_mix]. Enough blocks to stream hc_fn
+ * (1.6 MB on V4-Flash) at the read rate even for one row; the chunks are fixed, so a row's sums do not depend on the
+ * batch. */
+#define HCM_THREADS 256
 #define HC_MIX_MAX ((2 + HC_MAX) * HC_MAX)
 
-__global__ void __launch_bounds__(HCM_THREADS) k_hc_mix(const float *X, const int32_t *rows, int width, int n_mix,
-                                                        const float *fn, int n_chunks, float *part)
+__global__ void __launch_bounds__(HCM_THREADS) k_hc_mix(float *X, const int32_t *rows, int dim, int hc, int n_mix,
+                                                        const float *fn, int n_chunks, const float *f,
+                                                        const float *post, const float *comb, float *part)
 {
     __shared__ float red[HCM_THREADS / 32][HC_MIX_MAX + 1];
+    __shared__ float2 xo[HCM_THREADS];
     const int r = blockIdx.y, i = rows ? rows[r] : r, kb = blockIdx.x;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, k0 = kb * HCM_CHUNK + 2 * threadIdx.x;
-    const bool in = k0 < width;   /* width is even */
-    const float2 x = in ? *(const float2 *)(X + (size_t)i * width + k0) : make_float2(0.0f, 0.0f);
+    const int pp = HCM_THREADS / hc, j = threadIdx.x / pp, d = 2 * (kb * pp + threadIdx.x % pp);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, width = hc * dim;
+    const bool in = j < hc && d < dim;   /* dim is even */
+    float *xp = X + (size_t)i * width + (size_t)j * dim + d;
+    float2 x = in ? *(const float2 *)xp : make_float2(0.0f, 0.0f);
+    if (f) {
+        xo[threadIdx.x] = x;
+        __syncthreads();
+        if (in) {
+            const float *po = post + (size_t)i * hc, *C = comb + (size_t)i * hc * hc;
+            const float2 fv = *(const float2 *)(f + (size_t)i * dim + d);
+            float2 v = make_float2(po[j] * fv.x, po[j] * fv.y);
+            for (int q = 0; q < hc; q++) {
+                const float2 o = xo[q * pp + threadIdx.x % pp];
+                v.x += C[q * hc + j] * o.x;
+                v.y += C[q * hc + j] * o.y;
+            }
+            x = v;
+            *(float2 *)xp = v;
+        }
+    }
     const float ss = warp_sum(x.x * x.x + x.y * x.y);
     if (lane == 0) red[wid][n_mix] = ss;
+    const size_t k0 = (size_t)j * dim + d;
 #pragma unroll 8
     for (int m = 0; m < n_mix; m++) {
-        const float2 f = in ? __ldg((const float2 *)(fn + (size_t)m * width + k0)) : make_float2(0.0f, 0.0f);
-        const float a = warp_sum(f.x * x.x + f.y * x.y);
+        const float2 w = in ? __ldg((const float2 *)(fn + (size_t)m * width + k0)) : make_float2(0.0f, 0.0f);
+        const float a = warp_sum(w.x * x.x + w.y * x.y);
         if (lane == 0) red[wid][m] = a;
     }
     __syncthreads();
@@ -147,108 +171,93 @@ __global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const
     for (int d = threadIdx.x; d < dim; d += blockDim.x) o[d] = f2bf(xs[d] * rx * norm_w[d]);
 }
 
+static int hc_chunks(int dim, int hc) { return (dim + 2 * (HCM_THREADS / hc) - 1) / (2 * (HCM_THREADS / hc)); }
+
 extern "C" size_t v4_hc_pre_scratch_floats(int nr, int dim, int hc)
 {
-    const int n_chunks = (hc * dim + HCM_CHUNK - 1) / HCM_CHUNK;
-    return (size_t)nr * n_chunks * ((2 + hc) * hc + 1);
+    return hc < 1 || hc > HC_MAX ? 0 : (size_t)nr * hc_chunks(dim, hc) * ((2 + hc) * hc + 1);
 }
 
-extern "C" cudaError_t v4_hc_pre(const float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn,
+extern "C" cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn,
                                  const float *scale, const float *base, int sinkhorn_iters, float hc_eps,
-                                 float norm_eps, const float *norm_w, int head, uint16_t *xn, float *post,
+                                 float norm_eps, const float *norm_w, int head, const float *pend_f,
+                                 const float *pend_post, const float *pend_comb, uint16_t *xn, float *post,
                                  float *comb, float *scratch, cudaStream_t st)
 {
-    if (hc < 1 || hc > HC_MAX || dim % 2) return cudaErrorInvalidValue;
+    if (hc < 1 || hc > HC_MAX || dim % 2 || (pend_f && (!pend_post || !pend_comb))) return cudaErrorInvalidValue;
     if (nr <= 0) return cudaSuccess;
     const size_t smem = (size_t)dim * sizeof(float);
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k_hc_finish, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    const int width = hc * dim, n_chunks = (width + HCM_CHUNK - 1) / HCM_CHUNK, n_mix = head ? hc : (2 + hc) * hc;
-    k_hc_mix<<<dim3(n_chunks, nr), HCM_THREADS, 0, st>>>(X, rows, width, n_mix, fn, n_chunks, scratch);
+    const int n_chunks = hc_chunks(dim, hc), n_mix = head ? hc : (2 + hc) * hc;
+    k_hc_mix<<<dim3(n_chunks, nr), HCM_THREADS, 0, st>>>(X, rows, dim, hc, n_mix, fn, n_chunks, pend_f, pend_post,
+                                                         pend_comb, scratch);
     k_hc_finish<<<nr, MHC_THREADS, smem, st>>>(X, rows, dim, hc, n_chunks, scratch, scale, base, sinkhorn_iters, hc_eps,
                                                norm_eps, norm_w, head, xn, post, comb);
     return cudaGetLastError();
 }
 
-__global__ void k_hc_post(float *X, const float *f, const float *post, const float *comb, int dim, int hc)
-{
-    const int i = blockIdx.y, d = blockIdx.x * blockDim.x + threadIdx.x;
-    if (d >= dim) return;
-    float *Xi = X + (size_t)i * hc * dim;
-    const float *po = post + (size_t)i * hc, *C = comb + (size_t)i * hc * hc;
-    float old[HC_MAX];   /* unrolled with constant indices: stays in registers */
-#pragma unroll
-    for (int j = 0; j < HC_MAX; j++) old[j] = j < hc ? Xi[(size_t)j * dim + d] : 0.0f;
-    const float fv = f[(size_t)i * dim + d];
-#pragma unroll
-    for (int k = 0; k < HC_MAX; k++) {
-        if (k >= hc) break;
-        float v = po[k] * fv;
-#pragma unroll
-        for (int j = 0; j < HC_MAX; j++)
-            if (j < hc) v += C[j * hc + k] * old[j];
-        Xi[(size_t)k * dim + d] = v;
-    }
-}
+/* one block per row of all the jobs (job j's rows after job j-1's); each thread takes pairs (2p, 2p+1) */
+struct NormJobs {
+    v4_norm_job j[V4_NORM_JOBS];
+    int n, row_end[V4_NORM_JOBS];
+};
 
-extern "C" cudaError_t v4_hc_post(float *X, const float *f, const float *post, const float *comb, int n, int dim,
-                                  int hc, cudaStream_t st)
-{
-    if (hc < 1 || hc > HC_MAX) return cudaErrorInvalidValue;
-    if (n <= 0) return cudaSuccess;
-    k_hc_post<<<dim3((dim + 255) / 256, n), 256, 0, st>>>(X, f, post, comb, dim, hc);
-    return cudaGetLastError();
-}
-
-/* one block per row; each thread takes pairs (2p, 2p+1) */
-__global__ void k_norm_rope(const int32_t *tok_pos, const float *in, int ld_in, int rows_per_tok, int d, int norm,
-                            const float *w, float eps, int rope_half, const double *inv_freq, int inverse,
-                            uint16_t *out, int ld_out)
+__global__ void __launch_bounds__(256) k_norm_rope(const int32_t *tok_pos, NormJobs J, float eps)
 {
     __shared__ float red[33];
-    const int r = blockIdx.x;
-    const float *x = in + (size_t)r * ld_in;
+    int k = 0;
+    while (blockIdx.x >= (unsigned)J.row_end[k]) k++;
+    const v4_norm_job &jb = J.j[k];
+    const int r = blockIdx.x - (k ? J.row_end[k - 1] : 0), d = jb.d;
+    const float *x = jb.in + (size_t)r * jb.ld_in;
     float rs = 1.0f;
-    if (norm) {
+    if (jb.norm) {
         float ss = 0.0f;
-        for (int k = threadIdx.x; k < d; k += blockDim.x) ss += x[k] * x[k];
+        for (int c = threadIdx.x; c < d; c += blockDim.x) ss += x[c] * x[c];
         ss = block_sum(ss, red);
         rs = rsqrtf(ss / (float)d + eps);
     }
-    const long pos = rope_half > 0 ? tok_pos[r / rows_per_tok] : 0;
-    const int r0 = d - 2 * rope_half;
-    uint16_t *o = out + (size_t)r * ld_out;
+    const long pos = jb.rope_half > 0 ? tok_pos[r / jb.rows_per_tok] : 0;
+    const int r0 = d - 2 * jb.rope_half;
+    uint16_t *o = jb.out + (size_t)r * jb.ld_out;
     for (int p = threadIdx.x; 2 * p < d; p += blockDim.x) {
-        const int k = 2 * p;
-        float a = x[k] * rs, b = k + 1 < d ? x[k + 1] * rs : 0.0f;
-        if (norm && w) {
-            a *= w[k];
-            if (k + 1 < d) b *= w[k + 1];
+        const int c = 2 * p;
+        float a = x[c] * rs, b = x[c + 1] * rs;   /* d is even */
+        if (jb.norm && jb.w) {
+            a *= jb.w[c];
+            b *= jb.w[c + 1];
         }
-        if (rope_half > 0 && k >= r0 && k + 1 < d) {
-            float c, sn;
-            v4_rope_cs(pos, inv_freq[(k - r0) >> 1], &c, &sn);
-            if (inverse) sn = -sn;
+        if (jb.rope_half > 0 && c >= r0) {
+            float cs, sn;
+            v4_rope_cs(pos, jb.inv_freq[(c - r0) >> 1], &cs, &sn);
             const float re = a, im = b;
-            a = re * c - im * sn;
-            b = re * sn + im * c;
+            a = re * cs - im * sn;
+            b = re * sn + im * cs;
         }
-        o[k] = f2bf(a);
-        if (k + 1 < d) o[k + 1] = f2bf(b);
+        o[c] = f2bf(a);
+        o[c + 1] = f2bf(b);
     }
 }
 
-extern "C" cudaError_t v4_norm_rope(const v4_step *s, const float *in, int ld_in, int rows, int rows_per_tok, int d,
-                                    int norm, const float *w, float eps, int rope_half, const double *inv_freq,
-                                    int inverse, uint16_t *out, int ld_out, cudaStream_t st)
+extern "C" cudaError_t v4_norm_rope(const v4_step *s, const v4_norm_job *jobs, int n_jobs, float eps, cudaStream_t st)
 {
+    if (n_jobs < 1 || n_jobs > V4_NORM_JOBS) return cudaErrorInvalidValue;
+    NormJobs J;
+    int rows = 0;
+    J.n = n_jobs;
+    for (int k = 0; k < n_jobs; k++) {
+        const v4_norm_job *jb = &jobs[k];
+        if (jb->d % 2 || (jb->rope_half > 0 && 2 * jb->rope_half > jb->d) || jb->rows < 0) return cudaErrorInvalidValue;
+        J.j[k] = *jb;
+        if (J.j[k].rows_per_tok < 1) J.j[k].rows_per_tok = 1;
+        rows += jb->rows;
+        J.row_end[k] = rows;
+    }
     if (rows <= 0) return cudaSuccess;
-    if (rope_half > 0 && (d % 2 || 2 * rope_half > d)) return cudaErrorInvalidValue;
-    const int threads = d >= 512 ? 256 : 128;
-    k_norm_rope<<<rows, threads, 0, st>>>(s->tok_pos, in, ld_in, rows_per_tok > 0 ? rows_per_tok : 1, d, norm, w,
-                                          eps, rope_half, inv_freq, inverse, out, ld_out);
+    k_norm_rope<<<rows, 256, 0, st>>>(s->tok_pos, J, eps);
     return cudaGetLastError();
 }
 

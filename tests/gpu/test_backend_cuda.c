@@ -48,7 +48,7 @@ static int run(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int chun
     const int c = chunk > 0 ? chunk : p->rows;
     for (int t = 0; t < p->rows; t += c) {
         const int n = t + c <= p->rows ? c : p->rows - t;
-        sl_seq_span sp = {p->seq + t, n, &st, 0, out + (size_t)t * V};
+        sl_seq_span sp = {.tokens = p->seq + t, .n = n, .st = &st, .logits_from = 0, .logits = out + (size_t)t * V};
         if (be->ops->forward(be, &sp, 1, err, sizeof err)) {
             FAIL("%s forward: %s", be->ops->name, err);
             v4_seq_free(pool, &st);
@@ -95,7 +95,7 @@ static int greedy(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int V
     float *row = malloc((size_t)V * sizeof(float));
     int rc = -1;
     if (!row || v4_seq_init(pool, &st) || v4_seq_reserve(pool, &st, p->n_prompt + GEN)) { FAIL("state alloc"); goto out; }
-    sl_seq_span sp = {p->seq, p->n_prompt, &st, p->n_prompt - 1, row};
+    sl_seq_span sp = {.tokens = p->seq, .n = p->n_prompt, .st = &st, .logits_from = p->n_prompt - 1, .logits = row};
     float *lg = gaps ? malloc((size_t)p->n_prompt * sizeof(float)) : NULL;
     for (int g = 0; g < GEN; g++) {
         if (gaps) sl_backend_cpu_log_decisions(be, lg, sp.n);
@@ -107,7 +107,7 @@ static int greedy(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int V
         }
         if (bad) { FAIL("%s greedy: %s", be->ops->name, err); free(lg); goto out; }
         out[g] = logits_argmax(row, V, margin ? &margin[g] : NULL);
-        sp = (sl_seq_span){&out[g], 1, &st, 0, row};
+        sp = (sl_seq_span){.tokens = &out[g], .n = 1, .st = &st, .logits_from = 0, .logits = row};
     }
     free(lg);
     rc = 0;

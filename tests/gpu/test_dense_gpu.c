@@ -124,7 +124,8 @@ static void weight_free(weight *w)
  * nsample > 0: check that many random output rows (else all) */
 static const uint32_t POISON = 0xFFFFFFFFu;
 
-static void run_check(const char *name, weight *w, int n0, int nn, int m, int ldx, int xoff, int ldy, int nsample)
+static void run_check(const char *name, weight *w, int n0, int nn, int m, int ldx, int xoff, int ldy, int nsample,
+                      int groups)
 {
     const size_t xn = (size_t)m * ldx + xoff, yn = (size_t)m * ldy + 16;
     uint16_t *hx = malloc(xn * 2);
@@ -136,11 +137,24 @@ static void run_check(const char *name, weight *w, int n0, int nn, int m, int ld
     CU(cudaMalloc((void **)&dy, yn * 4));
     CU(cudaMemcpy(dx, hx, xn * 2, cudaMemcpyHostToDevice));
     CU(cudaMemset(dy, 0xFF, yn * 4));
-    cudaError_t e = dense_gemm(&w->dw, n0, nn, dx + xoff, ldx, m, dy, ldy, 0);
+    cudaError_t e = groups ? dense_gemm_grouped(&w->dw, groups, dx + xoff, ldx, w->k, m, dy, 0, ldy, 0)
+                           : dense_gemm(&w->dw, n0, nn, dx + xoff, ldx, m, dy, ldy, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     CHECK(e == cudaSuccess, "%s: dense_gemm: %s", name, cudaGetErrorString(e));
     if (e != cudaSuccess) exit(1);
     CU(cudaMemcpy(hy, dy, yn * 4, cudaMemcpyDeviceToHost));
+    if (groups) {   /* the bf16 output form: each element the fp32 result rounded to nearest */
+        uint16_t *db, *hb = malloc((size_t)m * ldy * 2);
+        CU(cudaMalloc((void **)&db, (size_t)m * ldy * 2));
+        CU(dense_gemm_grouped(&w->dw, groups, dx + xoff, ldx, w->k, m, db, 1, ldy, 0));
+        CU(cudaMemcpy(hb, db, (size_t)m * ldy * 2, cudaMemcpyDeviceToHost));
+        size_t diff = 0;
+        for (int i = 0; i < m; i++)
+            for (int c = 0; c < nn; c++) diff += hb[(size_t)i * ldy + c] != f2bf(hy[(size_t)i * ldy + c]);
+        CHECK(!diff, "%s grouped m %d: %zu bf16 outputs are not the fp32 ones rounded", name, m, diff);
+        free(hb);
+        CU(cudaFree(db));
+    }
     /* written exactly in range */
     size_t unwritten = 0, stray = 0;
     for (int i = 0; i < m; i++)
@@ -168,7 +182,7 @@ static void run_check(const char *name, weight *w, int n0, int nn, int m, int ld
         const int j = n0 + cols[s];
         for (int c = 0; c < w->k; c++) wrow[c] = wval(w, j, c);
         for (int i = 0; i < m; i++) {
-            const uint16_t *xr = hx + xoff + (size_t)i * ldx;
+            const uint16_t *xr = hx + xoff + (size_t)i * ldx + (groups ? (size_t)(j / (w->n / groups)) * w->k : 0);
             double ref = 0, mag = 0;
             for (int c = 0; c < w->k; c++) {
                 const double p = bf2f(xr[c]) * wrow[c];
@@ -296,9 +310,10 @@ static void test_v4(void)
             if (sh->groups > 1) {
                 /* the grouped call: rows g*rows.., x = o + g*k with o [m][groups*k]; groups 0 and last checked */
                 for (int g = 0; g < sh->groups; g += sh->groups - 1)
-                    run_check(sh->name, &w, g * rows, rows, m, sh->groups * sh->k, g * sh->k, rows, 48);
+                    run_check(sh->name, &w, g * rows, rows, m, sh->groups * sh->k, g * sh->k, rows, 48, 0);
+                run_check(sh->name, &w, 0, sh->n, m, sh->groups * sh->k, 0, sh->n, 96, sh->groups);   /* one launch */
             } else {
-                run_check(sh->name, &w, 0, sh->n, m, sh->k, 0, sh->n, 48);
+                run_check(sh->name, &w, 0, sh->n, m, sh->k, 0, sh->n, 48, 0);
             }
         }
         if (sh->groups > 1)
@@ -323,10 +338,10 @@ static void test_odd(void)
                 weight_make(&w, fmt, n, k, 1);
                 for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
                     const int m = ms[t];
-                    run_check("odd", &w, 0, n, m, k, 0, n, 0);
+                    run_check("odd", &w, 0, n, m, k, 0, n, 0, 0);
                     const int n0 = irand(0, n - 1), nn = irand(1, n - n0);
                     run_check("odd sub-range", &w, n0, nn, m, k + irand(1, 9), irand(0, 1) ? 0 : irand(1, 7),
-                              nn + irand(0, 5), 0);
+                              nn + irand(0, 5), 0, 0);
                 }
                 weight_free(&w);
             }
@@ -338,9 +353,9 @@ static void test_odd(void)
             weight w;
             weight_make(&w, fmt, big[i][0], big[i][1], big[i][2]);
             for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
-                run_check("big odd", &w, 0, w.n, ms[t], w.k, 0, w.n, 40);
+                run_check("big odd", &w, 0, w.n, ms[t], w.k, 0, w.n, 40, 0);
                 const int n0 = irand(0, w.n - 1), nn = irand(1, w.n - n0);
-                run_check("big odd sub-range", &w, n0, nn, ms[t], w.k + 8 * irand(0, 2), 8 * irand(0, 1), nn, 40);
+                run_check("big odd sub-range", &w, n0, nn, ms[t], w.k + 8 * irand(0, 2), 8 * irand(0, 1), nn, 40, 0);
             }
             run_invariance("big odd", &w, 0, w.n, w.k, 0);
             run_invariance("big odd, element loads", &w, 3, w.n - 3, w.k + 1, 1);

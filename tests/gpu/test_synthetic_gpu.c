@@ -45,7 +45,8 @@ static int prefill(sl_backend *be, v4_state_pool *pool, v4_seq_state *st, const 
     for (int t = 0; t < CTX; t += CHUNK) {
         const int n = t + CHUNK <= CTX ? CHUNK : CTX - t;
         const int from = t + n > CTX - TAIL ? (CTX - TAIL > t ? CTX - TAIL - t : 0) : n;
-        sl_seq_span sp = {tok + t, n, st, from, out + (size_t)(t + from - (CTX - TAIL)) * V};
+        sl_seq_span sp = {.tokens = tok + t, .n = n, .st = st, .logits_from = from,
+                          .logits = out + (size_t)(t + from - (CTX - TAIL)) * V};
         if (be->ops->forward(be, &sp, 1, err, sizeof err)) { FAIL("%s prefill: %s", be->ops->name, err); return -1; }
     }
     return 0;
@@ -103,7 +104,8 @@ int main(void)
     for (int d = 0; d < DECODE; d++) {
         float m;
         tok[CTX + d] = logits_argmax(last, V, &m);
-        sl_seq_span a = {&tok[CTX + d], 1, &sc, 0, lc}, b = {&tok[CTX + d], 1, &sg, 0, lg};
+        sl_seq_span a = {.tokens = &tok[CTX + d], .n = 1, .st = &sc, .logits = lc};
+        sl_seq_span b = {.tokens = &tok[CTX + d], .n = 1, .st = &sg, .logits = lg};
         if (cpu->ops->forward(cpu, &a, 1, err, sizeof err) || gpu->ops->forward(gpu, &b, 1, err, sizeof err)) {
             FAIL("decode: %s", err);
             break;

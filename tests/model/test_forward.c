@@ -22,7 +22,7 @@ static int run_prompt(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, i
     int c = chunk > 0 ? chunk : p->rows;
     for (int t = 0; t < p->rows; t += c) {
         int n = t + c <= p->rows ? c : p->rows - t;
-        sl_seq_span sp = {p->seq + t, n, &st, 0, out + (size_t)t * V};
+        sl_seq_span sp = {.tokens = p->seq + t, .n = n, .st = &st, .logits_from = 0, .logits = out + (size_t)t * V};
         if (be->ops->forward(be, &sp, 1, err, sizeof err)) { fprintf(stderr, "forward: %s\n", err); v4_seq_free(pool, &st); return -1; }
     }
     v4_seq_free(pool, &st);
@@ -70,7 +70,7 @@ static void batch_check(sl_backend *be, v4_state_pool *pool, const fx_fixture *f
             if (left <= 0) continue;
             int c = ((k + step) % 4) * 2 + 1;
             if (c > left) c = left;
-            sp[ns++] = (sl_seq_span){f->p[k].seq + fed[k], c, &st[k], 0, got[k] + (size_t)fed[k] * V};
+            sp[ns++] = (sl_seq_span){.tokens = f->p[k].seq + fed[k], .n = c, .st = &st[k], .logits_from = 0, .logits = got[k] + (size_t)fed[k] * V};
             fed[k] += c;
         }
         if (!ns) break;
