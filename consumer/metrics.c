@@ -70,6 +70,8 @@ static const metric_row METRICS[] = {
     {"sluice_engine_batch_size", "gauge", "Sequences in the engine's last step (0 when idle).", E(batch, V_INT)},
     {"sluice_engine_state_used_bytes", "gauge", "Per-sequence state memory in use.", E(e.state_bytes_used, V_SIZE)},
     {"sluice_engine_state_budget_bytes", "gauge", "Per-sequence state memory budget (engine.state_mb).", E(e.state_bytes_budget, V_SIZE)},
+    {"sluice_gpu_memory_used_bytes", "gauge", "GPU memory in use on the engine's device (0 without one).", E(e.device_bytes_used, V_SIZE)},
+    {"sluice_gpu_memory_total_bytes", "gauge", "GPU memory of the engine's device (0 without one).", E(e.device_bytes_total, V_SIZE)},
     {"sluice_engine_preemptions_total", "counter", "Requests whose state was freed to be recomputed later.", E(e.preemptions, V_U64)},
     {"sluice_engine_steps_total", "counter", "Engine steps that ran at least one sequence.", E(steps, V_U64)},
     {"sluice_engine_busy_seconds_total", "counter", "Time the engine thread spent in steps.", E(busy_s, V_DBL)},
