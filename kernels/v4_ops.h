@@ -5,7 +5,7 @@
  * Families (one file each in kernels/sm90/):
  *   v4_mhc.cu        embedding, mHC pre (the previous sublayer's mHC post, split mixes, Sinkhorn, the collapse)
  *                    fused with the sublayer's RMSNorm, the head's mHC collapse, RMSNorm + RoPE on rows,
- *                    fp32->bf16, the profile's timestamps
+ *                    the profile's timestamps
  *   v4_compress.cu   the CSA/HCA compressors with an online per-dim softmax (O(d) state per window)
  *   v4_attention.cu  the lightning indexer's scores, top-k selection, sparse attention with sinks
  *                    over window + compressed entries, the sliding-window ring store
@@ -91,8 +91,6 @@ typedef struct {
 #define V4_NORM_JOBS 4
 /* Up to V4_NORM_JOBS jobs in one launch (eps shared). */
 cudaError_t v4_norm_rope(const v4_step *s, const v4_norm_job *jobs, int n_jobs, float eps, cudaStream_t st);
-/* out[i] = bf16(in[i] * scale), count elements. */
-cudaError_t v4_to_bf16(const float *in, size_t count, float scale, uint16_t *out, cudaStream_t st);
 /* *dst = the GPU's nanosecond clock (%globaltimer) when the stream runs this one-thread launch (step profiles). */
 cudaError_t v4_stamp(uint64_t *dst, cudaStream_t st);
 

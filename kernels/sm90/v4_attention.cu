@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_aren
                                                               const uint16_t *q, int nI, int dI, const float *wI,
                                                               int ld_w, float w_scale, int topk, float *scores, int ld)
 {
+    pdl_enter();
     extern __shared__ float sm[];
     const int i = r0 + blockIdx.x, N = idx_count(s, i);
     const int e0 = blockIdx.y * IDX_EPB;
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_a
                                                                  const uint16_t *q, int nI, const float *wI, int ld_w,
                                                                  float w_scale, int topk, float *scores, int ld)
 {
+    pdl_enter();
     __shared__ __align__(16) uint16_t qs[IX_H * IX_D];
     __shared__ __align__(16) uint16_t ks[IX_EPB * IX_D];
     const int i = r0 + blockIdx.x, N = idx_count(s, i), e0 = blockIdx.y * IX_EPB;
@@ -155,6 +157,7 @@ __device__ __forceinline__ unsigned score_key(float v)
 __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int topk, const float *scores, int ld,
                                                        int32_t *sel)
 {
+    pdl_enter();
     __shared__ unsigned hist[256];
     __shared__ unsigned prefix, mask;
     __shared__ int rem, n_gt, eq_base;
@@ -228,9 +231,8 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
     if (topk <= 0) return cudaErrorInvalidValue;
     if (max_entries > topk && dI == IX_D && nI <= IX_H) {
         dim3 grid(nr, (max_entries + IX_EPB - 1) / IX_EPB);
-        k_index_scores_mma<<<grid, IX_THREADS, 0, st>>>(*s, *a, page_off, r0, q, nI, wI, ld_w, w_scale, topk, scores,
-                                                         max_entries);
-        cudaError_t e = cudaGetLastError();
+        cudaError_t e = v4_launch(k_index_scores_mma, grid, dim3(IX_THREADS), 0, st, *s, *a, page_off, r0, q, nI, wI,
+                                  ld_w, w_scale, topk, scores, max_entries);
         if (e != cudaSuccess) return e;
     } else if (max_entries > topk) {
         const size_t smem = ((size_t)nI * (dI + 1) + nI + (size_t)(IDX_THREADS / 32) * dI) * sizeof(float);
@@ -239,13 +241,11 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
             if (e != cudaSuccess) return e;
         }
         dim3 grid(nr, (max_entries + IDX_EPB - 1) / IDX_EPB);
-        k_index_scores<<<grid, IDX_THREADS, smem, st>>>(*s, *a, page_off, r0, q, nI, dI, wI, ld_w, w_scale, topk, scores,
-                                                        max_entries);
-        cudaError_t e = cudaGetLastError();
+        cudaError_t e = v4_launch(k_index_scores, grid, dim3(IDX_THREADS), smem, st, *s, *a, page_off, r0, q, nI, dI, wI,
+                                  ld_w, w_scale, topk, scores, max_entries);
         if (e != cudaSuccess) return e;
     }
-    k_topk<<<nr, TOPK_THREADS, 0, st>>>(*s, r0, topk, scores, max_entries, sel);
-    return cudaGetLastError();
+    return v4_launch(k_topk, dim3(nr), dim3(TOPK_THREADS), 0, st, *s, r0, topk, (const float *)scores, max_entries, sel);
 }
 
 /* The key set of row i: n_win window positions from pw0, then the compressed entries; nk keys in all. */
@@ -328,6 +328,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                     int topk, const uint16_t *q, const uint16_t *kv, int H, float scale, const float *sink,
                     int max_keys, int n_splits, int r0, float *part, int rope_half, const double *inv_freq, uint16_t *o)
 {
+    pdl_enter();
     extern __shared__ __align__(16) uint8_t fa_raw[];
     FaSmem &sm = *reinterpret_cast<FaSmem *>(fa_raw);
     const int i = r0 + blockIdx.x / n_splits, split = blockIdx.x % n_splits;
@@ -510,6 +511,7 @@ __global__ void __launch_bounds__(128) k_attention_combine(const int32_t *tok_po
                                                            const float *part, const float *sink, int rope_half,
                                                            const double *inv_freq, uint16_t *o)
 {
+    pdl_enter();
     extern __shared__ float fac[];   /* per split: its factor e^(m - M), or 0 when empty; then L at [n_splits] */
     const int b = blockIdx.x, h = blockIdx.y;
     const float *u = part + (size_t)b * n_splits * FA_UNIT_FLOATS;
@@ -558,6 +560,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention_generic(v4_step s, v4
                                                            float scale, const float *sink, int max_keys,
                                                            int rope_half, const double *inv_freq, uint16_t *o)
 {
+    pdl_enter();
     extern __shared__ float sm[];
     __shared__ float red[33];
     const int i = blockIdx.x, h = blockIdx.y;
@@ -622,22 +625,23 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
         }
         const int n_splits = (max_keys + FA_SPLIT - 1) / FA_SPLIT;
         if (n_splits <= 1) {
-            k_attention_mma<<<s->n, FA_THREADS, sizeof(FaSmem), st>>>(*s, *a, ring_off, W, page_off, ratio, sel, topk, q,
-                                                                       kv, H, scale, sink, max_keys, 1, 0, nullptr,
-                                                                       rope_half, inv_freq, o);
-            return cudaGetLastError();
+            return v4_launch(k_attention_mma, dim3(s->n), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a, ring_off, W,
+                             page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, 1, 0, (float *)nullptr,
+                             rope_half, inv_freq, o);
         }
         const size_t rows = scratch_floats / ((size_t)n_splits * FA_UNIT_FLOATS);
         if (rows < 1) return cudaErrorInvalidValue;
         for (int r0 = 0; r0 < s->n; r0 += (int)rows) {
             const int nr = s->n - r0 < (int)rows ? s->n - r0 : (int)rows;
-            k_attention_mma<<<nr * n_splits, FA_THREADS, sizeof(FaSmem), st>>>(
-                *s, *a, ring_off, W, page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, n_splits, r0, scratch,
-                rope_half, inv_freq, o);
-            k_attention_combine<<<dim3(nr, H), 128, (n_splits + 1) * sizeof(float), st>>>(
-                s->tok_pos, r0, n_splits, H, scratch, sink, rope_half, inv_freq, o);
+            cudaError_t e = v4_launch(k_attention_mma, dim3(nr * n_splits), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a,
+                                      ring_off, W, page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys,
+                                      n_splits, r0, scratch, rope_half, inv_freq, o);
+            if (e == cudaSuccess)
+                e = v4_launch(k_attention_combine, dim3(nr, H), dim3(128), (n_splits + 1) * sizeof(float), st,
+                              s->tok_pos, r0, n_splits, H, (const float *)scratch, sink, rope_half, inv_freq, o);
+            if (e != cudaSuccess) return e;
         }
-        return cudaGetLastError();
+        return cudaSuccess;
     }
     const size_t smem = (size_t)hd * sizeof(float) + (size_t)((max_keys + 1) & ~1) * sizeof(float) +
                         (size_t)max_keys * sizeof(void *);
@@ -645,13 +649,13 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
         cudaError_t e = cudaFuncSetAttribute(k_attention_generic, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    k_attention_generic<<<dim3(s->n, H), ATT_THREADS, smem, st>>>(*s, *a, ring_off, W, page_off, ratio, sel, topk, q, kv,
-                                                                  H, hd, scale, sink, max_keys, rope_half, inv_freq, o);
-    return cudaGetLastError();
+    return v4_launch(k_attention_generic, dim3(s->n, H), dim3(ATT_THREADS), smem, st, *s, *a, ring_off, W, page_off, ratio,
+                     sel, topk, q, kv, H, hd, scale, sink, max_keys, rope_half, inv_freq, o);
 }
 
 __global__ void k_ring_store(v4_step s, v4_arena ar, size_t ring_off, int W, const uint16_t *kv, int hd)
 {
+    pdl_enter();
     const int i = blockIdx.x, sp = s.tok_span[i], t = s.tok_pos[i];
     if (t < s.span_pos0[sp] + s.span_n[sp] - W) return;
     uint16_t *ring = (uint16_t *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off) + (size_t)(t % W) * hd;
@@ -662,6 +666,5 @@ extern "C" cudaError_t v4_ring_store(const v4_step *s, const v4_arena *a, size_t
                                      int hd, cudaStream_t st)
 {
     if (s->n <= 0) return cudaSuccess;
-    k_ring_store<<<s->n, 128, 0, st>>>(*s, *a, ring_off, W, kv, hd);
-    return cudaGetLastError();
+    return v4_launch(k_ring_store, dim3(s->n), dim3(128), 0, st, *s, *a, ring_off, W, kv, hd);
 }

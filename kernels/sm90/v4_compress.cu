@@ -52,6 +52,7 @@ __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar
                                                           const float *ape, const float *norm_w, float eps,
                                                           int rope_half, const double *inv_freq)
 {
+    pdl_enter();
     __shared__ float red[33];
     __shared__ float ent[CMP_DPT * CMP_THREADS];
     const int sp = blockIdx.x, csa = ratio == 4, coff = csa ? 2 : 1, width = coff * d;
@@ -145,7 +146,6 @@ extern "C" cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t s
 {
     if (d > CMP_DPT * CMP_THREADS || d % 2 || ratio <= 0 || ld < (ratio == 4 ? 2 : 1) * d) return cudaErrorInvalidValue;
     if (s->n_spans <= 0) return cudaSuccess;
-    k_compress<<<s->n_spans, CMP_THREADS, 0, st>>>(*s, *a, state_off, page_off, ratio, d, C, Z, ld, ape, norm_w, eps,
-                                                   rope_half, inv_freq);
-    return cudaGetLastError();
+    return v4_launch(k_compress, dim3(s->n_spans), dim3(CMP_THREADS), 0, st, *s, *a, state_off, page_off, ratio, d, C, Z,
+                     ld, ape, norm_w, eps, rope_half, inv_freq);
 }

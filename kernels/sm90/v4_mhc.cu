@@ -1,5 +1,5 @@
-/* v4_mhc.cu — embedding, manifold hyper-connections (V4_SPEC 2.3), RMSNorm + RoPE on rows, bf16 casts, the
- * profile's timestamps.
+/* v4_mhc.cu — embedding, manifold hyper-connections (V4_SPEC 2.3), RMSNorm + RoPE on rows, the profile's
+ * timestamps.
  *
  * The residual stream is hc rows of dim floats per token (fp32). mHC pre is two kernels: the mixes (hc_fn's
  * (2+hc)*hc rows dotted with the streams) split over chunks of dims, one block per (chunk, token), so hc_fn streams
@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(HCM_THREADS) k_hc_mix(float *X, const int32_t 
                                                         const float *fn, int n_chunks, const float *f,
                                                         const float *post, const float *comb, float *part)
 {
+    pdl_enter();
     __shared__ float red[HCM_THREADS / 32][HC_MIX_MAX + 1];
     __shared__ float2 xo[HCM_THREADS];
     const int r = blockIdx.y, i = rows ? rows[r] : r, kb = blockIdx.x;
@@ -100,6 +101,7 @@ __global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const
                                                            const float *norm_w, int head, uint16_t *xn, float *post,
                                                            float *comb)
 {
+    pdl_enter();
     extern __shared__ float xs[];
     __shared__ float red[33];
     __shared__ float mix[HC_MIX_MAX + 1];
@@ -192,11 +194,11 @@ extern "C" cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim,
         if (e != cudaSuccess) return e;
     }
     const int n_chunks = hc_chunks(dim, hc), n_mix = head ? hc : (2 + hc) * hc;
-    k_hc_mix<<<dim3(n_chunks, nr), HCM_THREADS, 0, st>>>(X, rows, dim, hc, n_mix, fn, n_chunks, pend_f, pend_post,
-                                                         pend_comb, scratch);
-    k_hc_finish<<<nr, MHC_THREADS, smem, st>>>(X, rows, dim, hc, n_chunks, scratch, scale, base, sinkhorn_iters, hc_eps,
-                                               norm_eps, norm_w, head, xn, post, comb);
-    return cudaGetLastError();
+    cudaError_t e = v4_launch(k_hc_mix, dim3(n_chunks, nr), dim3(HCM_THREADS), 0, st, X, rows, dim, hc, n_mix, fn,
+                              n_chunks, pend_f, pend_post, pend_comb, scratch);
+    if (e != cudaSuccess) return e;
+    return v4_launch(k_hc_finish, dim3(nr), dim3(MHC_THREADS), smem, st, X, rows, dim, hc, n_chunks, (const float *)scratch,
+                     scale, base, sinkhorn_iters, hc_eps, norm_eps, norm_w, head, xn, post, comb);
 }
 
 /* one block per row of all the jobs (job j's rows after job j-1's); each thread takes pairs (2p, 2p+1) */
@@ -207,6 +209,7 @@ struct NormJobs {
 
 __global__ void __launch_bounds__(256) k_norm_rope(const int32_t *tok_pos, NormJobs J, float eps)
 {
+    pdl_enter();
     __shared__ float red[33];
     int k = 0;
     while (blockIdx.x >= (unsigned)J.row_end[k]) k++;
@@ -257,23 +260,7 @@ extern "C" cudaError_t v4_norm_rope(const v4_step *s, const v4_norm_job *jobs, i
         J.row_end[k] = rows;
     }
     if (rows <= 0) return cudaSuccess;
-    k_norm_rope<<<rows, 256, 0, st>>>(s->tok_pos, J, eps);
-    return cudaGetLastError();
-}
-
-__global__ void k_to_bf16(const float *in, size_t count, float scale, uint16_t *out)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = f2bf(in[i] * scale);
-}
-
-extern "C" cudaError_t v4_to_bf16(const float *in, size_t count, float scale, uint16_t *out, cudaStream_t st)
-{
-    if (!count) return cudaSuccess;
-    size_t blocks = (count + 255) / 256;
-    if (blocks > 4096) blocks = 4096;
-    k_to_bf16<<<(unsigned)blocks, 256, 0, st>>>(in, count, scale, out);
-    return cudaGetLastError();
+    return v4_launch(k_norm_rope, dim3(rows), dim3(256), 0, st, s->tok_pos, J, eps);
 }
 
 __global__ void k_stamp(unsigned long long *dst)
