@@ -129,7 +129,7 @@ __device__ __forceinline__ uint4 dg_ldx<0>(const uint16_t *p, int col, int lim)
     return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
-template <int FMT, int RT, int NT, int XV, int GY>
+template <int FMT, int RT, int NT, int XV>
 __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_gemm(const DgArgs a)
 {
     constexpr int CH = dg_chunk(FMT), D = dg_depth(FMT), RING = dg_ring(FMT, RT);
@@ -166,11 +166,12 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
     }
     dg_pdl_wait();
     const int t0 = blockIdx.x * 8 * NT, lim = a.k - 8 * q;
-    /* grouped: a warp's row tiles lie in one group (grows is a multiple of 16 RT) */
-    const int xoff = 8 * q + (GY && a.grows ? tile[0] * 16 / a.grows * a.gx : 0);
     const uint16_t *xrow[NT];
 #pragma unroll
-    for (int j = 0; j < NT; j++) xrow[j] = a.x + (size_t)min(t0 + 8 * j + g, a.m - 1) * a.ldx + xoff;
+    for (int j = 0; j < NT; j++) xrow[j] = a.x + (size_t)min(t0 + 8 * j + g, a.m - 1) * a.ldx + 8 * q;
+    if (a.grows)   /* a warp's row tiles lie in one group (grows is a multiple of 16 RT) */
+#pragma unroll
+        for (int j = 0; j < NT; j++) xrow[j] += (size_t)(tile[0] * 16 / a.grows) * a.gx;
     /* group Q (chunk Q / 4, inputs 32 (Q % 4) ..) of the lane's NT token rows */
     auto loadq = [&](uint4 xv[NT], int Q) {
         const int col = (Q >> 2) * 128 + (Q & 3) * 32;
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
                 const int row = (tfirst + i) * 16 + g + 8 * (e >> 1), t = t0 + 8 * j + 2 * q + (e & 1);
                 if (t < a.m && row >= a.n0 && row < a.n0 + a.nn) {
                     const size_t at = (size_t)t * a.ldy + (row - a.n0);
-                    if (GY && a.ybf) ((__nv_bfloat16 *)a.y)[at] = __float2bfloat16_rn(acc[i][j][e]);
+                    if (a.ybf) ((__nv_bfloat16 *)a.y)[at] = __float2bfloat16_rn(acc[i][j][e]);
                     else ((float *)a.y)[at] = acc[i][j][e];
                 }
             }
@@ -336,12 +337,12 @@ typedef void (*dg_kernel)(const DgArgs);
 /* variants: RT x NT; the element-load (!XV) kernels exist as RT 1 x NT 1 and 8 only (odd shapes: correctness) */
 #define DG_VARIANTS 5
 static const int dg_var_rt[DG_VARIANTS] = {1, 1, 1, 1, 2}, dg_var_nt[DG_VARIANTS] = {1, 2, 4, 8, 8};
-/* [GY][fmt][variant]; GY 1: the grouped inputs and the bf16 output (separate kernels: the decode variants sit at
- * their register bound, and these two features would spill them) */
-#define DG_VARS(F, G)                                                                                             \
-    {k_dense_gemm<F, 1, 1, 1, G>, k_dense_gemm<F, 1, 2, 1, G>, k_dense_gemm<F, 1, 4, 1, G>, k_dense_gemm<F, 1, 8, 1, G>, \
-     k_dense_gemm<F, 2, 8, 1, G>, k_dense_gemm<F, 1, 1, 0, G>, k_dense_gemm<F, 1, 8, 0, G>}
-static const dg_kernel dg_kernels[2][2][DG_VARIANTS + 2] = {{DG_VARS(0, 0), DG_VARS(1, 0)}, {DG_VARS(0, 1), DG_VARS(1, 1)}};
+static const dg_kernel dg_kernels[2][DG_VARIANTS + 2] = {
+    {k_dense_gemm<0, 1, 1, 1>, k_dense_gemm<0, 1, 2, 1>, k_dense_gemm<0, 1, 4, 1>, k_dense_gemm<0, 1, 8, 1>,
+     k_dense_gemm<0, 2, 8, 1>, k_dense_gemm<0, 1, 1, 0>, k_dense_gemm<0, 1, 8, 0>},
+    {k_dense_gemm<1, 1, 1, 1>, k_dense_gemm<1, 1, 2, 1>, k_dense_gemm<1, 1, 4, 1>, k_dense_gemm<1, 1, 8, 1>,
+     k_dense_gemm<1, 2, 8, 1>, k_dense_gemm<1, 1, 1, 0>, k_dense_gemm<1, 1, 8, 0>},
+};
 
 /* Raises every variant's shared-memory limit once (per process, on the current device); wide: the RT 2 variants
  * fit the device's per-block limit (not on sm_120's 99 KB). */
@@ -355,18 +356,17 @@ static cudaError_t dg_setup(void)
     if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
     if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) return e;
     int wide = 1;
-    for (int gy = 0; gy < 2; gy++)
-        for (int f = 0; f < 2; f++)
-            for (int v = 0; v < DG_VARIANTS + 2; v++) {
-                const int sm = DG_WARPS * dg_ring(f, v < DG_VARIANTS ? dg_var_rt[v] : 1);
-                if (sm > optin) {
-                    wide = 0;
-                    continue;
-                }
-                if ((e = cudaFuncSetAttribute((const void *)dg_kernels[gy][f][v],
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, sm)) != cudaSuccess)
-                    return e;
+    for (int f = 0; f < 2; f++)
+        for (int v = 0; v < DG_VARIANTS + 2; v++) {
+            const int sm = DG_WARPS * dg_ring(f, v < DG_VARIANTS ? dg_var_rt[v] : 1);
+            if (sm > optin) {
+                wide = 0;
+                continue;
             }
+            if ((e = cudaFuncSetAttribute((const void *)dg_kernels[f][v], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          sm)) != cudaSuccess)
+                return e;
+        }
     dg_wide_ok = wide;
     done = 1;
     return cudaSuccess;
@@ -486,7 +486,7 @@ static cudaError_t dg_launch(const dense_weight *W, int n0, int nn, int grows, i
         at[1].val.clusterDim.z = 1;
         cfg.numAttrs = 2;
     }
-    return cudaLaunchKernelEx(&cfg, dg_kernels[grows || ybf][W->fmt][var], a);
+    return cudaLaunchKernelEx(&cfg, dg_kernels[W->fmt][var], a);
 }
 
 extern "C" cudaError_t dense_gemm(const dense_weight *W, int n0, int nn, const uint16_t *x, int ldx, int m, float *y,

@@ -1,7 +1,7 @@
 /* v4_sample.cu — next-token selection on the GPU, engine/sampler.h's rules for one logits row per block, so a step
  * hands back token ids instead of vocab_size floats a row.
  *
- * Per row (512 threads; thread t owns the ids [t*per, (t+1)*per), so every sum below is a fixed tree over fixed
+ * Per row (1024 threads; thread t owns the ids [t*per, (t+1)*per), so every sum below is a fixed tree over fixed
  * ranges: a row's result never depends on the batch): the repetition penalty over the distinct history tokens (a
  * bitmap marks the first occurrence), the temperature, the argmax (lowest id on ties), lse = log-sum-exp in double;
  * greedy stops there. Otherwise p = softmax (float of the double quotient, into `probs`), then on the survivors:
@@ -16,7 +16,7 @@
 
 #include "common/v4_dev.cuh"
 
-#define SMP_THREADS 512
+#define SMP_THREADS 1024
 #define SMP_WARPS (SMP_THREADS / 32)
 
 struct SmpShared {

@@ -34,9 +34,13 @@ ALLOWED = [
     (r"k_norm_rope", 40, 0, 0),
     (r"k_compress", 40, 0, 0),
     (r"k_attention_(mma|combine|generic)", 40, 0, 0),
-    # the grouped, bf16-out FP8 projection at 33-64 tokens (wo_a; NT 8 at 2 blocks/SM): grouping and the bf16
-    # store cost it 40 B of spill; not yet measured against a 1-block-per-SM form without it
-    (r"k_dense_gemmILi1ELi1ELi8ELi1ELi1E", 40, 40, 44),
+    # the FP8 projection at 33-64 tokens (NT 8 at 2 blocks/SM): the grouped inputs and the bf16 store (wo_a) cost it
+    # 40 B of spill; measured with it (bench/results/decode-h100.json). As separate template variants it kept the
+    # spill only for wo_a but broke the preemption test's token equality on the fast-MoE fixtures (not yet
+    # understood), so it stays one kernel
+    (r"k_dense_gemmILi1ELi1ELi8ELi1EE", 40, 40, 44),
+    # the sampler, once a step: 1,024 threads at 64 registers spill 24 B; measured with it
+    (r"k_sample", 24, 24, 36),
 ]
 # kernels of the default launch sequence that the report must contain
 REQUIRED = ["k_router_logits", "k_router_logits_tc", "k_router_topk", "k_topk_lists", "k_build_lists",
