@@ -127,6 +127,12 @@ int bench_decode(int argc, char **argv)
     const char *spec = "v4-flash:layers=4", *out_path = NULL, *commit = "unknown", *peer_path = NULL;
     int batches[16] = {1, 4, 16, 64}, nb = 4, reps = 10;
     long ctxs[8] = {8192}, nc = 1;
+    char cmd[1024] = "sluice-bench";   /* the command as given (before strtok splits the lists in place) */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") || !strcmp(argv[i], "--commit")) { i++; continue; }
+        strncat(cmd, " ", sizeof cmd - strlen(cmd) - 1);
+        strncat(cmd, argv[i], sizeof cmd - strlen(cmd) - 1);
+    }
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--synthetic") && i + 1 < argc) spec = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
@@ -278,12 +284,6 @@ int bench_decode(int argc, char **argv)
         json_t *o = json_object(), *ra = json_array();
         json_object_set_new(o, "gpu", json_string(prop.name));
         json_object_set_new(o, "commit", json_string(commit));
-        char cmd[1024] = "sluice-bench";
-        for (int i = 1; i < argc; i++) {
-            if (!strcmp(argv[i], "--out") || !strcmp(argv[i], "--commit")) { i++; continue; }
-            strncat(cmd, " ", sizeof cmd - strlen(cmd) - 1);
-            strncat(cmd, argv[i], sizeof cmd - strlen(cmd) - 1);
-        }
         json_object_set_new(o, "command", json_string(cmd));
         json_object_set_new(o, "read_ceiling_tb_per_s", json_real(ceiling));
         json_t *m = json_object();
