@@ -680,10 +680,11 @@ static int pow2_at_least(int v)
     return p;
 }
 
-/* run_graph's step captured afresh with a profile stamp after every launch (not kept), replayed once; the
- * families' times go to c->prof_ms. */
-static int run_profiled(cuda_impl *c, piece *pc, int np, const v4_step *S, int cb, const int32_t *d_lrows, int B,
-                        char *err, size_t errlen)
+/* Capture the decode step of layout S (context bucket cb, B rows) as a graph: the scratch sequence zeroed, every
+ * layer, the head. When profiling, a stamp follows every launch and PROF_CAL stamps in a row end it (*cal0: the
+ * first of those); otherwise mark() adds nothing. */
+static int capture_step(cuda_impl *c, const v4_step *S, int cb, const int32_t *d_lrows, int B, cudaGraphExec_t *x,
+                        int *cal0, char *err, size_t errlen)
 {
     cudaGraph_t g;
     c->n_marks = 0;
@@ -694,7 +695,7 @@ static int run_profiled(cuda_impl *c, piece *pc, int np, const v4_step *S, int c
     mark(c, SL_FAM_MHC);
     if (!rc) rc = enqueue_layers(c, S, cb - 1, err, errlen);
     if (!rc) rc = enqueue_head(c, d_lrows, B, err, errlen);
-    const int cal0 = c->n_marks;
+    *cal0 = c->n_marks;
     for (int k = 0; k < PROF_CAL; k++) mark(c, -1);
     cudaError_t e = cudaStreamEndCapture(c->st, &g);
     if (rc) {
@@ -702,11 +703,21 @@ static int run_profiled(cuda_impl *c, piece *pc, int np, const v4_step *S, int c
         return -1;
     }
     CK(e, "graph capture");
-    cudaGraphExec_t x;
-    e = cudaGraphInstantiate(&x, g, 0);
+    e = cudaGraphInstantiate(x, g, 0);
     cudaGraphDestroy(g);
     CK(e, "graph instantiation");
-    e = cudaGraphLaunch(x, c->st);
+    return 0;
+}
+
+/* run_graph's step captured afresh with profile stamps (not kept), replayed once; the families' times go to
+ * c->prof_ms. */
+static int run_profiled(cuda_impl *c, piece *pc, int np, const v4_step *S, int cb, const int32_t *d_lrows, int B,
+                        char *err, size_t errlen)
+{
+    cudaGraphExec_t x;
+    int cal0, rc = 0;
+    if (capture_step(c, S, cb, d_lrows, B, &x, &cal0, err, errlen)) return -1;
+    cudaError_t e = cudaGraphLaunch(x, c->st);
     if (e == cudaSuccess) rc = scatter_logits(c, pc, np, B, 0, np, err, errlen);
     cudaGraphExecDestroy(x);
     CK(e, "graph launch");
@@ -753,22 +764,9 @@ static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size
             memmove(c->graphs, c->graphs + 1, (MAX_GRAPHS - 1) * sizeof *c->graphs);
             c->n_graphs--;
         }
-        cudaGraph_t g;
-        CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal), "graph capture");
-        int rc = cudaMemsetAsync(c->ar.slots + (size_t)c->n_slots * c->ar.slot_bytes, 0, c->ar.slot_bytes, c->st) !=
-                 cudaSuccess;
-        if (!rc) rc = enqueue_layers(c, &S, cb - 1, err, errlen);
-        if (!rc) rc = enqueue_head(c, d_lrows, B, err, errlen);
-        cudaError_t e = cudaStreamEndCapture(c->st, &g);
-        if (rc) {
-            if (e == cudaSuccess) cudaGraphDestroy(g);
-            return -1;
-        }
-        CK(e, "graph capture");
         cudaGraphExec_t x;
-        e = cudaGraphInstantiate(&x, g, 0);
-        cudaGraphDestroy(g);
-        CK(e, "graph instantiation");
+        int cal0;
+        if (capture_step(c, &S, cb, d_lrows, B, &x, &cal0, err, errlen)) return -1;
         gi = c->n_graphs++;
         c->graphs[gi] = (cu_graph){B, cb, x};
     }

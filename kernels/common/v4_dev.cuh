@@ -3,37 +3,20 @@
 #define SLUICE_V4_DEV_CUH
 
 #include <cuda_bf16.h>
-#include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "moe_launch.cuh"
 #include "v4_ops.h"
 
-/* Programmatic dependent launch (sm_90+): a kernel started by v4_launch first lets the next kernel of the stream
- * begin launching, then waits until the previous kernel has completed and its writes are visible, before it reads
- * anything. The launch latency of a step's many small kernels overlaps the kernel before them. */
+/* Programmatic dependent launch (sm_90+): a kernel started by moe_launch (moe_launch.cuh) first lets the next kernel
+ * of the stream begin launching, then waits until the previous kernel has completed and its writes are visible,
+ * before it reads anything. The launch latency of a step's many small kernels overlaps the kernel before them. */
 __device__ __forceinline__ void pdl_enter()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-}
-
-/* Launch k<<<grid, block, smem, st>>>(args) with programmatic stream serialization (k must begin with pdl_enter). */
-template <typename... KArgs, typename... Args>
-static cudaError_t v4_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, k, args...);
 }
 
 __device__ __forceinline__ float bf2f(uint16_t v) { return __bfloat162float(__ushort_as_bfloat16(v)); }

@@ -231,7 +231,7 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
     if (topk <= 0) return cudaErrorInvalidValue;
     if (max_entries > topk && dI == IX_D && nI <= IX_H) {
         dim3 grid(nr, (max_entries + IX_EPB - 1) / IX_EPB);
-        cudaError_t e = v4_launch(k_index_scores_mma, grid, dim3(IX_THREADS), 0, st, *s, *a, page_off, r0, q, nI, wI,
+        cudaError_t e = moe_launch(k_index_scores_mma, grid, dim3(IX_THREADS), 0, st, *s, *a, page_off, r0, q, nI, wI,
                                   ld_w, w_scale, topk, scores, max_entries);
         if (e != cudaSuccess) return e;
     } else if (max_entries > topk) {
@@ -241,11 +241,11 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
             if (e != cudaSuccess) return e;
         }
         dim3 grid(nr, (max_entries + IDX_EPB - 1) / IDX_EPB);
-        cudaError_t e = v4_launch(k_index_scores, grid, dim3(IDX_THREADS), smem, st, *s, *a, page_off, r0, q, nI, dI, wI,
+        cudaError_t e = moe_launch(k_index_scores, grid, dim3(IDX_THREADS), smem, st, *s, *a, page_off, r0, q, nI, dI, wI,
                                   ld_w, w_scale, topk, scores, max_entries);
         if (e != cudaSuccess) return e;
     }
-    return v4_launch(k_topk, dim3(nr), dim3(TOPK_THREADS), 0, st, *s, r0, topk, (const float *)scores, max_entries, sel);
+    return moe_launch(k_topk, dim3(nr), dim3(TOPK_THREADS), 0, st, *s, r0, topk, (const float *)scores, max_entries, sel);
 }
 
 /* The key set of row i: n_win window positions from pw0, then the compressed entries; nk keys in all. */
@@ -625,7 +625,7 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
         }
         const int n_splits = (max_keys + FA_SPLIT - 1) / FA_SPLIT;
         if (n_splits <= 1) {
-            return v4_launch(k_attention_mma, dim3(s->n), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a, ring_off, W,
+            return moe_launch(k_attention_mma, dim3(s->n), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a, ring_off, W,
                              page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, 1, 0, (float *)nullptr,
                              rope_half, inv_freq, o);
         }
@@ -633,11 +633,11 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
         if (rows < 1) return cudaErrorInvalidValue;
         for (int r0 = 0; r0 < s->n; r0 += (int)rows) {
             const int nr = s->n - r0 < (int)rows ? s->n - r0 : (int)rows;
-            cudaError_t e = v4_launch(k_attention_mma, dim3(nr * n_splits), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a,
+            cudaError_t e = moe_launch(k_attention_mma, dim3(nr * n_splits), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a,
                                       ring_off, W, page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys,
                                       n_splits, r0, scratch, rope_half, inv_freq, o);
             if (e == cudaSuccess)
-                e = v4_launch(k_attention_combine, dim3(nr, H), dim3(128), (n_splits + 1) * sizeof(float), st,
+                e = moe_launch(k_attention_combine, dim3(nr, H), dim3(128), (n_splits + 1) * sizeof(float), st,
                               s->tok_pos, r0, n_splits, H, (const float *)scratch, sink, rope_half, inv_freq, o);
             if (e != cudaSuccess) return e;
         }
@@ -649,7 +649,7 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
         cudaError_t e = cudaFuncSetAttribute(k_attention_generic, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    return v4_launch(k_attention_generic, dim3(s->n, H), dim3(ATT_THREADS), smem, st, *s, *a, ring_off, W, page_off, ratio,
+    return moe_launch(k_attention_generic, dim3(s->n, H), dim3(ATT_THREADS), smem, st, *s, *a, ring_off, W, page_off, ratio,
                      sel, topk, q, kv, H, hd, scale, sink, max_keys, rope_half, inv_freq, o);
 }
 
@@ -666,5 +666,5 @@ extern "C" cudaError_t v4_ring_store(const v4_step *s, const v4_arena *a, size_t
                                      int hd, cudaStream_t st)
 {
     if (s->n <= 0) return cudaSuccess;
-    return v4_launch(k_ring_store, dim3(s->n), dim3(128), 0, st, *s, *a, ring_off, W, kv, hd);
+    return moe_launch(k_ring_store, dim3(s->n), dim3(128), 0, st, *s, *a, ring_off, W, kv, hd);
 }

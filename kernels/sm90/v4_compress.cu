@@ -146,6 +146,6 @@ extern "C" cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t s
 {
     if (d > CMP_DPT * CMP_THREADS || d % 2 || ratio <= 0 || ld < (ratio == 4 ? 2 : 1) * d) return cudaErrorInvalidValue;
     if (s->n_spans <= 0) return cudaSuccess;
-    return v4_launch(k_compress, dim3(s->n_spans), dim3(CMP_THREADS), 0, st, *s, *a, state_off, page_off, ratio, d, C, Z,
+    return moe_launch(k_compress, dim3(s->n_spans), dim3(CMP_THREADS), 0, st, *s, *a, state_off, page_off, ratio, d, C, Z,
                      ld, ape, norm_w, eps, rope_half, inv_freq);
 }

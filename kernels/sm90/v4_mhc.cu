@@ -194,10 +194,10 @@ extern "C" cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim,
         if (e != cudaSuccess) return e;
     }
     const int n_chunks = hc_chunks(dim, hc), n_mix = head ? hc : (2 + hc) * hc;
-    cudaError_t e = v4_launch(k_hc_mix, dim3(n_chunks, nr), dim3(HCM_THREADS), 0, st, X, rows, dim, hc, n_mix, fn,
+    cudaError_t e = moe_launch(k_hc_mix, dim3(n_chunks, nr), dim3(HCM_THREADS), 0, st, X, rows, dim, hc, n_mix, fn,
                               n_chunks, pend_f, pend_post, pend_comb, scratch);
     if (e != cudaSuccess) return e;
-    return v4_launch(k_hc_finish, dim3(nr), dim3(MHC_THREADS), smem, st, X, rows, dim, hc, n_chunks, (const float *)scratch,
+    return moe_launch(k_hc_finish, dim3(nr), dim3(MHC_THREADS), smem, st, X, rows, dim, hc, n_chunks, (const float *)scratch,
                      scale, base, sinkhorn_iters, hc_eps, norm_eps, norm_w, head, xn, post, comb);
 }
 
@@ -260,7 +260,7 @@ extern "C" cudaError_t v4_norm_rope(const v4_step *s, const v4_norm_job *jobs, i
         J.row_end[k] = rows;
     }
     if (rows <= 0) return cudaSuccess;
-    return v4_launch(k_norm_rope, dim3(rows), dim3(256), 0, st, s->tok_pos, J, eps);
+    return moe_launch(k_norm_rope, dim3(rows), dim3(256), 0, st, s->tok_pos, J, eps);
 }
 
 __global__ void k_stamp(unsigned long long *dst)
