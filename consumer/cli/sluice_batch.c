@@ -15,24 +15,16 @@
  * refuses it (validation, size), as its own copy on the DLQ topic. submit records both topics' end
  * offsets before it sends the first job, so collect reads from there and picks the batch's ids by key.
  *
- * State in Redis (prefix default "sluice:", as the workers'):
- *   batch:<id>      hash: status (validating | in_progress | cancelling | completed | cancelled), total,
- *                   completed, failed, created_at, in_progress_at, completed_at, cancelling_at,
- *                   cancelled_at (Unix s), lines, input_file, input_digest, max_tokens, the three topics,
- *                   start:<topic>:<partition> (submit's end offsets), pos:<topic>:<partition> (collect's
- *                   checkpoint), output_file / error_file once written
- *   batch:<id>:out  hash: line number -> "o" + output line | "e" + error line
- * Both live --ttl seconds (7 days by default).
+ * The batch's state (its status and counts, every line's outcome, the read positions) is in Redis:
+ * batch_state.h has the keys and why an outcome read twice counts once.
  *
- * Crash safety of collect: each outcome is stored with HSETNX on its line number, and the counters move
- * in the same script only when the field is new, so a Result read twice (a re-emitted duplicate, or one
- * read again after a crash) counts once; a consumer position is checkpointed only after every message
- * below it is stored. The output files are written only from the out hash, once the batch is finished,
- * to FILE.partial, fsync'd and renamed: a collect killed at any point is simply run again; it resumes
- * from the checkpoint and writes the files whole. status reads to the topics' current end the same way,
- * so the counts it prints are live; cancel sets the workers' cancel:<job id> key of every job not yet
- * finished (their sweep stops running jobs; a queued job is stopped as soon as a worker starts it) and
- * the batch becomes cancelled once every job has its Result.
+ * Crash safety of collect: an outcome is stored as it is read, and a consumer position is checkpointed
+ * only after every message below it is stored. The output files are written only from the stored
+ * outcomes, once the batch is finished, to FILE.partial, fsync'd and renamed: a collect killed at any
+ * point is simply run again; it resumes from the checkpoint and writes the files whole. status reads to
+ * the topics' current end the same way, so the counts it prints are live; cancel sets the workers'
+ * cancel:<job id> key of every job not yet finished (their sweep stops running jobs; a queued job is
+ * stopped as soon as a worker starts it) and the batch becomes cancelled once every job has its Result.
  *
  * Exit status: 0 on success, 1 on a failure (Kafka, Redis, a batch not finished by --timeout), 2 on bad
  * usage. Redis credentials come from SLUICE_REDIS_PASSWORD (and SLUICE_REDIS_USER), never the command line.
@@ -40,7 +32,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
@@ -52,6 +43,7 @@
 #include <unistd.h>
 
 #include "batch_request.h"
+#include "batch_state.h"
 #include "codec.h"
 
 typedef struct {
@@ -63,10 +55,7 @@ typedef struct {
 
 typedef struct {
     const opts *o;
-    redisContext *rc;
-    char id[72];                     /* batch id */
-    char key[160], out_key[168];     /* <prefix>batch:<id>, <prefix>batch:<id>:out */
-    char topics[2][256];             /* results, dlq (from the batch hash) */
+    batch_state s;                   /* its keys and the Redis connection */
     sl_codec *codec;
 } batch;
 
@@ -193,187 +182,6 @@ static int parse_args(int argc, char **argv, opts *o) {
     return 0;
 }
 
-// ---------------------------------------------------------------- Redis
-
-static void redis_connect(batch *b) {
-    const char *url = b->o->redis_url, *p = url + (strncmp(url, "redis://", 8) == 0 ? 8 : 0);
-    const char *colon = strrchr(p, ':'), *slash = strchr(p, '/');
-    char host[256];
-    size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
-    if (hl == 0 || hl >= sizeof(host)) die("--redis '%s': bad host", url);
-    memcpy(host, p, hl);
-    host[hl] = 0;
-    int port = colon ? atoi(colon + 1) : 6379, db = slash ? atoi(slash + 1) : 0;
-    if (port <= 0 || port > 65535) die("--redis '%s': bad port", url);
-    struct timeval tv = {5, 0};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err) die("redis %s:%d: %s", host, port, c ? c->errstr : "cannot allocate a context");
-    redisSetTimeout(c, tv);
-    const char *pw = getenv("SLUICE_REDIS_PASSWORD"), *user = getenv("SLUICE_REDIS_USER");
-    redisReply *r = NULL;
-    if (pw && pw[0]) r = user && user[0] ? redisCommand(c, "AUTH %s %s", user, pw) : redisCommand(c, "AUTH %s", pw);
-    if (pw && pw[0] && (!r || r->type == REDIS_REPLY_ERROR))
-        die("redis %s:%d: AUTH failed: %s", host, port, r ? r->str : c->errstr);
-    if (r) freeReplyObject(r);
-    if (db) {
-        r = redisCommand(c, "SELECT %d", db);
-        if (!r || r->type == REDIS_REPLY_ERROR) die("redis: SELECT %d failed", db);
-        freeReplyObject(r);
-    }
-    b->rc = c;
-}
-
-/* One command; a connection error or an error reply ends the program (every command is safe to redo). */
-static redisReply *rcheck(batch *b, redisReply *r) {
-    if (!r) die("redis: %s (run the command again to resume)", b->rc->errstr);
-    if (r->type == REDIS_REPLY_ERROR) die("redis: %s", r->str);
-    return r;
-}
-
-static redisReply *rcmd(batch *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(b->rc, fmt, ap);
-    va_end(ap);
-    return rcheck(b, r);
-}
-
-static void rdo(batch *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(b->rc, fmt, ap);
-    va_end(ap);
-    freeReplyObject(rcheck(b, r));
-}
-
-/* A field of the batch hash as a malloc'ed string, NULL when absent. */
-static char *hget(batch *b, const char *field) {
-    redisReply *r = rcmd(b, "HGET %s %s", b->key, field);
-    char *s = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
-    freeReplyObject(r);
-    return s;
-}
-
-static long long hget_ll(batch *b, const char *field, long long dflt) {
-    char *s = hget(b, field);
-    long long v = s ? strtoll(s, NULL, 10) : dflt;
-    free(s);
-    return v;
-}
-
-/* KEYS[1] = batch hash, KEYS[2] = out hash. Every outcome and every status change goes through here.
- * 'store' line value counter: the outcome of a line, counted only when it is new (HSETNX), then 'check'.
- * 'check': a batch whose completed + failed reach total is finished (completed, or cancelled when a
- * cancel came first). 'start': validating -> in_progress once submit has sent everything (a cancel that
- * came meanwhile stands). 'cancel': validating | in_progress -> cancelling. 'pos' field offset: a
- * consumer checkpoint, only ever raised. Returns the status (pos: nothing). */
-static const char BATCH_SCRIPT[] =
-    "local op, t = ARGV[1], redis.call('TIME')[1]\n"
-    "local function check()\n"
-    "  local c = redis.call('HMGET', KEYS[1], 'completed', 'failed', 'total', 'status')\n"
-    "  if c[3] and tonumber(c[1] or '0') + tonumber(c[2] or '0') >= tonumber(c[3]) then\n"
-    "    if c[4] == 'in_progress' then\n"
-    "      redis.call('HSET', KEYS[1], 'status', 'completed', 'completed_at', t) return 'completed'\n"
-    "    elseif c[4] == 'cancelling' then\n"
-    "      redis.call('HSET', KEYS[1], 'status', 'cancelled', 'cancelled_at', t) return 'cancelled'\n"
-    "    end\n"
-    "  end\n"
-    "  return c[4] or ''\n"
-    "end\n"
-    "if op == 'store' then\n"
-    "  if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3]) == 1 then redis.call('HINCRBY', KEYS[1], ARGV[4], 1) end\n"
-    "  return check()\n"
-    "elseif op == 'check' then\n"
-    "  return check()\n"
-    "elseif op == 'start' then\n"
-    "  if redis.call('HGET', KEYS[1], 'status') == 'validating' then\n"
-    "    redis.call('HSET', KEYS[1], 'status', 'in_progress', 'in_progress_at', t)\n"
-    "  end\n"
-    "  return check()\n"
-    "elseif op == 'cancel' then\n"
-    "  local st = redis.call('HGET', KEYS[1], 'status')\n"
-    "  if st == 'validating' or st == 'in_progress' then\n"
-    "    redis.call('HSET', KEYS[1], 'status', 'cancelling', 'cancelling_at', t)\n"
-    "  end\n"
-    "  return check()\n"
-    "elseif op == 'pos' then\n"
-    "  local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[2]) or '-1')\n"
-    "  if tonumber(ARGV[3]) > cur then redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) end\n"
-    "  return ''\n"
-    "end\n"
-    "return redis.error_reply('sluice-batch script: unknown op ' .. tostring(op))\n";
-
-/* Run the script; the returned status is copied into st (when given). */
-static void script(batch *b, char *st, size_t stlen, int argc, const char **argv, const size_t *argl) {
-    const char *av[10];
-    size_t al[10];
-    if (argc > 5) abort();
-    av[0] = "EVAL", av[1] = BATCH_SCRIPT, av[2] = "2", av[3] = b->key, av[4] = b->out_key;
-    for (int i = 0; i < 5; i++) al[i] = strlen(av[i]);
-    for (int i = 0; i < argc; i++) av[5 + i] = argv[i], al[5 + i] = argl ? argl[i] : strlen(argv[i]);
-    redisReply *r = rcheck(b, redisCommandArgv(b->rc, 5 + argc, av, al));
-    if (st) snprintf(st, stlen, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
-    freeReplyObject(r);
-}
-
-static void script_op(batch *b, const char *op, char *st, size_t stlen) {
-    const char *av[1] = {op};
-    script(b, st, stlen, 1, av, NULL);
-}
-
-/* Store a line's outcome: kind 'o' (completed) or 'e' (failed); json is the line. */
-static void store_outcome(batch *b, long line, char kind, const char *json, char *st, size_t stlen) {
-    char field[24];
-    snprintf(field, sizeof(field), "%ld", line);
-    size_t n = strlen(json);
-    char *v = malloc(n + 2);
-    if (!v) abort();
-    v[0] = kind;
-    memcpy(v + 1, json, n + 1);
-    const char *av[4] = {"store", field, v, kind == 'o' ? "completed" : "failed"};
-    size_t al[4] = {5, strlen(field), n + 1, strlen(av[3])};
-    script(b, st, stlen, 4, av, al);
-    free(v);
-}
-
-static void batch_keys(batch *b, const char *id) {
-    snprintf(b->id, sizeof(b->id), "%s", id);
-    snprintf(b->key, sizeof(b->key), "%sbatch:%s", b->o->prefix, id);
-    snprintf(b->out_key, sizeof(b->out_key), "%sbatch:%s:out", b->o->prefix, id);
-}
-
-/* The "batch_req_..." id of a line and the job id of a line. */
-static void req_id(const batch *b, long line, char *out, size_t n) {
-    const char *hex = strncmp(b->id, "batch_", 6) == 0 ? b->id + 6 : b->id;
-    snprintf(out, n, "batch_req_%s_%ld", hex, line);
-}
-
-static void job_id(const batch *b, long line, char *out, size_t n) { snprintf(out, n, "%s-%ld", b->id, line); }
-
-/* The line number of a job id of this batch, or -1. */
-static long line_of(const batch *b, const char *key, size_t len) {
-    size_t n = strlen(b->id);
-    if (len <= n + 1 || len > n + 12 || memcmp(key, b->id, n) || key[n] != '-') return -1;
-    long line = 0;
-    for (size_t i = n + 1; i < len; i++) {
-        if (key[i] < '0' || key[i] > '9') return -1;
-        line = line * 10 + (key[i] - '0');
-    }
-    return line >= 1 ? line : -1;
-}
-
-/* Open an existing batch (collect, status, cancel). */
-static void batch_load(batch *b, const char *id) {
-    batch_keys(b, id);
-    char *st = hget(b, "status"), *res = hget(b, "results_topic"), *dlq = hget(b, "dlq_topic");
-    if (!st || !res || !dlq) die("no batch '%s' in Redis (prefix %s)", id, b->o->prefix);
-    snprintf(b->topics[0], sizeof(b->topics[0]), "%s", res);
-    snprintf(b->topics[1], sizeof(b->topics[1]), "%s", dlq);
-    free(st);
-    free(res);
-    free(dlq);
-}
-
 // ---------------------------------------------------------------- Kafka
 
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
@@ -410,14 +218,12 @@ static int partition_count(rd_kafka_t *rk, const char *topic) {
 /* submit: remember where the result and DLQ topics end now (kept from a first submit on a resend). */
 static void record_start_offsets(batch *b, rd_kafka_t *rk) {
     for (int k = 0; k < 2; k++) {
-        int n = partition_count(rk, b->topics[k]);
+        int n = partition_count(rk, b->s.topics[k]);
         for (int p = 0; p < n; p++) {
             int64_t lo, hi;
-            rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, b->topics[k], p, &lo, &hi, 10000);
-            if (e) die("end offset of %s[%d]: %s", b->topics[k], p, rd_kafka_err2str(e));
-            char f[300];
-            snprintf(f, sizeof(f), "start:%s:%d", b->topics[k], p);
-            rdo(b, "HSETNX %s %s %lld", b->key, f, (long long)hi);
+            rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, b->s.topics[k], p, &lo, &hi, 10000);
+            if (e) die("end offset of %s[%d]: %s", b->s.topics[k], p, rd_kafka_err2str(e));
+            batch_record_start(&b->s, b->s.topics[k], p, hi);
         }
     }
 }
@@ -438,7 +244,11 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-static void cancel_jobs(batch *b);
+/* Stop the batch's jobs that have no outcome yet. */
+static void cancel_jobs(batch *b) {
+    long n = batch_cancel_jobs(&b->s);
+    fprintf(stderr, "sluice-batch: batch %s: %ld unfinished jobs cancelled\n", b->s.id, n);
+}
 
 static void fresh_batch_id(char *out, size_t n) {
     uint8_t r[16];
@@ -469,27 +279,10 @@ static int cmd_submit(const opts *o) {
     char id[72];
     if (o->batch_id) snprintf(id, sizeof(id), "%s", o->batch_id);
     else fresh_batch_id(id, sizeof(id));
-    batch_keys(&b, id);
-    redis_connect(&b);
-    int max_tokens = o->max_tokens;
-    char *known = hget(&b, "input_digest");
-    if (known) {   /* a resend: same file, same settings, so the same job bytes */
-        if (strcmp(known, dhex)) die("batch %s was submitted from another file (digest %s, this one %s)", id, known, dhex);
-        max_tokens = (int)hget_ll(&b, "max_tokens", max_tokens);
-        char *res = hget(&b, "results_topic"), *dlq = hget(&b, "dlq_topic"), *jobs = hget(&b, "jobs_topic");
-        if (!res || !dlq || !jobs || strcmp(res, o->results) || strcmp(dlq, o->dlq) || strcmp(jobs, o->topic))
-            die("batch %s was submitted with other topics", id);
-        free(res), free(dlq), free(jobs);
+    batch_state_open(&b.s, o->redis_url, o->prefix, id);
+    int max_tokens = o->max_tokens;   /* a resend takes the batch's: same file, same settings, same job bytes */
+    if (batch_create(&b.s, o->file, dhex, &max_tokens, o->ttl_s, o->topic, o->results, o->dlq))
         fprintf(stderr, "sluice-batch: batch %s exists: sending its jobs again\n", id);
-    } else {
-        rdo(&b, "HSET %s status validating created_at %lld input_file %s input_digest %s max_tokens %d ttl %d jobs_topic %s "
-                "results_topic %s dlq_topic %s completed 0 failed 0",
-            b.key, (long long)time(NULL), o->file, dhex, max_tokens, o->ttl_s, o->topic, o->results, o->dlq);
-    }
-    free(known);
-    rdo(&b, "EXPIRE %s %d", b.key, o->ttl_s);
-    snprintf(b.topics[0], sizeof(b.topics[0]), "%s", o->results);
-    snprintf(b.topics[1], sizeof(b.topics[1]), "%s", o->dlq);
 
     char err[512];
     int failed_dr = 0;
@@ -519,8 +312,8 @@ static int cmd_submit(const opts *o) {
         total++;
         batch_request q;
         char rid[128], jid[128];
-        req_id(&b, lineno, rid, sizeof(rid));
-        job_id(&b, lineno, jid, sizeof(jid));
+        batch_req_id(&b.s, lineno, rid, sizeof(rid));
+        batch_job_id(&b.s, lineno, jid, sizeof(jid));
         int rc = batch_parse_line(line, (size_t)len, max_tokens, &q);
         if (rc == 0 && json_object_get(seen, q.custom_id)) {   /* every custom_id names one line of the files */
             snprintf(q.code, sizeof(q.code), "duplicate_custom_id");
@@ -532,7 +325,7 @@ static int cmd_submit(const opts *o) {
         if (q.custom_id) json_object_set_new(seen, q.custom_id, json_true());
         if (rc != 0) {
             char *el = batch_error_line(rid, q.custom_id, q.status_code, NULL, q.code, q.message, q.param);
-            store_outcome(&b, lineno, 'e', el, st, sizeof(st));
+            batch_store_outcome(&b.s, lineno, 'e', el, st, sizeof(st));
             free(el);
             bad_lines++;
             batch_request_free(&q);
@@ -568,14 +361,12 @@ static int cmd_submit(const opts *o) {
                        o->file);
     rd_kafka_destroy(prod);
     codec_free(b.codec);
-    rdo(&b, "HSET %s total %ld lines %ld", b.key, total, lineno);
-    script_op(&b, "start", st, sizeof(st));
-    rdo(&b, "EXPIRE %s %d", b.out_key, o->ttl_s);
+    batch_start(&b.s, total, lineno, o->ttl_s, st, sizeof(st));
     if (!strcmp(st, "cancelling")) cancel_jobs(&b);   /* cancelled while it was being sent: stop what was sent */
     fprintf(stderr, "sluice-batch: batch %s: %ld requests, %ld jobs sent, %ld invalid lines (in the error file)\n", id,
             total, jobs, bad_lines);
     printf("%s\n", id);
-    redisFree(b.rc);
+    batch_state_close(&b.s);
     return 0;
 }
 
@@ -609,18 +400,14 @@ static void reader_open(batch *b, reader *rd) {
     rd->rk = rk;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
     for (int k = 0; k < 2; k++) {
-        int n = partition_count(rk, b->topics[k]);
+        int n = partition_count(rk, b->s.topics[k]);
         rd->p = realloc(rd->p, (size_t)(rd->n + n) * sizeof(part_pos));
         if (!rd->p) abort();
         for (int p = 0; p < n; p++) {
-            char f[300];
-            snprintf(f, sizeof(f), "pos:%s:%d", b->topics[k], p);
-            long long pos = hget_ll(b, f, -1);
-            snprintf(f, sizeof(f), "start:%s:%d", b->topics[k], p);
-            long long start = hget_ll(b, f, RD_KAFKA_OFFSET_BEGINNING);   /* a partition added since submit */
             part_pos *pp = &rd->p[rd->n++];
-            *pp = (part_pos){.topic = b->topics[k], .partition = p, .next = pos > start ? pos : start};
-            rd_kafka_topic_partition_list_add(l, b->topics[k], p)->offset = pp->next;
+            *pp = (part_pos){.topic = b->s.topics[k], .partition = p,
+                             .next = batch_resume_offset(&b->s, b->s.topics[k], p, RD_KAFKA_OFFSET_BEGINNING)};
+            rd_kafka_topic_partition_list_add(l, b->s.topics[k], p)->offset = pp->next;
         }
     }
     rd_kafka_resp_err_t e = rd_kafka_assign(rk, l);
@@ -632,11 +419,7 @@ static void reader_checkpoint(batch *b, reader *rd) {
     for (int i = 0; i < rd->n; i++) {
         part_pos *p = &rd->p[i];
         if (!p->dirty || p->next < 0) continue;
-        char f[300], off[32];
-        snprintf(f, sizeof(f), "pos:%s:%d", p->topic, p->partition);
-        snprintf(off, sizeof(off), "%lld", (long long)p->next);
-        const char *av[3] = {"pos", f, off};
-        script(b, NULL, 0, 3, av, NULL);
+        batch_checkpoint(&b->s, p->topic, p->partition, p->next);
         p->dirty = 0;
     }
 }
@@ -671,16 +454,16 @@ static void take_result(batch *b, long line, const rd_kafka_message_t *m, char *
     }
     /* a Result too large for Kafka comes as an ERROR naming the Redis key of the whole one */
     if (r.r.status == RS_ERROR && r.r.error && strstr(r.r.error, "the full result is in Redis at")) {
-        redisReply *full = rcmd(b, "GET %sresult:%s", b->o->prefix, r.r.id);
+        size_t flen;
+        char *full = batch_full_result(&b->s, r.r.id, &flen);
         sl_result_owned f;
-        if (full->type == REDIS_REPLY_STRING &&
-            codec_decode_result(b->codec, full->str, (size_t)full->len, &f, err, sizeof(err)) == 0) {
+        if (full && codec_decode_result(b->codec, full, flen, &f, err, sizeof(err)) == 0) {
             result_owned_free(&r);
             r = f;
         }
-        freeReplyObject(full);
+        free(full);
     }
-    req_id(b, line, rid, sizeof(rid));
+    batch_req_id(&b->s, line, rid, sizeof(rid));
     const char *cid = batch_meta(r.r.meta_k, r.r.meta_v, r.r.n_meta, "batch.custom_id");
     char *out;
     if (r.r.status == RS_OK) {
@@ -694,7 +477,7 @@ static void take_result(batch *b, long line, const rd_kafka_message_t *m, char *
         out = batch_error_line(rid, cid, 500, r.r.id, "server_error", r.r.error ? r.r.error : "the worker failed",
                                NULL);
     }
-    store_outcome(b, line, r.r.status == RS_OK ? 'o' : 'e', out, st, stlen);
+    batch_store_outcome(&b->s, line, r.r.status == RS_OK ? 'o' : 'e', out, st, stlen);
     free(out);
     result_owned_free(&r);
 }
@@ -714,11 +497,11 @@ static void take_dlq(batch *b, long line, const rd_kafka_message_t *m, char *st,
     if (m->payload && codec_unframe(m->payload, m->len, FRAMING_AUTO, &pl, &plen, &sid, err, sizeof(err)) == 0 &&
         codec_decode_job(b->codec, pl, plen, &j, err, sizeof(err)) == 0)
         cid = batch_meta((const char *const *)j.meta_k, (const char *const *)j.meta_v, j.n_meta, "batch.custom_id");
-    req_id(b, line, rid, sizeof(rid));
-    job_id(b, line, jid, sizeof(jid));
+    batch_req_id(&b->s, line, rid, sizeof(rid));
+    batch_job_id(&b->s, line, jid, sizeof(jid));
     const char *code = !strcmp(cls, "size") ? "request_too_large" : "invalid_request";
     char *out = batch_error_line(rid, cid, 400, jid, code, msg[0] ? msg : "refused by the worker", NULL);
-    store_outcome(b, line, 'e', out, st, stlen);
+    batch_store_outcome(&b->s, line, 'e', out, st, stlen);
     free(out);
     job_free(&j);
 }
@@ -736,10 +519,10 @@ static void advance(batch *b, int to_end, double deadline, char *st, size_t stle
     for (;;) {
         double now = mono_s();
         if (now - last_check >= 1.0) {   /* status: another process (cancel, status) may have moved it */
-            script_op(b, "check", st, stlen);
+            batch_check(&b->s, st, stlen);
             last_check = now;
             if (!strcmp(st, "validating") && !waiting_note && now - t0 > 5) {
-                fprintf(stderr, "sluice-batch: batch %s is still being submitted (status validating)\n", b->id);
+                fprintf(stderr, "sluice-batch: batch %s is still being submitted (status validating)\n", b->s.id);
                 waiting_note = 1;
             }
         }
@@ -765,11 +548,11 @@ static void advance(batch *b, int to_end, double deadline, char *st, size_t stle
         } else if (m->err) {
             fprintf(stderr, "sluice-batch: consumer: %s\n", rd_kafka_message_errstr(m));
         } else if (pp) {
-            long line = m->key ? line_of(b, m->key, m->key_len) : -1;
+            long line = m->key ? batch_line_of(&b->s, m->key, m->key_len) : -1;
             if (line > 0) {
-                if (!strcmp(topic, b->topics[1])) take_dlq(b, line, m, st, stlen);
+                if (!strcmp(topic, b->s.topics[1])) take_dlq(b, line, m, st, stlen);
                 else take_result(b, line, m, st, stlen);
-                last_check = mono_s();   /* the script returned the status */
+                last_check = mono_s();   /* storing it returned the status */
             }
             pp->next = m->offset + 1;
             pp->dirty = 1;
@@ -783,16 +566,6 @@ static void advance(batch *b, int to_end, double deadline, char *st, size_t stle
 
 // ---------------------------------------------------------------- collect, status, cancel
 
-typedef struct {
-    long line;
-    char *v;
-} outcome;
-
-static int cmp_outcome(const void *a, const void *b) {
-    long x = ((const outcome *)a)->line, y = ((const outcome *)b)->line;
-    return x < y ? -1 : x > y;
-}
-
 static FILE *open_partial(const char *path, char *tmp, size_t n) {
     snprintf(tmp, n, "%s.partial", path);
     FILE *f = fopen(tmp, "w");
@@ -805,46 +578,26 @@ static void commit_file(FILE *f, const char *tmp, const char *path) {
     if (rename(tmp, path)) die("cannot rename %s to %s: %s", tmp, path, strerror(errno));
 }
 
-/* Both files from the out hash, in input line order. */
+/* Both files from the stored outcomes, in input line order. */
 static void write_files(batch *b, long *n_out, long *n_err) {
-    outcome *v = NULL;
-    size_t n = 0, cap = 0;
-    char cursor[32] = "0";
-    do {   /* HSCAN in steps: a large batch never makes one huge reply */
-        redisReply *r = rcmd(b, "HSCAN %s %s COUNT 1000", b->out_key, cursor);
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) die("redis: unexpected HSCAN reply");
-        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-        redisReply *kv = r->element[1];
-        for (size_t i = 0; i + 1 < kv->elements; i += 2) {
-            if (n == cap) {
-                cap = cap ? cap * 2 : 1024;
-                v = realloc(v, cap * sizeof(*v));
-                if (!v) abort();
-            }
-            v[n].line = strtol(kv->element[i]->str, NULL, 10);
-            v[n++].v = strdup(kv->element[i + 1]->str);
-        }
-        freeReplyObject(r);
-    } while (strcmp(cursor, "0"));
-    qsort(v, n, sizeof(*v), cmp_outcome);
+    size_t n;
+    batch_outcome *v = batch_outcomes(&b->s, &n);
     char t_out[4096], t_err[4096];
     FILE *fo = open_partial(b->o->output, t_out, sizeof(t_out)), *fe = open_partial(b->o->errors, t_err, sizeof(t_err));
     *n_out = *n_err = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i > 0 && v[i].line == v[i - 1].line) continue;   /* HSCAN may return a field twice */
         int ok = v[i].v[0] == 'o';
         fprintf(ok ? fo : fe, "%s\n", v[i].v + 1);
         ++*(ok ? n_out : n_err);
     }
     commit_file(fo, t_out, b->o->output);
     commit_file(fe, t_err, b->o->errors);
-    for (size_t i = 0; i < n; i++) free(v[i].v);
-    free(v);
-    rdo(b, "HSET %s output_file %s error_file %s", b->key, b->o->output, b->o->errors);
+    batch_outcomes_free(v, n);
+    batch_set_files(&b->s, b->o->output, b->o->errors);
 }
 
 static json_t *field_int(batch *b, const char *f) {
-    char *s = hget(b, f);
+    char *s = batch_hget(&b->s, f);
     json_t *v = s ? json_integer(strtoll(s, NULL, 10)) : json_null();
     free(s);
     return v;
@@ -852,8 +605,9 @@ static json_t *field_int(batch *b, const char *f) {
 
 static void print_status(batch *b) {
     json_t *o = json_object(), *counts = json_object();
-    char *st = hget(b, "status"), *in = hget(b, "input_file"), *of = hget(b, "output_file"), *ef = hget(b, "error_file");
-    json_object_set_new(o, "id", json_string(b->id));
+    char *st = batch_hget(&b->s, "status"), *in = batch_hget(&b->s, "input_file");
+    char *of = batch_hget(&b->s, "output_file"), *ef = batch_hget(&b->s, "error_file");
+    json_object_set_new(o, "id", json_string(b->s.id));
     json_object_set_new(o, "object", json_string("batch"));
     json_object_set_new(o, "status", json_string(st ? st : ""));
     json_object_set_new(o, "input_file", in ? json_string(in) : json_null());
@@ -879,13 +633,14 @@ static int cmd_collect(batch *b) {
     advance(b, 0, deadline, st, sizeof(st));
     if (!finished(st)) {
         fprintf(stderr, "sluice-batch: batch %s not finished after %d s (status %s, %lld of %lld done); run collect "
-                "again to go on\n", b->id, b->o->timeout_s, st, hget_ll(b, "completed", 0) + hget_ll(b, "failed", 0),
-                hget_ll(b, "total", 0));
+                "again to go on\n", b->s.id, b->o->timeout_s, st,
+                batch_hget_ll(&b->s, "completed", 0) + batch_hget_ll(&b->s, "failed", 0),
+                batch_hget_ll(&b->s, "total", 0));
         return 1;
     }
     long n_out, n_err;
     write_files(b, &n_out, &n_err);
-    fprintf(stderr, "sluice-batch: batch %s %s: %ld lines in %s, %ld in %s\n", b->id, st, n_out, b->o->output, n_err,
+    fprintf(stderr, "sluice-batch: batch %s %s: %ld lines in %s, %ld in %s\n", b->s.id, st, n_out, b->o->output, n_err,
             b->o->errors);
     return 0;
 }
@@ -897,51 +652,11 @@ static int cmd_status(batch *b) {
     return 0;
 }
 
-/* Set the workers' cancel key of every job of the batch that has no outcome yet. */
-static void cancel_jobs(batch *b) {
-    long lines = hget_ll(b, "lines", 0);
-    int ttl = (int)hget_ll(b, "ttl", 86400);   /* as long as the batch */
-    uint8_t *have = calloc((size_t)lines + 1, 1);
-    if (!have) abort();
-    char cursor[32] = "0";
-    do {
-        redisReply *r = rcmd(b, "HSCAN %s %s COUNT 1000", b->out_key, cursor);
-        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-        for (size_t i = 0; i + 1 < r->element[1]->elements; i += 2) {
-            long l = strtol(r->element[1]->element[i]->str, NULL, 10);
-            if (l >= 1 && l <= lines) have[l] = 1;
-        }
-        freeReplyObject(r);
-    } while (strcmp(cursor, "0"));
-    long n = 0, pending = 0;
-    for (long l = 1; l <= lines; l++) {
-        if (have[l]) continue;
-        char jid[128];
-        job_id(b, l, jid, sizeof(jid));
-        redisAppendCommand(b->rc, "SET %scancel:%s 1 EX %d", b->o->prefix, jid, ttl);
-        n++;
-        if (++pending == 512 || l == lines) {
-            for (; pending > 0; pending--) {
-                redisReply *r = NULL;
-                if (redisGetReply(b->rc, (void **)&r) != REDIS_OK) rcheck(b, NULL);
-                freeReplyObject(rcheck(b, r));
-            }
-        }
-    }
-    for (; pending > 0; pending--) {
-        redisReply *r = NULL;
-        if (redisGetReply(b->rc, (void **)&r) != REDIS_OK) rcheck(b, NULL);
-        freeReplyObject(rcheck(b, r));
-    }
-    free(have);
-    fprintf(stderr, "sluice-batch: batch %s: %ld unfinished jobs cancelled\n", b->id, n);
-}
-
 static int cmd_cancel(batch *b) {
     char st[32];
-    script_op(b, "cancel", st, sizeof(st));
+    batch_cancel(&b->s, st, sizeof(st));
     if (!strcmp(st, "completed")) {
-        fprintf(stderr, "sluice-batch: batch %s is already completed: nothing to cancel\n", b->id);
+        fprintf(stderr, "sluice-batch: batch %s is already completed: nothing to cancel\n", b->s.id);
         return 1;
     }
     if (strcmp(st, "validating")) cancel_jobs(b);   /* still being submitted: submit cancels its jobs at its end */
@@ -960,14 +675,14 @@ int main(int argc, char **argv) {
         rc = cmd_submit(&o);
     } else {
         batch b = {.o = &o};
-        redis_connect(&b);
-        batch_load(&b, o.batch_id);
+        batch_state_open(&b.s, o.redis_url, o.prefix, o.batch_id);
+        batch_load(&b.s);
         char err[256];
         codec_install_allocator((size_t)256 << 20);
         if (codec_new(&b.codec, err, sizeof(err))) die("%s", err);
         rc = !strcmp(o.cmd, "collect") ? cmd_collect(&b) : !strcmp(o.cmd, "status") ? cmd_status(&b) : cmd_cancel(&b);
         codec_free(b.codec);
-        redisFree(b.rc);
+        batch_state_close(&b.s);
     }
     free(o.kafka_kv);
     return rc;
