@@ -48,7 +48,8 @@ static inline int scan_union(scan *s, int64_t *branch, int64_t n) {
 
 /* The header of an array or map block: its item count (0 ends the array or map). A negative count is
  * followed by the block's size in bytes. Every item must take at least one byte, so a forged count
- * cannot make the decoder append more items than the message has bytes. */
+ * cannot make the decoder append more items than the message has bytes. (A writer schema's items may
+ * take none, e.g. null: job_resolver.c also bounds the items of all blocks together.) */
 static inline int scan_block_count(scan *s, int64_t *count) {
     int64_t bytes;
     if (scan_long(s, count, 10)) return -1;

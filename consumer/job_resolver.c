@@ -155,8 +155,12 @@ static avro_schema_t narrow(ctx *cx, avro_schema_t w, avro_schema_t r, json_t *r
 // ---------------------------------------------------------------- reading
 
 /* The writer's bytes against its schema (avro_scan.h): lengths within the message, known union
- * branches and enum symbols. */
-static int walk(scan *s, avro_schema_t t, int depth) {
+ * branches and enum symbols, and no more array and map items in all than the message has bytes
+ * (*items_left starts at its length). A writer schema may have items that take no bytes (null, a
+ * record without fields, fixed of size 0), and scan_block_count bounds only one block: without the
+ * total, a few KB of block headers, each claiming the bytes left, would make avro-c build arrays
+ * of millions of such items. */
+static int walk(scan *s, avro_schema_t t, int depth, int64_t *items_left) {
     int64_t x, count;
     if (depth > WALK_MAX_DEPTH) return -1;
     t = deref(t);
@@ -182,19 +186,25 @@ static int walk(scan *s, avro_schema_t t, int depth) {
         return scan_long(s, &x, 10) || x < 0 || x >= avro_schema_enum_number_of_symbols(t) ? -1 : 0;
     case AVRO_UNION:
         return scan_union(s, &x, (int64_t)avro_schema_union_size(t)) ||
-               walk(s, avro_schema_union_branch(t, (int)x), depth + 1);
+               walk(s, avro_schema_union_branch(t, (int)x), depth + 1, items_left);
     case AVRO_RECORD:
         for (size_t i = 0; i < avro_schema_record_size(t); i++)
-            if (walk(s, avro_schema_record_field_get_by_index(t, (int)i), depth + 1)) return -1;
+            if (walk(s, avro_schema_record_field_get_by_index(t, (int)i), depth + 1, items_left)) return -1;
         return 0;
     case AVRO_ARRAY:
     case AVRO_MAP:
         for (;;) {
             if (scan_block_count(s, &count)) return -1;
             if (count == 0) return 0;
+            if (count > *items_left) {
+                s->what = "more array and map items than the message has bytes";
+                return -1;
+            }
+            *items_left -= count;
             for (int64_t i = 0; i < count; i++) {
                 if (is_avro_map(t) && scan_string(s)) return -1;
-                if (walk(s, is_avro_map(t) ? avro_schema_map_values(t) : avro_schema_array_items(t), depth + 1))
+                if (walk(s, is_avro_map(t) ? avro_schema_map_values(t) : avro_schema_array_items(t), depth + 1,
+                         items_left))
                     return -1;
             }
         }
@@ -340,9 +350,10 @@ static int copy_value(avro_value_t *dst, avro_value_t *src, json_t *rj) {
 int job_resolver_read(sl_job_resolver *r, const void *buf, size_t len, avro_value_t *dst, char *err,
                       size_t errlen) {
     scan s = {buf, (const uint8_t *)buf + len, NULL};
-    if (walk(&s, r->writer, 0)) {
-        snprintf(err, errlen, "avro: cannot decode Job with its writer schema: truncated or malformed at byte %zu",
-                 (size_t)(s.p - (const uint8_t *)buf));
+    int64_t items_left = (int64_t)len;
+    if (walk(&s, r->writer, 0, &items_left)) {
+        snprintf(err, errlen, "avro: cannot decode Job with its writer schema: %s at byte %zu",
+                 s.what ? s.what : "truncated or malformed", (size_t)(s.p - (const uint8_t *)buf));
         return -1;
     }
     if (s.p != s.end) {

@@ -14,7 +14,8 @@
  * (every nested record too). job_resolver_read reads the writer's bytes through that resolved reader
  * and copies them into a value of the worker's Job schema, filling the missing fields from the
  * defaults in schemas/job.avsc. Writer bytes are walked first (avro_scan.h), as the built-in decoder
- * does, so hostile lengths never reach avro-c.
+ * does, so hostile lengths never reach avro-c, nor more array and map items than the message has bytes
+ * (a writer's items may take no bytes, e.g. null).
  *
  * A resolver is used by one thread at a time (avro-c's error text is process-wide).
  */

@@ -3,7 +3,7 @@
  * evolved schema (tests/consumer/schemas/job_v3.avsc: fields in another order, a field the worker does
  * not know, seed as a plain long, messages without reasoning_content) decode with the reader's
  * defaults; incompatible writer schemas are refused with a line naming the field; truncated, trailing
- * and hostile bytes are errors.
+ * and hostile bytes (forged lengths, counts of items that take no bytes) are errors.
  *
  *   test_consumer_job_resolver ROOT   (the repository: schemas/ and tests/consumer/schemas/)
  */
@@ -175,6 +175,37 @@ static void test_incompatible(const char *root) {
     CHECK(strstr(e, "not the reader's record Job"));
 }
 
+/* A writer schema may have values that take no bytes (null). Each block of an array may claim as many
+ * items as the message has bytes left, so the message may claim no more in all: a few headers each
+ * claiming the rest would otherwise have avro-c build arrays of items quadratic in the message. */
+static void test_zero_size_items(sl_codec *c) {
+    sl_job_resolver *r = resolver("{\"type\": \"record\", \"name\": \"Job\", \"fields\": [{\"name\": \"id\", "
+                                  "\"type\": \"string\"}, {\"name\": \"nulls\", \"type\": {\"type\": \"array\", "
+                                  "\"items\": \"null\"}}, {\"name\": \"prompt\", \"type\": \"string\"}, "
+                                  "{\"name\": \"max_tokens\", \"type\": \"int\"}]}");
+    char err[256];
+    sl_job b;
+    /* id "z", three nulls, prompt "abc", max_tokens 1 */
+    const uint8_t ok[] = {0x02, 'z', 0x06, 0x00, 0x06, 'a', 'b', 'c', 0x02};
+    CHECK(codec_decode_job_resolved(c, r, ok, sizeof(ok), &b, err, sizeof(err)) == 0);
+    CHECK(!strcmp(b.id, "z") && !strcmp(b.prompt_text, "abc") && b.max_tokens == 1);
+    job_free(&b);
+    /* id "z", 40 blocks each claiming the bytes after its header (900 nulls in 45 bytes), prompt "",
+     * max_tokens 1 */
+    uint8_t hostile[64];
+    size_t n = 0;
+    enum { BLOCKS = 40 };
+    hostile[n++] = 0x02;
+    hostile[n++] = 'z';
+    for (int i = 0; i < BLOCKS; i++) hostile[n++] = (uint8_t)(2 * (BLOCKS - 1 - i + 3));
+    hostile[n++] = 0x00;
+    hostile[n++] = 0x00;
+    hostile[n++] = 0x02;
+    CHECK(codec_decode_job_resolved(c, r, hostile, n, &b, err, sizeof(err)) == -1 &&
+          strstr(err, "more array and map items than the message has bytes"));
+    job_resolver_free(r);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_consumer_job_resolver ROOT\n");
@@ -191,6 +222,7 @@ int main(int argc, char **argv) {
     test_current(c, argv[1]);
     test_evolved(c, argv[1]);
     test_incompatible(argv[1]);
+    test_zero_size_items(c);
     codec_free(c);
     if (fails) {
         fprintf(stderr, "%d checks failed\n", fails);

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Seeds for the fuzz corpora (tests/fuzz/corpus/<target>): a few
 well-formed inputs per target that reach deep into the parser, from which libFuzzer mutates.
-Job messages are Avro written by hand (schemas/job.avsc, field order), so no Avro package is needed.
+Job messages are Avro written by hand (schemas/job.avsc, field order). The job_resolver seeds (a writer
+schema and a Job written with it) are written by python3-avro, as a producer with that schema would.
     python3 tests/fuzz/make_seeds.py    (from the repository root; overwrites seed_* files only)
 """
+import io
 import json
 import os
 import struct
@@ -78,7 +80,134 @@ def write(target, name, b):
         f.write(b)
 
 
+# ---- job_resolver: 2-byte big-endian schema length, the writer schema (JSON), the Avro bytes
+
+
+def avsc(rel):
+    with open(os.path.join(ROOT, rel)) as f:
+        return json.load(f)
+
+
+def record(name, fields, ns=None):
+    r = {"type": "record", "name": name, "fields": [{"name": n, "type": t} if len(f) == 2 else
+                                                   {"name": n, "type": t, "default": f[2]}
+                                                   for f in fields for n, t in [f[:2]]]}
+    if ns:
+        r["namespace"] = ns
+    return r
+
+
+def schema_text(schema):
+    return schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
+
+
+def avro_encode(schema, datum):
+    import avro.io
+    import avro.schema
+    out = io.BytesIO()
+    avro.io.DatumWriter(avro.schema.parse(schema_text(schema))).write(datum, avro.io.BinaryEncoder(out))
+    return out.getvalue()
+
+
+def resolver_seed(name, schema, datum=None, raw=b""):
+    text = schema_text(schema).encode()
+    body = raw if datum is None else avro_encode(schema, datum)
+    write("job_resolver", name, struct.pack(">H", len(text)) + text + body)
+
+
+def resolver_seeds():
+    cur, v1, v3 = avsc("schemas/job.avsc"), avsc("schemas/v1/job.avsc"), avsc("tests/consumer/schemas/job_v3.avsc")
+    full = {"id": "job-1", "prompt": "Hello, 中文", "max_tokens": 8, "tenant": "t", "temperature": 0.5,
+            "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "seed": 42, "stop": ["\n\n", "x\0y"],
+            "stop_token_ids": [2], "ignore_eos": True, "logprobs": True, "stream": False, "priority": -3,
+            "deadline_ms": 1700000000123, "reply_topic": "replies.a", "metadata": {"k": "v", "trace": "abc"},
+            "messages": [], "thinking": False}
+    resolver_seed("current_text", cur, full)
+    resolver_seed("current_ids", cur, dict(full, prompt=[1, 2, 3], seed=None, deadline_ms=None, reply_topic=None,
+                                           metadata={}, stop=[]))
+    resolver_seed("current_chat", cur, dict(full, prompt="", thinking=True, messages=[
+        {"role": "system", "content": "Be brief.", "reasoning_content": None},
+        {"role": "assistant", "content": "Hello", "reasoning_content": "thought"}]))
+    resolver_seed("v1", v1, {k: v for k, v in full.items() if k not in ("messages", "thinking")})
+    resolver_seed("v3_a", v3, {"max_tokens": 9, "prompt": "Hi there", "id": "v3-a", "priority_class": "interactive",
+                               "seed": 1234567890123, "temperature": 0.25, "stop": ["\n"], "metadata": {"k": "v"},
+                               "messages": [], "top_k": 5})
+    resolver_seed("v3_b", v3, {"max_tokens": 3, "prompt": "", "id": "v3-b", "priority_class": "batch", "seed": 7,
+                               "temperature": 0.0, "stop": [], "metadata": {},
+                               "messages": [{"content": "hello", "role": "user"}], "top_k": 0})
+    minimal = record("Job", [("id", "string"), ("prompt", "string"), ("max_tokens", "int")], "sluice")
+    resolver_seed("minimal", minimal, {"id": "m", "prompt": "p", "max_tokens": 1})
+    # int and long read as float, int as long, plain types into the reader's unions
+    promoted = record("Job", [("id", "string"), ("prompt", {"type": "array", "items": "int"}), ("max_tokens", "int"),
+                              ("temperature", "int"), ("top_p", "long"), ("seed", "int"), ("deadline_ms", "long"),
+                              ("reply_topic", "string"), ("stop_token_ids", {"type": "array", "items": "int"})])
+    resolver_seed("promoted", promoted, {"id": "p", "prompt": [5, 6], "max_tokens": 2, "temperature": 1,
+                                         "top_p": 1, "seed": -9, "deadline_ms": 1 << 40, "reply_topic": "r",
+                                         "stop_token_ids": [7, 8]})
+    # writer unions in another order than the reader's
+    msg_rev = record("Message", [("content", "string"), ("reasoning_content", ["string", "null"]), ("role", "string")])
+    reversed_ = record("Job", [("prompt", [{"type": "array", "items": "int"}, "string"]), ("id", "string"),
+                               ("max_tokens", "int"), ("seed", ["long", "null"]), ("reply_topic", ["string", "null"]),
+                               ("messages", {"type": "array", "items": msg_rev})], "other.ns")
+    resolver_seed("reversed_ids", reversed_, {"prompt": [1], "id": "r1", "max_tokens": 1, "seed": None,
+                                              "reply_topic": "t", "messages": []})
+    resolver_seed("reversed_chat", reversed_, {"prompt": "", "id": "r2", "max_tokens": 1, "seed": 3,
+                                               "reply_topic": None, "messages": [
+                                                   {"content": "c", "reasoning_content": "why", "role": "user"},
+                                                   {"content": "d", "reasoning_content": None, "role": "user"}]})
+    # fields the worker does not know, of every kind, skipped
+    node = {"type": "record", "name": "Node", "fields": [{"name": "v", "type": "int"},
+                                                         {"name": "next", "type": ["null", "Node"]}]}
+    msg_extra = record("Message", [("role", "string"), ("name", ["null", "string"]), ("content", "string")])
+    extras = record("Job", [
+        ("kind", {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}), ("id", "string"),
+        ("hash", {"type": "fixed", "name": "H", "size": 4}), ("blob", "bytes"), ("score", "double"),
+        ("prompt", "string"), ("flag", "boolean"), ("list", node), ("max_tokens", "int"),
+        ("tags", {"type": "map", "values": {"type": "array", "items": "long"}}),
+        ("opt", ["null", record("Inner", [("a", "float"), ("b", "Kind")])]), ("none", "null"),
+        ("messages", {"type": "array", "items": msg_extra})])
+    resolver_seed("extras", extras, {"kind": "B", "id": "e", "hash": b"abcd", "blob": b"\x00\xff", "score": 2.5,
+                                     "prompt": "q", "flag": True, "list": {"v": 1, "next": {"v": 2, "next": None}},
+                                     "max_tokens": 4, "tags": {"a": [1, 2]}, "opt": {"a": 0.5, "b": "A"},
+                                     "none": None, "messages": [{"role": "user", "name": "bob", "content": "hi"}]})
+    # values that take no bytes in fields the worker skips (avro-c cannot read an array of records
+    # without fields: it allocates 0 bytes for them and fails)
+    empty = record("Job", [("id", "string"), ("nulls", {"type": "array", "items": "null"}),
+                           ("empty", record("E", [])), ("prompt", "string"), ("max_tokens", "int")])
+    resolver_seed("zero_size_items", empty, {"id": "z", "nulls": [None] * 3, "empty": {}, "prompt": "a prompt",
+                                             "max_tokens": 1})
+    # refused pairs (the Avro bytes are a current-schema job, for mutations that make the pair resolve)
+    job_bytes = avro_encode(cur, full)
+    refused = {
+        "prompt_int": avsc("tests/consumer/schemas/job_prompt_int.avsc"),
+        "no_max_tokens": record("Job", [("id", "string"), ("prompt", "string")]),
+        "long_to_int": record("Job", [("id", "string"), ("prompt", "string"), ("max_tokens", "long")]),
+        "nullable_id": record("Job", [("id", ["null", "string"]), ("prompt", "string"), ("max_tokens", "int")]),
+        "double_to_float": record("Job", [("id", "string"), ("prompt", "string"), ("max_tokens", "int"),
+                                          ("temperature", "double")]),
+        "enum_tenant": record("Job", [("id", "string"), ("prompt", "string"), ("max_tokens", "int"),
+                                      ("tenant", {"type": "enum", "name": "T", "symbols": ["a"]})]),
+        "bytes_stop": record("Job", [("id", "string"), ("prompt", "string"), ("max_tokens", "int"),
+                                     ("stop", {"type": "array", "items": "bytes"})]),
+        "role_int": record("Job", [("id", "string"), ("prompt", "string"), ("max_tokens", "int"),
+                                   ("messages", {"type": "array", "items": record("Message", [
+                                       ("role", "int"), ("content", "string")])})]),
+        "message_in_union": record("Job", [("id", "string"), ("prompt", "string"), ("max_tokens", "int"),
+                                           ("messages", {"type": "array", "items": ["null", record("Message", [
+                                               ("role", "string"), ("content", "string")])]})]),
+        "no_content": record("Job", [("id", "string"), ("prompt", "string"), ("max_tokens", "int"),
+                                     ("messages", {"type": "array", "items": record("Message", [
+                                         ("role", "string")])})]),
+        "result": record("Result", []),
+        "string": '"string"',
+        "unparsable": '{"type": "record", "name": ',
+    }
+    for name, schema in refused.items():
+        resolver_seed("refused_" + name, schema, raw=job_bytes)
+
+
 def main():
+    resolver_seeds()
     write("job", "ids", confluent(1, job(prompt=[1, 2, 3, 4], stop_ids=[5])))
     write("job", "text", confluent(7, job(prompt="Hello world, 中文 😀", seed=42, stop=["\n\n", "end"],
                                           meta={"k": "v", "trace": "abc"}, deadline=1700000000000,
