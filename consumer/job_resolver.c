@@ -155,14 +155,23 @@ static avro_schema_t narrow(ctx *cx, avro_schema_t w, avro_schema_t r, json_t *r
 // ---------------------------------------------------------------- reading
 
 /* The writer's bytes against its schema (avro_scan.h): lengths within the message, known union
- * branches and enum symbols, and no more array and map items in all than the message has bytes
- * (*items_left starts at its length). A writer schema may have items that take no bytes (null, a
- * record without fields, fixed of size 0), and scan_block_count bounds only one block: without the
- * total, a few KB of block headers, each claiming the bytes left, would make avro-c build arrays
- * of millions of such items. */
-static int walk(scan *s, avro_schema_t t, int depth, int64_t *items_left) {
+ * branches and enum symbols, no more array and map items in all than the message has bytes
+ * (*items_left starts at its length), and no more values in all than VALUES_PER_BYTE per byte plus
+ * VALUES_BASE (*values_left). A writer schema may have items that take no bytes (null, a record of
+ * nulls, fixed of size 0), and scan_block_count bounds only one block: without the item total, a few
+ * KB of block headers, each claiming the bytes left, would make avro-c build arrays of millions of
+ * such items; without the value total, each of those items could be a record of thousands of null
+ * fields (the registry serves schemas of megabytes), so the work would grow with message x schema.
+ * A Job holds well under one value per byte (its strings carry the bytes). */
+#define VALUES_PER_BYTE 4
+#define VALUES_BASE 4096
+static int walk(scan *s, avro_schema_t t, int depth, int64_t *items_left, int64_t *values_left) {
     int64_t x, count;
     if (depth > WALK_MAX_DEPTH) return -1;
+    if (--*values_left < 0) {
+        s->what = "more values than the message's bytes allow (a writer schema of many empty fields)";
+        return -1;
+    }
     t = deref(t);
     switch (avro_typeof(t)) {
     case AVRO_NULL:
@@ -186,10 +195,11 @@ static int walk(scan *s, avro_schema_t t, int depth, int64_t *items_left) {
         return scan_long(s, &x, 10) || x < 0 || x >= avro_schema_enum_number_of_symbols(t) ? -1 : 0;
     case AVRO_UNION:
         return scan_union(s, &x, (int64_t)avro_schema_union_size(t)) ||
-               walk(s, avro_schema_union_branch(t, (int)x), depth + 1, items_left);
+               walk(s, avro_schema_union_branch(t, (int)x), depth + 1, items_left, values_left);
     case AVRO_RECORD:
         for (size_t i = 0; i < avro_schema_record_size(t); i++)
-            if (walk(s, avro_schema_record_field_get_by_index(t, (int)i), depth + 1, items_left)) return -1;
+            if (walk(s, avro_schema_record_field_get_by_index(t, (int)i), depth + 1, items_left, values_left))
+                return -1;
         return 0;
     case AVRO_ARRAY:
     case AVRO_MAP:
@@ -204,7 +214,7 @@ static int walk(scan *s, avro_schema_t t, int depth, int64_t *items_left) {
             for (int64_t i = 0; i < count; i++) {
                 if (is_avro_map(t) && scan_string(s)) return -1;
                 if (walk(s, is_avro_map(t) ? avro_schema_map_values(t) : avro_schema_array_items(t), depth + 1,
-                         items_left))
+                         items_left, values_left))
                     return -1;
             }
         }
@@ -350,8 +360,8 @@ static int copy_value(avro_value_t *dst, avro_value_t *src, json_t *rj) {
 int job_resolver_read(sl_job_resolver *r, const void *buf, size_t len, avro_value_t *dst, char *err,
                       size_t errlen) {
     scan s = {buf, (const uint8_t *)buf + len, NULL};
-    int64_t items_left = (int64_t)len;
-    if (walk(&s, r->writer, 0, &items_left)) {
+    int64_t items_left = (int64_t)len, values_left = (int64_t)len * VALUES_PER_BYTE + VALUES_BASE;
+    if (walk(&s, r->writer, 0, &items_left, &values_left)) {
         snprintf(err, errlen, "avro: cannot decode Job with its writer schema: %s at byte %zu",
                  s.what ? s.what : "truncated or malformed", (size_t)(s.p - (const uint8_t *)buf));
         return -1;

@@ -15,7 +15,8 @@
  * and copies them into a value of the worker's Job schema, filling the missing fields from the
  * defaults in schemas/job.avsc. Writer bytes are walked first (avro_scan.h), as the built-in decoder
  * does, so hostile lengths never reach avro-c, nor more array and map items than the message has bytes
- * (a writer's items may take no bytes, e.g. null).
+ * (a writer's items may take no bytes, e.g. null), nor more values in all than a few per byte (each
+ * such item may be a record of many null fields): the work of a decode stays linear in the message.
  *
  * A resolver is used by one thread at a time (avro-c's error text is process-wide).
  */

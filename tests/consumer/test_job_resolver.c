@@ -206,6 +206,36 @@ static void test_zero_size_items(sl_codec *c) {
     job_resolver_free(r);
 }
 
+/* Items capped by the message's bytes may still each be a record of many null fields: the values in all are
+ * capped too (a few per byte). A message whose items are 600 such fields each is refused; one record of them
+ * (a wide schema, few values) still decodes. */
+static void test_wide_empty_records(sl_codec *c) {
+    char schema[40000];
+    size_t n = (size_t)snprintf(schema, sizeof(schema), "{\"type\": \"record\", \"name\": \"Job\", \"fields\": ["
+                                "{\"name\": \"id\", \"type\": \"string\"}, {\"name\": \"wide\", \"type\": "
+                                "{\"type\": \"array\", \"items\": {\"type\": \"record\", \"name\": \"E\", "
+                                "\"fields\": [");
+    for (int i = 0; i < 600; i++)
+        n += (size_t)snprintf(schema + n, sizeof(schema) - n, "%s{\"name\": \"f%d\", \"type\": \"null\"}",
+                              i ? ", " : "", i);
+    snprintf(schema + n, sizeof(schema) - n, "]}}}, {\"name\": \"prompt\", \"type\": \"string\"}, "
+             "{\"name\": \"max_tokens\", \"type\": \"int\"}]}");
+    sl_job_resolver *r = resolver(schema);
+    char err[256];
+    sl_job b;
+    const uint8_t one[] = {0x02, 'z', 0x02, 0x00, 0x06, 'a', 'b', 'c', 0x02};   /* one item: 601 values */
+    CHECK(codec_decode_job_resolved(c, r, one, sizeof(one), &b, err, sizeof(err)) == 0);
+    if (!fails) job_free(&b);
+    /* 40 items (within the 46 bytes, so the item cap passes), a 40-byte prompt: 24,000 values */
+    uint8_t hostile[64] = {0x02, 'z', 2 * 40, 0x00, 2 * 40};
+    size_t len = 5;
+    for (int i = 0; i < 40; i++) hostile[len++] = 'a';
+    hostile[len++] = 0x02;
+    CHECK(codec_decode_job_resolved(c, r, hostile, len, &b, err, sizeof(err)) == -1 &&
+          strstr(err, "more values than the message's bytes allow"));
+    job_resolver_free(r);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_consumer_job_resolver ROOT\n");
@@ -223,6 +253,7 @@ int main(int argc, char **argv) {
     test_evolved(c, argv[1]);
     test_incompatible(argv[1]);
     test_zero_size_items(c);
+    test_wide_empty_records(c);
     codec_free(c);
     if (fails) {
         fprintf(stderr, "%d checks failed\n", fails);
