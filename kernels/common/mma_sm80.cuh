@@ -2,6 +2,8 @@
  * cp.async 16-byte copies into shared memory, ldmatrix (plain and transposed) and mma.sync m16n8k16 bf16 with
  * fp32 accumulation.
  *
+ * The one home of these primitives: the MoE, dense and V4 layer kernels all use them.
+ *
  * Fragment layout of mma.m16n8k16 (lane = 4 g + q): A (16 x 16, row-major) a0 = (g, 2q..2q+1), a1 = (g+8, ..),
  * a2 = (g, 2q+8..), a3 = (g+8, 2q+8..); B (16 x 8, k x n) b0 = (k 2q..2q+1, n g), b1 = (k 2q+8.., n g); C (16 x 8)
  * c0,c1 = (g, 2q..2q+1), c2,c3 = (g+8, 2q..2q+1). ldmatrix.x4 loads four 8 x 8 b16 matrices whose row addresses
@@ -20,6 +22,11 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *g)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(g) : "memory");
 }
+/* 8 bytes global -> shared, asynchronous (through L1: .cg takes 16 bytes only) */
+__device__ __forceinline__ void cp_async8(void *smem, const void *g)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(smem)), "l"(g) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
@@ -35,13 +42,20 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *smem)
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(smem)));
 }
 
-/* C += A (16 x 16 bf16) B (16 x 8 bf16), fp32 */
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+/* Word i of a 16-byte fragment piece (i a compile-time constant where it matters: registers, no local array) */
+__device__ __forceinline__ uint32_t u4get(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+/* C += A (16 x 16 bf16: a0..a3) B (16 x 8 bf16: b0, b1), fp32 */
+__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 #endif

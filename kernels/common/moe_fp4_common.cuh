@@ -24,6 +24,8 @@
 
 #include <stdint.h>
 
+#include "mma_sm80.cuh"
+
 #define MOE_F0 192                      /* bf16 exponent bias of scale code 0 */
 #define MOE_F0_BITS ((uint32_t)(MOE_F0 << 7) * 0x00010001u)   /* F0 << 7 in both bf16 lanes */
 #define MOE_FP4_MASK 0x81C081C0u        /* bf16x2 bits {6,7,8,15} of each lane */
@@ -98,16 +100,6 @@ __device__ __forceinline__ uint32_t moe_bf16x2_mul_hi(uint32_t a, uint32_t f)
     asm("{ .reg .b16 l, h; .reg .b32 b; mov.b32 {l, h}, %2; mov.b32 b, {h, h}; mul.rn.bf16x2 %0, %1, b; }"
         : "=r"(d) : "r"(a), "r"(f));
     return d;
-}
-
-/* D += A(16x16 bf16, row) * B(16x8 bf16, col), fp32 accumulate */
-__device__ __forceinline__ void moe_mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* Streaming 16-byte load: read once, keep out of L1 */

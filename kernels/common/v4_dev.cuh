@@ -13,10 +13,8 @@
  * before it reads anything. The launch latency of a step's many small kernels overlaps the kernel before them. */
 __device__ __forceinline__ void pdl_enter()
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    moe_pdl_release();
+    moe_pdl_wait();
 }
 
 __device__ __forceinline__ float bf2f(uint16_t v) { return __bfloat162float(__ushort_as_bfloat16(v)); }

@@ -34,6 +34,8 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include "dense_gemm.h"
+#include "common/mma_sm80.cuh"
+#include "common/moe_launch.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -70,22 +72,6 @@ struct DgArgs {
     int grows, gx;           /* grouped: every grows rows of W read the inputs gx further along x (0: one group) */
 };
 
-__device__ __forceinline__ void dg_cp16(uint8_t *smem, const void *g)
-{
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
-}
-__device__ __forceinline__ void dg_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void dg_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-/* programmatic dependent launch (sm_90+): wait for the previous kernel's writes; let the next kernel launch */
-__device__ __forceinline__ void dg_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void dg_pdl_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-
-__device__ __forceinline__ uint32_t dg_word(const uint4 &v, int i)
-{
-    return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
-}
 /* two e4m3 bytes of w (chosen by sel) as a bf16x2 of value e4m3 * 2^-120: sign, then exponent and mantissa bits
  * moved into bf16 positions (e4m3 subnormals become bf16 subnormals) */
 __device__ __forceinline__ uint32_t dg_fp8_pair(uint32_t w, uint32_t sel)
@@ -98,15 +84,6 @@ __device__ __forceinline__ uint32_t dg_bf16x2_mul(uint32_t a, uint32_t b)
     uint32_t d;
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
-}
-/* D += A (16x16 bf16, row) * B (16x8 bf16, col), fp32 accumulation */
-__device__ __forceinline__ void dg_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* 8 activations at p: XV one 16-byte load (x aligned, k % 128 == 0); else inputs col + e < lim read one by one,
@@ -156,15 +133,15 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
         for (int i = 0; i < RT; i++)
 #pragma unroll
             for (int p = 0; p < CH / 512; p++)
-                dg_cp16(ring + (slot * RT + i) * CH + p * 512, src[i] + (size_t)c * CH + p * 512);
+                cp_async16(ring + (slot * RT + i) * CH + p * 512, src[i] + (size_t)c * CH + p * 512);
     };
     /* the weights do not depend on the previous kernel: the first D chunks go out before the wait */
 #pragma unroll
     for (int d = 0; d < D; d++) {
         if (cb + d < ce) issue(d, cb + d);
-        dg_commit();
+        cp_async_commit();
     }
-    dg_pdl_wait();
+    moe_pdl_wait();
     const int t0 = blockIdx.x * 8 * NT, lim = a.k - 8 * q;
     const uint16_t *xrow[NT];
 #pragma unroll
@@ -189,7 +166,7 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
         for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
     for (int c = cb; c < ce; c++) {
         const int slot = (c - cb) % D;
-        dg_wait<D - 1>();   /* chunk c (this lane's pieces) has landed */
+        cp_async_wait<D - 1>();   /* chunk c (this lane's pieces) has landed */
         float part[RT][NT][4];
 #pragma unroll
         for (int i = 0; i < RT; i++)
@@ -208,14 +185,14 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
                     const uint32_t c120 = 0x7B807B80u;   /* bf16x2 of 2^120 */
 #pragma unroll
                     for (int step = 0; step < 2; step++) {
-                        const uint32_t w0 = dg_word(wv, 2 * step), w1 = dg_word(wv, 2 * step + 1);
+                        const uint32_t w0 = u4get(wv, 2 * step), w1 = u4get(wv, 2 * step + 1);
                         const uint32_t a0 = dg_bf16x2_mul(dg_fp8_pair(w0, 0x1404u), c120);
                         const uint32_t a1 = dg_bf16x2_mul(dg_fp8_pair(w0, 0x3424u), c120);
                         const uint32_t a2 = dg_bf16x2_mul(dg_fp8_pair(w1, 0x1404u), c120);
                         const uint32_t a3 = dg_bf16x2_mul(dg_fp8_pair(w1, 0x3424u), c120);
 #pragma unroll
                         for (int j = 0; j < NT; j++)
-                            dg_mma(part[i][j], a0, a1, a2, a3, dg_word(xv[j], 2 * step), dg_word(xv[j], 2 * step + 1));
+                            mma_bf16(part[i][j], a0, a1, a2, a3, u4get(xv[j], 2 * step), u4get(xv[j], 2 * step + 1));
                     }
                 } else {
 #pragma unroll
@@ -223,8 +200,8 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
                         const uint4 wv = *(const uint4 *)(wp + (grp * 2 + step) * 512);
 #pragma unroll
                         for (int j = 0; j < NT; j++)
-                            dg_mma(part[i][j], wv.x, wv.y, wv.z, wv.w, dg_word(xv[j], 2 * step),
-                                   dg_word(xv[j], 2 * step + 1));
+                            mma_bf16(part[i][j], wv.x, wv.y, wv.z, wv.w, u4get(xv[j], 2 * step),
+                                   u4get(xv[j], 2 * step + 1));
                     }
                 }
             }
@@ -238,10 +215,10 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
                 for (int e = 0; e < 4; e++) acc[i][j][e] = fmaf(part[i][j][e], sc, acc[i][j][e]);
         }
         if (c + D < ce) issue(slot, c + D);   /* this lane's reads of the slot are done */
-        dg_commit();
+        cp_async_commit();
     }
-    dg_wait<0>();
-    dg_pdl_release();
+    cp_async_wait<0>();
+    moe_pdl_release();
     if (a.S > 1) {   /* the slices' partials, added in slice order by the slice-0 warp of rank 0 */
         __syncthreads();   /* every warp is done with its ring: it holds the partials now */
         float *red = (float *)(dg_smem + warp * RING);

@@ -949,7 +949,7 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
 #pragma unroll
         for (int i = 0; i < NTT; i++) {
             const int p = threadIdx.x + i * 128, row = p >> 4, pc = p & 15;
-            cp16((uint8_t *)(xs + ((size_t)s * XR + row) * SH_XSTRIDE + pc * 8),
+            cp_async16((uint8_t *)(xs + ((size_t)s * XR + row) * SH_XSTRIDE + pc * 8),
                  xin + (base + (size_t)min(t0 + row, T - 1)) * K + c * 128 + pc * 8);
         }
     };
@@ -957,13 +957,13 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
 #pragma unroll
     for (int s = 0; s < D; s++) {
         if (s < nc) stage_x(s, s);
-        cp_commit();
+        cp_async_commit();
     }
     float acc[NM][NTT][4];
     acc_zero<NM, NTT>(acc);
     for (int c = 0; c < nc; c++) {
         const int s = c % D;
-        cp_wait<D - 1>();
+        cp_async_wait<D - 1>();
         __syncthreads();   /* every thread's activation copies of chunk c have landed */
         const uint16_t *xsl = xs + ((size_t)s * XR + g) * SH_XSTRIDE + 8 * q;
         fp8_chunk<NM, NTT>(ring, s, lane, [&](int grp, uint4 xv[NTT]) {
@@ -975,7 +975,7 @@ __global__ void __launch_bounds__(128, SH_D <= 2 ? 3 : (SH_D >= 8 ? 1 : 2))
             fp8_issue<NM>(ring, s, rt, c + D, lane);
             stage_x(s, c + D);
         }
-        cp_commit();
+        cp_async_commit();
     }
     shared_store<NM, NTT>(a, acc, r, t0, T, topk, h, y);
     /* the shared gate/up releases the shared down at its end (at its start, the down's blocks sat waiting on SM

@@ -14,26 +14,6 @@
 #define MOE_NTW 8
 
 
-__device__ __forceinline__ uint32_t u4get(const uint4 &v, int i)
-{
-    return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
-}
-
-__device__ __forceinline__ void cp16(uint8_t *smem, const void *g)
-{
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cp8(uint8_t *smem, const void *g)
-{
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sa), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-
 /* A lane's activation fragments for one 128-input chunk: 4 x 16 bytes of its token's row (L1-cached;
  * the 4 warps of a block read the same rows). */
 template <int NT>
@@ -117,10 +97,10 @@ __device__ __forceinline__ void fp4_issue(uint8_t *ring, int slot, const uint8_t
     for (int m = 0; m < NM; m++) {
         const uint8_t *ch = rowtile + ((size_t)c * cmul + (size_t)m * mmul) * cb;
         uint8_t *d = ring + (slot * NM + m) * 1280;
-        cp16(d + lane * 16, ch + lane * 16);
-        cp16(d + 512 + lane * 16, ch + 512 + lane * 16);
-        if (FMT == MOE_FP4_NVFP4) cp8(d + 1024 + lane * 8, ch + 1024 + (lane >> 2) * 16 + ((lane >> 1) & 1) * 8);
-        else cp8(d + 1024 + lane * 8, ch + 1024 + (lane >> 2) * 8);
+        cp_async16(d + lane * 16, ch + lane * 16);
+        cp_async16(d + 512 + lane * 16, ch + 512 + lane * 16);
+        if (FMT == MOE_FP4_NVFP4) cp_async8(d + 1024 + lane * 8, ch + 1024 + (lane >> 2) * 16 + ((lane >> 1) & 1) * 8);
+        else cp_async8(d + 1024 + lane * 8, ch + 1024 + (lane >> 2) * 8);
     }
 }
 
@@ -155,7 +135,7 @@ __device__ __forceinline__ void fp4_compute_u(const Fp4Stage<NM> &st, const XFra
                     const uint32_t a2 = moe_bf16x2_mul_lo(p[2], f), a3 = moe_bf16x2_mul_hi(p[3], f);
 #pragma unroll
                     for (int j = 0; j < NT; j++)   /* the dequantised fragment serves every n-tile */
-                        moe_mma_bf16(acc[m][j], a0, a1, a2, a3, u4get(x.v[j][u * 2 + grp], step * 2),
+                        mma_bf16(acc[m][j], a0, a1, a2, a3, u4get(x.v[j][u * 2 + grp], step * 2),
                                      u4get(x.v[j][u * 2 + grp], step * 2 + 1));
                 }
             }
@@ -171,7 +151,7 @@ __device__ __forceinline__ void fp4_refill(uint8_t *ring, int s, const uint8_t *
 {
     if (c + D < nc) fp4_issue<FMT, NM>(ring, s, rowtile, c + D, lane, mmul);
     else if (next) fp4_issue<FMT, NM>(ring, s, next, c + D - nc, lane, mmul);
-    cp_commit();
+    cp_async_commit();
 }
 
 /* Issues the first D chunks of a row tile (what fp4_rowtile does when not primed). */
@@ -181,7 +161,7 @@ __device__ __forceinline__ void fp4_prime(uint8_t *ring, const uint8_t *rowtile,
 #pragma unroll
     for (int s = 0; s < D; s++) {
         if (s < nc) fp4_issue<FMT, NM>(ring, s, rowtile, s, lane, mmul);
-        cp_commit();
+        cp_async_commit();
     }
 }
 
@@ -234,7 +214,7 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
             if (c < nc) {
                 if constexpr (XSB) load_x<NT, XL>(xb[0], xrow, c, q);
                 else if (c + 1 < nc) load_x<NT, XL>(xb[u ^ 1], xrow, c + 1, q);
-                cp_wait<D - 1>();
+                cp_async_wait<D - 1>();
                 Fp4Stage<NM> st;
                 fp4_read<NM>(st, ring, s, lane);
                 if (ER == 1) fp4_refill<FMT, NM, D>(ring, s, rowtile, next, c, nc, lane, mmul);
@@ -262,7 +242,7 @@ __device__ __forceinline__ void fp8_issue(uint8_t *ring, int slot, const uint8_t
     for (int m = 0; m < NM; m++)
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            cp16(ring + ((slot * NM + m) * 4 + j) * 512 + lane * 16,
+            cp_async16(ring + ((slot * NM + m) * 4 + j) * 512 + lane * 16,
                  rowtile + ((size_t)c * NM + m) * MOE_FP8_CHUNK_BYTES + j * 512 + lane * 16);
 }
 
@@ -292,7 +272,7 @@ __device__ __forceinline__ void fp8_chunk(const uint8_t *ring, int slot, int lan
                 const uint32_t a3 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
 #pragma unroll
                 for (int j = 0; j < NT; j++)
-                    moe_mma_bf16(tmp[m][j], a0, a1, a2, a3, u4get(xv[j], step * 2), u4get(xv[j], step * 2 + 1));
+                    mma_bf16(tmp[m][j], a0, a1, a2, a3, u4get(xv[j], step * 2), u4get(xv[j], step * 2 + 1));
             }
         }
     }
@@ -319,7 +299,7 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
 #pragma unroll
     for (int s = 0; s < D; s++) {
         if (cb + s < ce) fp8_issue<NM>(ring, s, rowtile, cb + s, lane);
-        cp_commit();
+        cp_async_commit();
     }
     if (wait) {
         if (WW) moe_wait_count_warp(wait, need);
@@ -338,7 +318,7 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
             const int c = c0 + s;
             if (c < ce) {
                 if (c + 1 < ce) load_x<NT, XL>(xb[(s + 1) & 1], xrow, c + 1, q);
-                cp_wait<D - 1>();
+                cp_async_wait<D - 1>();
                 const XFrag<NT> &x = xb[s & 1];
                 fp8_chunk<NM, NT>(ring, s, lane, [&](int grp, uint4 xv[NT]) {
 #pragma unroll
@@ -346,7 +326,7 @@ __device__ __forceinline__ void fp8_rowtile(const uint8_t *rowtile, int K, int c
                 }, bscale, bstride, c, acc);
             }
             if (c + D < ce) fp8_issue<NM>(ring, s, rowtile, c + D, lane);
-            cp_commit();
+            cp_async_commit();
         }
     }
 }

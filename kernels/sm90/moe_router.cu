@@ -143,9 +143,9 @@ __global__ void __launch_bounds__(256) k_router_logits_tc(const uint16_t *x, con
 #pragma unroll
             for (int j = 0; j < NTT; j++) {
                 const uint32_t b0 = s ? b[j].z : b[j].x, b1 = s ? b[j].w : b[j].y;
-                moe_mma_bf16(al[j], a[4 + s].x, a[4 + s].y, a[4 + s].z, a[4 + s].w, b0, b1);
-                moe_mma_bf16(al[j], a[2 + s].x, a[2 + s].y, a[2 + s].z, a[2 + s].w, b0, b1);
-                moe_mma_bf16(ah[j], a[s].x, a[s].y, a[s].z, a[s].w, b0, b1);
+                mma_bf16(al[j], a[4 + s].x, a[4 + s].y, a[4 + s].z, a[4 + s].w, b0, b1);
+                mma_bf16(al[j], a[2 + s].x, a[2 + s].y, a[2 + s].z, a[2 + s].w, b0, b1);
+                mma_bf16(ah[j], a[s].x, a[s].y, a[s].z, a[s].w, b0, b1);
             }
     }
     moe_pdl_release();

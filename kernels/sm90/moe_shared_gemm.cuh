@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm(const uint16_t *wb, cons
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int id = tid + i * 256, row = id >> 3, c = id & 7;
-            cp16((uint8_t *)(Bs(s) + gm_swz(row, c)), B + (size_t)row * K + kt * GM_BK + c * 8);
+            cp_async16((uint8_t *)(Bs(s) + gm_swz(row, c)), B + (size_t)row * K + kt * GM_BK + c * 8);
         }
     };
     auto load_a = [&](int s, int kt) {
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm(const uint16_t *wb, cons
         for (int i = 0; i < 4; i++) {
             const int id = tid + i * 256, row = id >> 3, c = id & 7;
             const size_t t = base + (size_t)min(m0 + row, T - 1);
-            cp16((uint8_t *)(As(s) + gm_swz(row, c)), xin + t * K + kt * GM_BK + c * 8);
+            cp_async16((uint8_t *)(As(s) + gm_swz(row, c)), xin + t * K + kt * GM_BK + c * 8);
         }
     };
     /* the weights do not depend on the previous kernel: their first steps go out before the wait; group s then
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm(const uint16_t *wb, cons
 #pragma unroll
     for (int s = 0; s < GM_STAGES - 1; s++) {
         if (s < nk) load_a(s, s);
-        cp_commit();
+        cp_async_commit();
     }
     /* this tile's scale row: gate/up rows n0 / 2 .. + 63 of w1 and w3 (one 128-row block), down rows n0 .. + 127 */
     const int nkb = K / 128;
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm(const uint16_t *wb, cons
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][j][e] = part[i][j][e] = 0.f;
     for (int kt = 0; kt < nk; kt++) {
-        cp_wait<GM_STAGES - 2>();
+        cp_async_wait<GM_STAGES - 2>();
         __syncthreads();   /* step kt has landed for every thread; every warp is done with step kt - 1's slot */
         {
             const int kn = kt + GM_STAGES - 1, sn = kn % GM_STAGES;
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm(const uint16_t *wb, cons
                 load_b(sn, kn);
                 load_a(sn, kn);
             }
-            cp_commit();
+            cp_async_commit();
         }
         const uint16_t *as = As(kt % GM_STAGES), *bs = Bs(kt % GM_STAGES);
 #pragma unroll
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm(const uint16_t *wb, cons
             for (int mi = 0; mi < 4; mi++)
 #pragma unroll
                 for (int nj = 0; nj < 4; nj++)
-                    moe_mma_bf16(FOLD ? acc[mi][nj] : part[mi][nj], af[mi][0], af[mi][1], af[mi][2], af[mi][3],
+                    mma_bf16(FOLD ? acc[mi][nj] : part[mi][nj], af[mi][0], af[mi][1], af[mi][2], af[mi][3],
                                  bf[nj][0], bf[nj][1]);
         }
         if (!FOLD && (kt & 1)) {   /* end of 128-input block kt / 2: acc += part * scale (c0, c2: even columns) */
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(256, 1) k_shared_gemm(const uint16_t *wb, cons
                     }
         }
     }
-    cp_wait<0>();
+    cp_async_wait<0>();
 #pragma unroll
     for (int mi = 0; mi < 4; mi++)
 #pragma unroll

@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_a
         for (int mt = 0; mt < 4; mt++) {
             uint32_t a[4];
             ldsm_x4(a, qs + sw128(16 * mt + (lane & 15), 16 * kq + ((lane >> 4) << 3)));
-            mma_bf16(sc[mt][0], a, b[0], b[1]);
-            mma_bf16(sc[mt][1], a, b[2], b[3]);
+            mma_bf16(sc[mt][0], a[0], a[1], a[2], a[3], b[0], b[1]);
+            mma_bf16(sc[mt][1], a[0], a[1], a[2], a[3], b[2], b[3]);
         }
     }
     float part[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};   /* [n-tile][entry 2q + j] */
@@ -403,8 +403,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                 uint32_t a[4], b[4];
                 ldsm_x4(a, sm.q + sw512(16 * mt + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
                 ldsm_x4(b, kt + sw512(16 * np + (lane & 7) + ((lane >> 4) << 3), 16 * ks + (((lane >> 3) & 1) << 3)));
-                mma_bf16(sc[0], a, b[0], b[1]);
-                mma_bf16(sc[1], a, b[2], b[3]);
+                mma_bf16(sc[0], a[0], a[1], a[2], a[3], b[0], b[1]);
+                mma_bf16(sc[1], a[0], a[1], a[2], a[3], b[2], b[3]);
             }
 #pragma unroll
             for (int nt = 0; nt < 2; nt++) {
@@ -469,8 +469,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
                     ldsm_x4_t(b, kt + sw512(16 * ks + (lane & 7) + (((lane >> 3) & 1) << 3), 64 * w + 16 * pr + ((lane >> 4) << 3)));
 #pragma unroll
                     for (int mt = 0; mt < 4; mt++) {
-                        mma_bf16(acc[mt][2 * pr], a[mt], b[0], b[1]);
-                        mma_bf16(acc[mt][2 * pr + 1], a[mt], b[2], b[3]);
+                        mma_bf16(acc[mt][2 * pr], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[0], b[1]);
+                        mma_bf16(acc[mt][2 * pr + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[2], b[3]);
                     }
                 }
             }
