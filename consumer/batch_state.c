@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-static void die(const char *fmt, ...) {
+void batch_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "sluice-batch: ");
@@ -25,24 +25,24 @@ static void redis_connect(batch_state *s, const char *url) {
     const char *colon = strrchr(p, ':'), *slash = strchr(p, '/');
     char host[256];
     size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
-    if (hl == 0 || hl >= sizeof(host)) die("--redis '%s': bad host", url);
+    if (hl == 0 || hl >= sizeof(host)) batch_die("--redis '%s': bad host", url);
     memcpy(host, p, hl);
     host[hl] = 0;
     int port = colon ? atoi(colon + 1) : 6379, db = slash ? atoi(slash + 1) : 0;
-    if (port <= 0 || port > 65535) die("--redis '%s': bad port", url);
+    if (port <= 0 || port > 65535) batch_die("--redis '%s': bad port", url);
     struct timeval tv = {5, 0};
     redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err) die("redis %s:%d: %s", host, port, c ? c->errstr : "cannot allocate a context");
+    if (!c || c->err) batch_die("redis %s:%d: %s", host, port, c ? c->errstr : "cannot allocate a context");
     redisSetTimeout(c, tv);
     const char *pw = getenv("SLUICE_REDIS_PASSWORD"), *user = getenv("SLUICE_REDIS_USER");
     redisReply *r = NULL;
     if (pw && pw[0]) r = user && user[0] ? redisCommand(c, "AUTH %s %s", user, pw) : redisCommand(c, "AUTH %s", pw);
     if (pw && pw[0] && (!r || r->type == REDIS_REPLY_ERROR))
-        die("redis %s:%d: AUTH failed: %s", host, port, r ? r->str : c->errstr);
+        batch_die("redis %s:%d: AUTH failed: %s", host, port, r ? r->str : c->errstr);
     if (r) freeReplyObject(r);
     if (db) {
         r = redisCommand(c, "SELECT %d", db);
-        if (!r || r->type == REDIS_REPLY_ERROR) die("redis: SELECT %d failed", db);
+        if (!r || r->type == REDIS_REPLY_ERROR) batch_die("redis: SELECT %d failed", db);
         freeReplyObject(r);
     }
     s->rc = c;
@@ -64,8 +64,8 @@ void batch_state_close(batch_state *s) {
 
 /* One command; a connection error or an error reply ends the program (every command is safe to redo). */
 static redisReply *rcheck(batch_state *s, redisReply *r) {
-    if (!r) die("redis: %s (run the command again to resume)", s->rc->errstr);
-    if (r->type == REDIS_REPLY_ERROR) die("redis: %s", r->str);
+    if (!r) batch_die("redis: %s (run the command again to resume)", s->rc->errstr);
+    if (r->type == REDIS_REPLY_ERROR) batch_die("redis: %s", r->str);
     return r;
 }
 
@@ -165,7 +165,7 @@ static void script_op(batch_state *s, const char *op, char *st, size_t stlen) {
 
 void batch_load(batch_state *s) {
     char *st = batch_hget(s, "status"), *res = batch_hget(s, "results_topic"), *dlq = batch_hget(s, "dlq_topic");
-    if (!st || !res || !dlq) die("no batch '%s' in Redis (prefix %s)", s->id, s->prefix);
+    if (!st || !res || !dlq) batch_die("no batch '%s' in Redis (prefix %s)", s->id, s->prefix);
     snprintf(s->topics[0], sizeof(s->topics[0]), "%s", res);
     snprintf(s->topics[1], sizeof(s->topics[1]), "%s", dlq);
     free(st);
@@ -199,13 +199,13 @@ int batch_create(batch_state *s, const char *input_file, const char *digest, int
     int existed = known != NULL;
     if (known) {   /* a resend: same file, same settings, so the same job bytes */
         if (strcmp(known, digest))
-            die("batch %s was submitted from another file (digest %s, this one %s)", s->id, known, digest);
+            batch_die("batch %s was submitted from another file (digest %s, this one %s)", s->id, known, digest);
         *max_tokens = (int)batch_hget_ll(s, "max_tokens", *max_tokens);
         char *res = batch_hget(s, "results_topic"), *dlq = batch_hget(s, "dlq_topic");
         char *jobs = batch_hget(s, "jobs_topic");
         if (!res || !dlq || !jobs || strcmp(res, results_topic) || strcmp(dlq, dlq_topic) ||
             strcmp(jobs, jobs_topic))
-            die("batch %s was submitted with other topics", s->id);
+            batch_die("batch %s was submitted with other topics", s->id);
         free(res), free(dlq), free(jobs);
     } else {
         rdo(s, "HSET %s status validating created_at %lld input_file %s input_digest %s max_tokens %d ttl %d "
@@ -323,7 +323,7 @@ batch_outcome *batch_outcomes(batch_state *s, size_t *n_out) {
     char cursor[32] = "0";
     do {   /* HSCAN in steps: a large batch never makes one huge reply */
         redisReply *r = rcmd(s, "HSCAN %s %s COUNT 1000", s->out_key, cursor);
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) die("redis: unexpected HSCAN reply");
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) batch_die("redis: unexpected HSCAN reply");
         snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
         redisReply *kv = r->element[1];
         for (size_t i = 0; i + 1 < kv->elements; i += 2) {

@@ -32,6 +32,9 @@
 
 struct redisContext;
 
+/* "sluice-batch: " + the message on stderr, then exit 1 (the program's one way out on an error). */
+void batch_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
 typedef struct {
     struct redisContext *rc;
     const char *prefix;              /* the workers' redis.prefix */

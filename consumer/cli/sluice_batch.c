@@ -35,7 +35,6 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,16 +57,6 @@ typedef struct {
     batch_state s;                   /* its keys and the Redis connection */
     sl_codec *codec;
 } batch;
-
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "sluice-batch: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
 
 static double mono_s(void) {
     struct timespec ts;
@@ -193,11 +182,11 @@ static rd_kafka_conf_t *base_conf(const opts *o) {
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     rd_kafka_conf_set_log_cb(c, log_cb);
     char err[256];
-    if (rd_kafka_conf_set(c, "bootstrap.servers", o->brokers, err, sizeof(err)) != RD_KAFKA_CONF_OK) die("%s", err);
+    if (rd_kafka_conf_set(c, "bootstrap.servers", o->brokers, err, sizeof(err)) != RD_KAFKA_CONF_OK) batch_die("%s", err);
     for (int i = 0; i < o->n_kafka_kv; i++) {
         char *kv = strdup(o->kafka_kv[i]), *eq = strchr(kv, '=');
         *eq = 0;
-        if (rd_kafka_conf_set(c, kv, eq + 1, err, sizeof(err)) != RD_KAFKA_CONF_OK) die("-X %s: %s", o->kafka_kv[i], err);
+        if (rd_kafka_conf_set(c, kv, eq + 1, err, sizeof(err)) != RD_KAFKA_CONF_OK) batch_die("-X %s: %s", o->kafka_kv[i], err);
         free(kv);
     }
     return c;
@@ -211,7 +200,7 @@ static int partition_count(rd_kafka_t *rk, const char *topic) {
     int n = !e && md->topic_cnt == 1 ? md->topics[0].partition_cnt : 0;
     if (md) rd_kafka_metadata_destroy(md);
     rd_kafka_topic_destroy(t);
-    if (e || n <= 0) die("no metadata for topic %s: %s", topic, rd_kafka_err2str(e ? e : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
+    if (e || n <= 0) batch_die("no metadata for topic %s: %s", topic, rd_kafka_err2str(e ? e : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
     return n;
 }
 
@@ -222,7 +211,7 @@ static void record_start_offsets(batch *b, rd_kafka_t *rk) {
         for (int p = 0; p < n; p++) {
             int64_t lo, hi;
             rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, b->s.topics[k], p, &lo, &hi, 10000);
-            if (e) die("end offset of %s[%d]: %s", b->s.topics[k], p, rd_kafka_err2str(e));
+            if (e) batch_die("end offset of %s[%d]: %s", b->s.topics[k], p, rd_kafka_err2str(e));
             batch_record_start(&b->s, b->s.topics[k], p, hi);
         }
     }
@@ -253,7 +242,7 @@ static void cancel_jobs(batch *b) {
 static void fresh_batch_id(char *out, size_t n) {
     uint8_t r[16];
     FILE *f = fopen("/dev/urandom", "rb");
-    if (!f || fread(r, sizeof(r), 1, f) != 1) die("cannot read /dev/urandom for a batch id");
+    if (!f || fread(r, sizeof(r), 1, f) != 1) batch_die("cannot read /dev/urandom for a batch id");
     fclose(f);
     size_t k = (size_t)snprintf(out, n, "batch_");
     for (int i = 0; i < 16 && k + 2 < n; i++) k += (size_t)snprintf(out + k, n - k, "%02x", r[i]);
@@ -270,7 +259,7 @@ static int cmd_submit(const opts *o) {
     char buf[65536];
     size_t got;
     while ((got = fread(buf, 1, sizeof(buf), in)) > 0) digest = fnv1a(digest, buf, got);
-    if (ferror(in)) die("cannot read %s: %s", o->file, strerror(errno));
+    if (ferror(in)) batch_die("cannot read %s: %s", o->file, strerror(errno));
     rewind(in);
     char dhex[20];
     snprintf(dhex, sizeof(dhex), "%016" PRIx64, digest);
@@ -291,10 +280,10 @@ static int cmd_submit(const opts *o) {
     rd_kafka_conf_set_dr_msg_cb(pc, dr_cb);
     rd_kafka_conf_set_opaque(pc, &failed_dr);
     rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, sizeof(err));
-    if (!prod) die("%s", err);
+    if (!prod) batch_die("%s", err);
     record_start_offsets(&b, prod);   /* before the first job: its Result comes after these offsets */
     codec_install_allocator((size_t)256 << 20);
-    if (codec_new(&b.codec, err, sizeof(err))) die("%s", err);
+    if (codec_new(&b.codec, err, sizeof(err))) batch_die("%s", err);
 
     json_t *seen = json_object();   /* custom_ids so far: a repeated one is an error line */
     char *line = NULL;
@@ -336,7 +325,7 @@ static int cmd_submit(const opts *o) {
         if (strcmp(o->results, "sluice.results")) q.job.reply_topic = strdup(o->results);
         uint8_t *val;
         size_t vlen;
-        if (codec_encode_job(b.codec, &q.job, o->schema_id, &val, &vlen, err, sizeof(err))) die("line %ld: %s", lineno, err);
+        if (codec_encode_job(b.codec, &q.job, o->schema_id, &val, &vlen, err, sizeof(err))) batch_die("line %ld: %s", lineno, err);
         for (;;) {
             rd_kafka_resp_err_t e = rd_kafka_producev(prod, RD_KAFKA_V_TOPIC(o->topic), RD_KAFKA_V_VALUE(val, vlen),
                                                       RD_KAFKA_V_KEY(jid, strlen(jid)),
@@ -345,7 +334,7 @@ static int cmd_submit(const opts *o) {
                 rd_kafka_poll(prod, 50);
                 continue;
             }
-            if (e) die("produce to %s: %s", o->topic, rd_kafka_err2str(e));
+            if (e) batch_die("produce to %s: %s", o->topic, rd_kafka_err2str(e));
             break;
         }
         rd_kafka_poll(prod, 0);
@@ -356,8 +345,8 @@ static int cmd_submit(const opts *o) {
     fclose(in);
     json_decref(seen);
     if (rd_kafka_flush(prod, 60000) != RD_KAFKA_RESP_ERR_NO_ERROR || rd_kafka_outq_len(prod) > 0)
-        die("not every job was delivered in 60 s; send them again: sluice-batch submit --batch-id %s ... %s", id, o->file);
-    if (failed_dr) die("%d jobs not delivered; send them again: sluice-batch submit --batch-id %s ... %s", failed_dr, id,
+        batch_die("not every job was delivered in 60 s; send them again: sluice-batch submit --batch-id %s ... %s", id, o->file);
+    if (failed_dr) batch_die("%d jobs not delivered; send them again: sluice-batch submit --batch-id %s ... %s", failed_dr, id,
                        o->file);
     rd_kafka_destroy(prod);
     codec_free(b.codec);
@@ -395,7 +384,7 @@ static void reader_open(batch *b, reader *rd) {
     rd_kafka_conf_set(c, "enable.partition.eof", "true", NULL, 0);
     rd_kafka_conf_set(c, "fetch.wait.max.ms", "100", NULL, 0);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof(err));
-    if (!rk) die("%s", err);
+    if (!rk) batch_die("%s", err);
     memset(rd, 0, sizeof(*rd));
     rd->rk = rk;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
@@ -412,7 +401,7 @@ static void reader_open(batch *b, reader *rd) {
     }
     rd_kafka_resp_err_t e = rd_kafka_assign(rk, l);
     rd_kafka_topic_partition_list_destroy(l);
-    if (e) die("assign: %s", rd_kafka_err2str(e));
+    if (e) batch_die("assign: %s", rd_kafka_err2str(e));
 }
 
 static void reader_checkpoint(batch *b, reader *rd) {
@@ -569,13 +558,13 @@ static void advance(batch *b, int to_end, double deadline, char *st, size_t stle
 static FILE *open_partial(const char *path, char *tmp, size_t n) {
     snprintf(tmp, n, "%s.partial", path);
     FILE *f = fopen(tmp, "w");
-    if (!f) die("cannot write %s: %s", tmp, strerror(errno));
+    if (!f) batch_die("cannot write %s: %s", tmp, strerror(errno));
     return f;
 }
 
 static void commit_file(FILE *f, const char *tmp, const char *path) {
-    if (fflush(f) || fsync(fileno(f)) || fclose(f)) die("cannot write %s: %s", tmp, strerror(errno));
-    if (rename(tmp, path)) die("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (fflush(f) || fsync(fileno(f)) || fclose(f)) batch_die("cannot write %s: %s", tmp, strerror(errno));
+    if (rename(tmp, path)) batch_die("cannot rename %s to %s: %s", tmp, path, strerror(errno));
 }
 
 /* Both files from the stored outcomes, in input line order. */
@@ -679,7 +668,7 @@ int main(int argc, char **argv) {
         batch_load(&b.s);
         char err[256];
         codec_install_allocator((size_t)256 << 20);
-        if (codec_new(&b.codec, err, sizeof(err))) die("%s", err);
+        if (codec_new(&b.codec, err, sizeof(err))) batch_die("%s", err);
         rc = !strcmp(o.cmd, "collect") ? cmd_collect(&b) : !strcmp(o.cmd, "status") ? cmd_status(&b) : cmd_cancel(&b);
         codec_free(b.codec);
         batch_state_close(&b.s);
