@@ -28,26 +28,16 @@ struct SmpShared {
     int tcnt[SMP_THREADS];
 };
 
-__device__ double smp_sum_d(double v, SmpShared &s)
+/* The block's sum of v (a fixed tree: warp shuffles, then the warps in order); red: SMP_WARPS of shared memory. */
+template <typename T>
+__device__ T smp_sum(T v, T *red)
 {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    if (lane == 0) s.dred[w] = v;
+    if (lane == 0) red[w] = v;
     __syncthreads();
-    double t = 0.0;
-    for (int k = 0; k < SMP_WARPS; k++) t += s.dred[k];
-    __syncthreads();
-    return t;
-}
-
-__device__ int smp_sum_i(int v, SmpShared &s)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    if (lane == 0) s.ival[w] = v;
-    __syncthreads();
-    int t = 0;
-    for (int k = 0; k < SMP_WARPS; k++) t += s.ival[k];
+    T t = 0;
+    for (int k = 0; k < SMP_WARPS; k++) t += red[k];
     __syncthreads();
     return t;
 }
@@ -125,7 +115,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample(float *logits, float *pr
     const double zmax = bv;
     double part = 0.0;
     for (int i = i0; i < i1; i++) part += exp((double)z[i] - zmax);
-    const double sum = smp_sum_d(part, s), lse = zmax + log(sum);
+    const double sum = smp_sum(part, s.dred), lse = zmax + log(sum);
     if (greedy) {
         if (tid == 0) { token[blockIdx.x] = bi; logprob[blockIdx.x] = (float)((double)z[bi] - lse); }
         return;
@@ -172,14 +162,14 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample(float *logits, float *pr
     if (R.top_p < 1.0f) {
         double m = 0.0;
         for (int i = i0; i < i1; i++) m += p[i];
-        const double target = R.top_p * smp_sum_d(m, s);
+        const double target = R.top_p * smp_sum(m, s.dred);
         unsigned v = 0;   /* the largest p* with mass(p >= p*) >= target, bit by bit */
         for (int bit = 30; bit >= 0; bit--) {
             const unsigned cand = v | (1u << bit);
             double a = 0.0;
             for (int i = i0; i < i1; i++)
                 if (__float_as_uint(p[i]) >= cand) a += p[i];
-            if (smp_sum_d(a, s) >= target) v = cand;
+            if (smp_sum(a, s.dred) >= target) v = cand;
         }
         const float ps = __uint_as_float(v);
         double gt = 0.0;
@@ -188,8 +178,8 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample(float *logits, float *pr
             if (p[i] > ps) gt += p[i];
             eq += p[i] == ps;
         }
-        const double m_gt = smp_sum_d(gt, s);
-        const int n_eq = smp_sum_i(eq, s);
+        const double m_gt = smp_sum(gt, s.dred);
+        const int n_eq = smp_sum(eq, s.ival);
         /* ties at p* in id order until the mass reaches the target (at least one) */
         int need = ps > 0.0f ? (int)ceil((target - m_gt) / (double)ps) : n_eq;
         need = need < 1 ? 1 : (need > n_eq ? n_eq : need);
@@ -210,7 +200,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample(float *logits, float *pr
     /* renormalise, then draw in id order */
     double t1 = 0.0;
     for (int i = i0; i < i1; i++) t1 += p[i];
-    const double tot = smp_sum_d(t1, s);
+    const double tot = smp_sum(t1, s.dred);
     double t2 = 0.0;
     int last = -1;
     for (int i = i0; i < i1; i++) {
