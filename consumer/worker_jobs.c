@@ -248,6 +248,14 @@ static void unfollow(job_rec *f) {
     f->next_follower = NULL;
 }
 
+/* Follower f leaves the chain it was taken from (its leader and link cleared); returns the one after it. */
+static job_rec *release_follower(job_rec *f) {
+    job_rec *nx = f->next_follower;
+    f->leader = NULL;
+    f->next_follower = NULL;
+    return nx;
+}
+
 static void reemit(worker *w, job_rec *r, char *bytes, size_t len);
 static void rec_to_dlq(worker *w, job_rec *r, const char *error, const char *cls);
 
@@ -256,9 +264,7 @@ static void serve_followers(worker *w, job_rec *l) {
     job_rec *f = l->followers;
     l->followers = NULL;
     for (job_rec *nx; f; f = nx) {
-        nx = f->next_follower;
-        f->leader = NULL;
-        f->next_follower = NULL;
+        nx = release_follower(f);
         f->tokens_out = l->tokens_out;
         reemit(w, f, (char *)xmemdup(l->result, l->result_len), l->result_len);
     }
@@ -279,11 +285,7 @@ static void leader_gone(worker *w, job_rec *l) {
     if (w->draining) {
         /* plain parked records now: the drain hands them back (never freed here: the callers walk the
          * record list) */
-        for (job_rec *nx; f; f = nx) {
-            nx = f->next_follower;
-            f->leader = NULL;
-            f->next_follower = NULL;
-        }
+        while (f) f = release_follower(f);
         return;
     }
     job_rec *nl = f;
@@ -304,9 +306,7 @@ static void rec_to_dlq(worker *w, job_rec *r, const char *error, const char *cls
     job_rec *f = r->followers;
     r->followers = NULL;
     for (job_rec *nx; f; f = nx) {
-        nx = f->next_follower;
-        f->leader = NULL;
-        f->next_follower = NULL;
+        nx = release_follower(f);
         rec_to_dlq(w, f, error, cls);
     }
     dlq_send(w, r, r->raw, r->raw_len, r->raw_key, r->raw_key_len, w->topic_jobs, error, cls);
