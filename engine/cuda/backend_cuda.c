@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 #include "dense_gemm.h"
@@ -97,6 +98,8 @@ typedef struct {
     int deterministic;                      /* sl_backend_cuda_set_deterministic */
     double mem_fraction;                    /* of the GPU's memory the engine may take */
     int sublayers;                          /* sl_backend.sublayers of the step in flight */
+    size_t mem_used, mem_total;             /* cuda_memory's last answer, at mem_at (monotonic s) */
+    double mem_at;
     cu_graph graphs[MAX_GRAPHS];
     int n_graphs;
     /* step profile (sl_backend_cuda_profile): timestamps between the launches of a freshly captured step */
@@ -613,15 +616,15 @@ static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0,
     const int V = c->w->cfg.vocab_size;
     const int32_t *srow0 = c->hmeta + 3 * c->cap + 2 * ns;   /* ns spans in the layout, the first np real */
     const int32_t *lrows = c->hmeta + c->lrows_at;
-    int n_smp = 0, n_hist = 0, n_copy = 0;
+    int n_smp = 0, n_hist = 0, k = 0;
     for (int q = 0; q < m; q++) {   /* sampled rows go to the sampler; the others' logits come back */
-        const int row = lrows[r0 + q];
-        int k = 0;
+        const int row = lrows[r0 + q];   /* rows in step order: the span index only grows */
         while (k + 1 < np && srow0[k + 1] <= row) k++;
         sl_seq_span *sp = pc[k].sp;
         c->row_piece[q] = k;
         const sl_sampling *sm = sp->sample;
         const int pen = sm && sm->repetition_penalty != 1.0f;
+        c->row_sample[q] = -1;   /* logits wanted, or a history too long for the device's copy: sampled on the host */
         if (sm && (!pen || (size_t)n_hist + (size_t)sp->n_hist <= SAMPLE_HIST_INTS)) {
             c->hsreq[n_smp] = (v4_sample_req){q, sm->temperature, sm->top_p, sm->min_p, sm->repetition_penalty,
                                               sm->top_k, sp->rng, n_hist, pen ? sp->n_hist : 0};
@@ -630,12 +633,20 @@ static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0,
                 n_hist += sp->n_hist;
             }
             c->row_sample[q] = n_smp++;
-        } else {   /* logits wanted, or a history too long for the device's copy: sampled on the host */
-            c->row_sample[q] = -1;
-            CK(cudaMemcpyAsync(c->hlogits + (size_t)n_copy * V, c->logits + (size_t)q * V, (size_t)V * sizeof(float),
-                               cudaMemcpyDeviceToHost, c->st), "logits copy");
-            n_copy++;
         }
+    }
+    for (int q = 0, slot = 0; q < m;) {   /* the logits rows, one copy per run of consecutive ones */
+        if (c->row_sample[q] >= 0) {
+            q++;
+            continue;
+        }
+        int e = q;
+        while (e < m && c->row_sample[e] < 0) e++;
+        CK(cudaMemcpyAsync(c->hlogits + (size_t)slot * V, c->logits + (size_t)q * V, (size_t)(e - q) * V * sizeof(float),
+                           cudaMemcpyDeviceToHost, c->st),
+           "logits copy");
+        slot += e - q;
+        q = e;
     }
     if (n_smp) {
         if (n_hist)
@@ -650,8 +661,7 @@ static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0,
            "sampled tokens copy");
     }
     CK(cudaStreamSynchronize(c->st), "step");
-    n_copy = 0;
-    for (int q = 0; q < m; q++) {
+    for (int q = 0, slot = 0; q < m; q++) {
         const int k = c->row_piece[q];
         sl_seq_span *sp = pc[k].sp;
         if (c->row_sample[q] >= 0) {
@@ -659,16 +669,13 @@ static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0,
             sp->logprob = c->hlp[c->row_sample[q]];
             continue;
         }
-        float *dst = sp->logits;
+        const float *row = c->hlogits + (size_t)slot++ * V;
         if (sp->sample) {   /* sampled on the host: the span's caller has no row for it; do it here */
-            sp->token = sl_sample(&c->smp, sp->sample, c->hlogits + (size_t)n_copy * V, sp->hist, sp->n_hist,
-                                  &(sl_rng){sp->rng}, &sp->logprob);
-            n_copy++;
+            sp->token = sl_sample(&c->smp, sp->sample, row, sp->hist, sp->n_hist, &(sl_rng){sp->rng}, &sp->logprob);
             continue;
         }
         const int tok = pc[k].a + (lrows[r0 + q] - srow0[k]);
-        memcpy(dst + (size_t)(tok - sp->logits_from) * V, c->hlogits + (size_t)n_copy * V, (size_t)V * sizeof(float));
-        n_copy++;
+        memcpy(sp->logits + (size_t)(tok - sp->logits_from) * V, row, (size_t)V * sizeof(float));
     }
     return 0;
 }
@@ -923,13 +930,23 @@ static void cuda_destroy(sl_backend *be)
     free(be);
 }
 
+/* The device's memory in use and in all, asked of the driver at most once a second (the engine's stats are read
+ * after every step; the engine's own share is fixed at open, the rest is other processes'). */
 static void cuda_memory(sl_backend *be, size_t *used, size_t *total)
 {
-    (void)be;
-    size_t fr = 0, tot = 0;
-    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
-    *used = tot - fr;
-    *total = tot;
+    cuda_impl *c = be->impl;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double now = ts.tv_sec + ts.tv_nsec * 1e-9;
+    if (now - c->mem_at >= 1.0) {
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
+        c->mem_used = tot - fr;
+        c->mem_total = tot;
+        c->mem_at = now;
+    }
+    *used = c->mem_used;
+    *total = c->mem_total;
 }
 
 static const sl_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_destroy, 1, cuda_memory};
