@@ -48,6 +48,20 @@ __device__ __forceinline__ uint32_t u4get(const uint4 &v, int i)
     return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
 
+/* Two E4M3 bytes of w (chosen by the prmt selector) as a bf16x2 of value e4m3 * 2^-120: sign, then exponent and
+ * mantissa bits moved into bf16 positions (e4m3 subnormals become bf16 subnormals); times 2^120 is exact */
+__device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t w, uint32_t sel)
+{
+    const uint32_t t = __byte_perm(w, 0u, sel);
+    return (t & 0x80008000u) | ((t >> 4) & 0x07F007F0u);
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
 /* C += A (16 x 16 bf16: a0..a3) B (16 x 8 bf16: b0, b1), fp32 */
 __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1)

@@ -72,20 +72,6 @@ __device__ __forceinline__ uint32_t moe_scale_factors2(uint32_t sx, uint32_t sy,
     return m | (ORS ? moe_f0_bits : MOE_F0_BITS);
 }
 
-/* Two E4M3 bytes (selected by prmt selector) -> bf16x2 of value * 2^-120 */
-__device__ __forceinline__ uint32_t moe_fp8_pair(uint32_t w, uint32_t sel)
-{
-    const uint32_t t = __byte_perm(w, 0u, sel);
-    return (t & 0x80008000u) | ((t >> 4) & 0x07F007F0u);
-}
-
-__device__ __forceinline__ uint32_t moe_bf16x2_mul(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
 /* a * {f.lo, f.lo} and a * {f.hi, f.hi}: the broadcast folds into the multiply's operand (.H0_H0). */
 __device__ __forceinline__ uint32_t moe_bf16x2_mul_lo(uint32_t a, uint32_t f)
 {

@@ -72,20 +72,6 @@ struct DgArgs {
     int grows, gx;           /* grouped: every grows rows of W read the inputs gx further along x (0: one group) */
 };
 
-/* two e4m3 bytes of w (chosen by sel) as a bf16x2 of value e4m3 * 2^-120: sign, then exponent and mantissa bits
- * moved into bf16 positions (e4m3 subnormals become bf16 subnormals) */
-__device__ __forceinline__ uint32_t dg_fp8_pair(uint32_t w, uint32_t sel)
-{
-    const uint32_t t = __byte_perm(w, 0u, sel);
-    return (t & 0x80008000u) | ((t >> 4) & 0x07F007F0u);
-}
-__device__ __forceinline__ uint32_t dg_bf16x2_mul(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
 /* 8 activations at p: XV one 16-byte load (x aligned, k % 128 == 0); else inputs col + e < lim read one by one,
  * the rest zero */
 template <int XV>
@@ -186,10 +172,10 @@ __global__ void __launch_bounds__(DG_THREADS, dg_minb(FMT, RT, NT, XV)) k_dense_
 #pragma unroll
                     for (int step = 0; step < 2; step++) {
                         const uint32_t w0 = u4get(wv, 2 * step), w1 = u4get(wv, 2 * step + 1);
-                        const uint32_t a0 = dg_bf16x2_mul(dg_fp8_pair(w0, 0x1404u), c120);
-                        const uint32_t a1 = dg_bf16x2_mul(dg_fp8_pair(w0, 0x3424u), c120);
-                        const uint32_t a2 = dg_bf16x2_mul(dg_fp8_pair(w1, 0x1404u), c120);
-                        const uint32_t a3 = dg_bf16x2_mul(dg_fp8_pair(w1, 0x3424u), c120);
+                        const uint32_t a0 = bf16x2_mul(e4m3x2_bf16x2(w0, 0x1404u), c120);
+                        const uint32_t a1 = bf16x2_mul(e4m3x2_bf16x2(w0, 0x3424u), c120);
+                        const uint32_t a2 = bf16x2_mul(e4m3x2_bf16x2(w1, 0x1404u), c120);
+                        const uint32_t a3 = bf16x2_mul(e4m3x2_bf16x2(w1, 0x3424u), c120);
 #pragma unroll
                         for (int j = 0; j < NT; j++)
                             mma_bf16(part[i][j], a0, a1, a2, a3, u4get(xv[j], 2 * step), u4get(xv[j], 2 * step + 1));

@@ -266,10 +266,10 @@ __device__ __forceinline__ void fp8_chunk(const uint8_t *ring, int slot, int lan
 #pragma unroll
             for (int step = 0; step < 2; step++) {
                 const uint32_t w0 = u4get(wv, step * 2), w1 = u4get(wv, step * 2 + 1);
-                const uint32_t a0 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x1404u), c120);
-                const uint32_t a1 = moe_bf16x2_mul(moe_fp8_pair(w0, 0x3424u), c120);
-                const uint32_t a2 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x1404u), c120);
-                const uint32_t a3 = moe_bf16x2_mul(moe_fp8_pair(w1, 0x3424u), c120);
+                const uint32_t a0 = bf16x2_mul(e4m3x2_bf16x2(w0, 0x1404u), c120);
+                const uint32_t a1 = bf16x2_mul(e4m3x2_bf16x2(w0, 0x3424u), c120);
+                const uint32_t a2 = bf16x2_mul(e4m3x2_bf16x2(w1, 0x1404u), c120);
+                const uint32_t a3 = bf16x2_mul(e4m3x2_bf16x2(w1, 0x3424u), c120);
 #pragma unroll
                 for (int j = 0; j < NT; j++)
                     mma_bf16(tmp[m][j], a0, a1, a2, a3, u4get(xv[j], step * 2), u4get(xv[j], step * 2 + 1));
