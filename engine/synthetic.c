@@ -9,7 +9,11 @@
  *
  * Scales keep activations O(1) through the layers: every projection ~ N(0, 1/fan_in) in effect; mHC
  * fn ~ 1e-3 with bases giving pre ~ 1/4, post ~ 1 and comb close to the identity; sinks and ape 0;
- * the router ~ N(0, 1/dim) with no bias, so routing is close to uniform; hash layers' tid2eid uniform.
+ * the router ~ N(0, 1/dim) with no bias; hash layers' tid2eid uniform. Routing (routing=): "uniform" (the default)
+ * routes every layer through a uniform random tid2eid table (V4's hash routing), so each token's top-6 is a uniform
+ * random draw and a batch of distinct tokens reads the experts the byte model counts; random gate weights would not
+ * do that: the rows of a batch share much of their hidden state, so a gate picks overlapping experts for them.
+ * "gate" is V4-Flash's own scheme: hash routing in layers 0..2, the learned gate (random here) after.
  * Values are drawn from small per-tensor tables of quantised normal samples indexed by a xorshift
  * stream seeded from (layer, tensor): fast enough to build 43 layers in seconds, and the same model
  * for the same spec on every machine.
@@ -154,8 +158,9 @@ static int parse_spec(const char *spec, synth_spec *o, char *err, size_t errlen)
     o->layers = 43;
     o->experts = SYNTH_MXFP4;
     o->seed = 1;
+    o->routing = SYNTH_ROUTE_UNIFORM;
     if (strncmp(spec, "v4-flash", 8) || (spec[8] && spec[8] != ':')) {
-        snprintf(err, errlen, "synthetic model '%s': expected v4-flash[:layers=N,experts=mxfp4|nvfp4,ratios=a,b,...,seed=S]",
+        snprintf(err, errlen, "synthetic model '%s': expected v4-flash[:layers=N,experts=mxfp4|nvfp4,routing=uniform|gate,ratios=a,b,...,seed=S]",
                  spec);
         return -1;
     }
@@ -174,6 +179,10 @@ static int parse_spec(const char *spec, synth_spec *o, char *err, size_t errlen)
             if (!strncmp(v, "mxfp4", 5)) o->experts = SYNTH_MXFP4, end = (char *)v + 5;
             else if (!strncmp(v, "nvfp4", 5)) o->experts = SYNTH_NVFP4, end = (char *)v + 5;
             else { snprintf(err, errlen, "synthetic model: experts must be mxfp4 or nvfp4"); return -1; }
+        } else if (kl == 7 && !strncmp(p, "routing", 7)) {
+            if (!strncmp(v, "uniform", 7)) o->routing = SYNTH_ROUTE_UNIFORM, end = (char *)v + 7;
+            else if (!strncmp(v, "gate", 4)) o->routing = SYNTH_ROUTE_GATE, end = (char *)v + 4;
+            else { snprintf(err, errlen, "synthetic model: routing must be uniform or gate"); return -1; }
         } else if (kl == 4 && !strncmp(p, "seed", 4)) {
             o->seed = strtoull(v, &end, 10);
             if (end == v) { snprintf(err, errlen, "synthetic model: seed must be a number"); return -1; }
@@ -193,7 +202,7 @@ static int parse_spec(const char *spec, synth_spec *o, char *err, size_t errlen)
                 end++;
             }
         } else {
-            snprintf(err, errlen, "synthetic model: unknown key '%.*s' (layers, experts, ratios, seed)", (int)kl, p);
+            snprintf(err, errlen, "synthetic model: unknown key '%.*s' (layers, experts, routing, ratios, seed)", (int)kl, p);
             return -1;
         }
         if (*end && *end != ',') { snprintf(err, errlen, "synthetic model: bad value in '%s'", p); return -1; }
@@ -229,10 +238,10 @@ static int make_config(const synth_spec *s, v4_config *c, char *err, size_t errl
              "\"original_max_position_embeddings\":65536,\"beta_fast\":32,\"beta_slow\":1},"
              "\"expert_dtype\":\"fp4\",\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
              "\"scale_fmt\":\"ue8m0\",\"weight_block_size\":[128,128]},\"compress_ratios\":[%s]}",
-             s->layers, s->layers < 3 ? s->layers : 3, ratios);
+             s->layers, s->routing == SYNTH_ROUTE_UNIFORM || s->layers < 3 ? s->layers : 3, ratios);
     if (v4_config_parse(json, strlen(json), c, err, errlen)) return -1;
-    snprintf(c->model_id, sizeof c->model_id, "synthetic-v4-flash-%dl-%s", s->layers,
-             s->experts == SYNTH_NVFP4 ? "nvfp4" : "mxfp4");
+    snprintf(c->model_id, sizeof c->model_id, "synthetic-v4-flash-%dl-%s%s", s->layers,
+             s->experts == SYNTH_NVFP4 ? "nvfp4" : "mxfp4", s->routing == SYNTH_ROUTE_GATE ? "-gate" : "");
     return 0;
 }
 
@@ -348,6 +357,13 @@ static int make_layer(v4_weights *w, const synth_spec *s, int l)
         q_fp8(&L->shared.w2, D, si, rng_for(sd, l, T_S2)))
         return -1;
     return 0;
+}
+
+int v4_synthetic_config(const char *spec, v4_config *c, char *err, size_t errlen)
+{
+    synth_spec s;
+    memset(c, 0, sizeof *c);
+    return parse_spec(spec, &s, err, errlen) || make_config(&s, c, err, errlen) ? -1 : 0;
 }
 
 int v4_weights_synthetic(const char *spec, int host_experts, v4_weights *w, char *err, size_t errlen)

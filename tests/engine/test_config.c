@@ -1,7 +1,8 @@
 /* test_config.c — config.json in transformers' and DeepSeek hub's layouts; every missing or
- * inconsistent field gives an error naming it; rope inverse frequencies incl. YaRN. */
+ * inconsistent field gives an error naming it; rope inverse frequencies incl. YaRN; synthetic specs' configs. */
 #include "check.h"
 #include "config.h"
+#include "synthetic.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -307,8 +308,30 @@ static void test_fuzz(void)
     free(base);
 }
 
+/* A synthetic spec's config: V4-Flash's layer pattern; uniform routing hashes every layer, gate routing only 0..2;
+ * a bad spec names what is wrong. */
+static void test_synthetic(void)
+{
+    v4_config c;
+    char err[256];
+    CHECK(v4_synthetic_config("v4-flash:layers=6", &c, err, sizeof err) == 0);
+    CHECK(c.n_layers == 6 && c.dim == 4096 && c.n_routed_experts == 256 && c.n_active == 6);
+    static const int ratios[6] = {0, 0, 4, 128, 4, 128};
+    for (int l = 0; l < 6; l++) CHECK(c.compress_ratio[l] == ratios[l] && c.hash_layer[l] == 1);
+    CHECK(v4_synthetic_config("v4-flash:layers=6,routing=gate,experts=nvfp4", &c, err, sizeof err) == 0);
+    for (int l = 0; l < 6; l++) CHECK(c.hash_layer[l] == (l < 3));
+    CHECK(strstr(c.model_id, "nvfp4-gate") != NULL);
+    CHECK(v4_synthetic_config("v4-flash:ratios=4,128,0", &c, err, sizeof err) == 0);
+    CHECK(c.n_layers == 3 && c.compress_ratio[0] == 4 && c.compress_ratio[1] == 128 && c.compress_ratio[2] == 0);
+    CHECK(v4_synthetic_config("v4-flash:routing=learned", &c, err, sizeof err) == -1 && strstr(err, "routing"));
+    CHECK(v4_synthetic_config("v4-flash:layers=44", &c, err, sizeof err) == -1 && strstr(err, "1..43"));
+    CHECK(v4_synthetic_config("v4-flash:depth=4", &c, err, sizeof err) == -1 && strstr(err, "unknown key 'depth'"));
+    CHECK(v4_synthetic_config("v4-pro", &c, err, sizeof err) == -1 && strstr(err, "expected v4-flash"));
+}
+
 int main(void)
 {
+    test_synthetic();
     test_fuzz();
     test_hf();
     test_hub();
