@@ -9,7 +9,10 @@
  * uniform top-6 routing (256 (1 - (250/256)^B)) at 0.53125 (MXFP4) or 0.5625 (NVFP4) bytes per weight,
  * and per sequence the bf16 window (128 x 512), the selected CSA entries (min(512, C/4) x 512 bf16)
  * with the CSA index keys (C/4 x 128, FP8) or all HCA entries (C/128 x 512 bf16); plus the bf16 head
- * once per step; over the read ceiling measured in the same process.
+ * once per step; over the read ceiling measured in the same process. Each row also reads back the experts the
+ * last layer routed the last timed step's tokens to (the tokens-per-expert histogram: the synthetic model's default
+ * routing is uniform, so the count read should match the model's) and times one CSA layer's attention path alone
+ * (sl_backend_cuda_attention_ms) against its bytes and the peer's PyTorch path (decode_peer.py --attention).
  */
 #include <math.h>
 #include <stdio.h>
@@ -95,6 +98,16 @@ static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, doubl
     return bytes;
 }
 
+/* The bytes one CSA layer's attention path reads and writes for B rows at context ctx, in the dtypes stored: per row
+ * the window and the selected entries (bf16 [hd]), every index key (bf16 [dI]), the queries, the indexer's head
+ * weights (fp32) and the output (bf16). */
+static double attention_bytes(const v4_config *c, int B, long ctx)
+{
+    const double hd = c->head_dim, H = c->n_heads, dI = c->index_head_dim, nI = c->index_n_heads, n = (double)(ctx / 4);
+    const double win = ctx + 1 < c->window ? ctx + 1 : c->window, sel = n < c->index_topk ? n : c->index_topk;
+    return B * ((win + sel) * hd * 2 + n * dI * 2 + 2 * H * hd * 2 + nI * dI * 2 + nI * 4);
+}
+
 /* The peer's ms per layer at (batch, context) from decode_peer.py's JSON (its context grows by one a step, so
  * the row whose context is nearest), else null. */
 static json_t *peer_ms_per_layer(json_t *peer, int batch, long ctx)
@@ -113,10 +126,29 @@ static json_t *peer_ms_per_layer(json_t *peer, int batch, long ctx)
     return best ? json_real(json_number_value(json_object_get(best, "ms_per_layer"))) : json_null();
 }
 
+#define MAX_LOAD 256   /* the histogram's last bin holds this many tokens or more */
+
+/* The peer's time for one CSA layer's attention path at (batch, context) from decode_peer.py's "attention" rows,
+ * else -1. */
+static double peer_attention_ms(json_t *peer, int batch, long ctx)
+{
+    json_t *r;
+    size_t i;
+    json_array_foreach(json_object_get(peer, "attention"), i, r) {
+        if (json_integer_value(json_object_get(r, "batch")) == batch &&
+            json_integer_value(json_object_get(r, "context")) == ctx && json_is_number(json_object_get(r, "ms")))
+            return json_number_value(json_object_get(r, "ms"));
+    }
+    return -1;
+}
+
 typedef struct {
     int batch;
     long ctx;
     double ms, bytes, touched;
+    double att_ms, att_bytes;         /* one CSA layer's attention path alone (sl_backend_cuda_attention_ms); ms < 0: none */
+    int read, max_load;               /* measured at the last MoE layer of the last timed step: experts with a token, */
+    int by_load[MAX_LOAD + 1];        /* and how many experts got each number of tokens (the tokens-per-expert histogram) */
     double split[SL_FAM_N + 1];   /* per kernel family, the median of SPLIT_STEPS profiled steps; [SL_FAM_N]: the
                                      timed step beyond them (graph launch, layout upload, sampling, host work) */
 } row_out;
@@ -177,9 +209,9 @@ int bench_decode(int argc, char **argv)
     const int V = cfg->vocab_size, steps = reps + 2;
     const sl_sampling greedy = {.top_p = 1.0f, .repetition_penalty = 1.0f, .max_tokens = 1};   /* on the device */
     row_out rows[128];
-    int nr = 0;
+    int nr = 0, att_layer = -1;
     printf("%6s %7s %9s %9s %10s %8s %9s %9s\n", "batch", "context", "ms", "ms/layer", "floor GB", "% ceil", "tok/s",
-           "experts");
+           "experts");   /* experts: the byte model's expected count / the count the last layer read */
     for (int ci = 0; ci < nc; ci++)
         for (int bi = 0; bi < nb; bi++) {
             const int B = batches[bi];
@@ -210,6 +242,17 @@ int bench_decode(int argc, char **argv)
                     if (be->ops->forward(be, sp, B, err, sizeof err)) { fprintf(stderr, "%s\n", err); break; }
                     if (s >= 2 && n_ok < 64) ms[n_ok++] = now_ms() - a;
                 }
+                double att_ms = -1;
+                if (n_ok && sl_backend_cuda_attention_ms(be, 20, &att_layer, &att_ms, err, sizeof err)) att_ms = -1;
+                /* the routing of the last timed step's tokens at the last layer */
+                const int E = cfg->n_routed_experts, K = cfg->n_active;
+                int32_t *ids = malloc((size_t)B * K * sizeof *ids);
+                int *load = calloc((size_t)E, sizeof *load), routed = 0;
+                if (ids && load && n_ok && !sl_backend_cuda_last_routing(be, B, ids)) {
+                    routed = 1;
+                    for (int i = 0; i < B * K; i++)
+                        if (ids[i] >= 0 && ids[i] < E) load[ids[i]]++;
+                }
                 /* the split: steps captured afresh with an event after every launch (sl_backend_cuda_profile) */
                 double fam[SL_FAM_N] = {0}, fs[SL_FAM_N][SPLIT_STEPS];
                 int n_split = 0;
@@ -237,11 +280,31 @@ int bench_decode(int argc, char **argv)
                     r->split[SL_FAM_N] = r->ms;
                     for (int f = 0; f < SL_FAM_N; f++) r->split[SL_FAM_N] -= r->split[f];
                     r->bytes = floor_bytes(cfg, w.expert_format == QT_NVFP4, B, C, &r->touched);
+                    r->att_ms = att_ms;
+                    r->att_bytes = attention_bytes(cfg, B, C);
+                    memset(r->by_load, 0, sizeof r->by_load);
+                    r->read = r->max_load = -1;
+                    if (routed) {
+                        r->read = r->max_load = 0;
+                        for (int e = 0; e < E; e++) {
+                            r->by_load[load[e] < MAX_LOAD ? load[e] : MAX_LOAD]++;
+                            r->read += load[e] > 0;
+                            if (load[e] > r->max_load) r->max_load = load[e];
+                        }
+                    }
                     const double floor_ms = r->bytes / (ceiling * 1e12) * 1e3;
-                    printf("%6d %7ld %9.3f %9.4f %10.2f %8.1f %9.0f %9.1f\n", B, C, r->ms, r->ms / cfg->n_layers,
-                           r->bytes / 1e9, 100.0 * floor_ms / r->ms, B / (r->ms * 1e-3), r->touched);
+                    printf("%6d %7ld %9.3f %9.4f %10.2f %8.1f %9.0f %5.1f/%-3d\n", B, C, r->ms, r->ms / cfg->n_layers,
+                           r->bytes / 1e9, 100.0 * floor_ms / r->ms, B / (r->ms * 1e-3), r->touched, r->read);
+                    if (routed) {   /* experts by tokens routed to them: "load:experts" */
+                        printf("%16s tokens per expert, last layer:", "");
+                        for (int k = 0; k <= (r->max_load < MAX_LOAD ? r->max_load : MAX_LOAD); k++)
+                            if (r->by_load[k]) printf(" %d:%d", k, r->by_load[k]);
+                        printf("\n");
+                    }
                     fflush(stdout);
                 }
+                free(ids);
+                free(load);
             }
             for (int b = 0; b < B && st; b++)
                 if (st[b].open) v4_seq_free(&pool, &st[b]);
@@ -273,12 +336,25 @@ int bench_decode(int argc, char **argv)
         }
     }
     printf("\n");
+    json_error_t jerr;
+    json_t *peer = peer_path ? json_load_file(peer_path, 0, &jerr) : NULL;
+    if (peer_path && !peer) fprintf(stderr, "sluice-bench decode: %s: %s (no peer times)\n", peer_path, jerr.text);
+    if (att_layer >= 0) {
+        printf("attention path of one CSA layer alone (layer %d: indexer scores + top-%d, window + selected entries):\n"
+               "%6s %7s %9s %10s %8s %9s %8s\n", att_layer, cfg->index_topk, "batch", "context", "ms", "bytes MB",
+               "% ceil", "peer ms", "x peer");
+        for (int i = 0; i < nr; i++) {
+            if (rows[i].att_ms < 0) continue;
+            const double pm = peer_attention_ms(peer, rows[i].batch, rows[i].ctx);
+            printf("%6d %7ld %9.4f %10.1f %8.1f", rows[i].batch, rows[i].ctx, rows[i].att_ms, rows[i].att_bytes / 1e6,
+                   100.0 * rows[i].att_bytes / (ceiling * 1e12) * 1e3 / rows[i].att_ms);
+            if (pm > 0) printf(" %9.4f %8.1f\n", pm, pm / rows[i].att_ms);
+            else printf(" %9s %8s\n", "-", "-");
+        }
+    }
 
     if (out_path) {
-        json_error_t jerr;
-        json_t *peer = peer_path ? json_load_file(peer_path, 0, &jerr) : NULL;
-        if (peer_path && !peer) fprintf(stderr, "sluice-bench decode: %s: %s (no peer times)\n", peer_path, jerr.text);
-        json_t *o = json_object(), *ra = json_array();
+        json_t *o = json_object(), *ra = json_array(), *aa = json_array();
         json_object_set_new(o, "gpu", json_string(prop.name));
         json_object_set_new(o, "commit", json_string(commit));
         json_object_set_new(o, "command", json_string(cmd));
@@ -287,6 +363,8 @@ int bench_decode(int argc, char **argv)
         json_object_set_new(m, "layers", json_integer(cfg->n_layers));
         json_object_set_new(m, "experts", json_string(w.expert_format == QT_NVFP4 ? "nvfp4" : "mxfp4"));
         json_object_set_new(m, "kv_dtype", json_string("bf16"));
+        json_object_set_new(m, "index_key_dtype", json_string("bf16"));
+        json_object_set_new(m, "routing", json_string(cfg->hash_layer[cfg->n_layers - 1] ? "uniform" : "gate"));
         json_object_set_new(o, "model", m);
         json_object_set_new(o, "state", json_string("written directly (sl_backend_cuda_fill_state), not prefilled"));
         for (int i = 0; i < nr; i++) {
@@ -295,6 +373,13 @@ int bench_decode(int argc, char **argv)
             json_object_set_new(r, "batch", json_integer(rows[i].batch));
             json_object_set_new(r, "context", json_integer(rows[i].ctx));
             json_object_set_new(r, "experts_touched", json_real(rows[i].touched));
+            if (rows[i].read >= 0) {
+                json_t *h = json_array();
+                for (int k = 0; k <= (rows[i].max_load < MAX_LOAD ? rows[i].max_load : MAX_LOAD); k++)
+                    json_array_append_new(h, json_integer(rows[i].by_load[k]));
+                json_object_set_new(r, "experts_read", json_integer(rows[i].read));
+                json_object_set_new(r, "experts_by_load", h);
+            }
             json_object_set_new(r, "ms", json_real(rows[i].ms));
             json_object_set_new(r, "bytes", json_real(rows[i].bytes));
             json_object_set_new(r, "pct_of_ceiling", json_real(100.0 * floor_ms / rows[i].ms));
@@ -304,6 +389,21 @@ int bench_decode(int argc, char **argv)
             json_array_append_new(ra, r);
         }
         json_object_set_new(o, "rows", ra);
+        for (int i = 0; i < nr; i++) {
+            if (rows[i].att_ms < 0) continue;
+            const double pm = peer_attention_ms(peer, rows[i].batch, rows[i].ctx);
+            json_t *r = json_object();
+            json_object_set_new(r, "batch", json_integer(rows[i].batch));
+            json_object_set_new(r, "context", json_integer(rows[i].ctx));
+            json_object_set_new(r, "layer", json_integer(att_layer));
+            json_object_set_new(r, "ms", json_real(rows[i].att_ms));
+            json_object_set_new(r, "bytes", json_real(rows[i].att_bytes));
+            json_object_set_new(r, "pct_of_ceiling",
+                                json_real(100.0 * rows[i].att_bytes / (ceiling * 1e12) * 1e3 / rows[i].att_ms));
+            json_object_set_new(r, "peer_ms", pm > 0 ? json_real(pm) : json_null());
+            json_array_append_new(aa, r);
+        }
+        json_object_set_new(o, "attention", aa);
         json_t *fit = json_object();
         json_object_set_new(fit, "fixed_ms", json_real(icpt));
         json_object_set_new(fit, "per_request_ms", json_real(slope));
@@ -327,12 +427,12 @@ int bench_decode(int argc, char **argv)
             for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
                 if (json_object_get(peer, keys[k])) json_object_set(pm, keys[k], json_object_get(peer, keys[k]));
             json_object_set_new(o, "peer", pm);
-            json_decref(peer);
         }
         if (json_dump_file(o, out_path, JSON_INDENT(1) | JSON_REAL_PRECISION(6)))
             fprintf(stderr, "sluice-bench decode: cannot write %s\n", out_path);
         json_decref(o);
     }
+    json_decref(peer);
     be->ops->destroy(be);
     v4_pool_free(&pool);
     v4_weights_free(&w);

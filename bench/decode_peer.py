@@ -35,9 +35,16 @@ starting with '#'. --out FILE writes the same as one JSON object, rewritten afte
 Where torch, transformers or its DeepseekV4ForCausalLM is missing, or there is no GPU, it says so in one line and
 exits 0 (with --out, the JSON then has "skipped" and no rows), so a bench run goes on without the peer.
 
+--attention B:C,... also times one CSA layer's attention path alone the way plain PyTorch writes it, for a batch B
+of rows at context C (before the model, needing only torch): bf16 tensors of V4-Flash's shapes (queries 64 x 512,
+the indexer's queries 64 x 128 and head weights, C/4 index keys x 128 and compressed entries x 512, a window of 128
+entries), then the indexer's scores (einsum, ReLU, head-weighted sum), topk(512), a gather of the selected entries,
+the attention over window + selected (einsum, the sink in an fp32 softmax, einsum); the median of --reps x 4 calls
+timed with CUDA events, into the JSON's "attention" rows {"batch", "context", "ms"}.
+
 Usage: python3 bench/decode_peer.py [--layers 4 | --ratios 0,0,4,128] [--batches 1,16] [--context 8192]
        [--reps 5] [--warmup 2] [--chunk 1024] [--chunk-tokens 8192] [--fill prefill|repeat]
-       [--experts default|eager|grouped_mm|batched_mm] [--out FILE] [--tiny] [--device cuda|cpu]
+       [--experts default|eager|grouped_mm|batched_mm] [--attention B:C,...] [--out FILE] [--tiny] [--device cuda|cpu]
 --tiny builds a small model of the same structure (hidden 256, 4 heads x 128, 16 experts top-2) to check the
 script end to end in seconds: --tiny --context 1024 on the GPU, --tiny --device cpu --experts eager --context 512
 on a CPU.
@@ -95,6 +102,7 @@ def parse_args():
     ap.add_argument("--chunk-tokens", type=int, default=8192, help="most prefill tokens per forward (batch x chunk)")
     ap.add_argument("--fill", choices=("prefill", "repeat"), default="prefill")
     ap.add_argument("--experts", choices=("default", "eager", "grouped_mm", "batched_mm"), default="default")
+    ap.add_argument("--attention", default="", help="B:C,... rows of one CSA layer's attention path in PyTorch")
     ap.add_argument("--out", default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda")
@@ -116,6 +124,12 @@ def parse_args():
     args.batches = [int(b) for b in args.batches.split(",") if b.strip()]
     if not args.batches or min(args.batches) < 1 or args.context < 1 or args.reps < 1 or args.warmup < 0:
         ap.error("batches, context and reps must be positive")
+    try:
+        args.attention = [tuple(int(v) for v in x.split(":")) for x in args.attention.split(",") if x.strip()]
+    except ValueError:
+        ap.error("--attention takes batch:context pairs, e.g. 64:8192,64:65536")
+    if any(len(a) != 2 or a[0] < 1 or a[1] < 4 for a in args.attention):
+        ap.error("--attention takes batch:context pairs with batch >= 1 and context >= 4")
     if args.chunk < 1 or args.chunk_tokens < 1:
         ap.error("--chunk and --chunk-tokens must be positive")
     return args
@@ -241,6 +255,37 @@ class Timer:
             return a.elapsed_time(b), (time.perf_counter() - t0) * 1e3, r
         r = fn()
         return (time.perf_counter() - t0) * 1e3, (time.perf_counter() - t0) * 1e3, r
+
+
+def attention_row(torch, batch, context, dev, reps, seed, tiny):
+    """One CSA layer's attention path (module docstring) at (batch, context): the median ms of reps calls."""
+    H, hd, nI, dI, topk, W = (4, 128, 4, 32, 16, 16) if tiny else (64, 512, 64, 128, 512, 128)
+    n = context // 4
+    g = torch.Generator(device=dev).manual_seed(seed)
+    bf = torch.bfloat16
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, device=dev, dtype=torch.float32).to(bf)
+
+    q, q_i, w_i = rand(batch, H, hd), rand(batch, nI, dI), rand(batch, nI)
+    keys_i, entries, window = rand(batch, n, dI), rand(batch, n, hd), rand(batch, W, hd)
+    sink = torch.zeros(batch, H, 1, device=dev)
+    scale = hd ** -0.5
+
+    def path():
+        s = torch.einsum("bhd,bnd->bhn", q_i, keys_i).relu_()
+        score = torch.einsum("bhn,bh->bn", s, w_i)
+        idx = score.topk(min(topk, n), dim=-1).indices
+        sel = torch.gather(entries, 1, idx.unsqueeze(-1).expand(-1, -1, hd))
+        kv = torch.cat([window, sel], 1)
+        logits = torch.cat([torch.einsum("bhd,bkd->bhk", q, kv).float() * scale, sink], -1)
+        p = logits.softmax(-1)[..., :-1].to(bf)
+        return torch.einsum("bhk,bkd->bhd", p, kv)
+
+    timer = Timer(torch, dev)
+    for _ in range(3):
+        path()
+    return statistics.median(timer(path)[0] for _ in range(reps))
 
 
 def chunk_len(args, batch):
@@ -418,6 +463,22 @@ def main():
         report.obj["device"] = str(dev)
     t_start = time.perf_counter()
     torch.manual_seed(args.seed)
+    if args.attention:
+        report.obj["attention"] = []
+        print("# attention: batch context ms", flush=True)
+    with torch.inference_mode():
+        for batch, context in args.attention:
+            try:
+                ms = attention_row(torch, batch, context, dev, 4 * args.reps, args.seed, args.tiny)
+            except Exception as e:  # noqa: BLE001 - a failed row is reported, the next one runs
+                print("%d %d %s" % (batch, context, "OOM" if is_oom(torch, e) else "ERR"), flush=True)
+                log("attention %d:%d: %s: %s" % (batch, context, type(e).__name__, e))
+                free(torch, dev)
+                continue
+            print("%d %d %.4f" % (batch, context, ms), flush=True)
+            report.obj["attention"].append({"batch": batch, "context": context, "ms": ms})
+            report.write()
+            free(torch, dev)
 
     cfg = build_config(DeepseekV4Config, args)
     model = build_model(torch, DeepseekV4ForCausalLM, cfg, dev)

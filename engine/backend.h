@@ -94,6 +94,15 @@ void sl_backend_cuda_set_deterministic(sl_backend *b, int on);
 enum { SL_FAM_MHC, SL_FAM_DENSE, SL_FAM_COMPRESS, SL_FAM_INDEXER, SL_FAM_ATTENTION, SL_FAM_MOE, SL_FAM_HEAD, SL_FAM_N };
 extern const char *const sl_cuda_family_names[SL_FAM_N];
 int sl_backend_cuda_profile(sl_backend *b, double *fam_ms);
+/* Benchmarks: one CSA layer's attention path alone (the first CSA layer, *layer): the indexer's scores and top-k,
+ * then the sparse attention over the window and the selected entries, re-run on the last step's rows, queries and
+ * state, `iters` launches back to back, five times; *ms: the median time of one. 0, or -1 with err (no CSA layer, no
+ * step yet). */
+int sl_backend_cuda_attention_ms(sl_backend *b, int iters, int *layer, double *ms, char *err, size_t errlen);
+/* Benchmarks: the routed experts chosen for the last step's tokens at its last MoE layer, topk per token in row
+ * order, into experts[tokens * topk] (tokens: the last step's token count). 0, or -1 (no MoE workspace, a copy
+ * failed). */
+int sl_backend_cuda_last_routing(sl_backend *b, int tokens, int32_t *experts);
 /* Benchmarks: make a cuda sequence look as if `pos` tokens had been fed: its window, compressed entries
  * and indexer keys random (bf16 in +-1, what RMSNorm'd rows look like), its compressors' open windows
  * empty; pages must be reserved for pos tokens. 0 or -1 with err. */

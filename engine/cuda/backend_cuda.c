@@ -105,6 +105,8 @@ typedef struct {
     /* step profile (sl_backend_cuda_profile): timestamps between the launches of a freshly captured step */
     double *prof_ms;                        /* NULL: off; else [SL_FAM_N] ms of the last profiled step */
     uint64_t *prof_ts, *prof_hts;           /* device / host timestamps, PROF_MARKS each */
+    v4_step last_S;                         /* the layout and largest position of the last step enqueued (its */
+    int last_max_t;                         /* device arrays stay valid until the next step's upload) */
     int prof_fam[PROF_MARKS], n_marks;
 } cuda_impl;
 
@@ -502,9 +504,44 @@ static long build_layout(cuda_impl *c, const piece *pc, int np, int pad, int max
     return (long)((lrows + nl) - h);
 }
 
+/* Layer l's attention path on the step S's queries (q_b; for CSA the indexer's iq_b and weights in cmp): for CSA the
+ * indexer's scores and top-k into sel, then the sparse attention over the window and the compressed entries into
+ * o_b. */
+static int enqueue_attention(cuda_impl *c, const v4_step *S, int l, int max_t, char *err, size_t errlen)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const cu_layer *L = &c->L[l];
+    const int H = cfg->n_heads, hd = cfg->head_dim, nI = cfg->index_n_heads, dI = cfg->index_head_dim;
+    const int half = cfg->rope_dim / 2, W = cfg->window, n = S->n, ratio = L->ratio, ncmp = L->n_cmp;
+    const double *freq = ratio ? c->freq_comp : c->freq_main;
+    int max_keys = W < max_t + 1 ? W : max_t + 1;
+    if (ratio == 4) {
+        const float *cmp_i = c->cmp + 2 * 2 * hd;   /* the indexer's C, Z and weights after the compressor's */
+        const int ent = (max_t + 1) / 4;
+        const int rows = ent > 0 ? (int)(c->score_floats / (size_t)ent) : n;
+        const float wsc = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
+        for (int r0 = 0; r0 < n; r0 += rows)
+            LAUNCH(SL_FAM_INDEXER,
+                   v4_indexer(S, &c->ar, L->ipage_off, r0, n - r0 < rows ? n - r0 : rows, c->iq_b, nI, dI,
+                              cmp_i + 4 * dI, ncmp, wsc, cfg->index_topk, c->sel, c->scores, ent, c->st),
+                   "indexer");
+        max_keys += cfg->index_topk < ent ? cfg->index_topk : ent;
+    } else if (ratio) {
+        max_keys += (max_t + 1) / ratio;
+    }
+    LAUNCH(SL_FAM_ATTENTION,
+           v4_attention(S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b, H, hd,
+                        1.0f / sqrtf((float)hd), L->attn_sink, max_keys, c->att_scratch, c->att_scratch_floats, half,
+                        freq, c->o_b, c->st),
+           "attention");
+    return 0;
+}
+
 /* Every layer of the step S (max_t: the largest position in it; it bounds the key and candidate counts). */
 static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err, size_t errlen)
 {
+    c->last_S = *Sp;
+    c->last_max_t = max_t;
     const v4_config *cfg = &c->w->cfg;
     const int dim = cfg->dim, hc = cfg->hc_mult, H = cfg->n_heads, hd = cfg->head_dim, ql = cfg->q_lora_rank;
     const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, G = cfg->o_groups, ol = cfg->o_lora_rank;
@@ -539,7 +576,6 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
             {c->q, hd, n * H, H, hd, 1, NULL, half, freq, c->q_b, hd},
             {c->iq, dI, n * nI, nI, dI, 0, NULL, half, freq, c->iq_b, dI}};
         LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, q_norms, csa ? 2 : 1, eps, st), "q rms + RoPE");
-        int max_keys = W < max_t + 1 ? W : max_t + 1;
         if (csa)
             LAUNCH(SL_FAM_COMPRESS,
                    v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, cmp_i, cmp_i + 2 * dI, ncmp, L->i_ape,
@@ -550,24 +586,7 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
                    v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cmp, c->cmp + coff * hd, ncmp,
                                L->c_ape, L->c_norm, eps, half, freq, st),
                    "compressor");
-        if (csa) {
-            const int ent = (max_t + 1) / 4;
-            const int rows = ent > 0 ? (int)(c->score_floats / (size_t)ent) : n;
-            const float wsc = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
-            for (int r0 = 0; r0 < n; r0 += rows)
-                LAUNCH(SL_FAM_INDEXER,
-                       v4_indexer(&S, &c->ar, L->ipage_off, r0, n - r0 < rows ? n - r0 : rows, c->iq_b, nI, dI,
-                                  cmp_i + 4 * dI, ncmp, wsc, cfg->index_topk, c->sel, c->scores, ent, st),
-                       "indexer");
-            max_keys += cfg->index_topk < ent ? cfg->index_topk : ent;
-        } else if (ratio) {
-            max_keys += (max_t + 1) / ratio;
-        }
-        LAUNCH(SL_FAM_ATTENTION,
-               v4_attention(&S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b, H,
-                            hd, 1.0f / sqrtf((float)hd), L->attn_sink, max_keys, c->att_scratch, c->att_scratch_floats,
-                            half, freq, c->o_b, st),
-               "attention");
+        if (enqueue_attention(c, &S, l, max_t, err, errlen)) return -1;
         LAUNCH(SL_FAM_ATTENTION, v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, hd, st), "ring store");
         LAUNCH(SL_FAM_DENSE, dense_gemm_grouped(&L->wo_a, G, c->o_b, H * hd, H * hd / G, n, c->u_b, 1, G * ol, st),
                "wo_a");
@@ -858,6 +877,63 @@ int sl_backend_cuda_profile(sl_backend *be, double *fam_ms)
     }
     c->prof_ms = fam_ms;
     return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int sl_backend_cuda_attention_ms(sl_backend *be, int iters, int *layer, double *ms, char *err, size_t errlen)
+{
+    cuda_impl *c = be->impl;
+    const v4_config *cfg = &c->w->cfg;
+    int l = 0;
+    while (l < cfg->n_layers && c->L[l].ratio != 4) l++;
+    if (l == cfg->n_layers || c->last_S.n < 1) {
+        snprintf(err, errlen, "cuda backend: no CSA layer or no step run yet");
+        return -1;
+    }
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0), "cudaEventCreate");
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        snprintf(err, errlen, "cuda backend: cudaEventCreate failed");
+        return -1;
+    }
+    double *prof = c->prof_ms, t[5];
+    c->prof_ms = NULL;   /* no stamps between these launches */
+    err[0] = 0;
+    int rc = enqueue_attention(c, &c->last_S, l, c->last_max_t, err, errlen);   /* warm */
+    for (int k = 0; k < 5 && !rc; k++) {
+        rc = cudaEventRecord(e0, c->st) != cudaSuccess;
+        for (int i = 0; i < iters && !rc; i++) rc = enqueue_attention(c, &c->last_S, l, c->last_max_t, err, errlen);
+        if (!rc) rc = cudaEventRecord(e1, c->st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess;
+        float f = 0;
+        if (!rc) rc = cudaEventElapsedTime(&f, e0, e1) != cudaSuccess;
+        t[k] = f / (iters > 0 ? iters : 1);
+    }
+    c->prof_ms = prof;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (rc) {
+        if (!err[0]) snprintf(err, errlen, "cuda backend: attention timing failed");
+        return -1;
+    }
+    qsort(t, 5, sizeof *t, cmp_double);
+    *layer = l;
+    *ms = t[2];
+    return 0;
+}
+
+int sl_backend_cuda_last_routing(sl_backend *be, int tokens, int32_t *experts)
+{
+    cuda_impl *c = be->impl;
+    const size_t n = (size_t)tokens * c->w->cfg.n_active;
+    if (!c->moe.ws_ok || tokens < 1 || tokens > c->moe.W.max_tokens) return -1;
+    if (cudaStreamSynchronize(c->st) != cudaSuccess) return -1;
+    return cudaMemcpy(experts, c->moe.W.idx, n * sizeof(int32_t), cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
 }
 
 void sl_backend_cuda_set_deterministic(sl_backend *be, int on)
