@@ -142,6 +142,36 @@ static double peer_attention_ms(json_t *peer, int batch, long ctx)
     return -1;
 }
 
+/* The last profiled step's launches summed by name, largest first. */
+static void print_launches(sl_backend *be, int B, long C)
+{
+    enum { CAP = 4096, NAMES = 64 };
+    static const char *what[CAP];
+    static double us[CAP];
+    const char *name[NAMES];
+    double tot[NAMES];
+    int cnt[NAMES], nn = 0;
+    const int n = sl_backend_cuda_profile_launches(be, what, us, CAP);
+    double all = 0;
+    for (int k = 0; k < n; k++) {
+        int j = 0;
+        while (j < nn && strcmp(name[j], what[k] ? what[k] : "?")) j++;
+        if (j == nn && nn < NAMES) { name[nn] = what[k] ? what[k] : "?"; tot[nn] = 0; cnt[nn++] = 0; }
+        if (j < nn) { tot[j] += us[k]; cnt[j]++; }
+        all += us[k];
+    }
+    printf("launches of one step at batch %d, context %ld: %d launches, %.1f us\n", B, C, n, all);
+    for (int a = 0; a < nn; a++) {   /* largest first */
+        int best = a;
+        for (int b = a + 1; b < nn; b++)
+            if (tot[b] > tot[best]) best = b;
+        const char *tn = name[a]; name[a] = name[best]; name[best] = tn;
+        const double tt = tot[a]; tot[a] = tot[best]; tot[best] = tt;
+        const int tc = cnt[a]; cnt[a] = cnt[best]; cnt[best] = tc;
+        printf("  %-36s %4d x %7.2f us = %8.1f us\n", name[a], cnt[a], tot[a] / cnt[a], tot[a]);
+    }
+}
+
 typedef struct {
     int batch;
     long ctx;
@@ -158,7 +188,7 @@ typedef struct {
 int bench_decode(int argc, char **argv)
 {
     const char *spec = "v4-flash:layers=4", *out_path = NULL, *commit = "unknown", *peer_path = NULL;
-    int batches[16] = {1, 4, 16, 64}, nb = 4, reps = 10;
+    int batches[16] = {1, 4, 16, 64}, nb = 4, reps = 10, launches = 0;
     long ctxs[8] = {8192}, nc = 1;
     char cmd[1024] = "sluice-bench";   /* the command as given (before strtok splits the lists in place) */
     for (int i = 1; i < argc; i++) {
@@ -172,6 +202,7 @@ int bench_decode(int argc, char **argv)
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--launches")) launches = 1;
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
@@ -180,7 +211,8 @@ int bench_decode(int argc, char **argv)
             for (char *t = strtok(argv[++i], ","); t && nc < 8; t = strtok(NULL, ",")) ctxs[nc++] = atol(t);
         } else {
             fprintf(stderr, "usage: sluice-bench decode [--synthetic SPEC] [--batches 1,4,16,64] [--contexts 8192,65536] "
-                            "[--reps N] [--out FILE] [--commit SHA] [--peer PEER.json]\n"
+                            "[--reps N] [--launches] [--out FILE] [--commit SHA] [--peer PEER.json]\n"
+                            "--launches: each row's profiled step by launch (summed over the layers)\n"
                             "PEER.json: bench/decode_peer.py --out's rows (batch, context, ms_per_layer)\n");
             return 2;
         }
@@ -267,6 +299,7 @@ int bench_decode(int argc, char **argv)
                     n_split++;
                 }
                 sl_backend_cuda_profile(be, NULL);
+                if (launches && n_split) print_launches(be, B, C);
                 if (n_ok) {
                     qsort(ms, (size_t)n_ok, sizeof *ms, cmp_d);
                     row_out *r = &rows[nr++];

@@ -83,9 +83,10 @@ void sl_backend_cpu_log_decisions(sl_backend *b, float *gap, int cap);
  * shrinks to the state that fits. */
 sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, double gpu_memory_fraction, char *err,
                                    size_t errlen);
-/* Batch invariance where the MoE's fast kernels would break it (their tiling depends on the batch): every token's
- * MoE runs alone, as in a batch of one, so a request's tokens do not depend on its neighbours (engine.deterministic;
- * slower at large batches). The other kernels are batch-invariant as they are. */
+/* Batch invariance where the fast kernels would break it: the MoE's tiling and the attention's key splits depend on
+ * the batch. On: every token's MoE runs alone, as in a batch of one, and the attention keeps its fixed 64-key splits,
+ * so a request's tokens do not depend on its neighbours (engine.deterministic; slower at large batches). The other
+ * kernels are batch-invariant as they are. */
 void sl_backend_cuda_set_deterministic(sl_backend *b, int on);
 /* Benchmarks: the kernel families of a decode step. With fam_ms non-NULL, each following decode step that would
  * replay a CUDA graph is captured afresh with a GPU timestamp after every launch and replayed once; fam_ms[f] gets
@@ -94,6 +95,9 @@ void sl_backend_cuda_set_deterministic(sl_backend *b, int on);
 enum { SL_FAM_MHC, SL_FAM_DENSE, SL_FAM_COMPRESS, SL_FAM_INDEXER, SL_FAM_ATTENTION, SL_FAM_MOE, SL_FAM_HEAD, SL_FAM_N };
 extern const char *const sl_cuda_family_names[SL_FAM_N];
 int sl_backend_cuda_profile(sl_backend *b, double *fam_ms);
+/* The launches of the last profiled step in order: what[k] names launch k (static strings), us[k] its time in µs
+ * (as fam_ms counts it); at most cap. Returns the count. */
+int sl_backend_cuda_profile_launches(sl_backend *b, const char **what, double *us, int cap);
 /* Benchmarks: one CSA layer's attention path alone (the first CSA layer, *layer): the indexer's scores and top-k,
  * then the sparse attention over the window and the selected entries, re-run on the last step's rows, queries and
  * state, `iters` launches back to back, five times; *ms: the median time of one. 0, or -1 with err (no CSA layer, no

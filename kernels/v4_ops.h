@@ -119,13 +119,17 @@ cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int
  * sink[h] in the denominator, fp32 softmax. q bf16 [n][H][hd]; o bf16 [n][H][hd]: the output de-rotated (RoPE
  * by -pos on the last 2 rope_half dims, angles pos * inv_freq[i] in double; rope_half 0: none). max_keys >= W + the
  * largest compressed count of the step. hd 512 and H <= 64 (V4's shape) run on the tensor cores, with the
- * probabilities rounded to bf16, in splits of 64 keys merged through `scratch` (scratch_floats of it,
+ * probabilities rounded to bf16, in splits of split_keys keys (a multiple of 32; 0: 64, the fixed splits that keep a
+ * row's arithmetic independent of the batch) merged through `scratch` (scratch_floats of it,
  * v4_attention_scratch_floats for the rows of one launch; fewer rows a launch when smaller); other shapes on the
- * CUDA cores (fp32), no scratch. */
+ * CUDA cores (fp32), no scratch, split_keys unused. */
 cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, int W, size_t page_off, int ratio,
                          const int32_t *sel, int topk, const uint16_t *q, const uint16_t *kv, int H, int hd,
                          float scale, const float *sink, int max_keys, float *scratch, size_t scratch_floats,
-                         int rope_half, const double *inv_freq, uint16_t *o, cudaStream_t st);
+                         int rope_half, const double *inv_freq, int split_keys, uint16_t *o, cudaStream_t st);
+/* The split length for `rows` rows of up to max_keys keys on n_sms multiprocessors: one wave of blocks, splits no
+ * shorter than 64 keys (each split beyond the first costs a scratch unit twice its keys' bytes, written and read). */
+int v4_attention_split(int rows, int max_keys, int n_sms);
 /* Scratch v4_attention needs to run `rows` rows in one launch with up to max_keys keys each (0: none). */
 size_t v4_attention_scratch_floats(int H, int hd, int rows, int max_keys);
 /* Store the last min(n, W) rows of every span's kv into its ring (after the attention read it). */

@@ -96,6 +96,7 @@ typedef struct {
     size_t lrows_at;                        /* ints from the layout's start to its logits rows */
     int use_graphs;
     int deterministic;                      /* sl_backend_cuda_set_deterministic */
+    int n_sms;                              /* the GPU's multiprocessors */
     double mem_fraction;                    /* of the GPU's memory the engine may take */
     int sublayers;                          /* sl_backend.sublayers of the step in flight */
     size_t mem_used, mem_total;             /* cuda_memory's last answer, at mem_at (monotonic s) */
@@ -108,6 +109,9 @@ typedef struct {
     v4_step last_S;                         /* the layout and largest position of the last step enqueued (its */
     int last_max_t;                         /* device arrays stay valid until the next step's upload) */
     int prof_fam[PROF_MARKS], n_marks;
+    const char *prof_what[PROF_MARKS];      /* each stamp's launch, as LAUNCH names it */
+    double prof_ns[PROF_MARKS];             /* the last profiled step: each launch's time, stamp cost removed */
+    int prof_launches;
 } cuda_impl;
 
 /* ------------------------------------------------------------------------------ errors */
@@ -123,10 +127,11 @@ typedef struct {
 /* A profiled step writes a GPU timestamp after each launch (a one-thread kernel), tagged with the launch's family;
  * the time between consecutive stamps, less one stamp's own cost, is the family's (the launch gaps included). Off:
  * nothing. */
-static void mark(cuda_impl *c, int fam)
+static void mark(cuda_impl *c, int fam, const char *what)
 {
     if (!c->prof_ms || c->n_marks >= PROF_MARKS) return;
     if (v4_stamp(c->prof_ts + c->n_marks, c->st) != cudaSuccess) return;
+    c->prof_what[c->n_marks] = what;
     c->prof_fam[c->n_marks++] = fam;
 }
 
@@ -134,7 +139,7 @@ static void mark(cuda_impl *c, int fam)
 #define LAUNCH(fam, call, what)                                                                            \
     do {                                                                                                    \
         CK(call, what);                                                                                     \
-        mark(c, fam);                                                                                       \
+        mark(c, fam, what);                                                                                  \
     } while (0)
 
 const char *const sl_cuda_family_names[SL_FAM_N] = {"mhc_norms", "dense_gemm", "compressors", "indexer", "attention",
@@ -529,10 +534,12 @@ static int enqueue_attention(cuda_impl *c, const v4_step *S, int l, int max_t, c
     } else if (ratio) {
         max_keys += (max_t + 1) / ratio;
     }
+    /* longer key splits at larger batches (less scratch traffic); the fixed ones where batch invariance is asked */
+    const int split = c->deterministic ? 0 : v4_attention_split(n, max_keys, c->n_sms);
     LAUNCH(SL_FAM_ATTENTION,
            v4_attention(S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b, H, hd,
                         1.0f / sqrtf((float)hd), L->attn_sink, max_keys, c->att_scratch, c->att_scratch_floats, half,
-                        freq, c->o_b, c->st),
+                        freq, split, c->o_b, c->st),
            "attention");
     return 0;
 }
@@ -606,7 +613,7 @@ static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err,
                     snprintf(err, errlen, "cuda backend: layer %d: MoE launch failed (see the line above)", l);
                     return -1;
                 }
-            mark(c, SL_FAM_MOE);
+            mark(c, SL_FAM_MOE, "MoE");
         } else {
             LAUNCH(SL_FAM_MOE, v4_moe_ref(&S, &c->moe.ref[l], c->xn, c->f, st), "MoE (generic)");
         }
@@ -715,14 +722,14 @@ static int capture_step(cuda_impl *c, const v4_step *S, int cb, const int32_t *d
     cudaGraph_t g;
     c->n_marks = 0;
     CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal), "graph capture");
-    mark(c, -1);
+    mark(c, -1, NULL);
     int rc = cudaMemsetAsync(c->ar.slots + (size_t)c->n_slots * c->ar.slot_bytes, 0, c->ar.slot_bytes, c->st) !=
              cudaSuccess;
-    mark(c, SL_FAM_MHC);
+    mark(c, SL_FAM_MHC, "scratch sequence reset");
     if (!rc) rc = enqueue_layers(c, S, cb - 1, err, errlen);
     if (!rc) rc = enqueue_head(c, d_lrows, B, err, errlen);
     *cal0 = c->n_marks;
-    for (int k = 0; k < PROF_CAL; k++) mark(c, -1);
+    for (int k = 0; k < PROF_CAL; k++) mark(c, -1, NULL);
     cudaError_t e = cudaStreamEndCapture(c->st, &g);
     if (rc) {
         if (e == cudaSuccess) cudaGraphDestroy(g);
@@ -753,10 +760,14 @@ static int run_profiled(cuda_impl *c, piece *pc, int np, const v4_step *S, int c
     const int n = c->n_marks;
     const double stamp_ns = n - cal0 > 1 ? (double)(c->prof_hts[n - 1] - c->prof_hts[cal0]) / (n - cal0 - 1) : 0;
     for (int f = 0; f < SL_FAM_N; f++) c->prof_ms[f] = 0;
+    c->prof_launches = 0;
     for (int k = 1; k < cal0; k++)
         if (c->prof_fam[k] >= 0) {
-            const double ns = (double)(c->prof_hts[k] - c->prof_hts[k - 1]) - stamp_ns;
-            c->prof_ms[c->prof_fam[k]] += (ns > 0 ? ns : 0) * 1e-6;
+            double ns = (double)(c->prof_hts[k] - c->prof_hts[k - 1]) - stamp_ns;
+            if (ns < 0) ns = 0;
+            c->prof_ms[c->prof_fam[k]] += ns * 1e-6;
+            c->prof_what[c->prof_launches] = c->prof_what[k];
+            c->prof_ns[c->prof_launches++] = ns;
         }
     for (int k = 0; k < np; k++) pc[k].sp->st->pos += pc[k].m;
     return 0;
@@ -936,10 +947,21 @@ int sl_backend_cuda_last_routing(sl_backend *be, int tokens, int32_t *experts)
     return cudaMemcpy(experts, c->moe.W.idx, n * sizeof(int32_t), cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
 }
 
+int sl_backend_cuda_profile_launches(sl_backend *be, const char **what, double *us, int cap)
+{
+    cuda_impl *c = be->impl;
+    const int n = c->prof_launches < cap ? c->prof_launches : cap;
+    for (int k = 0; k < n; k++) {
+        what[k] = c->prof_what[k];
+        us[k] = c->prof_ns[k] * 1e-3;
+    }
+    return n;
+}
+
 void sl_backend_cuda_set_deterministic(sl_backend *be, int on)
 {
     cuda_impl *c = be->impl;
-    if (c->deterministic != on)   /* the captured graphs have the other MoE launches */
+    if (c->deterministic != on)   /* the captured graphs have the other MoE and attention launches */
         for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
     if (c->deterministic != on) c->n_graphs = 0;
     c->deterministic = on;
@@ -1108,6 +1130,10 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, dou
     c->cap = STEP_TOKENS;
     c->mem_fraction = gpu_memory_fraction;
     c->use_graphs = 1;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&c->n_sms, cudaDevAttrMultiProcessorCount, dev) !=
+                                                   cudaSuccess || c->n_sms < 1)
+        c->n_sms = 132;
     c->L = calloc((size_t)w->cfg.n_layers, sizeof *c->L);
     if (!c->L) { snprintf(err, errlen, "cuda backend: out of memory"); goto fail; }
     if ((ce = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {

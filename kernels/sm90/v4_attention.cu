@@ -180,16 +180,29 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
             if ((key & mk) == pf) atomicAdd(&hist[(key >> shift) & 255u], 1u);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int cum = 0;
-            for (int b = 255; b >= 0; b--) {
-                if (cum + (int)hist[b] >= rem) {
-                    rem -= cum;
-                    prefix |= (unsigned)b << shift;
-                    mask |= 255u << shift;
-                    break;
+        if (threadIdx.x < 32) {   /* the bin holding the rem-th largest key: lane l owns bins 8l..8l+7 */
+            const int l = threadIdx.x, need = rem;
+            int c = 0;
+#pragma unroll
+            for (int b = 0; b < 8; b++) c += (int)hist[8 * l + b];
+            int above = c;   /* keys in lanes l.. (suffix sum), then in lanes above l */
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int v = __shfl_down_sync(0xffffffffu, above, o);
+                if (l + o < 32) above += v;
+            }
+            above -= c;
+            if (above < need && above + c >= need) {   /* exactly one lane */
+                int cum = above;
+                for (int b = 8 * l + 7; b >= 8 * l; b--) {
+                    if (cum + (int)hist[b] >= need) {
+                        rem = need - cum;
+                        prefix |= (unsigned)b << shift;
+                        mask |= 255u << shift;
+                        break;
+                    }
+                    cum += (int)hist[b];
                 }
-                cum += (int)hist[b];
             }
         }
         __syncthreads();
@@ -295,14 +308,16 @@ __device__ __forceinline__ void att_store_pair(uint16_t *o, int d, float a, floa
 }
 
 /* ---- 64 heads x 512 on the tensor cores (the V4 shape).
- * A block takes one row and one split: FA_SPLIT consecutive keys of its key list. It reads each key once for every
+ * A block takes one row and one split: `split` consecutive keys of its key list. It reads each key once for every
  * head: S = Q K^T (64 x 32 keys a tile, mma.sync bf16 -> fp32), an online softmax per head over the tiles, P rounded
  * to bf16 (the normaliser sums the rounded values, so the weights stay exactly normalised), O += P V with O in
  * registers (warp w owns dims 64w..64w+63 of every head). Keys stream through a double-buffered cp.async ring.
- * The splits are fixed runs of keys, so a row's arithmetic does not depend on the batch or the step's key bound:
- * splits past a row's keys are empty and the combine skips them. One split: the block normalises (sink included)
- * and writes o; more: each writes its unnormalised O, running max and sum to a scratch unit and
- * k_attention_combine merges them in split order. */
+ * The splits are fixed runs of keys (FA_SPLIT, unless the caller asks for longer ones), so a row's arithmetic does not
+ * depend on the batch or the step's key bound: splits past a row's keys are empty and the combine skips them. One
+ * split: the block normalises (sink included) and writes o; more: each writes its unnormalised O (128 KB, twice the
+ * bytes of a 64-key split's keys), running max and sum to a scratch unit and k_attention_combine merges them in split
+ * order. Short splits give a batch-1 row enough blocks; at large batches they cost that scratch traffic, hence
+ * v4_attention_split. */
 #define FA_H 64
 #define FA_HD 512
 #define FA_TILE 32
@@ -326,17 +341,18 @@ __device__ __forceinline__ int sw512(int r, int c) { return r * FA_HD + ((((c >>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     k_attention_mma(v4_step s, v4_arena ar, size_t ring_off, int W, size_t page_off, int ratio, const int32_t *sel,
                     int topk, const uint16_t *q, const uint16_t *kv, int H, float scale, const float *sink,
-                    int max_keys, int n_splits, int r0, float *part, int rope_half, const double *inv_freq, uint16_t *o)
+                    int max_keys, int split, int n_splits, int r0, float *part, int rope_half, const double *inv_freq,
+                    uint16_t *o)
 {
     pdl_enter();
     extern __shared__ __align__(16) uint8_t fa_raw[];
     FaSmem &sm = *reinterpret_cast<FaSmem *>(fa_raw);
-    const int i = r0 + blockIdx.x / n_splits, split = blockIdx.x % n_splits;
+    const int i = r0 + blockIdx.x / n_splits;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, qd = lane & 3;
     const int sp = s.tok_span[i], pos0 = s.span_pos0[sp], row0 = s.span_row0[sp];
     int n_win, pw0;
     const int nk = att_key_count(s, i, W, ratio, topk, max_keys, &n_win, &pw0);
-    const int kb = split * FA_SPLIT;
+    const int kb = (blockIdx.x % n_splits) * split;
     float *unit = part ? part + (size_t)blockIdx.x * FA_UNIT_FLOATS : nullptr;
     if (kb >= nk) {   /* past this row's keys (only with several splits) */
         if (tid < FA_H) {
@@ -384,7 +400,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
 
-    const int n_tiles = nk - kb > FA_TILE ? FA_SPLIT / FA_TILE : 1;
+    const int n_tiles = ((nk - kb < split ? nk - kb : split) + FA_TILE - 1) / FA_TILE;
     for (int j = 0; j < n_tiles; j++) {
         if (j + 1 < n_tiles) {
             load_tile(j + 1, (j + 1) & 1);
@@ -545,6 +561,18 @@ __global__ void __launch_bounds__(128) k_attention_combine(const int32_t *tok_po
     }
 }
 
+extern "C" int v4_attention_split(int rows, int max_keys, int n_sms)
+{
+    /* one wave of blocks (one a multiprocessor: FaSmem is ~144 KB): as many splits a row as fit, no shorter than
+     * FA_SPLIT; a row alone keeps FA_SPLIT */
+    int per_row = rows > 0 ? n_sms / rows : 1;
+    if (per_row < 1) per_row = 1;
+    const int most = (max_keys + FA_SPLIT - 1) / FA_SPLIT;
+    if (per_row >= most) return FA_SPLIT;
+    const int keys = (max_keys + per_row - 1) / per_row;
+    return (keys + FA_TILE - 1) / FA_TILE * FA_TILE;
+}
+
 extern "C" size_t v4_attention_scratch_floats(int H, int hd, int rows, int max_keys)
 {
     if (hd != FA_HD || H > FA_H || H < 1) return 0;
@@ -611,8 +639,8 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention_generic(v4_step s, v4
 extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, int W, size_t page_off,
                                     int ratio, const int32_t *sel, int topk, const uint16_t *q, const uint16_t *kv,
                                     int H, int hd, float scale, const float *sink, int max_keys, float *scratch,
-                                    size_t scratch_floats, int rope_half, const double *inv_freq, uint16_t *o,
-                                    cudaStream_t st)
+                                    size_t scratch_floats, int rope_half, const double *inv_freq, int split_keys,
+                                    uint16_t *o, cudaStream_t st)
 {
     if (s->n <= 0) return cudaSuccess;
     if (hd == FA_HD && H <= FA_H && H >= 1) {
@@ -623,11 +651,13 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
             if (e != cudaSuccess) return e;
             attr_set = true;
         }
-        const int n_splits = (max_keys + FA_SPLIT - 1) / FA_SPLIT;
+        if (split_keys <= 0) split_keys = FA_SPLIT;
+        if (split_keys % FA_TILE) return cudaErrorInvalidValue;
+        const int n_splits = (max_keys + split_keys - 1) / split_keys;
         if (n_splits <= 1) {
             return moe_launch(k_attention_mma, dim3(s->n), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a, ring_off, W,
-                             page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, 1, 0, (float *)nullptr,
-                             rope_half, inv_freq, o);
+                             page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, max_keys, 1, 0,
+                             (float *)nullptr, rope_half, inv_freq, o);
         }
         const size_t rows = scratch_floats / ((size_t)n_splits * FA_UNIT_FLOATS);
         if (rows < 1) return cudaErrorInvalidValue;
@@ -635,7 +665,7 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
             const int nr = s->n - r0 < (int)rows ? s->n - r0 : (int)rows;
             cudaError_t e = moe_launch(k_attention_mma, dim3(nr * n_splits), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a,
                                       ring_off, W, page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys,
-                                      n_splits, r0, scratch, rope_half, inv_freq, o);
+                                      split_keys, n_splits, r0, scratch, rope_half, inv_freq, o);
             if (e == cudaSuccess)
                 e = moe_launch(k_attention_combine, dim3(nr, H), dim3(128), (n_splits + 1) * sizeof(float), st,
                               s->tok_pos, r0, n_splits, H, (const float *)scratch, sink, rope_half, inv_freq, o);

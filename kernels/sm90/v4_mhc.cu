@@ -110,10 +110,14 @@ __global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const
     const int r = blockIdx.x, i = rows ? rows[r] : r;
     const int width = hc * dim, n_mix = head ? hc : (2 + hc) * hc;
     const float *Xi = X + (size_t)i * width;
-    for (int m = threadIdx.x; m <= n_mix; m += blockDim.x) {
-        float t = 0.0f;
-        for (int kb = 0; kb < n_chunks; kb++) t += part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m];
-        mix[m] = t;
+    {   /* a warp a mix: lane l adds chunks l, l + 32, ..., then the warp's fixed tree */
+        const int lane = threadIdx.x & 31;
+        for (int m = threadIdx.x >> 5; m <= n_mix; m += MHC_THREADS / 32) {
+            float t = 0.0f;
+            for (int kb = lane; kb < n_chunks; kb += 32) t += part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m];
+            t = warp_sum(t);
+            if (lane == 0) mix[m] = t;
+        }
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -161,7 +165,20 @@ __global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const
     }
     __syncthreads();
     float ssx = 0.0f;
-    for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    const int d4 = dim % 4 ? 0 : dim / 4;   /* float4 groups: every stream's loads of a group in flight at once */
+    for (int g = threadIdx.x; g < d4; g += blockDim.x) {
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int j = 0; j < hc; j++) {
+            const float4 x = *(const float4 *)(Xi + (size_t)j * dim + 4 * g);
+            v.x += pre[j] * x.x;
+            v.y += pre[j] * x.y;
+            v.z += pre[j] * x.z;
+            v.w += pre[j] * x.w;
+        }
+        *(float4 *)(xs + 4 * g) = v;
+        ssx += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    for (int d = 4 * d4 + threadIdx.x; d < dim; d += blockDim.x) {
         float v = 0.0f;
         for (int j = 0; j < hc; j++) v += pre[j] * Xi[(size_t)j * dim + d];
         xs[d] = v;

@@ -486,7 +486,7 @@ static void test_compress(int r, int d, int T, int bt)
  * row (some -1, the rest distinct entries); scratch for scratch_rows rows a launch (fewer than n: several
  * launches). Against a double-precision reference, de-rotated as the kernel's output is; the GPU rounds the
  * probabilities and the output to bf16 (V4's 64 x 512 runs on the tensor cores), hence the tolerance. */
-static void test_attention(int ratio, int n, int pos0, int scratch_rows)
+static void test_attention(int ratio, int n, int pos0, int scratch_rows, int split)
 {
     const int H = 64, hd = 512, W = 128, bt = 128, topk = 512;
     const int t_last = pos0 + n - 1, n_ent = (t_last + 1) / ratio, max_blocks = (t_last + bt) / bt;
@@ -531,7 +531,7 @@ static void test_attention(int ratio, int n, int pos0, int scratch_rows)
     for (int k = 0; k < rh; k++) inv_freq[k] = pow(10000.0, -(double)k / rh);
     double *dinv = dup_dev(inv_freq, sizeof inv_freq);
     CK(v4_attention(&o.s, &ar, 0, W, 0, ratio, dsel, topk, dq, dkv, H, hd, scale, dsink, max_keys, dscr, scr, rh, dinv,
-                    dout, 0));
+                    split, dout, 0));
     CK(cudaDeviceSynchronize());
     uint16_t *got = malloc((size_t)n * H * hd * 2);
     CK(cudaMemcpy(got, dout, (size_t)n * H * hd * 2, cudaMemcpyDeviceToHost));
@@ -580,8 +580,9 @@ static void test_attention(int ratio, int n, int pos0, int scratch_rows)
             if (!(rel <= worst)) worst = rel;
         }
     }
-    printf("attention 64 x 512, %d rows at %d, window 128 (ring + step rows) + %s, %d keys max, scratch for %d rows: "
-           "worst rel L2 %.2e\n", n, pos0, ratio == 4 ? "CSA top-512" : "HCA entries", max_keys, scratch_rows, worst);
+    printf("attention 64 x 512, %d rows at %d, window 128 (ring + step rows) + %s, %d keys max, splits of %d, scratch "
+           "for %d rows: worst rel L2 %.2e\n", n, pos0, ratio == 4 ? "CSA top-512" : "HCA entries", max_keys,
+           split ? split : 64, scratch_rows, worst);
     if (!(worst < 5e-3)) FAIL("attention (ratio %d, %d rows at %d): rel L2 %.3e", ratio, n, pos0, worst);
     free(ring); free(pages); free(kv); free(q); free(sel); free(sink); free(got); free(acc); free(sc); free(keys);
     cudaFree(ar.slots); cudaFree(ar.pages); cudaFree(dkv); cudaFree(dq); cudaFree(dsel); cudaFree(dsink); cudaFree(dout);
@@ -609,11 +610,19 @@ int main(void)
     test_compress(4, 512, 700, 128);
     test_compress(4, 128, 700, 128);
     test_compress(128, 512, 700, 128);
-    test_attention(128, 40, 2000, 64);      /* 143-144 keys: 3 splits */
-    test_attention(128, 3, 20, 64);         /* <= 23 keys: one split, normalised in the block */
-    test_attention(4, 1, 8191, 1);          /* batch-1 decode at 8K: 640 keys, 10 splits */
-    test_attention(4, 24, 3000, 5);         /* 24 rows, 5 a launch */
-    test_attention(4, 17, 300, 64);         /* fewer entries than top-k slots */
+    test_attention(128, 40, 2000, 64, 0);      /* 143-144 keys: 3 splits */
+    test_attention(128, 3, 20, 64, 0);         /* <= 23 keys: one split, normalised in the block */
+    test_attention(4, 1, 8191, 1, 0);          /* batch-1 decode at 8K: 640 keys, 10 splits */
+    test_attention(4, 24, 3000, 5, 0);         /* 24 rows, 5 a launch */
+    test_attention(4, 17, 300, 64, 0);         /* fewer entries than top-k slots */
+    /* the longer splits of larger batches (v4_attention_split): 64 rows at 8K, 2 splits of 320 keys; 3 of 96 */
+    test_attention(4, 64, 8191, 64, v4_attention_split(64, 640, 132));
+    test_attention(128, 40, 2000, 64, 96);
+    test_attention(4, 5, 8191, 5, 640);        /* one split of every key, normalised in the block */
+    if (v4_attention_split(64, 640, 132) != 320 || v4_attention_split(1, 640, 132) != 64 ||
+        v4_attention_split(256, 640, 132) != 640 || v4_attention_split(16, 640, 132) != 96)
+        FAIL("v4_attention_split: %d %d %d %d", v4_attention_split(64, 640, 132), v4_attention_split(1, 640, 132),
+             v4_attention_split(256, 640, 132), v4_attention_split(16, 640, 132));
     printf("%d failures\n", failures);
     return failures ? 1 : 0;
 }
