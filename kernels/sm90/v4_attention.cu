@@ -175,9 +175,14 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
         for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
         __syncthreads();
         const unsigned pf = prefix, mk = mask;
-        for (int e = threadIdx.x; e < N; e += blockDim.x) {
-            const unsigned key = score_key(sc[e]);
-            if ((key & mk) == pf) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        /* scores of a row share their leading bits, so most keys of a pass land in a few bins: the lanes of a warp
+         * with the same bin add once (their leader), not once each */
+        for (int e0 = 0; e0 < N; e0 += blockDim.x) {
+            const int e = e0 + threadIdx.x;
+            const unsigned key = e < N ? score_key(sc[e]) : 0u;
+            const unsigned bin = e < N && (key & mk) == pf ? (key >> shift) & 255u : 256u;
+            const unsigned same = __match_any_sync(0xffffffffu, bin);
+            if (bin < 256u && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&hist[bin], (unsigned)__popc(same));
         }
         __syncthreads();
         if (threadIdx.x < 32) {   /* the bin holding the rem-th largest key: lane l owns bins 8l..8l+7 */
@@ -210,8 +215,15 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
     const unsigned T = prefix;
     const int need_eq = rem, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     /* keys above T: all of them, any order */
-    for (int e = threadIdx.x; e < N; e += blockDim.x)
-        if (score_key(sc[e]) > T) out[atomicAdd(&n_gt, 1)] = e;
+    for (int e0 = 0; e0 < N; e0 += blockDim.x) {   /* one atomic a warp */
+        const int e = e0 + threadIdx.x;
+        const bool gt = e < N && score_key(sc[e]) > T;
+        const unsigned bal = __ballot_sync(0xffffffffu, gt);
+        int base = 0;
+        if (lane == 0 && bal) base = atomicAdd(&n_gt, __popc(bal));
+        base = __shfl_sync(0xffffffffu, base, 0);
+        if (gt) out[base + __popc(bal & ((1u << lane) - 1u))] = e;
+    }
     __syncthreads();
     const int gt = n_gt;
     /* keys equal to T: the lowest indices first */
@@ -522,27 +534,32 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 }
 
 /* o[r0 + b][h] from the row's n_splits scratch units, in split order; empty splits (sum 0) skipped.
- * dynamic shared memory: 2 n_splits floats */
+ * dynamic shared memory: 3 n_splits + 1 floats */
 __global__ void __launch_bounds__(128) k_attention_combine(const int32_t *tok_pos, int r0, int n_splits, int H,
                                                            const float *part, const float *sink, int rope_half,
                                                            const double *inv_freq, uint16_t *o)
 {
     pdl_enter();
-    extern __shared__ float fac[];   /* per split: its factor e^(m - M), or 0 when empty; then L at [n_splits] */
+    extern __shared__ float fac[];   /* per split: its factor e^(m - M), or 0 when empty; then L at [n_splits]; then
+                                        every split's m and l as read */
     const int b = blockIdx.x, h = blockIdx.y;
     const float *u = part + (size_t)b * n_splits * FA_UNIT_FLOATS;
+    float *ms = fac + n_splits + 1, *ls = ms + n_splits;
     const float sk = sink[h];
+    for (int sp = threadIdx.x; sp < n_splits; sp += blockDim.x) {   /* the splits' (m, l) read at once */
+        const float2 ml = *(const float2 *)(u + (size_t)sp * FA_UNIT_FLOATS + FA_H * FA_HD + 2 * h);
+        ms[sp] = ml.x;
+        ls[sp] = ml.y;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
         float M = sk;
-        for (int sp = 0; sp < n_splits; sp++) {
-            const float *ml = u + (size_t)sp * FA_UNIT_FLOATS + FA_H * FA_HD + 2 * h;
-            if (ml[1] > 0.0f) M = fmaxf(M, ml[0]);
-        }
+        for (int sp = 0; sp < n_splits; sp++)
+            if (ls[sp] > 0.0f) M = fmaxf(M, ms[sp]);
         float L = expf(sk - M);
         for (int sp = 0; sp < n_splits; sp++) {
-            const float *ml = u + (size_t)sp * FA_UNIT_FLOATS + FA_H * FA_HD + 2 * h;
-            fac[sp] = ml[1] > 0.0f ? expf(ml[0] - M) : 0.0f;
-            if (ml[1] > 0.0f) L += ml[1] * fac[sp];
+            fac[sp] = ls[sp] > 0.0f ? expf(ms[sp] - M) : 0.0f;
+            if (ls[sp] > 0.0f) L += ls[sp] * fac[sp];
         }
         fac[n_splits] = L;
     }
@@ -550,6 +567,7 @@ __global__ void __launch_bounds__(128) k_attention_combine(const int32_t *tok_po
     const float L = fac[n_splits];
     for (int d = threadIdx.x * 2; d < FA_HD; d += blockDim.x * 2) {
         float x = 0.0f, y = 0.0f;
+#pragma unroll 4
         for (int sp = 0; sp < n_splits; sp++) {
             if (fac[sp] == 0.0f) continue;
             const float2 v = *(const float2 *)&u[(size_t)sp * FA_UNIT_FLOATS + (size_t)h * FA_HD + d];
@@ -667,7 +685,7 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
                                       ring_off, W, page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys,
                                       split_keys, n_splits, r0, scratch, rope_half, inv_freq, o);
             if (e == cudaSuccess)
-                e = moe_launch(k_attention_combine, dim3(nr, H), dim3(128), (n_splits + 1) * sizeof(float), st,
+                e = moe_launch(k_attention_combine, dim3(nr, H), dim3(128), (3 * n_splits + 1) * sizeof(float), st,
                               s->tok_pos, r0, n_splits, H, (const float *)scratch, sink, rope_half, inv_freq, o);
             if (e != cudaSuccess) return e;
         }
