@@ -69,8 +69,7 @@ cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int dim, int h
  * pre/post/comb (Sinkhorn), x = sum_j pre_j X_i[j], and xn = RMSNorm_w(x) written as bf16 [n][dim]; post [n][hc],
  * comb [n][hc][hc] fp32. head != 0: the head's collapse (fn [hc][hc*dim], pre only; post/comb unused) over the rows
  * listed in `rows` (nr of them; NULL = 0..nr-1), xn row r for rows[r]. hc <= 8, dim even. scratch:
- * v4_hc_pre_scratch_floats(nr_max, dim, hc) floats for calls of up to nr_max rows, zeroed before the first call
- * (every call leaves it fit for the next). One launch. */
+ * v4_hc_pre_scratch_floats(nr, dim, hc) floats. */
 cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn, const float *scale,
                       const float *base, int sinkhorn_iters, float hc_eps, float norm_eps, const float *norm_w,
                       int head, const float *pend_f, const float *pend_post, const float *pend_comb, uint16_t *xn,

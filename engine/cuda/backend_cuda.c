@@ -437,9 +437,8 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
     c->att_scratch_floats = v4_attention_scratch_floats((int)H, (int)hd, ATT_SCRATCH_ROWS,
                                                         cfg->window + (cfg->index_topk > 512 ? cfg->index_topk : 512));
     const int hc_rows = (int)N > HEAD_ROWS ? (int)N : HEAD_ROWS;
-    const size_t hc_floats = v4_hc_pre_scratch_floats(hc_rows, (int)dim, (int)hc);
-    CK(cudaMalloc((void **)&c->hc_scratch, hc_floats * sizeof(float)), "mHC scratch");
-    CK(cudaMemset(c->hc_scratch, 0, hc_floats * sizeof(float)), "mHC scratch");
+    CK(cudaMalloc((void **)&c->hc_scratch, v4_hc_pre_scratch_floats(hc_rows, (int)dim, (int)hc) * sizeof(float)),
+       "mHC scratch");
     if (c->att_scratch_floats)
         CK(cudaMalloc((void **)&c->att_scratch, c->att_scratch_floats * sizeof(float)), "attention scratch");
     CK(cudaMalloc((void **)&c->sel, N * (size_t)(cfg->index_topk > 0 ? cfg->index_topk : 1) * sizeof(int32_t)),

@@ -175,14 +175,9 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
         for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
         __syncthreads();
         const unsigned pf = prefix, mk = mask;
-        /* scores of a row share their leading bits, so most keys of a pass land in a few bins: the lanes of a warp
-         * with the same bin add once (their leader), not once each */
-        for (int e0 = 0; e0 < N; e0 += blockDim.x) {
-            const int e = e0 + threadIdx.x;
-            const unsigned key = e < N ? score_key(sc[e]) : 0u;
-            const unsigned bin = e < N && (key & mk) == pf ? (key >> shift) & 255u : 256u;
-            const unsigned same = __match_any_sync(0xffffffffu, bin);
-            if (bin < 256u && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&hist[bin], (unsigned)__popc(same));
+        for (int e = threadIdx.x; e < N; e += blockDim.x) {
+            const unsigned key = score_key(sc[e]);
+            if ((key & mk) == pf) atomicAdd(&hist[(key >> shift) & 255u], 1u);
         }
         __syncthreads();
         if (threadIdx.x < 32) {   /* the bin holding the rem-th largest key: lane l owns bins 8l..8l+7 */
@@ -215,15 +210,8 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
     const unsigned T = prefix;
     const int need_eq = rem, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     /* keys above T: all of them, any order */
-    for (int e0 = 0; e0 < N; e0 += blockDim.x) {   /* one atomic a warp */
-        const int e = e0 + threadIdx.x;
-        const bool gt = e < N && score_key(sc[e]) > T;
-        const unsigned bal = __ballot_sync(0xffffffffu, gt);
-        int base = 0;
-        if (lane == 0 && bal) base = atomicAdd(&n_gt, __popc(bal));
-        base = __shfl_sync(0xffffffffu, base, 0);
-        if (gt) out[base + __popc(bal & ((1u << lane) - 1u))] = e;
-    }
+    for (int e = threadIdx.x; e < N; e += blockDim.x)
+        if (score_key(sc[e]) > T) out[atomicAdd(&n_gt, 1)] = e;
     __syncthreads();
     const int gt = n_gt;
     /* keys equal to T: the lowest indices first */

@@ -1,18 +1,19 @@
 /* v4_mhc.cu — embedding, manifold hyper-connections (V4_SPEC 2.3), RMSNorm + RoPE on rows, the profile's
  * timestamps.
  *
- * The residual stream is hc rows of dim floats per token (fp32). mHC pre is one kernel: the mixes (hc_fn's
+ * The residual stream is hc rows of dim floats per token (fp32). mHC pre is two kernels: the mixes (hc_fn's
  * (2+hc)*hc rows dotted with the streams) split over chunks of dims, one block per (chunk, token), so hc_fn streams
  * from all SMs even at batch 1, each block first applying the previous sublayer's mHC post to its elements (no pass
- * of its own); the last block of a token adds the chunks, does the tiny per-token math (sigmoid, softmax, Sinkhorn
- * on hc x hc, one lane per entry), the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm, writing the bf16
- * input of the projections.
+ * of its own); then one block per token adds the chunks, does the tiny per-token math (sigmoid, softmax, Sinkhorn on
+ * hc x hc, one lane per entry), the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm, writing the bf16 input
+ * of the projections.
  */
 #include <math.h>
 
 #include "common/v4_dev.cuh"
 
 #define HC_MAX 8
+#define MHC_THREADS 256
 
 __global__ void k_embed(const int32_t *tok, const void *E, int e_bf16, int dim, int hc, float *X)
 {
@@ -35,132 +36,22 @@ extern "C" cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int
 
 __device__ __forceinline__ float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-/* mHC pre, one launch: block (chunk kb, row r) takes pp = HCM_THREADS / hc pairs of dims of every stream (thread t:
+/* mHC pre, first half: block (chunk kb, row r) takes pp = HCM_THREADS / hc pairs of dims of every stream (thread t:
  * stream t / pp, pair kb pp + t % pp). With f: the previous sublayer's mHC post first, on those elements (X'[j] =
  * post_j f + sum_q comb[q][j] X[q], the old values through shared memory), written back. Then it dots them with every
  * mix row of fn and sums their squares: part[r][kb][m] (m < n_mix), part[r][kb][n_mix]. Enough blocks to stream hc_fn
- * (1.6 MB on V4-Flash) at the read rate even for one row. The last of a row's blocks to finish (a counter per row,
- * left at zero again) does the row's finish, hc_finish_row; the chunks are fixed, so a row's sums do not depend on
- * the batch. */
+ * (1.6 MB on V4-Flash) at the read rate even for one row; the chunks are fixed, so a row's sums do not depend on the
+ * batch. */
 #define HCM_THREADS 256
 #define HC_MIX_MAX ((2 + HC_MAX) * HC_MAX)
 
-__host__ __device__ inline int hc_chunks(int dim, int hc)
-{
-    return (dim + 2 * (HCM_THREADS / hc) - 1) / (2 * (HCM_THREADS / hc));
-}
-/* scratch a row: its finish counter (zero between calls), then its chunks' sums of every mix and the squares; the
- * same place for a row whatever the call's row count, so the counters stay where the last call left them at zero */
-__host__ __device__ inline size_t hc_row_floats(int dim, int hc)
-{
-    return 1 + (size_t)hc_chunks(dim, hc) * ((2 + hc) * hc + 1);
-}
-
-/* The finish of row r: the mixes (the chunks' sums, a warp a mix, times rsqrt(mean(X^2)+eps)); pre / post / comb on
- * warp 0 (comb: row softmax, then Sinkhorn with the hc x hc entries in lanes, rows and columns summed in index order
- * as the CPU reference does); the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm into bf16. Reads what the
- * row's other blocks wrote (part: the row's chunk sums, X) through L2. xs: dim floats of shared memory. */
-__device__ void hc_finish_row(const float *X, int r, int i, int dim, int hc, int n_chunks, const float *part,
-                              const float *scale, const float *base, int iters, float hc_eps, float norm_eps,
-                              const float *norm_w, int head, uint16_t *xn, float *post, float *comb, float *xs)
-{
-    __shared__ float red[33];
-    __shared__ float mix[HC_MIX_MAX + 1];
-    __shared__ float pre[HC_MAX];
-    __shared__ float c[HC_MAX * HC_MAX];
-    const int width = hc * dim, n_mix = head ? hc : (2 + hc) * hc, lane = threadIdx.x & 31;
-    const float *Xi = X + (size_t)i * width;
-    for (int m = threadIdx.x >> 5; m <= n_mix; m += HCM_THREADS / 32) {   /* lane l: chunks l, l + 32, ... */
-        float t = 0.0f;
-        for (int kb = lane; kb < n_chunks; kb += 32) t += __ldcg(part + (size_t)kb * (n_mix + 1) + m);
-        t = warp_sum(t);
-        if (lane == 0) mix[m] = t;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        const int ne = hc * hc;
-        const float rs = rsqrtf(mix[n_mix] / (float)width + norm_eps);
-        if (lane < hc) pre[lane] = sigm(mix[lane] * rs * scale[0] + base[lane]) + hc_eps;
-        if (!head) {
-            if (lane < hc) post[(size_t)r * hc + lane] = 2.0f * sigm(mix[hc + lane] * rs * scale[1] + base[hc + lane]);
-            for (int t = 0; t < 2; t++) {
-                const int e = lane + 32 * t;
-                if (e < ne) c[e] = mix[2 * hc + e] * rs * scale[2] + base[2 * hc + e];
-            }
-            __syncwarp();
-            float v[2] = {0.0f, 0.0f};   /* entry lane + 32 t, in registers from here on */
-            for (int t = 0; t < 2; t++) {   /* row softmax + eps */
-                const int e = lane + 32 * t, j = e / hc;
-                if (e >= ne) continue;
-                float mx = -INFINITY, z = 0.0f;
-                for (int k = 0; k < hc; k++) mx = fmaxf(mx, c[j * hc + k]);
-                for (int k = 0; k < hc; k++) z += expf(c[j * hc + k] - mx);
-                v[t] = expf(c[e] - mx) / z + hc_eps;
-            }
-            /* entry idx < ne from the lane holding it; every lane calls it together (ne is uniform) */
-            auto at = [&](int idx) -> float {
-                const float a0 = __shfl_sync(0xffffffffu, v[0], idx & 31);
-                if (ne <= 32) return a0;
-                const float a1 = __shfl_sync(0xffffffffu, v[1], idx & 31);
-                return idx < 32 ? a0 : a1;
-            };
-            for (int it = 0; it < iters; it++) {
-                for (int pass = it > 0 ? 0 : 1; pass < 2; pass++) {   /* 0: rows, 1: columns */
-                    float nv[2];
-                    for (int t = 0; t < (ne > 32 ? 2 : 1); t++) {
-                        const int e = lane + 32 * t, j = (e % ne) / hc, k = (e % ne) % hc;
-                        float sum = 0.0f;
-                        for (int q = 0; q < hc; q++) sum += at(pass ? q * hc + k : j * hc + q);
-                        nv[t] = v[t] / (sum + hc_eps);
-                    }
-                    v[0] = nv[0];
-                    if (ne > 32) v[1] = nv[1];
-                }
-            }
-            for (int t = 0; t < 2; t++)
-                if (lane + 32 * t < ne) comb[(size_t)r * ne + lane + 32 * t] = v[t];
-        }
-    }
-    __syncthreads();
-    float ssx = 0.0f;
-    const int d4 = dim % 4 ? 0 : dim / 4;   /* float4 groups: every stream's loads of a group in flight at once */
-    for (int g = threadIdx.x; g < d4; g += blockDim.x) {
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int j = 0; j < hc; j++) {
-            const float4 x = __ldcg((const float4 *)(Xi + (size_t)j * dim + 4 * g));
-            v.x += pre[j] * x.x;
-            v.y += pre[j] * x.y;
-            v.z += pre[j] * x.z;
-            v.w += pre[j] * x.w;
-        }
-        *(float4 *)(xs + 4 * g) = v;
-        ssx += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    for (int d = 4 * d4 + threadIdx.x; d < dim; d += blockDim.x) {
-        float v = 0.0f;
-        for (int j = 0; j < hc; j++) v += pre[j] * __ldcg(Xi + (size_t)j * dim + d);
-        xs[d] = v;
-        ssx += v * v;
-    }
-    ssx = block_sum(ssx, red);
-    const float rx = rsqrtf(ssx / (float)dim + norm_eps);
-    uint16_t *o = xn + (size_t)r * dim;
-    for (int d = threadIdx.x; d < dim; d += blockDim.x) o[d] = f2bf(xs[d] * rx * norm_w[d]);
-}
-
-/* dynamic shared memory: dim floats (the finishing block's collapsed x) */
-__global__ void __launch_bounds__(HCM_THREADS) k_hc_pre(float *X, const int32_t *rows, int dim, int hc, int n_mix,
+__global__ void __launch_bounds__(HCM_THREADS) k_hc_mix(float *X, const int32_t *rows, int dim, int hc, int n_mix,
                                                         const float *fn, int n_chunks, const float *f,
-                                                        const float *pend_post, const float *pend_comb,
-                                                        float *scratch, const float *scale, const float *base,
-                                                        int iters, float hc_eps, float norm_eps, const float *norm_w,
-                                                        int head, uint16_t *xn, float *post, float *comb)
+                                                        const float *post, const float *comb, float *part)
 {
     pdl_enter();
-    extern __shared__ float xs[];
     __shared__ float red[HCM_THREADS / 32][HC_MIX_MAX + 1];
     __shared__ float2 xo[HCM_THREADS];
-    __shared__ bool last;
     const int r = blockIdx.y, i = rows ? rows[r] : r, kb = blockIdx.x;
     const int pp = HCM_THREADS / hc, j = threadIdx.x / pp, d = 2 * (kb * pp + threadIdx.x % pp);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, width = hc * dim;
@@ -171,7 +62,7 @@ __global__ void __launch_bounds__(HCM_THREADS) k_hc_pre(float *X, const int32_t 
         xo[threadIdx.x] = x;
         __syncthreads();
         if (in) {
-            const float *po = pend_post + (size_t)i * hc, *C = pend_comb + (size_t)i * hc * hc;
+            const float *po = post + (size_t)i * hc, *C = comb + (size_t)i * hc * hc;
             const float2 fv = *(const float2 *)(f + (size_t)i * dim + d);
             float2 v = make_float2(po[j] * fv.x, po[j] * fv.y);
             for (int q = 0; q < hc; q++) {
@@ -193,28 +84,117 @@ __global__ void __launch_bounds__(HCM_THREADS) k_hc_pre(float *X, const int32_t 
         if (lane == 0) red[wid][m] = a;
     }
     __syncthreads();
-    float *row = scratch + (size_t)r * hc_row_floats(dim, hc), *part = row + 1;
-    unsigned *count = (unsigned *)row;
     for (int m = threadIdx.x; m <= n_mix; m += blockDim.x) {
         float t = 0.0f;
         for (int w = 0; w < HCM_THREADS / 32; w++) t += red[w][m];
-        part[(size_t)kb * (n_mix + 1) + m] = t;
+        part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m] = t;
     }
-    __threadfence();   /* this block's part and X before its count */
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(count, 1u) == (unsigned)n_chunks - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    hc_finish_row(X, r, i, dim, hc, n_chunks, part, scale, base, iters, hc_eps, norm_eps, norm_w, head, xn, post, comb,
-                  xs);
-    if (threadIdx.x == 0) *count = 0;   /* for the next call */
 }
 
+/* mHC pre, second half, one block per row: the mixes (the chunks' sums in chunk order, times rsqrt(mean(X^2)+eps));
+ * pre / post / comb on warp 0 (comb: row softmax, then Sinkhorn, one lane per entry, rows and columns summed in
+ * index order as the CPU reference does); the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm into bf16.
+ * dynamic shared memory: dim floats (the collapsed x) */
+__global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const int32_t *rows, int dim, int hc,
+                                                           int n_chunks, const float *part, const float *scale,
+                                                           const float *base, int iters, float hc_eps, float norm_eps,
+                                                           const float *norm_w, int head, uint16_t *xn, float *post,
+                                                           float *comb)
+{
+    pdl_enter();
+    extern __shared__ float xs[];
+    __shared__ float red[33];
+    __shared__ float mix[HC_MIX_MAX + 1];
+    __shared__ float pre[HC_MAX];
+    __shared__ float c[HC_MAX * HC_MAX];
+    const int r = blockIdx.x, i = rows ? rows[r] : r;
+    const int width = hc * dim, n_mix = head ? hc : (2 + hc) * hc;
+    const float *Xi = X + (size_t)i * width;
+    {   /* a warp a mix: lane l adds chunks l, l + 32, ..., then the warp's fixed tree */
+        const int lane = threadIdx.x & 31;
+        for (int m = threadIdx.x >> 5; m <= n_mix; m += MHC_THREADS / 32) {
+            float t = 0.0f;
+            for (int kb = lane; kb < n_chunks; kb += 32) t += part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m];
+            t = warp_sum(t);
+            if (lane == 0) mix[m] = t;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x, ne = hc * hc;
+        const float rs = rsqrtf(mix[n_mix] / (float)width + norm_eps);
+        if (lane < hc) pre[lane] = sigm(mix[lane] * rs * scale[0] + base[lane]) + hc_eps;
+        if (!head) {
+            if (lane < hc) post[(size_t)r * hc + lane] = 2.0f * sigm(mix[hc + lane] * rs * scale[1] + base[hc + lane]);
+            float v[2];
+            for (int t = 0; t < 2; t++) {
+                const int e = lane + 32 * t;
+                if (e < ne) c[e] = mix[2 * hc + e] * rs * scale[2] + base[2 * hc + e];
+            }
+            __syncwarp();
+            for (int t = 0; t < 2; t++) {   /* row softmax + eps */
+                const int e = lane + 32 * t, j = e / hc;
+                if (e >= ne) continue;
+                float mx = -INFINITY, z = 0.0f;
+                for (int k = 0; k < hc; k++) mx = fmaxf(mx, c[j * hc + k]);
+                for (int k = 0; k < hc; k++) z += expf(c[j * hc + k] - mx);
+                v[t] = expf(c[e] - mx) / z + hc_eps;
+            }
+            __syncwarp();
+            for (int t = 0; t < 2; t++)
+                if (lane + 32 * t < ne) c[lane + 32 * t] = v[t];
+            __syncwarp();
+            for (int it = 0; it < iters; it++) {
+                for (int pass = it > 0 ? 0 : 1; pass < 2; pass++) {   /* 0: rows, 1: columns */
+                    for (int t = 0; t < 2; t++) {
+                        const int e = lane + 32 * t, j = e / hc, k = e % hc;
+                        if (e >= ne) continue;
+                        float sum = 0.0f;
+                        for (int q = 0; q < hc; q++) sum += pass ? c[q * hc + k] : c[j * hc + q];
+                        v[t] = c[e] / (sum + hc_eps);
+                    }
+                    __syncwarp();
+                    for (int t = 0; t < 2; t++)
+                        if (lane + 32 * t < ne) c[lane + 32 * t] = v[t];
+                    __syncwarp();
+                }
+            }
+            for (int t = 0; t < 2; t++)
+                if (lane + 32 * t < ne) comb[(size_t)r * ne + lane + 32 * t] = c[lane + 32 * t];
+        }
+    }
+    __syncthreads();
+    float ssx = 0.0f;
+    const int d4 = dim % 4 ? 0 : dim / 4;   /* float4 groups: every stream's loads of a group in flight at once */
+    for (int g = threadIdx.x; g < d4; g += blockDim.x) {
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int j = 0; j < hc; j++) {
+            const float4 x = *(const float4 *)(Xi + (size_t)j * dim + 4 * g);
+            v.x += pre[j] * x.x;
+            v.y += pre[j] * x.y;
+            v.z += pre[j] * x.z;
+            v.w += pre[j] * x.w;
+        }
+        *(float4 *)(xs + 4 * g) = v;
+        ssx += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    for (int d = 4 * d4 + threadIdx.x; d < dim; d += blockDim.x) {
+        float v = 0.0f;
+        for (int j = 0; j < hc; j++) v += pre[j] * Xi[(size_t)j * dim + d];
+        xs[d] = v;
+        ssx += v * v;
+    }
+    ssx = block_sum(ssx, red);
+    const float rx = rsqrtf(ssx / (float)dim + norm_eps);
+    uint16_t *o = xn + (size_t)r * dim;
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) o[d] = f2bf(xs[d] * rx * norm_w[d]);
+}
+
+static int hc_chunks(int dim, int hc) { return (dim + 2 * (HCM_THREADS / hc) - 1) / (2 * (HCM_THREADS / hc)); }
 
 extern "C" size_t v4_hc_pre_scratch_floats(int nr, int dim, int hc)
 {
-    return hc < 1 || hc > HC_MAX ? 0 : (size_t)nr * hc_row_floats(dim, hc);
+    return hc < 1 || hc > HC_MAX ? 0 : (size_t)nr * hc_chunks(dim, hc) * ((2 + hc) * hc + 1);
 }
 
 extern "C" cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn,
@@ -226,14 +206,16 @@ extern "C" cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim,
     if (hc < 1 || hc > HC_MAX || dim % 2 || (pend_f && (!pend_post || !pend_comb))) return cudaErrorInvalidValue;
     if (nr <= 0) return cudaSuccess;
     const size_t smem = (size_t)dim * sizeof(float);
-    if (smem > 32 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_hc_pre, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k_hc_finish, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
     const int n_chunks = hc_chunks(dim, hc), n_mix = head ? hc : (2 + hc) * hc;
-    return moe_launch(k_hc_pre, dim3(n_chunks, nr), dim3(HCM_THREADS), smem, st, X, rows, dim, hc, n_mix, fn, n_chunks,
-                      pend_f, pend_post, pend_comb, scratch, scale, base, sinkhorn_iters, hc_eps, norm_eps, norm_w, head,
-                      xn, post, comb);
+    cudaError_t e = moe_launch(k_hc_mix, dim3(n_chunks, nr), dim3(HCM_THREADS), 0, st, X, rows, dim, hc, n_mix, fn,
+                              n_chunks, pend_f, pend_post, pend_comb, scratch);
+    if (e != cudaSuccess) return e;
+    return moe_launch(k_hc_finish, dim3(nr), dim3(MHC_THREADS), smem, st, X, rows, dim, hc, n_chunks, (const float *)scratch,
+                     scale, base, sinkhorn_iters, hc_eps, norm_eps, norm_w, head, xn, post, comb);
 }
 
 /* one block per row of all the jobs (job j's rows after job j-1's); each thread takes pairs (2p, 2p+1) */
