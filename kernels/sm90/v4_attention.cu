@@ -326,6 +326,7 @@ __device__ __forceinline__ void att_store_pair(uint16_t *o, int d, float a, floa
 #define FA_S_LD 40            /* score rows, floats */
 #define FA_P_LD 40            /* probability rows, bf16 (80 bytes: ldmatrix rows on distinct banks) */
 #define FA_UNIT_FLOATS ((size_t)FA_H * FA_HD + 2 * FA_H)
+#define FA_KP 1024            /* key addresses resolved ahead (a split's first FA_KP keys, then the next ...) */
 
 struct FaSmem {
     uint16_t q[FA_H * FA_HD];             /* rows swizzled: 16-byte chunk c of row r at c ^ (r & 7) */
@@ -334,6 +335,8 @@ struct FaSmem {
     uint16_t p[FA_H * FA_P_LD];
     float m[FA_H], l[FA_H], alpha[FA_H];
     int valid[2][FA_TILE];
+    const uint16_t *kp[FA_KP];            /* the keys' addresses (NULL: none), resolved before their tiles load */
+    float rc[FA_HD / 2], rsn[FA_HD / 2];  /* one split: the de-rotation's cos / sin per rotated pair */
 };
 
 __device__ __forceinline__ int sw512(int r, int c) { return r * FA_HD + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
@@ -371,11 +374,18 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         if (r < H) cp_async16(d, qi + (size_t)r * FA_HD + ch * 8);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
+    /* the addresses of the split's keys k0.. (up to FA_KP): every thread resolves some at once, so the index and block
+     * table reads behind them are not on each tile's path */
+    const int n_keys = nk - kb < split ? nk - kb : split;
+    auto resolve = [&](int k0) {
+        for (int k = tid; k < FA_KP && k0 + k < n_keys; k += FA_THREADS)
+            sm.kp[k] = att_key(s, ar, ring, kv, FA_HD, W, pos0, row0, pw0, n_win, nk, kb + k0 + k, ratio, seli,
+                               page_off, sp);
+    };
     /* tile `tile` of the split into buffer buf: 8 threads a key, 128 bytes each */
     auto load_tile = [&](int tile, int buf) {
-        const int kr = tid >> 3, part8 = tid & 7;
-        const uint16_t *src = att_key(s, ar, ring, kv, FA_HD, W, pos0, row0, pw0, n_win, nk, kb + tile * FA_TILE + kr,
-                                      ratio, seli, page_off, sp);
+        const int kr = tid >> 3, part8 = tid & 7, k = tile * FA_TILE + kr;
+        const uint16_t *src = k < n_keys ? sm.kp[k % FA_KP] : nullptr;
         uint16_t *dst = sm.k[buf] + kr * FA_HD;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -390,6 +400,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         sm.m[tid] = -INFINITY;
         sm.l[tid] = 0.0f;
     }
+    resolve(0);
+    __syncthreads();
     load_tile(0, 0);
     cp_async_commit();
     float acc[4][8][4];
@@ -400,8 +412,12 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
 
-    const int n_tiles = ((nk - kb < split ? nk - kb : split) + FA_TILE - 1) / FA_TILE;
+    const int n_tiles = (n_keys + FA_TILE - 1) / FA_TILE;
     for (int j = 0; j < n_tiles; j++) {
+        if (j + 1 < n_tiles && (j + 1) * FA_TILE % FA_KP == 0) {   /* every thread has issued the tiles before */
+            resolve((j + 1) * FA_TILE);
+            __syncthreads();
+        }
         if (j + 1 < n_tiles) {
             load_tile(j + 1, (j + 1) & 1);
             cp_async_commit();
@@ -497,6 +513,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         unit[FA_H * FA_HD + 2 * tid] = sm.m[tid];
         unit[FA_H * FA_HD + 2 * tid + 1] = sm.l[tid];
     }
+    const int rot0 = FA_HD - 2 * rope_half;
+    if (!unit && rope_half > 0) {   /* the de-rotation's angles, once a block (not once a head on one warp) */
+        for (int p = tid; p < rope_half; p += FA_THREADS) v4_rope_cs(s.tok_pos[i], inv_freq[p], &sm.rc[p], &sm.rsn[p]);
+        __syncthreads();
+    }
 #pragma unroll
     for (int mt = 0; mt < 4; mt++)
 #pragma unroll
@@ -512,11 +533,17 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
                 const int d = 64 * w + 8 * nt + 2 * qd;
-                if (unit)
+                if (unit) {
                     *(float2 *)&unit[(size_t)h * FA_HD + d] = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-                else
-                    att_store_pair(o + ((size_t)i * H + h) * FA_HD, d, acc[mt][nt][2 * hf] * f / L,
-                                   acc[mt][nt][2 * hf + 1] * f / L, s.tok_pos[i], FA_HD, rope_half, inv_freq);
+                    continue;
+                }
+                float a = acc[mt][nt][2 * hf] * f / L, b = acc[mt][nt][2 * hf + 1] * f / L;
+                if (rope_half > 0 && d >= rot0) {   /* att_store_pair's de-rotation, from the table */
+                    const float c = sm.rc[(d - rot0) >> 1], sn = -sm.rsn[(d - rot0) >> 1], re = a, im = b;
+                    a = re * c - im * sn;
+                    b = re * sn + im * c;
+                }
+                *(uint32_t *)&o[((size_t)i * H + h) * FA_HD + d] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
             }
         }
 }

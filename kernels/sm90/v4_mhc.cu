@@ -91,6 +91,35 @@ __global__ void __launch_bounds__(HCM_THREADS) k_hc_mix(float *X, const int32_t 
     }
 }
 
+/* Sinkhorn on warp 0: lane l holds entries l and l + 32 of the hc x hc matrix (row-major) in v; iters rounds of
+ * row then column normalisation, the first without the row one (V4_SPEC 2.3). A row or column sum gathers its
+ * entries by shuffles and adds them in index order, then divides, as the CPU reference does: the same values. */
+template <int HC> __device__ __forceinline__ void sinkhorn(float v[2], int iters, float eps)
+{
+    constexpr int NE = HC * HC;
+    const int lane = threadIdx.x & 31;
+    for (int it = 0; it < iters; it++) {
+        for (int pass = it > 0 ? 0 : 1; pass < 2; pass++) {   /* 0: rows, 1: columns */
+            float nv[2] = {v[0], v[1]};
+#pragma unroll
+            for (int t = 0; t < (NE > 32 ? 2 : 1); t++) {
+                const int e = (lane + 32 * t) % NE, j = e / HC, k = e % HC;
+                float sum = 0.0f;
+#pragma unroll
+                for (int q = 0; q < HC; q++) {
+                    const int idx = pass ? q * HC + k : j * HC + q;
+                    const float a0 = __shfl_sync(0xffffffffu, v[0], idx & 31);
+                    const float a1 = NE > 32 ? __shfl_sync(0xffffffffu, v[1], idx & 31) : 0.0f;
+                    sum += idx < 32 ? a0 : a1;
+                }
+                nv[t] = v[t] / (sum + eps);
+            }
+            v[0] = nv[0];
+            v[1] = nv[1];
+        }
+    }
+}
+
 /* mHC pre, second half, one block per row: the mixes (the chunks' sums in chunk order, times rsqrt(mean(X^2)+eps));
  * pre / post / comb on warp 0 (comb: row softmax, then Sinkhorn, one lane per entry, rows and columns summed in
  * index order as the CPU reference does); the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm into bf16.
@@ -126,7 +155,7 @@ __global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const
         if (lane < hc) pre[lane] = sigm(mix[lane] * rs * scale[0] + base[lane]) + hc_eps;
         if (!head) {
             if (lane < hc) post[(size_t)r * hc + lane] = 2.0f * sigm(mix[hc + lane] * rs * scale[1] + base[hc + lane]);
-            float v[2];
+            float v[2] = {0.0f, 0.0f};   /* entries lane, lane + 32 */
             for (int t = 0; t < 2; t++) {
                 const int e = lane + 32 * t;
                 if (e < ne) c[e] = mix[2 * hc + e] * rs * scale[2] + base[2 * hc + e];
@@ -140,27 +169,18 @@ __global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const
                 for (int k = 0; k < hc; k++) z += expf(c[j * hc + k] - mx);
                 v[t] = expf(c[e] - mx) / z + hc_eps;
             }
-            __syncwarp();
-            for (int t = 0; t < 2; t++)
-                if (lane + 32 * t < ne) c[lane + 32 * t] = v[t];
-            __syncwarp();
-            for (int it = 0; it < iters; it++) {
-                for (int pass = it > 0 ? 0 : 1; pass < 2; pass++) {   /* 0: rows, 1: columns */
-                    for (int t = 0; t < 2; t++) {
-                        const int e = lane + 32 * t, j = e / hc, k = e % hc;
-                        if (e >= ne) continue;
-                        float sum = 0.0f;
-                        for (int q = 0; q < hc; q++) sum += pass ? c[q * hc + k] : c[j * hc + q];
-                        v[t] = c[e] / (sum + hc_eps);
-                    }
-                    __syncwarp();
-                    for (int t = 0; t < 2; t++)
-                        if (lane + 32 * t < ne) c[lane + 32 * t] = v[t];
-                    __syncwarp();
-                }
+            switch (hc) {   /* the Sinkhorn with hc known: its sums unrolled */
+            case 1: sinkhorn<1>(v, iters, hc_eps); break;
+            case 2: sinkhorn<2>(v, iters, hc_eps); break;
+            case 3: sinkhorn<3>(v, iters, hc_eps); break;
+            case 4: sinkhorn<4>(v, iters, hc_eps); break;
+            case 5: sinkhorn<5>(v, iters, hc_eps); break;
+            case 6: sinkhorn<6>(v, iters, hc_eps); break;
+            case 7: sinkhorn<7>(v, iters, hc_eps); break;
+            default: sinkhorn<8>(v, iters, hc_eps); break;
             }
             for (int t = 0; t < 2; t++)
-                if (lane + 32 * t < ne) comb[(size_t)r * ne + lane + 32 * t] = c[lane + 32 * t];
+                if (lane + 32 * t < ne) comb[(size_t)r * ne + lane + 32 * t] = v[t];
         }
     }
     __syncthreads();
