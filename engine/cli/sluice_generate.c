@@ -5,7 +5,7 @@
  *                   --max-new-tokens N [--chunk C] [--temperature T] [--top-p P] [--top-k K]
  *                   [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos] [--stop-ids 1,2]
  *                   [--logprobs] [--quantize-experts nvfp4] [--logits-out FILE] [--threads N]
- * --synthetic v4-flash[:layers=N,experts=mxfp4|nvfp4,ratios=a,b,...] runs a V4-Flash-shaped model with
+ * --synthetic v4-flash[:layers=N,experts=mxfp4|nvfp4,routing=uniform|gate,ratios=a,b,...] runs a V4-Flash-shaped model with
  * seeded random weights (engine/synthetic.h). Default greedy; generation stops after EOS (included) unless --ignore-eos. --chunk C prefills
  * the prompt C tokens per step (default: all at once). The last stdout line is one JSON object:
  *   {"tokens": [...], "logprobs": [...]?, "finish_reason": "stop|length|...", "n_prompt": N,
@@ -39,7 +39,7 @@ static void usage(FILE *f) {
             "                       [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos]\n"
             "                       [--stop-ids 1,2] [--logprobs] [--quantize-experts nvfp4]\n"
             "                       [--logits-out FILE] [--threads N]\n"
-            "SPEC: v4-flash[:layers=N,experts=mxfp4|nvfp4,ratios=a,b,...,seed=S] (random weights, V4-Flash shapes)\n"
+            "SPEC: v4-flash[:layers=N,experts=mxfp4|nvfp4,routing=uniform|gate,ratios=a,b,...,seed=S] (random weights, V4-Flash shapes)\n"
             "Generates from a DeepSeek-V4 checkpoint. Default greedy; stops after EOS unless --ignore-eos.\n"
             "The last line on stdout is a JSON object with \"tokens\" (generated ids), \"finish_reason\", timings.\n");
 }
