@@ -619,6 +619,7 @@ int main(void)
     test_attention(4, 64, 8191, 64, v4_attention_split(64, 640, 132));
     test_attention(128, 40, 2000, 64, 96);
     test_attention(4, 5, 8191, 5, 640);        /* one split of every key, normalised in the block */
+    test_attention(128, 2, 200000, 2, 1696);   /* 1690 HCA keys in one split: key addresses resolved twice */
     if (v4_attention_split(64, 640, 132) != 320 || v4_attention_split(1, 640, 132) != 64 ||
         v4_attention_split(256, 640, 132) != 640 || v4_attention_split(16, 640, 132) != 96)
         FAIL("v4_attention_split: %d %d %d %d", v4_attention_split(64, 640, 132), v4_attention_split(1, 640, 132),
