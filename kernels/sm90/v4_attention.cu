@@ -6,10 +6,9 @@
  * indexer's top-k for CSA, every closed entry for HCA. K = V (one shared head); every query head
  * attends over the same keys, with its sink logit in the softmax denominator.
  *
- * Top-k, on the scores' order-preserving 32-bit keys: up to 16,384 candidates (64K tokens of context)
- * a bitonic sort of (key, ~index) in shared memory; beyond, an exact radix select (four 8-bit passes find
- * the k-th largest key T), then every key > T and the lowest-index entries equal to T. Either way ties go
- * to the lower entry index as in the CPU reference. Zero scores are canonicalised to +0 first (a ReLU'd
+ * Top-k: an exact radix select on the scores' order-preserving 32-bit keys (four 8-bit passes find
+ * the k-th largest key T), then every key > T and the lowest-index entries equal to T, so ties go to
+ * the lower entry index as in the CPU reference. Zero scores are canonicalised to +0 first (a ReLU'd
  * head times a negative weight gives -0, which the reference compares equal to +0).
  */
 #include <math.h>
@@ -155,38 +154,10 @@ __device__ __forceinline__ unsigned score_key(float v)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* Rows of up to TOPK_SORT_MAX candidates: a bitonic sort in shared memory of (key, ~index) pairs, descending, so
- * the first topk are the largest scores, equal scores lower index first: the set the radix select below takes, in
- * a fixed number of passes over shared memory instead of four over the scores with contended counters. */
-#define TOPK_SORT_MAX 16384
-__device__ void topk_sort(const float *sc, int N, int topk, int32_t *out, unsigned long long *key)
-{
-    int P = 1;
-    while (P < N) P <<= 1;
-    for (int e = threadIdx.x; e < P; e += blockDim.x)
-        key[e] = e < N ? ((unsigned long long)score_key(sc[e]) << 32) | (0xFFFFFFFFu - (unsigned)e) : 0ull;
-    __syncthreads();
-    for (int k = 2; k <= P; k <<= 1)
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int t = threadIdx.x; t < P / 2; t += blockDim.x) {
-                const int a = 2 * t - (t & (j - 1)), b = a + j;   /* a has bit j clear */
-                const unsigned long long x = key[a], y = key[b];
-                if (((a & k) == 0) == (x < y)) {   /* descending runs where bit k of a is clear */
-                    key[a] = y;
-                    key[b] = x;
-                }
-            }
-            __syncthreads();
-        }
-    for (int j = threadIdx.x; j < topk; j += blockDim.x) out[j] = (int32_t)(0xFFFFFFFFu - (unsigned)key[j]);
-}
-
-/* dynamic shared memory: TOPK_SORT_MAX 8-byte keys (the sort's; rows with more candidates take the radix select) */
 __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int topk, const float *scores, int ld,
                                                        int32_t *sel)
 {
     pdl_enter();
-    extern __shared__ unsigned long long sort_key[];
     __shared__ unsigned hist[256];
     __shared__ unsigned prefix, mask;
     __shared__ int rem, n_gt, eq_base;
@@ -198,10 +169,6 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
         return;
     }
     const float *sc = scores + (size_t)blockIdx.x * ld;
-    if (N <= TOPK_SORT_MAX) {
-        topk_sort(sc, N, topk, out, sort_key);
-        return;
-    }
     if (threadIdx.x == 0) { prefix = 0; mask = 0; rem = topk; n_gt = 0; eq_base = 0; }
     for (int pass = 0; pass < 4; pass++) {
         const int shift = 24 - 8 * pass;
@@ -291,15 +258,7 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
                                   ld_w, w_scale, topk, scores, max_entries);
         if (e != cudaSuccess) return e;
     }
-    static bool attr_set = false;
-    const int smem = TOPK_SORT_MAX * (int)sizeof(unsigned long long);
-    if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(k_topk, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        attr_set = true;
-    }
-    return moe_launch(k_topk, dim3(nr), dim3(TOPK_THREADS), smem, st, *s, r0, topk, (const float *)scores, max_entries,
-                      sel);
+    return moe_launch(k_topk, dim3(nr), dim3(TOPK_THREADS), 0, st, *s, r0, topk, (const float *)scores, max_entries, sel);
 }
 
 /* The key set of row i: n_win window positions from pw0, then the compressed entries; nk keys in all. */
