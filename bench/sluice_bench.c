@@ -844,15 +844,18 @@ static int bench_stream(int argc, char **argv)
 }
 
 int bench_decode(int argc, char **argv);   /* bench_decode.c */
+int bench_ops(int argc, char **argv);      /* bench_ops.c */
 
 int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "moe")) return bench_moe(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "decode")) return bench_decode(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "stream")) return bench_stream(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "ops")) return bench_ops(argc, argv);
     fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N]\n"
                     "       sluice-bench decode [--synthetic SPEC] [--batches 1,4,16,64] [--contexts 8192,65536] [--reps N]\n"
-                    "       sluice-bench stream [--out FILE] [--power MS]\n");
+                    "       sluice-bench stream [--out FILE] [--power MS]\n"
+                    "       sluice-bench ops [--reps R]\n");
     return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
 }
 #endif
