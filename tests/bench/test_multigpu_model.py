@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""bench/multigpu_model.py: its one-GPU bytes are the decode benchmark's byte floor at full depth (11.3 GB a token at
+batch 1, the figure the GPU-engine issue quotes), its 2-GPU tensor-parallel floors are the multi-GPU issue's (~1.3,
+~14, ~18 ms at batch 1, 64, 256), splitting over more GPUs never adds bytes, and --json writes every row."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+model = sys.argv[1]
+with tempfile.TemporaryDirectory() as d:
+    out = os.path.join(d, "m.json")
+    subprocess.run([sys.executable, model, "--gpus", "1,2,4", "--batches", "1,64,256", "--json", out], check=True,
+                   stdout=subprocess.DEVNULL)
+    rows = json.load(open(out))["rows"]
+by = {(r["layout"], r["gpus"], r["batch"]): r for r in rows}
+fails = []
+
+
+def near(what, got, want, tol):
+    if abs(got - want) > tol:
+        fails.append("%s: %.3f, expected %.3f +- %.3f" % (what, got, want, tol))
+
+
+near("one GPU, batch 1, GB", by[("one GPU", 1, 1)]["gb_per_gpu"], 11.32, 0.05)
+for b, ms in ((1, 1.30), (64, 14.0), (256, 18.6)):
+    near("tp-ep 2 GPUs, batch %d, bytes ms" % b, by[("tp-ep", 2, b)]["bytes_ms"], ms, 0.1)
+for layout in ("ep-replicated", "ep-dp", "tp-ep"):
+    for b in (1, 64, 256):
+        if not by[(layout, 4, b)]["gb_per_gpu"] <= by[(layout, 2, b)]["gb_per_gpu"] <= by[("one GPU", 1, b)]["gb_per_gpu"]:
+            fails.append("%s batch %d: more GPUs read more bytes each" % (layout, b))
+if not by[("tp-ep", 2, 1)]["tpot_ms"] < by[("ep-replicated", 2, 1)]["tpot_ms"]:
+    fails.append("tensor-parallel dense should win batch 1 on 2 GPUs")
+if len(rows) != 3 * 1 + 3 * 2 * 3:
+    fails.append("%d rows, expected 21" % len(rows))
+for f in fails:
+    print("FAIL:", f)
+print("multigpu_model: %d rows, %s" % (len(rows), "FAILED" if fails else "ok"))
+sys.exit(1 if fails else 0)
