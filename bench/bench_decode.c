@@ -428,7 +428,7 @@ int bench_decode(int argc, char **argv)
         json_object_set_new(m, "experts", json_string(w.expert_format == QT_NVFP4 ? "nvfp4" : "mxfp4"));
         json_object_set_new(m, "kv_dtype", json_string("bf16"));
         json_object_set_new(m, "index_key_dtype", json_string("bf16"));
-        json_object_set_new(m, "routing", json_string(cfg->hash_layer[cfg->n_layers - 1] ? "uniform" : "gate"));
+        json_object_set_new(m, "routing", json_string(strstr(cfg->model_id, "-gate") ? "gate" : "uniform"));
         json_object_set_new(o, "model", m);
         json_object_set_new(o, "state", json_string("batch 1: prefilled (C random tokens through the forward); larger "
                                                     "batches: written directly (sl_backend_cuda_fill_state)"));

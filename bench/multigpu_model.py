@@ -13,9 +13,10 @@ per sequence, the bf16 head) and the collectives on the step's critical path, fo
   ep-dp          routed experts split; each GPU runs attention and the dense projections for its B/N sequences
                  (their state on it alone); the MoE needs the tokens of every GPU: an all-gather before, a
                  reduce-scatter after (two collectives a layer). At batch 1 one GPU does all the dense work.
-  tp-ep          dense projections and attention heads split N ways (column then row parallel: an all-reduce
-                 after the attention output projection), routed experts split, the shared expert split;
-                 the one shared KV head and the compressors' state replicated; two all-reduces a layer.
+  tp-ep          the attention heads split N ways (wq_b by columns, wo_a / wo_b by rows: an all-reduce after the
+                 output projection), routed experts split, the shared expert split; what every head needs whole
+                 (wq_a, wkv, the compressors, the indexer) and the one shared KV head's state on every GPU; two
+                 all-reduces a layer.
 
 time = bytes / read rate + collectives x latency (no overlap of the two, no launch gaps: a floor). The read rate
 and the latency are arguments: the defaults are an H200's measured read ceiling (4.5 TB/s) and 10 us for a small
@@ -46,15 +47,18 @@ def touched(experts, batch):
 
 
 def layer_parts(r):
-    """Bytes of one layer's weights by kind (dense: projections, mHC, router; shared expert; one routed expert),
-    and of one sequence's attention state read at context ctx (a function)."""
-    dense = QL * D + H * HD * QL + HD * D + G * OL * (H * HD // G) + D * G * OL          # FP8
-    small = 2 * (2 + HC) * HC * HC * D * 4 + E * D * 4                                  # mHC, router (fp32)
+    """Bytes of one layer's weights by kind, and of one sequence's attention state read at context ctx (a function).
+    heads: the projections a tensor-parallel layout splits by heads (wq_b, wo_a, wo_b, FP8); rest: the ones every
+    head needs whole (wq_a, wkv, the compressors and the indexer's projections), which it keeps on every GPU;
+    small: mHC and the router (fp32); shared: the shared expert (FP8); expert: one routed expert (MXFP4)."""
+    heads = H * HD * QL + G * OL * (H * HD // G) + D * G * OL
+    rest = QL * D + HD * D
+    small = 2 * (2 + HC) * HC * HC * D * 4 + E * D * 4
     if r == 4:
-        dense += 2 * 2 * HD * D * 2 + 2 * 2 * DI * D * 2 + NI * D * 2 + NI * DI * QL
+        rest += 2 * 2 * HD * D * 2 + 2 * 2 * DI * D * 2 + NI * D * 2 + NI * DI * QL
     elif r > 0:
-        dense += 2 * HD * D * 2
-    shared = 3 * I * D                                                                   # FP8
+        rest += 2 * HD * D * 2
+    shared = 3 * I * D
     expert = 3 * I * D * MXFP4
 
     def state(ctx):
@@ -65,7 +69,7 @@ def layer_parts(r):
         elif r > 0:
             s += (ctx // r) * HD * 2
         return s
-    return dense, small, shared, expert, state
+    return heads, rest, small, shared, expert, state
 
 
 def step(layout, n, batch, ctx, layers):
@@ -73,15 +77,15 @@ def step(layout, n, batch, ctx, layers):
     total, coll = 0.0, 0
     local_batch = batch if layout == "ep-replicated" else -(-batch // n)   # ep-dp: the busiest GPU's share
     for layer in range(layers):
-        dense, small, shared, expert, state = layer_parts(ratio(layer))
+        heads, rest, small, shared, expert, state = layer_parts(ratio(layer))
         if layout == "ep-replicated":
-            total += dense + small + shared + touched(E / n, batch) * expert + batch * state(ctx)
+            total += heads + rest + small + shared + touched(E / n, batch) * expert + batch * state(ctx)
             coll += 1 if n > 1 else 0
         elif layout == "ep-dp":
-            total += dense + small + shared + touched(E / n, batch) * expert + local_batch * state(ctx)
+            total += heads + rest + small + shared + touched(E / n, batch) * expert + local_batch * state(ctx)
             coll += 2 if n > 1 else 0
         else:  # tp-ep
-            total += dense / n + small + shared / n + touched(E / n, batch) * expert + batch * state(ctx)
+            total += heads / n + rest + small + shared / n + touched(E / n, batch) * expert + batch * state(ctx)
             coll += 2 if n > 1 else 0
     head = VOCAB * D * 2 / (n if layout == "tp-ep" else 1)
     return total + head, coll

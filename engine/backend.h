@@ -104,8 +104,8 @@ int sl_backend_cuda_profile_launches(sl_backend *b, const char **what, double *u
  * step yet). */
 int sl_backend_cuda_attention_ms(sl_backend *b, int iters, int *layer, double *ms, char *err, size_t errlen);
 /* Benchmarks: the routed experts chosen for the last step's tokens at its last MoE layer, topk per token in row
- * order, into experts[tokens * topk] (tokens: the last step's token count). 0, or -1 (no MoE workspace, a copy
- * failed). */
+ * order, into experts[tokens * topk] (tokens: the last step's token count). 0, or -1 (the last layer runs the
+ * generic MoE, deterministic mode (one token at a time), a copy failed). */
 int sl_backend_cuda_last_routing(sl_backend *b, int tokens, int32_t *experts);
 /* Benchmarks: make a cuda sequence look as if `pos` tokens had been fed: its window, compressed entries
  * and indexer keys random (bf16 in +-1, what RMSNorm'd rows look like), its compressors' open windows

@@ -794,6 +794,8 @@ static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size
     c->lrows_at = (size_t)(d_lrows - c->dmeta);
     CK(cudaMemcpyAsync(c->dmeta, c->hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
        "step layout upload");
+    c->last_S = S;   /* a replay enqueues no layer: the layout it runs is this one */
+    c->last_max_t = cb - 1;
     if (c->prof_ms) return run_profiled(c, pc, np, &S, cb, d_lrows, B, err, errlen);
     if (gi < 0) {
         if (c->n_graphs == MAX_GRAPHS) {   /* the oldest goes */
@@ -942,7 +944,9 @@ int sl_backend_cuda_last_routing(sl_backend *be, int tokens, int32_t *experts)
 {
     cuda_impl *c = be->impl;
     const size_t n = (size_t)tokens * c->w->cfg.n_active;
-    if (!c->moe.ws_ok || tokens < 1 || tokens > c->moe.W.max_tokens) return -1;
+    const int last = c->w->cfg.n_layers - 1;
+    if (!c->moe.ws_ok || !c->moe.fast[last] || c->deterministic || tokens < 1 || tokens > c->moe.W.max_tokens)
+        return -1;   /* the generic MoE writes no routing there; deterministic steps route one token at a time */
     if (cudaStreamSynchronize(c->st) != cudaSuccess) return -1;
     return cudaMemcpy(experts, c->moe.W.idx, n * sizeof(int32_t), cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
 }

@@ -312,8 +312,9 @@ __device__ __forceinline__ void att_store_pair(uint16_t *o, int d, float a, floa
  * head: S = Q K^T (64 x 32 keys a tile, mma.sync bf16 -> fp32), an online softmax per head over the tiles, P rounded
  * to bf16 (the normaliser sums the rounded values, so the weights stay exactly normalised), O += P V with O in
  * registers (warp w owns dims 64w..64w+63 of every head). Keys stream through a double-buffered cp.async ring.
- * The splits are fixed runs of keys (FA_SPLIT, unless the caller asks for longer ones), so a row's arithmetic does not
- * depend on the batch or the step's key bound: splits past a row's keys are empty and the combine skips them. One
+ * The splits are fixed runs of keys: with FA_SPLIT ones a row's arithmetic depends neither on the batch nor on the
+ * step's key bound (splits past a row's keys are empty and the combine skips them); longer ones, chosen by the
+ * batch (v4_attention_split), trade that for less scratch traffic. One
  * split: the block normalises (sink included) and writes o; more: each writes its unnormalised O (128 KB, twice the
  * bytes of a 64-key split's keys), running max and sum to a scratch unit and k_attention_combine merges them in split
  * order. Short splits give a batch-1 row enough blocks; at large batches they cost that scratch traffic, hence
@@ -596,7 +597,7 @@ __global__ void __launch_bounds__(128) k_attention_combine(const int32_t *tok_po
 
 extern "C" int v4_attention_split(int rows, int max_keys, int n_sms)
 {
-    /* one wave of blocks (one a multiprocessor: FaSmem is ~144 KB): as many splits a row as fit, no shorter than
+    /* one wave of blocks (one a multiprocessor: FaSmem is ~157 KB): as many splits a row as fit, no shorter than
      * FA_SPLIT; a row alone keeps FA_SPLIT */
     int per_row = rows > 0 ? n_sms / rows : 1;
     if (per_row < 1) per_row = 1;

@@ -120,8 +120,8 @@ template <int HC> __device__ __forceinline__ void sinkhorn(float v[2], int iters
     }
 }
 
-/* mHC pre, second half, one block per row: the mixes (the chunks' sums in chunk order, times rsqrt(mean(X^2)+eps));
- * pre / post / comb on warp 0 (comb: row softmax, then Sinkhorn, one lane per entry, rows and columns summed in
+/* mHC pre, second half, one block per row: the mixes (the chunks' sums, a warp a mix in a fixed order, times
+ * rsqrt(mean(X^2)+eps)); pre / post / comb on warp 0 (comb: row softmax, then Sinkhorn, one lane per entry, rows and columns summed in
  * index order as the CPU reference does); the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm into bf16.
  * dynamic shared memory: dim floats (the collapsed x) */
 __global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const int32_t *rows, int dim, int hc,
