@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench_check import check, finish   # tests/bench/bench_check.py
+
 model = sys.argv[1]
 with tempfile.TemporaryDirectory() as d:
     out = os.path.join(d, "m.json")
@@ -16,12 +18,10 @@ with tempfile.TemporaryDirectory() as d:
                    stdout=subprocess.DEVNULL)
     rows = json.load(open(out))["rows"]
 by = {(r["layout"], r["gpus"], r["batch"]): r for r in rows}
-fails = []
 
 
 def near(what, got, want, tol):
-    if abs(got - want) > tol:
-        fails.append("%s: %.3f, expected %.3f +- %.3f" % (what, got, want, tol))
+    check(abs(got - want) <= tol, "%s: %.3f, expected %.3f +- %.3f" % (what, got, want, tol))
 
 
 near("one GPU, batch 1, GB", by[("one GPU", 1, 1)]["gb_per_gpu"], 11.32, 0.05)
@@ -29,13 +29,9 @@ for b, ms in ((1, 1.414), (64, 14.128), (256, 18.675)):
     near("tp-ep 2 GPUs, batch %d, bytes ms" % b, by[("tp-ep", 2, b)]["bytes_ms"], ms, 0.01)
 for layout in ("ep-replicated", "ep-dp", "tp-ep"):
     for b in (1, 64, 256):
-        if not by[(layout, 4, b)]["gb_per_gpu"] <= by[(layout, 2, b)]["gb_per_gpu"] <= by[("one GPU", 1, b)]["gb_per_gpu"]:
-            fails.append("%s batch %d: more GPUs read more bytes each" % (layout, b))
-if not by[("tp-ep", 2, 1)]["tpot_ms"] < by[("ep-replicated", 2, 1)]["tpot_ms"]:
-    fails.append("tensor-parallel dense should win batch 1 on 2 GPUs")
-if len(rows) != 3 * 1 + 3 * 2 * 3:
-    fails.append("%d rows, expected 21" % len(rows))
-for f in fails:
-    print("FAIL:", f)
-print("multigpu_model: %d rows, %s" % (len(rows), "FAILED" if fails else "ok"))
-sys.exit(1 if fails else 0)
+        check(by[(layout, 4, b)]["gb_per_gpu"] <= by[(layout, 2, b)]["gb_per_gpu"] <= by[("one GPU", 1, b)]["gb_per_gpu"],
+              "%s batch %d: more GPUs read no more bytes each" % (layout, b))
+check(by[("tp-ep", 2, 1)]["tpot_ms"] < by[("ep-replicated", 2, 1)]["tpot_ms"],
+      "tensor-parallel dense wins batch 1 on 2 GPUs")
+check(len(rows) == 3 * 1 + 3 * 2 * 3, "%d rows, expected 21" % len(rows))
+finish("multigpu_model")
