@@ -442,16 +442,6 @@ def main():
     except Exception as e:  # noqa: BLE001 - any failure to import means no peer here
         skip(report, "torch cannot be imported (%s: %s)" % (type(e).__name__, e))
     report.obj["torch"] = torch.__version__
-    try:
-        import transformers
-    except Exception as e:  # noqa: BLE001
-        skip(report, "transformers cannot be imported (%s: %s)" % (type(e).__name__, e))
-    report.obj["transformers"] = transformers.__version__
-    try:
-        from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
-    except Exception as e:  # noqa: BLE001
-        skip(report, "transformers %s has no DeepseekV4ForCausalLM (%s: %s)" % (
-            transformers.__version__, type(e).__name__, e))
     dev = torch.device(args.device)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
@@ -480,6 +470,16 @@ def main():
             report.write()
             free(torch, dev)
 
+    try:
+        import transformers
+    except Exception as e:  # noqa: BLE001
+        skip(report, "transformers cannot be imported (%s: %s)" % (type(e).__name__, e))
+    report.obj["transformers"] = transformers.__version__
+    try:
+        from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+    except Exception as e:  # noqa: BLE001
+        skip(report, "transformers %s has no DeepseekV4ForCausalLM (%s: %s)" % (
+            transformers.__version__, type(e).__name__, e))
     cfg = build_config(DeepseekV4Config, args)
     model = build_model(torch, DeepseekV4ForCausalLM, cfg, dev)
     if args.experts != "default":
