@@ -36,13 +36,6 @@ static float urand(void)
     rng_state ^= rng_state << 17;
     return (float)((rng_state >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
 }
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFF + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
 static void *to_dev(const void *h, size_t bytes)
 {
     void *d;
@@ -58,12 +51,13 @@ static float *rand_f32(size_t n, float scale)
     free(h);
     return d;
 }
+/* bf16 uniform in (-scale, scale), drawn on the device as synthetic models' weights are */
 static uint16_t *rand_bf16(size_t n, float scale)
 {
-    uint16_t *h = malloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = to_bf16(scale * urand());
-    uint16_t *d = to_dev(h, n * sizeof *h);
-    free(h);
+    static uint64_t seed = 1;
+    uint16_t *d;
+    CK(cudaMalloc((void **)&d, n * sizeof *d));
+    CK(v4_fill_bf16(d, n, seed++, scale, st));
     return d;
 }
 
