@@ -240,6 +240,53 @@ void qt_free(qtensor *q)
     memset(q, 0, sizeof(*q));
 }
 
+/* Copy a [nr x nc] window of a qtensor; the window's edges must fall on the format's block edges (or the tensor's). */
+static int slice_fits(int off, int n, int total, int blk)
+{
+    return off >= 0 && n > 0 && off + n <= total && off % blk == 0 && (n % blk == 0 || off + n == total);
+}
+
+int qt_slice(const qtensor *q, int r0, int nr, int c0, int nc, qtensor *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!q->data) return -1;
+    int rblk = 1, cblk = 1;
+    if (q->fmt == QT_FP8_B128) rblk = cblk = 128;
+    else if (q->fmt == QT_MXFP4) cblk = 32;
+    else if (q->fmt == QT_NVFP4) cblk = 16;
+    if (!slice_fits(r0, nr, q->rows, rblk) || !slice_fits(c0, nc, q->cols, cblk)) return -1;
+    *out = *q;
+    out->rows = nr;
+    out->cols = nc;
+    out->owned = out->owned_scale = NULL;
+    out->data = out->scale = NULL;
+    const unsigned char *d = q->data, *sc = q->scale;
+    size_t row_b, off_b, n_b;   /* a data row's bytes in q, the window's offset and width in it */
+    switch (q->fmt) {
+    case QT_F32: row_b = (size_t)q->cols * 4; off_b = (size_t)c0 * 4; n_b = (size_t)nc * 4; break;
+    case QT_BF16:
+    case QT_F16: row_b = (size_t)q->cols * 2; off_b = (size_t)c0 * 2; n_b = (size_t)nc * 2; break;
+    case QT_FP8_B128: row_b = (size_t)q->cols; off_b = (size_t)c0; n_b = (size_t)nc; break;
+    default: row_b = fp4_row_bytes(q->cols); off_b = (size_t)c0 / 2; n_b = fp4_row_bytes(nc); break;
+    }
+    unsigned char *od = malloc(n_b * (size_t)nr);
+    if (!od) return -1;
+    for (int r = 0; r < nr; r++) memcpy(od + (size_t)r * n_b, d + (size_t)(r0 + r) * row_b + off_b, n_b);
+    out->data = out->owned = od;
+    if (q->fmt == QT_FP8_B128 || q->fmt == QT_MXFP4 || q->fmt == QT_NVFP4) {
+        /* scale rows and columns of the window, one byte (four for F32 FP8 scales) each */
+        const int es = q->fmt == QT_FP8_B128 && q->scale_is_f32 ? 4 : 1;
+        const int srow = q->fmt == QT_FP8_B128 ? (q->cols + 127) / 128 : (q->cols + cblk - 1) / cblk;
+        const int sr0 = r0 / rblk, snr = (nr + rblk - 1) / rblk, sc0 = c0 / cblk, snc = (nc + cblk - 1) / cblk;
+        unsigned char *os = malloc((size_t)snr * snc * es);
+        if (!os) { qt_free(out); return -1; }
+        for (int r = 0; r < snr; r++)
+            memcpy(os + (size_t)r * snc * es, sc + ((size_t)(sr0 + r) * srow + sc0) * es, (size_t)snc * es);
+        out->scale = out->owned_scale = os;
+    }
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // NVFP4 quantiser (ModelOpt NVFP4QTensor rounding, as fixtures/formats/fpcodec.py quant_nvfp4)
 

@@ -47,6 +47,11 @@ uint8_t qt_f32_to_e2m1(float f);           /* round to nearest (ties to even cod
 void qt_dequant_row(const qtensor *q, int r, float *out);
 /* y[r] = sum_c W[r][c] x[c] for r in [r0, r1). Row-wise dequant into `tmp` (cols floats) then dot. */
 void qt_matvec_rows(const qtensor *q, const float *x, float *y, int r0, int r1, float *tmp);
+/* out = the window rows [r0, r0+nr) x cols [c0, c0+nc) of q, in q's format, owned (free with qt_free); the window's
+ * edges must be block edges of the format (FP8_B128: 128 both ways; MXFP4: 32 columns; NVFP4: 16 columns) or the
+ * tensor's own. A tensor-parallel shard of a weight. 0, or -1 (a window off the blocks or the tensor, a synthetic
+ * tensor with no host bytes, out of memory). */
+int qt_slice(const qtensor *q, int r0, int nr, int c0, int nc, qtensor *out);
 size_t qt_nbytes(const qtensor *q);        /* bytes the weights + scales occupy */
 void qt_free(qtensor *q);
 
