@@ -70,8 +70,10 @@ static double read_ceiling_tb(void)
     return n / (tv[3] * 1e-3) / 1e12;
 }
 
-/* The byte floor of one decode step (see the header). */
-static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, double *experts_touched)
+/* The byte floor of one decode step (see the header) on rank 0 of n (engine/shard.h: the query heads' projections
+ * and every expert split n ways; wq_a, wkv, the compressors, the indexer, mHC, the router and the state whole on
+ * each GPU; the head on rank 0). */
+static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, int n, double *experts_touched)
 {
     const double D = c->dim, hd = c->head_dim, H = c->n_heads, ql = c->q_lora_rank, G = c->o_groups, ol = c->o_lora_rank;
     const double dI = c->index_head_dim, nI = c->index_n_heads, I = c->moe_inter, E = c->n_routed_experts;
@@ -81,10 +83,10 @@ static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, doubl
     double bytes = (double)c->vocab_size * D * 2;   /* head, bf16 */
     for (int l = 0; l < c->n_layers; l++) {
         const int r = c->compress_ratio[l];
-        double w = ql * D + H * hd * ql + hd * D + G * ol * (H * hd / G) + D * G * ol;   /* FP8 */
-        w += 2 * nmix * hc * D * 4 + E * D * 4;                                            /* mHC, router fp32 */
-        w += 3 * I * D;                                                                      /* shared FP8 */
-        w += touched * 3 * I * D * (fp4_nv ? 0.5625 : 0.53125);
+        double w = ql * D + hd * D + (H * hd * ql + G * ol * (H * hd / G) + D * G * ol) / n;   /* FP8 */
+        w += 2 * nmix * hc * D * 4 + E * D * 4;                                                  /* mHC, router fp32 */
+        w += 3 * I * D / n;                                                                        /* shared FP8 */
+        w += touched * 3 * I * D * (fp4_nv ? 0.5625 : 0.53125) / n;
         double per_seq = c->window * hd * 2;
         if (r == 4) {
             w += 2 * 2 * hd * D * 2 + 2 * 2 * dI * D * 2 + nI * D * 2 + nI * dI * ql;     /* compressors bf16, iwq_b */
@@ -208,6 +210,7 @@ int bench_decode(int argc, char **argv)
 {
     const char *spec = "v4-flash:layers=4", *out_path = NULL, *commit = "unknown", *peer_path = NULL;
     int batches[16] = {1, 4, 16, 64}, nb = 4, reps = 10, launches = 0;
+    sl_cuda_opts copts = {0};
     long ctxs[8] = {8192}, nc = 1;
     char cmd[1024] = "sluice-bench";   /* the command as given (before strtok splits the lists in place) */
     for (int i = 1; i < argc; i++) {
@@ -222,6 +225,11 @@ int bench_decode(int argc, char **argv)
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--launches")) launches = 1;
+        else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
+            char derr[256];
+            copts.n_devices = sl_parse_devices(argv[++i], copts.devices, derr, sizeof derr);
+            if (copts.n_devices < 0) { fprintf(stderr, "sluice-bench decode: %s\n", derr); return 2; }
+        }
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
             nb = 0;
             for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) batches[nb++] = atoi(t);
@@ -230,7 +238,7 @@ int bench_decode(int argc, char **argv)
             for (char *t = strtok(argv[++i], ","); t && nc < 8; t = strtok(NULL, ",")) ctxs[nc++] = atol(t);
         } else {
             fprintf(stderr, "usage: sluice-bench decode [--synthetic SPEC] [--batches 1,4,16,64] [--contexts 8192,65536] "
-                            "[--reps N] [--launches] [--out FILE] [--commit SHA] [--peer PEER.json]\n"
+                            "[--reps N] [--launches] [--devices 0,1] [--out FILE] [--commit SHA] [--peer PEER.json]\n"
                             "--launches: each row's profiled step by launch (summed over the layers)\n"
                             "PEER.json: bench/decode_peer.py --out's rows (batch, context, ms_per_layer)\n");
             return 2;
@@ -249,8 +257,11 @@ int bench_decode(int argc, char **argv)
     const v4_config *cfg = &w.cfg;
     v4_state_pool pool;
     if (v4_pool_init(&pool, cfg, (size_t)120 << 30, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
-    sl_backend *be = sl_backend_cuda_create(&w, &pool, 0, err, sizeof err);
+    sl_backend *be = sl_backend_cuda_create(&w, &pool, &copts, err, sizeof err);
     if (!be) { fprintf(stderr, "sluice-bench decode: %s\n", err); return 1; }
+    int n_dev = copts.n_devices;
+    if (!n_dev && cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > SL_MAX_RANKS) n_dev = SL_MAX_RANKS;
+    if (n_dev > 1) printf("the model split across %d GPUs (engine/shard.h); floors are rank 0's bytes\n", n_dev);
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
     printf("synthetic %s: %d layers, %s experts, loaded in %.1f s; state budget %.1f GiB, GPU %.1f of %.1f GiB free\n",
@@ -340,7 +351,7 @@ int bench_decode(int argc, char **argv)
                     r->ms = ms[n_ok / 2];
                     r->split[SL_FAM_N] = r->ms;
                     for (int f = 0; f < SL_FAM_N; f++) r->split[SL_FAM_N] -= r->split[f];
-                    r->bytes = floor_bytes(cfg, w.expert_format == QT_NVFP4, B, C, &r->touched);
+                    r->bytes = floor_bytes(cfg, w.expert_format == QT_NVFP4, B, C, n_dev, &r->touched);
                     r->att_ms = att_ms;
                     r->att_bytes = attention_bytes(cfg, B, C);
                     memset(r->by_load, 0, sizeof r->by_load);
@@ -423,6 +434,7 @@ int bench_decode(int argc, char **argv)
         json_object_set_new(o, "commit", json_string(commit));
         json_object_set_new(o, "command", json_string(cmd));
         json_object_set_new(o, "read_ceiling_tb_per_s", json_real(ceiling));
+        json_object_set_new(o, "devices", json_integer(n_dev));
         json_t *m = json_object();
         json_object_set_new(m, "layers", json_integer(cfg->n_layers));
         json_object_set_new(m, "experts", json_string(w.expert_format == QT_NVFP4 ? "nvfp4" : "mxfp4"));
@@ -452,6 +464,7 @@ int bench_decode(int argc, char **argv)
             json_object_set_new(r, "pct_of_ceiling", json_real(100.0 * floor_ms / rows[i].ms));
             json_object_set_new(r, "tokens_per_s", json_real(rows[i].batch / (rows[i].ms * 1e-3)));
             json_object_set_new(r, "ms_per_layer", json_real(rows[i].ms / cfg->n_layers));
+            if (n_dev > 1) json_object_set_new(r, "collective_ms", json_real(rows[i].split[SL_FAM_COLLECTIVE]));
             json_object_set_new(r, "peer_ms_per_layer", peer_ms_per_layer(peer, rows[i].batch, rows[i].ctx));
             json_array_append_new(ra, r);
         }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "shard.h"
 #include "state.h"
 #include "weights.h"
 
@@ -79,9 +80,16 @@ void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on);
  * best left out). A small gap is a near tie that another backend's rounding may decide the other way. */
 void sl_backend_cpu_log_decisions(sl_backend *b, float *gap, int cap);
 /* CUDA backend (engine/cuda/, only when SLUICE_HAVE_CUDA_BACKEND). */
-/* gpu_memory_fraction: how much of the GPU's memory weights, buffers and state may take (0 = 0.9); the pool's budget
- * shrinks to the state that fits. */
-sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, double gpu_memory_fraction, char *err,
+typedef struct {
+    double gpu_memory_fraction;   /* how much of each GPU's memory weights, buffers and state may take (0 = 0.9); the
+                                     pool's budget shrinks to the state that fits */
+    int n_devices;                /* 0: every visible GPU (at most SL_MAX_RANKS) */
+    int devices[SL_MAX_RANKS];    /* one rank per entry (engine/shard.h: the model split across them); one GPU
+                                     repeated runs every rank on it, in turn on one stream (tests of the split) */
+} sl_cuda_opts;
+/* o NULL: the defaults. With several ranks one step runs on all of them, an all-reduce after each sublayer; a GPU that
+ * stops answering fails the step within seconds, with one line naming it. */
+sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, const sl_cuda_opts *o, char *err,
                                    size_t errlen);
 /* Batch invariance where the fast kernels would break it: the MoE's tiling and the attention's key splits depend on
  * the batch. On: every token's MoE runs alone, as in a batch of one, and the attention keeps its fixed 64-key splits,
@@ -92,7 +100,11 @@ void sl_backend_cuda_set_deterministic(sl_backend *b, int on);
  * replay a CUDA graph is captured afresh with a GPU timestamp after every launch and replayed once; fam_ms[f] gets
  * family f's share of that step in ms (the launch gaps inside it included, the timestamps' own cost not). NULL: off.
  * 0, or -1 when the timestamps cannot be allocated. */
-enum { SL_FAM_MHC, SL_FAM_DENSE, SL_FAM_COMPRESS, SL_FAM_INDEXER, SL_FAM_ATTENTION, SL_FAM_MOE, SL_FAM_HEAD, SL_FAM_N };
+enum {
+    SL_FAM_MHC, SL_FAM_DENSE, SL_FAM_COMPRESS, SL_FAM_INDEXER, SL_FAM_ATTENTION, SL_FAM_MOE, SL_FAM_HEAD,
+    SL_FAM_COLLECTIVE,   /* the all-reduces between ranks (rank 0's wait and sum) */
+    SL_FAM_N
+};
 extern const char *const sl_cuda_family_names[SL_FAM_N];
 int sl_backend_cuda_profile(sl_backend *b, double *fam_ms);
 /* The launches of the last profiled step in order: what[k] names launch k (static strings), us[k] its time in µs

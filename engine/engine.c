@@ -272,8 +272,12 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
     if (v4_pool_init(&e->pool, &e->w.cfg, e->o.state_bytes, err, errlen)) { sl_engine_close(e); return -1; }
     if (sl_sampler_init(&e->smp, e->w.cfg.vocab_size)) { snprintf(err, errlen, "out of memory"); sl_engine_close(e); return -1; }
 #ifdef SLUICE_HAVE_CUDA_BACKEND
-    if (!strcmp(bk, "cuda")) e->be = sl_backend_cuda_create(&e->w, &e->pool, opts->gpu_memory_fraction, err, errlen);
-    else
+    if (!strcmp(bk, "cuda")) {
+        sl_cuda_opts co = {.gpu_memory_fraction = opts->gpu_memory_fraction};
+        co.n_devices = sl_parse_devices(opts->devices, co.devices, err, errlen);
+        if (co.n_devices < 0) { sl_engine_close(e); return -1; }
+        e->be = sl_backend_cuda_create(&e->w, &e->pool, &co, err, errlen);
+    } else
 #endif
         e->be = sl_backend_cpu_create(&e->w, &e->pool, opts->n_threads, err, errlen);
     if (!e->be) { sl_engine_close(e); return -1; }

@@ -33,6 +33,8 @@ typedef struct {
                                     state); 0 = 0.9 */
     int deterministic;           /* cuda: 1 = a request's tokens never depend on the batch it shares (the MoE's fast
                                     kernels then run each token alone: slower at large batches); 0 = fastest */
+    const char *devices;         /* cuda: the GPUs the model is split across, "0,1,..." (engine/shard.h); NULL, "" or
+                                    "all" = every visible GPU */
 } sl_engine_opts;
 
 typedef struct {

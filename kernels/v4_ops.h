@@ -13,6 +13,7 @@
  *   v4_moe_ref.cu    a generic MoE (router + experts, fp32 weights) for shapes the MoE fast path
  *                    does not take (tiny test models)
  *   v4_synth.cu      random weight bytes for synthetic models, drawn on the GPU at load
+ *   v4_allreduce.cu  the all-reduce across the ranks of a model split over GPUs (engine/shard.h)
  *
  * Every launcher only enqueues on `st` (no allocation, no host sync) and returns the launch's
  * cudaError_t. Activations: fp32 unless named bf16 (uint16_t storage). Pointers are device pointers.
@@ -166,6 +167,31 @@ typedef struct {
 /* f[i] = shared(x_i) + sum of the routed experts (V4_SPEC 2.7), x bf16 [n][dim], f fp32 [n][dim];
  * experts are added in increasing expert order (as the CPU reference). */
 cudaError_t v4_moe_ref(const v4_step *s, const v4_moe_ref_w *w, const uint16_t *x, float *f, cudaStream_t st);
+
+/* ---- v4_allreduce.cu: the ranks' partial sums of a sublayer's output made whole (engine/shard.h); every rank adds
+ * them in rank order, so all ranks get the same bits. */
+#define V4_AR_MAX_RANKS 8
+#define V4_AR_BLOCKS 32         /* blocks of a peer all-reduce launch; each meets its peers through its own flags */
+/* Ranks sharing one GPU and one stream: buf[r][i] = the sum over ranks of buf[.][i], every rank's buffer, in place. */
+typedef struct {
+    int n;
+    float *buf[V4_AR_MAX_RANKS];
+} v4_ar_local;
+cudaError_t v4_allreduce_local(const v4_ar_local *a, size_t count, cudaStream_t st);
+/* Ranks on distinct GPUs with peer access, one launch per rank on its own stream (every rank launches the same
+ * sequence): out[i] = the sum over ranks of in[r][i] (peer pointers), after every rank's launch has started. in[me]
+ * must not be written again until this rank's next launch has run (alternate two input buffers). inbox[r]: rank r's
+ * flags, V4_AR_BLOCKS x V4_AR_MAX_RANKS words, zeroed with this rank's epoch[V4_AR_BLOCKS] before the first launch
+ * (and after a fault). A wait past timeout_ns writes 1 + the missing rank to *fault (host-mapped memory) and goes on. */
+typedef struct {
+    int n, me;
+    const float *in[V4_AR_MAX_RANKS];
+    unsigned *inbox[V4_AR_MAX_RANKS];
+    unsigned *epoch;
+    unsigned *fault;
+    unsigned long long timeout_ns;
+} v4_ar_peer;
+cudaError_t v4_allreduce_peer(const v4_ar_peer *a, size_t count, float *out, cudaStream_t st);
 
 /* ---- v4_synth.cu */
 /* dst[i] = lo + h(seed, i) mod span (span >= 256: the raw hash byte): a synthetic model's weight bytes. */

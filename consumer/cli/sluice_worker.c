@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "metrics.h"
+#include "shard.h"
 #include "worker.h"
 
 static volatile sig_atomic_t g_stop;
@@ -128,6 +129,11 @@ int main(int argc, char **argv) {
     eo.state_bytes = (size_t)cfg_int(&c, "engine.state_mb") << 20;
     eo.self_check = strcmp(cfg_get(&c, "engine.self_check"), "off") ? 0 : -1;
     eo.deterministic = !strcmp(cfg_get(&c, "engine.deterministic"), "on");
+    eo.devices = cfg_get(&c, "engine.devices");
+    {
+        int dv[SL_MAX_RANKS];
+        if (sl_parse_devices(eo.devices, dv, err, sizeof(err)) < 0) return fail(err);
+    }
     {
         char *end;
         const char *f = cfg_get(&c, "engine.gpu_memory_fraction");

@@ -4,7 +4,7 @@
  *   sluice-generate (--model DIR | --synthetic SPEC) [--backend cpu|cuda] (--tokens 1,2,3 | --prompt TEXT)
  *                   --max-new-tokens N [--chunk C] [--temperature T] [--top-p P] [--top-k K]
  *                   [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos] [--stop-ids 1,2]
- *                   [--logprobs] [--quantize-experts nvfp4] [--logits-out FILE] [--threads N]
+ *                   [--logprobs] [--quantize-experts nvfp4] [--logits-out FILE] [--threads N] [--devices 0,1]
  * --synthetic v4-flash[:layers=N,experts=mxfp4|nvfp4,routing=uniform|gate,ratios=a,b,...] runs a V4-Flash-shaped model with
  * seeded random weights (engine/synthetic.h). Default greedy; generation stops after EOS (included) unless --ignore-eos. --chunk C prefills
  * the prompt C tokens per step (default: all at once). The last stdout line is one JSON object:
@@ -38,7 +38,7 @@ static void usage(FILE *f) {
             "                       --max-new-tokens N [--chunk C] [--temperature T] [--top-p P] [--top-k K]\n"
             "                       [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos]\n"
             "                       [--stop-ids 1,2] [--logprobs] [--quantize-experts nvfp4]\n"
-            "                       [--logits-out FILE] [--threads N]\n"
+            "                       [--logits-out FILE] [--threads N] [--devices 0,1]\n"
             "SPEC: v4-flash[:layers=N,experts=mxfp4|nvfp4,routing=uniform|gate,ratios=a,b,...,seed=S] (random weights, V4-Flash shapes)\n"
             "Generates from a DeepSeek-V4 checkpoint. Default greedy; stops after EOS unless --ignore-eos.\n"
             "The last line on stdout is a JSON object with \"tokens\" (generated ids), \"finish_reason\", timings.\n");
@@ -114,7 +114,7 @@ static double now_ms(void) {
 
 int main(int argc, char **argv) {
     const char *model = NULL, *synthetic = NULL, *backend = "cpu", *tokens_arg = NULL, *prompt = NULL, *qexp = NULL;
-    const char *logits_out = NULL, *stop_arg = NULL;
+    const char *logits_out = NULL, *stop_arg = NULL, *devices = NULL;
     long max_new = -1, chunk = 0, top_k = 0, threads = 0;
     float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f, rep = 1.0f;
     uint64_t seed = 0;
@@ -137,6 +137,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quantize-experts")) qexp = v;
         else if (!strcmp(a, "--logits-out")) logits_out = v;
         else if (!strcmp(a, "--stop-ids")) stop_arg = v;
+        else if (!strcmp(a, "--devices")) devices = v;   /* cuda: the GPUs the model is split across (engine/shard.h) */
         else if (!strcmp(a, "--max-new-tokens")) bad = parse_long(v, 1, INT_MAX / 2, &max_new);
         else if (!strcmp(a, "--chunk")) bad = parse_long(v, 1, INT_MAX, &chunk);
         else if (!strcmp(a, "--top-k")) bad = parse_long(v, 0, INT_MAX, &top_k);
@@ -178,6 +179,7 @@ int main(int argc, char **argv) {
     o.backend = backend;
     o.quantize_experts = qexp;
     o.n_threads = (int)threads;
+    o.devices = devices;
     o.prefill_chunk = (int)chunk;
     o.max_step_tokens = chunk > 0 ? (int)chunk : INT_MAX / 2;
     sl_engine *e;

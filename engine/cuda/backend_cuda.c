@@ -41,9 +41,11 @@
 #define PROF_MARKS 4096          /* profile timestamps per step */
 #define PROF_CAL 16              /* back-to-back timestamps that measure one timestamp's own cost */
 
+#define AR_TIMEOUT_NS 10000000000ull   /* an all-reduce waits this long for a peer GPU before failing the step */
+
 typedef struct {
     int batch, ctx;
-    cudaGraphExec_t exec;
+    cudaGraphExec_t exec[SL_MAX_RANKS];     /* one per stream: rank 0's, and each rank's on its own GPU */
 } cu_graph;
 
 typedef struct {
@@ -59,10 +61,23 @@ typedef struct {
     size_t page_off, ipage_off;             /* in a page */
 } cu_layer;
 
-typedef struct {
+typedef struct cuda_impl {
     const v4_weights *w;
     v4_state_pool *pool;
     cudaStream_t st;
+    /* the split across GPUs (engine/shard.h): one rank, the whole model, on one GPU */
+    v4_shard sh;
+    int dev;                                /* the rank's CUDA device */
+    int own_stream;                         /* 0: st is rank 0's (every rank on one GPU, one stream) */
+    struct cuda_impl *rk[SL_MAX_RANKS];     /* rank 0: every rank, rank 0 first */
+    int n_ranks;                            /* rank 0: how many */
+    float *part[2], *sum[2];                /* where each sublayer (attention, MoE) writes its output, and where the
+                                               ranks' sum of it lands (the same buffer but with GPUs of their own) */
+    const float *flast;                     /* the last sublayer's summed output (the head's pending mHC post) */
+    float *f2, *fsum;                       /* GPUs of their own: the MoE's output, the sums */
+    int ar_peer;                            /* the ranks' GPUs are distinct (v4_allreduce_peer) */
+    unsigned *ar_inbox, *ar_epoch;          /* v4_ar_peer's flags and launch counters on this rank's GPU */
+    unsigned *ar_fault;                     /* rank 0: host-mapped word a timed-out all-reduce sets */
     cu_layer *L;
     gpu_moe moe;
     void *embed;
@@ -143,7 +158,7 @@ static void mark(cuda_impl *c, int fam, const char *what)
     } while (0)
 
 const char *const sl_cuda_family_names[SL_FAM_N] = {"mhc_norms", "dense_gemm", "compressors", "indexer", "attention",
-                                                    "moe", "head"};
+                                                    "moe", "head", "collective"};
 
 /* --------------------------------------------------------------------------- load time */
 static float *up_f32(const float *h, size_t n)
@@ -235,21 +250,39 @@ static int up_dense(dense_weight *dw, const qtensor *q, char *err, size_t errlen
     return up_dense_cat(dw, &q, 1, err, errlen, name, l);
 }
 
+/* The rank's window (rows [r0, r0+nr) x cols [c0, c0+nc)) of a dense weight: the whole of it for one rank. */
+static int up_dense_part(dense_weight *dw, const qtensor *q, int r0, int nr, int c0, int nc, char *err, size_t errlen,
+                         const char *name, int l)
+{
+    if (nr == q->rows && nc == q->cols) return up_dense(dw, q, err, errlen, name, l);
+    qtensor part;
+    if (qt_slice(q, r0, nr, c0, nc, &part)) {
+        snprintf(err, errlen, "cuda backend: layer %d %s [%d x %d]: a GPU's share, rows %d+%d, columns %d+%d, does not "
+                 "fall on the weight's blocks", l, name, q->rows, q->cols, r0, nr, c0, nc);
+        return -1;
+    }
+    const int rc = up_dense(dw, &part, err, errlen, name, l);
+    qt_free(&part);
+    return rc;
+}
+
 static int load_layer(cuda_impl *c, int l, char *err, size_t errlen)
 {
     const v4_config *cfg = &c->w->cfg;
     const v4_layer_w *W = &c->w->layers[l];
     cu_layer *L = &c->L[l];
-    const int hc = cfg->hc_mult, dim = cfg->dim, nmix = (2 + hc) * hc, hd = cfg->head_dim;
+    const int hc = cfg->hc_mult, dim = cfg->dim, nmix = (2 + hc) * hc, hd = cfg->head_dim, ol = cfg->o_lora_rank;
+    const v4_shard *sh = &c->sh;   /* the rank's heads: wq_b's rows, the sinks, wo_a's groups, wo_b's columns */
     L->ratio = cfg->compress_ratio[l];
     const qtensor *qkv[2] = {&W->wq_a, &W->wkv};
     if (up_dense_cat(&L->wqkv, qkv, 2, err, errlen, "wq_a + wkv", l) ||
-        up_dense(&L->wq_b, &W->wq_b, err, errlen, "wq_b", l) || up_dense(&L->wo_a, &W->wo_a, err, errlen, "wo_a", l) ||
-        up_dense(&L->wo_b, &W->wo_b, err, errlen, "wo_b", l))
+        up_dense_part(&L->wq_b, &W->wq_b, sh->h0 * hd, sh->nh * hd, 0, W->wq_b.cols, err, errlen, "wq_b", l) ||
+        up_dense_part(&L->wo_a, &W->wo_a, sh->g0 * ol, sh->ng * ol, 0, W->wo_a.cols, err, errlen, "wo_a", l) ||
+        up_dense_part(&L->wo_b, &W->wo_b, 0, W->wo_b.rows, sh->g0 * ol, sh->ng * ol, err, errlen, "wo_b", l))
         return -1;
     L->q_norm = up_f32(W->q_norm, (size_t)cfg->q_lora_rank);
     L->kv_norm = up_f32(W->kv_norm, (size_t)hd);
-    L->attn_sink = up_f32(W->attn_sink, (size_t)cfg->n_heads);
+    L->attn_sink = up_f32(W->attn_sink + sh->h0, (size_t)sh->nh);
     L->attn_norm = up_f32(W->attn_norm, (size_t)dim);
     L->ffn_norm = up_f32(W->ffn_norm, (size_t)dim);
     L->hc_attn_fn = up_f32(W->hc_attn_fn, (size_t)nmix * hc * dim);
@@ -325,12 +358,22 @@ static void layout_state(cuda_impl *c, size_t *slot_bytes, size_t *page_bytes)
     *page_bytes = p;
 }
 
+/* Make rank r's device current; rank 0's again after a loop over ranks. */
+static void on(const cuda_impl *r) { cudaSetDevice(r->dev); }
+
 static int st_seq_open(void *ctx, v4_seq_state *s)
 {
     cuda_impl *c = ctx;
     if (c->n_slot_free == 0) return -1;
     const int slot = c->slot_free[--c->n_slot_free];
-    if (cudaMemsetAsync(c->ar.slots + (size_t)slot * c->ar.slot_bytes, 0, c->ar.slot_bytes, c->st) != cudaSuccess) {
+    int rc = 0;
+    for (int r = 0; r < c->n_ranks && !rc; r++) {   /* every rank keeps the sequence's whole state */
+        const cuda_impl *k = c->rk[r];
+        on(k);
+        rc = cudaMemsetAsync(k->ar.slots + (size_t)slot * k->ar.slot_bytes, 0, k->ar.slot_bytes, k->st) != cudaSuccess;
+    }
+    on(c);
+    if (rc) {
         c->slot_free[c->n_slot_free++] = slot;
         return -1;
     }
@@ -360,35 +403,50 @@ static size_t reserve_bytes(const cuda_impl *c)
     return r > ((size_t)256 << 20) ? r : ((size_t)256 << 20);
 }
 
-/* Arenas within the pool's budget and the GPU memory left (keeping reserve_bytes free). */
+/* Arenas within the pool's budget and the GPU memory left (keeping reserve_bytes free), the same on every rank (each
+ * keeps every sequence's whole state; ranks sharing a GPU share what it has left). */
 static int alloc_state(cuda_impl *c, char *err, size_t errlen)
 {
-    size_t slot_bytes, page_bytes;
-    layout_state(c, &slot_bytes, &page_bytes);
-    size_t fr = 0, tot = 0;
-    CK(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
-    const size_t reserve = reserve_bytes(c);
+    size_t slot_bytes = 0, page_bytes = 0;
+    for (int r = 0; r < c->n_ranks; r++) layout_state(c->rk[r], &slot_bytes, &page_bytes);
     size_t budget = c->pool->budget;
-    if (fr < reserve + slot_bytes + page_bytes) {
-        snprintf(err, errlen, "cuda backend: the model leaves %zu MiB of GPU memory; its state needs at least %zu MiB "
-                 "more (one sequence) beside a %zu MiB reserve", fr >> 20, (slot_bytes + page_bytes) >> 20, reserve >> 20);
-        return -1;
+    for (int r = 0; r < c->n_ranks; r++) {
+        const cuda_impl *k = c->rk[r];
+        if (!k->own_stream && r) continue;   /* rank 0 answers for its GPU */
+        on(k);
+        size_t fr = 0, tot = 0, share = 0;
+        CK(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+        const size_t reserve = reserve_bytes(k);
+        for (int q = 0; q < c->n_ranks; q++) share += c->rk[q]->dev == k->dev;
+        if (fr < reserve + share * (slot_bytes + page_bytes)) {
+            snprintf(err, errlen, "cuda backend: the model leaves %zu MiB of GPU %d's memory; its state needs at least "
+                     "%zu MiB more (one sequence) beside a %zu MiB reserve", fr >> 20, k->dev,
+                     share * (slot_bytes + page_bytes) >> 20, reserve >> 20);
+            on(c);
+            return -1;
+        }
+        if (budget > (fr - reserve) / share) budget = (fr - reserve) / share;
     }
-    if (budget > fr - reserve) budget = fr - reserve;
+    on(c);
     /* slots: one per sequence with two pages on average (at most MAX_SLOTS); the rest pages */
     size_t ns = budget / (slot_bytes + 2 * page_bytes);
     if (ns > MAX_SLOTS) ns = MAX_SLOTS;
     if (ns < 1) ns = 1;
     size_t np = page_bytes && budget > ns * slot_bytes ? (budget - ns * slot_bytes) / page_bytes : 0;
     if (page_bytes && np < 1) np = 1;
-    c->n_slots = (int)ns;
-    c->n_pages = (int)np;
-    c->ar.slot_bytes = slot_bytes;
-    c->ar.page_bytes = page_bytes ? page_bytes : 16;
-    c->ar.block_tokens = c->pool->block_tokens;
-    /* one more slot and page: the scratch sequence that pads a graph's batch */
-    CK(cudaMalloc((void **)&c->ar.slots, (ns + 1) * slot_bytes), "state slots allocation");
-    CK(cudaMalloc((void **)&c->ar.pages, (np + 1) * c->ar.page_bytes), "state pages allocation");
+    for (int r = 0; r < c->n_ranks; r++) {
+        cuda_impl *k = c->rk[r];
+        k->n_slots = (int)ns;
+        k->n_pages = (int)np;
+        k->ar.slot_bytes = slot_bytes;
+        k->ar.page_bytes = page_bytes ? page_bytes : 16;
+        k->ar.block_tokens = c->pool->block_tokens;
+        /* one more slot and page: the scratch sequence that pads a graph's batch */
+        on(k);
+        CK(cudaMalloc((void **)&k->ar.slots, (ns + 1) * slot_bytes), "state slots allocation");
+        CK(cudaMalloc((void **)&k->ar.pages, (np + 1) * k->ar.page_bytes), "state pages allocation");
+    }
+    on(c);
     c->slot_free = malloc(ns * sizeof(int));
     if (!c->slot_free) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
     for (int i = 0; i < (int)ns; i++) c->slot_free[i] = (int)ns - 1 - i;
@@ -408,7 +466,9 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
     const int maxpos = cfg->max_position > 0 ? cfg->max_position : (1 << 20);
     c->max_blocks = (maxpos + c->pool->block_tokens - 1) / c->pool->block_tokens + 1;
     c->meta_ints = 3 * N + 4 * N + N * (size_t)c->max_blocks + N;
-    CK(cudaHostAlloc((void **)&c->hmeta, c->meta_ints * sizeof(int32_t), cudaHostAllocDefault), "pinned step layout");
+    const int head = c->sh.rank == 0;   /* the layout is built, the head and sampling run, on rank 0 */
+    if (head)
+        CK(cudaHostAlloc((void **)&c->hmeta, c->meta_ints * sizeof(int32_t), cudaHostAllocPortable), "pinned step layout");
     CK(cudaMalloc((void **)&c->dmeta, c->meta_ints * sizeof(int32_t)), "step layout");
     size_t ent = (size_t)maxpos / 4 + 1;
     c->score_floats = INDEX_SCRATCH_FLOATS < N * ent ? INDEX_SCRATCH_FLOATS : N * ent;
@@ -423,7 +483,10 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
     FB(cmp, N * (2 * 2 * hd + 4 * dI + nI));
     FB(iq, N * nI * dI);
     FB(scores, c->score_floats);
-    FB(logits, (size_t)HEAD_ROWS * cfg->vocab_size);
+    if (c->ar_peer) {
+        FB(f2, N * dim);
+        FB(fsum, N * dim);
+    }
     HB(xn, N * dim);
     HB(qr_b, N * cfg->q_lora_rank);
     HB(q_b, N * H * hd);
@@ -443,7 +506,9 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
         CK(cudaMalloc((void **)&c->att_scratch, c->att_scratch_floats * sizeof(float)), "attention scratch");
     CK(cudaMalloc((void **)&c->sel, N * (size_t)(cfg->index_topk > 0 ? cfg->index_topk : 1) * sizeof(int32_t)),
        "step buffers");
+    if (!head) return 0;
     const size_t V = (size_t)cfg->vocab_size;
+    CK(cudaMalloc((void **)&c->logits, (size_t)HEAD_ROWS * V * sizeof(float)), "step buffers");
     CK(cudaHostAlloc((void **)&c->hsreq, HEAD_ROWS * sizeof(v4_sample_req), cudaHostAllocDefault), "sampling buffers");
     CK(cudaHostAlloc((void **)&c->hhist, SAMPLE_HIST_INTS * sizeof(int32_t), cudaHostAllocDefault), "sampling buffers");
     CK(cudaHostAlloc((void **)&c->htok, HEAD_ROWS * sizeof(int32_t), cudaHostAllocDefault), "sampling buffers");
@@ -516,7 +581,7 @@ static int enqueue_attention(cuda_impl *c, const v4_step *S, int l, int max_t, c
 {
     const v4_config *cfg = &c->w->cfg;
     const cu_layer *L = &c->L[l];
-    const int H = cfg->n_heads, hd = cfg->head_dim, nI = cfg->index_n_heads, dI = cfg->index_head_dim;
+    const int H = c->sh.nh, hd = cfg->head_dim, nI = cfg->index_n_heads, dI = cfg->index_head_dim;   /* the rank's heads */
     const int half = cfg->rope_dim / 2, W = cfg->window, n = S->n, ratio = L->ratio, ncmp = L->n_cmp;
     const double *freq = ratio ? c->freq_comp : c->freq_main;
     int max_keys = W < max_t + 1 ? W : max_t + 1;
@@ -544,80 +609,150 @@ static int enqueue_attention(cuda_impl *c, const v4_step *S, int l, int max_t, c
     return 0;
 }
 
-/* Every layer of the step S (max_t: the largest position in it; it bounds the key and candidate counts). */
-static int enqueue_layers(cuda_impl *c, const v4_step *Sp, int max_t, char *err, size_t errlen)
+/* Sublayer `half` (0 attention, 1 MoE) of layer l on rank c for the step S (max_t: the largest position in it; it
+ * bounds the key and candidate counts): its mHC pre with the previous sublayer's post folded in, ..., its output into
+ * c->part[half] (the rank's share of it where the model is split). */
+static int enqueue_sublayer(cuda_impl *c, const v4_step *Sp, int l, int half_, int max_t, char *err, size_t errlen)
 {
-    c->last_S = *Sp;
-    c->last_max_t = max_t;
     const v4_config *cfg = &c->w->cfg;
-    const int dim = cfg->dim, hc = cfg->hc_mult, H = cfg->n_heads, hd = cfg->head_dim, ql = cfg->q_lora_rank;
-    const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, G = cfg->o_groups, ol = cfg->o_lora_rank;
+    const int dim = cfg->dim, hc = cfg->hc_mult, H = c->sh.nh, hd = cfg->head_dim, ql = cfg->q_lora_rank;
+    const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, G = c->sh.ng, ol = cfg->o_lora_rank;
     const int half = cfg->rope_dim / 2, W = cfg->window, n = Sp->n;
     const float eps = cfg->norm_eps;
     const v4_step S = *Sp;
     cudaStream_t st = c->st;
-
-    LAUNCH(SL_FAM_MHC, v4_embed(&S, c->embed, c->embed_bf16, dim, hc, c->X, st), "embedding");
-    for (int l = 0; l < cfg->n_layers; l++) {
-        const cu_layer *L = &c->L[l];
-        const int ratio = L->ratio, csa = ratio == 4, coff = csa ? 2 : 1;
-        const double *freq = ratio ? c->freq_comp : c->freq_main;
-        const int nqkv = ql + hd, ncmp = L->n_cmp;
-        const float *cmp_i = c->cmp + 2 * coff * hd;   /* CSA: the indexer's C, Z and weights after the compressor's */
-        LAUNCH(SL_FAM_MHC,
-               v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base,
-                         cfg->hc_sinkhorn_iters, cfg->hc_eps, eps, L->attn_norm, 0, l ? c->f : NULL, c->post, c->comb,
-                         c->xn, c->post, c->comb, c->hc_scratch, st),
-               l ? "mHC post (MoE) + pre (attention)" : "mHC pre (attention)");
-        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wqkv, 0, nqkv, c->xn, dim, n, c->qkv, nqkv, st), "wq_a + wkv");
-        if (ratio)
-            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wcmp, 0, ncmp, c->xn, dim, n, c->cmp, ncmp, st), "compressor projections");
-        const v4_norm_job qkv_norms[2] = {   /* q_norm; kv_norm + RoPE */
-            {c->qkv, nqkv, n, 1, ql, 1, L->q_norm, 0, NULL, c->qr_b, ql},
-            {c->qkv + ql, nqkv, n, 1, hd, 1, L->kv_norm, half, freq, c->kv_b, hd}};
-        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, qkv_norms, 2, eps, st), "q_norm, kv_norm + RoPE");
-        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, H * hd, c->qr_b, ql, n, c->q, H * hd, st), "wq_b");
-        if (csa)
-            LAUNCH(SL_FAM_DENSE, dense_gemm(&L->iwq_b, 0, nI * dI, c->qr_b, ql, n, c->iq, nI * dI, st), "indexer wq_b");
-        const v4_norm_job q_norms[2] = {   /* per head: q rms + RoPE; the indexer's q: RoPE */
-            {c->q, hd, n * H, H, hd, 1, NULL, half, freq, c->q_b, hd},
-            {c->iq, dI, n * nI, nI, dI, 0, NULL, half, freq, c->iq_b, dI}};
-        LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, q_norms, csa ? 2 : 1, eps, st), "q rms + RoPE");
-        if (csa)
-            LAUNCH(SL_FAM_COMPRESS,
-                   v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, cmp_i, cmp_i + 2 * dI, ncmp, L->i_ape,
-                               L->i_norm, eps, half, freq, st),
-                   "indexer compressor");
-        if (ratio)
-            LAUNCH(SL_FAM_COMPRESS,
-                   v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cmp, c->cmp + coff * hd, ncmp,
-                               L->c_ape, L->c_norm, eps, half, freq, st),
-                   "compressor");
-        if (enqueue_attention(c, &S, l, max_t, err, errlen)) return -1;
-        LAUNCH(SL_FAM_ATTENTION, v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, hd, st), "ring store");
-        LAUNCH(SL_FAM_DENSE, dense_gemm_grouped(&L->wo_a, G, c->o_b, H * hd, H * hd / G, n, c->u_b, 1, G * ol, st),
-               "wo_a");
-        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wo_b, 0, dim, c->u_b, G * ol, n, c->f, dim, st), "wo_b");
-        if (c->sublayers && 2 * l + 1 >= c->sublayers) break;
+    const cu_layer *L = &c->L[l];
+    if (half_ == 1) {
         LAUNCH(SL_FAM_MHC,
                v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, cfg->hc_sinkhorn_iters,
-                         cfg->hc_eps, eps, L->ffn_norm, 0, c->f, c->post, c->comb, c->xn, c->post, c->comb,
+                         cfg->hc_eps, eps, L->ffn_norm, 0, c->sum[0], c->post, c->comb, c->xn, c->post, c->comb,
                          c->hc_scratch, st),
                "mHC post (attention) + pre (MoE)");
+        float *f = c->part[1];
         if (c->moe.fast[l]) {
             /* the fast kernels' tiling depends on the batch; deterministic: each token alone, as in a batch of one */
             const int per = c->deterministic ? 1 : n;
             for (int i = 0; i < n; i += per)
                 if (moe_cuda_forward(&c->moe.L[l], &c->moe.W, c->xn + (size_t)i * dim, S.tok_id + i, per,
-                                     c->f + (size_t)i * dim, st)) {
+                                     f + (size_t)i * dim, st)) {
                     snprintf(err, errlen, "cuda backend: layer %d: MoE launch failed (see the line above)", l);
                     return -1;
                 }
             mark(c, SL_FAM_MOE, "MoE");
         } else {
-            LAUNCH(SL_FAM_MOE, v4_moe_ref(&S, &c->moe.ref[l], c->xn, c->f, st), "MoE (generic)");
+            LAUNCH(SL_FAM_MOE, v4_moe_ref(&S, &c->moe.ref[l], c->xn, f, st), "MoE (generic)");
         }
-        if (c->sublayers && 2 * l + 2 >= c->sublayers) break;
+        return 0;
+    }
+    const int ratio = L->ratio, csa = ratio == 4, coff = csa ? 2 : 1;
+    const double *freq = ratio ? c->freq_comp : c->freq_main;
+    const int nqkv = ql + hd, ncmp = L->n_cmp;
+    const float *cmp_i = c->cmp + 2 * coff * hd;   /* CSA: the indexer's C, Z and weights after the compressor's */
+    LAUNCH(SL_FAM_MHC,
+           v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, cfg->hc_sinkhorn_iters,
+                     cfg->hc_eps, eps, L->attn_norm, 0, l ? c->sum[1] : NULL, c->post, c->comb, c->xn, c->post,
+                     c->comb, c->hc_scratch, st),
+           l ? "mHC post (MoE) + pre (attention)" : "mHC pre (attention)");
+    LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wqkv, 0, nqkv, c->xn, dim, n, c->qkv, nqkv, st), "wq_a + wkv");
+    if (ratio)
+        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wcmp, 0, ncmp, c->xn, dim, n, c->cmp, ncmp, st), "compressor projections");
+    const v4_norm_job qkv_norms[2] = {   /* q_norm; kv_norm + RoPE */
+        {c->qkv, nqkv, n, 1, ql, 1, L->q_norm, 0, NULL, c->qr_b, ql},
+        {c->qkv + ql, nqkv, n, 1, hd, 1, L->kv_norm, half, freq, c->kv_b, hd}};
+    LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, qkv_norms, 2, eps, st), "q_norm, kv_norm + RoPE");
+    LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, H * hd, c->qr_b, ql, n, c->q, H * hd, st), "wq_b");
+    if (csa)
+        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->iwq_b, 0, nI * dI, c->qr_b, ql, n, c->iq, nI * dI, st), "indexer wq_b");
+    const v4_norm_job q_norms[2] = {   /* per head: q rms + RoPE; the indexer's q: RoPE */
+        {c->q, hd, n * H, H, hd, 1, NULL, half, freq, c->q_b, hd},
+        {c->iq, dI, n * nI, nI, dI, 0, NULL, half, freq, c->iq_b, dI}};
+    LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, q_norms, csa ? 2 : 1, eps, st), "q rms + RoPE");
+    if (csa)
+        LAUNCH(SL_FAM_COMPRESS,
+               v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, cmp_i, cmp_i + 2 * dI, ncmp, L->i_ape,
+                           L->i_norm, eps, half, freq, st),
+               "indexer compressor");
+    if (ratio)
+        LAUNCH(SL_FAM_COMPRESS,
+               v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cmp, c->cmp + coff * hd, ncmp,
+                           L->c_ape, L->c_norm, eps, half, freq, st),
+               "compressor");
+    if (enqueue_attention(c, &S, l, max_t, err, errlen)) return -1;
+    LAUNCH(SL_FAM_ATTENTION, v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, hd, st), "ring store");
+    LAUNCH(SL_FAM_DENSE, dense_gemm_grouped(&L->wo_a, G, c->o_b, H * hd, H * hd / G, n, c->u_b, 1, G * ol, st),
+           "wo_a");
+    LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wo_b, 0, dim, c->u_b, G * ol, n, c->part[0], dim, st), "wo_b");
+    return 0;
+}
+
+/* The step's layout S (built on rank 0's device arrays) as rank k's copy addresses it. */
+static v4_step step_on(const cuda_impl *c, const cuda_impl *k, const v4_step *S)
+{
+    v4_step R = *S;
+#define REBASE(p) R.p = k->dmeta + (S->p - c->dmeta)
+    REBASE(tok_id);
+    REBASE(tok_pos);
+    REBASE(tok_span);
+    REBASE(span_slot);
+    REBASE(span_pos0);
+    REBASE(span_row0);
+    REBASE(span_n);
+    REBASE(blocks);
+#undef REBASE
+    return R;
+}
+
+/* The ranks' outputs of sublayer `half` for n rows summed into each rank's sum[half]. */
+static int enqueue_allreduce(cuda_impl *c, int half, int n, char *err, size_t errlen)
+{
+    if (c->n_ranks == 1) return 0;
+    const size_t count = (size_t)n * c->w->cfg.dim;
+    if (!c->ar_peer) {   /* one GPU, one stream: one launch sums every rank's buffer in place */
+        v4_ar_local a = {.n = c->n_ranks};
+        for (int r = 0; r < c->n_ranks; r++) a.buf[r] = c->rk[r]->part[half];
+        LAUNCH(SL_FAM_COLLECTIVE, v4_allreduce_local(&a, count, c->st), "all-reduce");
+        return 0;
+    }
+    v4_ar_peer a = {.n = c->n_ranks, .fault = c->ar_fault, .timeout_ns = AR_TIMEOUT_NS};
+    for (int r = 0; r < c->n_ranks; r++) {
+        a.in[r] = c->rk[r]->part[half];
+        a.inbox[r] = c->rk[r]->ar_inbox;
+    }
+    for (int r = c->n_ranks - 1; r >= 0; r--) {   /* rank 0 last: its device stays current */
+        cuda_impl *k = c->rk[r];
+        on(k);
+        a.me = r;
+        a.epoch = k->ar_epoch;
+        if (r) CK(v4_allreduce_peer(&a, count, k->sum[half], k->st), "all-reduce");
+        else LAUNCH(SL_FAM_COLLECTIVE, v4_allreduce_peer(&a, count, k->sum[half], k->st), "all-reduce");
+    }
+    return 0;
+}
+
+/* Every layer of the step S on every rank (max_t: the largest position in it), or the first c->sublayers
+ * sublayers; each rank's sublayer, then the all-reduce of their outputs. */
+static int enqueue_layers(cuda_impl *c, const v4_step *S, int max_t, char *err, size_t errlen)
+{
+    c->last_S = *S;
+    c->last_max_t = max_t;
+    const v4_config *cfg = &c->w->cfg;
+    const int total = 2 * cfg->n_layers, stop = c->sublayers && c->sublayers < total ? c->sublayers : total;
+    for (int r = c->n_ranks - 1; r >= 0; r--) {
+        cuda_impl *k = c->rk[r];
+        const v4_step Sk = step_on(c, k, S);
+        on(k);
+        CK(v4_embed(&Sk, k->embed, k->embed_bf16, cfg->dim, cfg->hc_mult, k->X, k->st), "embedding");
+        if (!r) mark(c, SL_FAM_MHC, "embedding");
+    }
+    for (int j = 0; j < stop; j++) {
+        for (int r = c->n_ranks - 1; r >= 0; r--) {
+            cuda_impl *k = c->rk[r];
+            const v4_step Sk = step_on(c, k, S);
+            on(k);
+            if (enqueue_sublayer(k, &Sk, j / 2, j % 2, max_t, err, errlen)) return -1;
+        }
+        if (enqueue_allreduce(c, j % 2, S->n, err, errlen)) return -1;
+        c->flast = c->sum[j % 2];
     }
     return 0;
 }
@@ -628,7 +763,7 @@ static int enqueue_head(cuda_impl *c, const int32_t *d_rows, int m, char *err, s
     const v4_config *cfg = &c->w->cfg;
     LAUNCH(SL_FAM_HEAD,
            v4_hc_pre(c->X, m, d_rows, cfg->dim, cfg->hc_mult, c->hc_head_fn, c->hc_head_scale, c->hc_head_base, 0,
-                     cfg->hc_eps, cfg->norm_eps, c->norm, 1, c->f, c->post, c->comb, c->y_b, NULL, NULL,
+                     cfg->hc_eps, cfg->norm_eps, c->norm, 1, c->flast, c->post, c->comb, c->y_b, NULL, NULL,
                      c->hc_scratch, c->st),
            "mHC post (the last sublayer) + head");
     LAUNCH(SL_FAM_HEAD,
@@ -713,32 +848,133 @@ static int pow2_at_least(int v)
     return p;
 }
 
-/* Capture the decode step of layout S (context bucket cb, B rows) as a graph: the scratch sequence zeroed, every
- * layer, the head. When profiling, a stamp follows every launch and PROF_CAL stamps in a row end it (*cal0: the
- * first of those); otherwise mark() adds nothing. */
+/* Make the all-reduce's flags and counters fresh on every rank (after a step failed: the ranks may have run different
+ * numbers of all-reduces). Waits for every GPU (a rank still waiting gives up within AR_TIMEOUT_NS). */
+static void ar_reset(cuda_impl *c)
+{
+    if (!c->ar_peer) return;
+    for (int r = c->n_ranks - 1; r >= 0; r--) {
+        const cuda_impl *k = c->rk[r];
+        on(k);
+        cudaDeviceSynchronize();
+        cudaMemset(k->ar_inbox, 0, V4_AR_BLOCKS * V4_AR_MAX_RANKS * sizeof(unsigned));
+        cudaMemset(k->ar_epoch, 0, V4_AR_BLOCKS * sizeof(unsigned));
+        cudaDeviceSynchronize();
+    }
+    *(volatile unsigned *)c->ar_fault = 0;
+}
+
+/* After rank 0's stream is done: the other ranks' streams, and whether an all-reduce gave up waiting for a GPU. */
+static int sync_ranks(cuda_impl *c, char *err, size_t errlen)
+{
+    int rc = 0;
+    for (int r = 1; r < c->n_ranks; r++) {
+        const cuda_impl *k = c->rk[r];
+        if (!k->own_stream) continue;
+        on(k);
+        const cudaError_t e = cudaStreamSynchronize(k->st);
+        if (e != cudaSuccess && !rc) {
+            snprintf(err, errlen, "cuda backend: GPU %d (rank %d): the step failed: %s", k->dev, r, cudaGetErrorString(e));
+            rc = -1;
+        }
+    }
+    on(c);
+    const unsigned who = c->ar_fault ? *(volatile unsigned *)c->ar_fault : 0;
+    if (!rc && who) {
+        snprintf(err, errlen, "cuda backend: GPU %d (rank %u) did not reach an all-reduce within %.0f s; the step failed",
+                 c->rk[who - 1]->dev, who - 1, AR_TIMEOUT_NS * 1e-9);
+        rc = -1;
+    }
+    if (rc) ar_reset(c);
+    return rc;
+}
+
+/* The step layout (built in rank 0's pinned copy, `used` ints) to every rank's device copy. */
+static int upload_layout(cuda_impl *c, long used, char *err, size_t errlen)
+{
+    for (int r = c->n_ranks - 1; r >= 0; r--) {
+        const cuda_impl *k = c->rk[r];
+        on(k);
+        CK(cudaMemcpyAsync(k->dmeta, c->hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, k->st),
+           "step layout upload");
+    }
+    return 0;
+}
+
+static void graphs_free(cuda_impl *c, cudaGraphExec_t *x)
+{
+    for (int r = c->n_ranks - 1; r >= 0; r--)
+        if (x[r]) {
+            on(c->rk[r]);
+            cudaGraphExecDestroy(x[r]);
+            x[r] = NULL;
+        }
+}
+
+static int graphs_launch(cuda_impl *c, cudaGraphExec_t *x, char *err, size_t errlen)
+{
+    for (int r = c->n_ranks - 1; r >= 0; r--)
+        if (x[r]) {
+            on(c->rk[r]);
+            CK(cudaGraphLaunch(x[r], c->rk[r]->st), "graph launch");
+        }
+    return 0;
+}
+
+/* Capture the decode step of layout S (context bucket cb, B rows) as a graph per stream (x[r] for rank 0 and each
+ * rank with a GPU of its own, else NULL): the scratch sequence zeroed, every layer, the head. When profiling, a stamp
+ * follows every launch and PROF_CAL stamps in a row end it (*cal0: the first of those); otherwise mark() adds
+ * nothing. */
 static int capture_step(cuda_impl *c, const v4_step *S, int cb, const int32_t *d_lrows, int B, cudaGraphExec_t *x,
                         int *cal0, char *err, size_t errlen)
 {
-    cudaGraph_t g;
+    cudaGraph_t g[SL_MAX_RANKS] = {0};
+    int begun[SL_MAX_RANKS] = {0}, rc = 0;
     c->n_marks = 0;
-    CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal), "graph capture");
+    for (int r = c->n_ranks - 1; r >= 0; r--) {
+        x[r] = NULL;
+        if (rc || (r && !c->rk[r]->own_stream)) continue;
+        on(c->rk[r]);
+        rc = cudaStreamBeginCapture(c->rk[r]->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
+        begun[r] = !rc;
+        if (rc) snprintf(err, errlen, "cuda backend: graph capture could not begin on GPU %d", c->rk[r]->dev);
+    }
     mark(c, -1, NULL);
-    int rc = cudaMemsetAsync(c->ar.slots + (size_t)c->n_slots * c->ar.slot_bytes, 0, c->ar.slot_bytes, c->st) !=
+    for (int r = c->n_ranks - 1; r >= 0 && !rc; r--) {
+        const cuda_impl *k = c->rk[r];
+        on(k);
+        rc = cudaMemsetAsync(k->ar.slots + (size_t)k->n_slots * k->ar.slot_bytes, 0, k->ar.slot_bytes, k->st) !=
              cudaSuccess;
+        if (rc) snprintf(err, errlen, "cuda backend: the scratch sequence's reset failed on GPU %d", k->dev);
+    }
     mark(c, SL_FAM_MHC, "scratch sequence reset");
     if (!rc) rc = enqueue_layers(c, S, cb - 1, err, errlen);
+    on(c);
     if (!rc) rc = enqueue_head(c, d_lrows, B, err, errlen);
     *cal0 = c->n_marks;
     for (int k = 0; k < PROF_CAL; k++) mark(c, -1, NULL);
-    cudaError_t e = cudaStreamEndCapture(c->st, &g);
-    if (rc) {
-        if (e == cudaSuccess) cudaGraphDestroy(g);
-        return -1;
-    }
+    cudaError_t e = cudaSuccess;
+    for (int r = c->n_ranks - 1; r >= 0; r--)
+        if (begun[r]) {
+            on(c->rk[r]);
+            const cudaError_t er = cudaStreamEndCapture(c->rk[r]->st, &g[r]);
+            if (e == cudaSuccess) e = er;
+        }
+    for (int r = c->n_ranks - 1; r >= 0 && !rc && e == cudaSuccess; r--)
+        if (g[r]) {
+            on(c->rk[r]);
+            e = cudaGraphInstantiate(&x[r], g[r], 0);
+        }
+    for (int r = c->n_ranks - 1; r >= 0; r--)
+        if (g[r]) {
+            on(c->rk[r]);
+            cudaGraphDestroy(g[r]);
+        }
+    on(c);
+    if (rc || e != cudaSuccess) graphs_free(c, x);
+    on(c);
+    if (rc) return -1;
     CK(e, "graph capture");
-    e = cudaGraphInstantiate(x, g, 0);
-    cudaGraphDestroy(g);
-    CK(e, "graph instantiation");
     return 0;
 }
 
@@ -747,13 +983,15 @@ static int capture_step(cuda_impl *c, const v4_step *S, int cb, const int32_t *d
 static int run_profiled(cuda_impl *c, piece *pc, int np, const v4_step *S, int cb, const int32_t *d_lrows, int B,
                         char *err, size_t errlen)
 {
-    cudaGraphExec_t x;
-    int cal0, rc = 0;
-    if (capture_step(c, S, cb, d_lrows, B, &x, &cal0, err, errlen)) return -1;
-    cudaError_t e = cudaGraphLaunch(x, c->st);
-    if (e == cudaSuccess) rc = scatter_logits(c, pc, np, B, 0, np, err, errlen);
-    cudaGraphExecDestroy(x);
-    CK(e, "graph launch");
+    cudaGraphExec_t x[SL_MAX_RANKS];
+    int cal0, rc;
+    if (capture_step(c, S, cb, d_lrows, B, x, &cal0, err, errlen)) return -1;
+    rc = graphs_launch(c, x, err, errlen);
+    on(c);
+    if (!rc) rc = scatter_logits(c, pc, np, B, 0, np, err, errlen);
+    if (!rc) rc = sync_ranks(c, err, errlen);
+    graphs_free(c, x);
+    on(c);
     if (rc) return -1;
     CK(cudaMemcpy(c->prof_hts, c->prof_ts, (size_t)c->n_marks * sizeof(uint64_t), cudaMemcpyDeviceToHost),
        "profile copy");
@@ -792,25 +1030,26 @@ static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size
     const long used = build_layout(c, pc, np, B - np, maxb, 1, &S, &n, &nl, &d_lrows, err, errlen);
     if (used < 0) return -1;
     c->lrows_at = (size_t)(d_lrows - c->dmeta);
-    CK(cudaMemcpyAsync(c->dmeta, c->hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
-       "step layout upload");
+    if (upload_layout(c, used, err, errlen)) return -1;
+    on(c);
     c->last_S = S;   /* a replay enqueues no layer: the layout it runs is this one */
     c->last_max_t = cb - 1;
     if (c->prof_ms) return run_profiled(c, pc, np, &S, cb, d_lrows, B, err, errlen);
     if (gi < 0) {
         if (c->n_graphs == MAX_GRAPHS) {   /* the oldest goes */
-            cudaGraphExecDestroy(c->graphs[0].exec);
+            graphs_free(c, c->graphs[0].exec);
             memmove(c->graphs, c->graphs + 1, (MAX_GRAPHS - 1) * sizeof *c->graphs);
             c->n_graphs--;
         }
-        cudaGraphExec_t x;
+        cu_graph g = {B, cb, {0}};
         int cal0;
-        if (capture_step(c, &S, cb, d_lrows, B, &x, &cal0, err, errlen)) return -1;
+        if (capture_step(c, &S, cb, d_lrows, B, g.exec, &cal0, err, errlen)) return -1;
         gi = c->n_graphs++;
-        c->graphs[gi] = (cu_graph){B, cb, x};
+        c->graphs[gi] = g;
     }
-    CK(cudaGraphLaunch(c->graphs[gi].exec, c->st), "graph launch");
-    if (scatter_logits(c, pc, np, B, 0, np, err, errlen)) return -1;
+    if (graphs_launch(c, c->graphs[gi].exec, err, errlen)) return -1;
+    on(c);
+    if (scatter_logits(c, pc, np, B, 0, np, err, errlen) || sync_ranks(c, err, errlen)) return -1;
     for (int k = 0; k < np; k++) pc[k].sp->st->pos += pc[k].m;
     return 0;
 }
@@ -839,14 +1078,14 @@ static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
     const long used = build_layout(c, pc, np, 0, maxb, 0, &S, &n, &nl, &d_lrows, err, errlen);
     if (used < 0) return -1;
     c->lrows_at = (size_t)(d_lrows - c->dmeta);
-    CK(cudaMemcpyAsync(c->dmeta, c->hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
-       "step layout upload");
-    if (enqueue_layers(c, &S, max_t, err, errlen)) return -1;
+    if (upload_layout(c, used, err, errlen) || enqueue_layers(c, &S, max_t, err, errlen)) return -1;
+    on(c);
     for (int r0 = 0; r0 < nl; r0 += HEAD_ROWS) {
         const int m = nl - r0 < HEAD_ROWS ? nl - r0 : HEAD_ROWS;
         if (enqueue_head(c, d_lrows + r0, m, err, errlen) || scatter_logits(c, pc, np, np, r0, m, err, errlen)) return -1;
     }
     if (nl == 0) CK(cudaStreamSynchronize(c->st), "step");
+    if (sync_ranks(c, err, errlen)) return -1;
     for (int k = 0; k < np; k++) pc[k].sp->st->pos += pc[k].m;
     return 0;
 }
@@ -854,6 +1093,7 @@ static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
 static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, size_t errlen)
 {
     cuda_impl *c = be->impl;
+    on(c);   /* the thread that steps need not be the one that opened the backend */
     c->sublayers = be->sublayers;
     piece *pc = malloc((size_t)(n_spans > 0 ? n_spans : 1) * sizeof *pc);
     if (!pc) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
@@ -878,6 +1118,7 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
         rc = run_pieces(c, pc, np, err, errlen);
     }
     free(pc);
+    if (rc) ar_reset(c);   /* the ranks may have stopped at different all-reduces */
     return rc;
 }
 
@@ -902,6 +1143,7 @@ int sl_backend_cuda_attention_ms(sl_backend *be, int iters, int *layer, double *
 {
     cuda_impl *c = be->impl;
     const v4_config *cfg = &c->w->cfg;
+    on(c);
     int l = 0;
     while (l < cfg->n_layers && c->L[l].ratio != 4) l++;
     if (l == cfg->n_layers || c->last_S.n < 1) {
@@ -947,6 +1189,7 @@ int sl_backend_cuda_last_routing(sl_backend *be, int tokens, int32_t *experts)
     const int last = c->w->cfg.n_layers - 1;
     if (!c->moe.ws_ok || !c->moe.fast[last] || c->deterministic || tokens < 1 || tokens > c->moe.W.max_tokens)
         return -1;   /* the generic MoE writes no routing there; deterministic steps route one token at a time */
+    on(c);
     if (cudaStreamSynchronize(c->st) != cudaSuccess) return -1;
     return cudaMemcpy(experts, c->moe.W.idx, n * sizeof(int32_t), cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
 }
@@ -962,13 +1205,14 @@ int sl_backend_cuda_profile_launches(sl_backend *be, const char **what, double *
     return n;
 }
 
-void sl_backend_cuda_set_deterministic(sl_backend *be, int on)
+void sl_backend_cuda_set_deterministic(sl_backend *be, int det)
 {
     cuda_impl *c = be->impl;
-    if (c->deterministic != on)   /* the captured graphs have the other MoE and attention launches */
-        for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
-    if (c->deterministic != on) c->n_graphs = 0;
-    c->deterministic = on;
+    if (c->deterministic != det)   /* the captured graphs have the other MoE and attention launches */
+        for (int i = 0; i < c->n_graphs; i++) graphs_free(c, c->graphs[i].exec);
+    if (c->deterministic != det) c->n_graphs = 0;
+    for (int r = 0; r < c->n_ranks; r++) c->rk[r]->deterministic = det;
+    on(c);
 }
 
 int sl_backend_cuda_fill_state(sl_backend *be, v4_seq_state *s, int pos, uint64_t seed, char *err, size_t errlen)
@@ -980,15 +1224,19 @@ int sl_backend_cuda_fill_state(sl_backend *be, v4_seq_state *s, int pos, uint64_
         snprintf(err, errlen, "cuda backend: fill_state needs an open sequence with pages for %d tokens", pos);
         return -1;
     }
-    uint8_t *slot = c->ar.slots + (size_t)s->slot * c->ar.slot_bytes;
-    CK(cudaMemsetAsync(slot, 0, c->ar.slot_bytes, c->st), "state fill");
-    for (int l = 0; l < cfg->n_layers; l++)
-        CK(v4_fill_bf16((uint16_t *)(slot + c->L[l].ring_off), (size_t)cfg->window * cfg->head_dim,
-                        seed * 131 + (uint64_t)l, 1.0f, c->st), "state fill");
-    for (int b = 0; b < (pos + bt - 1) / bt; b++)
-        CK(v4_fill_bf16((uint16_t *)(c->ar.pages + (size_t)s->blocks[b] * c->ar.page_bytes), c->ar.page_bytes / 2,
-                        seed * 7919 + (uint64_t)b, 1.0f, c->st), "state fill");
-    CK(cudaStreamSynchronize(c->st), "state fill");
+    for (int r = c->n_ranks - 1; r >= 0; r--) {   /* the same state on every rank */
+        const cuda_impl *k = c->rk[r];
+        on(k);
+        uint8_t *slot = k->ar.slots + (size_t)s->slot * k->ar.slot_bytes;
+        CK(cudaMemsetAsync(slot, 0, k->ar.slot_bytes, k->st), "state fill");
+        for (int l = 0; l < cfg->n_layers; l++)
+            CK(v4_fill_bf16((uint16_t *)(slot + k->L[l].ring_off), (size_t)cfg->window * cfg->head_dim,
+                            seed * 131 + (uint64_t)l, 1.0f, k->st), "state fill");
+        for (int b = 0; b < (pos + bt - 1) / bt; b++)
+            CK(v4_fill_bf16((uint16_t *)(k->ar.pages + (size_t)s->blocks[b] * k->ar.page_bytes), k->ar.page_bytes / 2,
+                            seed * 7919 + (uint64_t)b, 1.0f, k->st), "state fill");
+        CK(cudaStreamSynchronize(k->st), "state fill");
+    }
     s->pos = pos;
     return 0;
 }
@@ -997,8 +1245,15 @@ int sl_backend_cuda_fill_state(sl_backend *be, v4_seq_state *s, int pos, uint64_
 static void impl_free(cuda_impl *c)
 {
     if (!c) return;
+    on(c);
     if (c->st) cudaStreamSynchronize(c->st);
-    for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
+    if (c->sh.rank == 0) {   /* rank 0 owns the graphs and the other ranks */
+        for (int i = 0; i < c->n_graphs; i++) graphs_free(c, c->graphs[i].exec);
+        c->n_graphs = 0;
+        for (int r = c->n_ranks - 1; r > 0; r--) impl_free(c->rk[r]);
+        on(c);
+        if (c->ar_fault) cudaFreeHost(c->ar_fault);
+    }
     if (c->L)
         for (int l = 0; l < c->w->cfg.n_layers; l++) free_layer(&c->L[l]);
     free(c->L);
@@ -1007,7 +1262,8 @@ static void impl_free(cuda_impl *c)
     void *dv[] = {c->embed, c->hc_head_fn, c->hc_head_base, c->hc_head_scale, c->norm, c->freq_main, c->freq_comp,
                   c->ar.slots, c->ar.pages, c->dmeta, c->X, c->f, c->post, c->comb, c->qkv, c->q, c->cmp, c->iq,
                   c->scores, c->logits, c->xn, c->qr_b, c->q_b, c->kv_b, c->iq_b, c->o_b, c->u_b, c->y_b, c->sel,
-                  c->att_scratch, c->hc_scratch, c->dsreq, c->dhist, c->dtok, c->dlp, c->probs, c->marks};
+                  c->att_scratch, c->hc_scratch, c->dsreq, c->dhist, c->dtok, c->dlp, c->probs, c->marks, c->f2,
+                  c->fsum, c->ar_inbox, c->ar_epoch};
     for (size_t i = 0; i < sizeof dv / sizeof *dv; i++)
         if (dv[i]) cudaFree(dv[i]);
     if (c->prof_ts) cudaFree(c->prof_ts);
@@ -1018,7 +1274,7 @@ static void impl_free(cuda_impl *c)
     for (size_t i = 0; i < sizeof hv / sizeof *hv; i++)
         if (hv[i]) cudaFreeHost(hv[i]);
     sl_sampler_free(&c->smp);
-    if (c->st) cudaStreamDestroy(c->st);
+    if (c->st && c->own_stream) cudaStreamDestroy(c->st);
     free(c->slot_free);
     free(c);
 }
@@ -1032,8 +1288,8 @@ static void cuda_destroy(sl_backend *be)
     free(be);
 }
 
-/* The device's memory in use and in all, asked of the driver at most once a second (the engine's stats are read
- * after every step; the engine's own share is fixed at open, the rest is other processes'). */
+/* The memory of the engine's GPUs in use and in all, asked of the driver at most once a second (the engine's stats are
+ * read after every step; the engine's own share is fixed at open, the rest is other processes'). */
 static void cuda_memory(sl_backend *be, size_t *used, size_t *total)
 {
     cuda_impl *c = be->impl;
@@ -1041,10 +1297,16 @@ static void cuda_memory(sl_backend *be, size_t *used, size_t *total)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     const double now = ts.tv_sec + ts.tv_nsec * 1e-9;
     if (now - c->mem_at >= 1.0) {
-        size_t fr = 0, tot = 0;
-        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
-        c->mem_used = tot - fr;
-        c->mem_total = tot;
+        c->mem_used = c->mem_total = 0;
+        for (int r = 0; r < c->n_ranks; r++) {
+            if (r && !c->rk[r]->own_stream) continue;   /* a GPU counted once */
+            size_t fr = 0, tot = 0;
+            on(c->rk[r]);
+            if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
+            c->mem_used += tot - fr;
+            c->mem_total += tot;
+        }
+        on(c);
         c->mem_at = now;
     }
     *used = c->mem_used;
@@ -1070,7 +1332,7 @@ static int load_globals(cuda_impl *c, char *err, size_t errlen)
         free(h);
         if (!c->embed) { snprintf(err, errlen, "cuda backend: out of GPU memory for the embedding"); return -1; }
     }
-    if (up_dense(&c->head, &w->head, err, errlen, "head", -1)) return -1;
+    if (c->sh.rank == 0 && up_dense(&c->head, &w->head, err, errlen, "head", -1)) return -1;   /* the head: rank 0 */
     c->hc_head_fn = up_f32(w->hc_head_fn, (size_t)hc * hc * dim);
     c->hc_head_base = up_f32(w->hc_head_base, (size_t)hc);
     c->hc_head_scale = up_f32(w->hc_head_scale, 1);
@@ -1105,55 +1367,144 @@ static int check_config(const v4_config *c, char *err, size_t errlen)
     return 0;
 }
 
-sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, double gpu_memory_fraction, char *err,
-                                   size_t errlen)
+/* Rank k's weights and buffers on its GPU: the globals, its share of every layer and of every expert, its step
+ * buffers, then the shared experts' bf16 copies where its GPU has room. */
+static int load_rank(cuda_impl *k, char *err, size_t errlen)
+{
+    const v4_weights *w = k->w;
+    on(k);
+    if (cudaDeviceGetAttribute(&k->n_sms, cudaDevAttrMultiProcessorCount, k->dev) != cudaSuccess || k->n_sms < 1)
+        k->n_sms = 132;
+    k->L = calloc((size_t)w->cfg.n_layers, sizeof *k->L);
+    if (!k->L) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
+    if (k->own_stream) {
+        const cudaError_t ce = cudaStreamCreateWithFlags(&k->st, cudaStreamNonBlocking);
+        if (ce != cudaSuccess) {
+            snprintf(err, errlen, "cuda backend: cannot use CUDA device %d (%s)", k->dev, cudaGetErrorString(ce));
+            return -1;
+        }
+    }
+    if (load_globals(k, err, errlen)) return -1;
+    for (int l = 0; l < w->cfg.n_layers; l++)
+        if (load_layer(k, l, err, errlen)) return -1;
+    if (gpu_moe_load(&k->moe, w, &k->sh, k->cap, err, errlen) || alloc_step(k, err, errlen)) return -1;
+    if (k->ar_peer) {
+        CK(cudaMalloc((void **)&k->ar_inbox, V4_AR_BLOCKS * V4_AR_MAX_RANKS * sizeof(unsigned)), "all-reduce flags");
+        CK(cudaMalloc((void **)&k->ar_epoch, V4_AR_BLOCKS * sizeof(unsigned)), "all-reduce flags");
+        CK(cudaMemset(k->ar_inbox, 0, V4_AR_BLOCKS * V4_AR_MAX_RANKS * sizeof(unsigned)), "all-reduce flags");
+        CK(cudaMemset(k->ar_epoch, 0, V4_AR_BLOCKS * sizeof(unsigned)), "all-reduce flags");
+    }
+    k->part[0] = k->sum[0] = k->part[1] = k->sum[1] = k->f;   /* one rank, or ranks summing in place */
+    if (k->ar_peer) {   /* the two sublayers' inputs alternate; the sums land apart (v4_allreduce_peer) */
+        k->part[1] = k->f2;
+        k->sum[0] = k->sum[1] = k->fsum;
+    }
+    k->flast = k->sum[1];
+    return gpu_moe_add_shared_bf16(&k->moe, w, reserve_bytes(k), err, errlen);
+}
+
+/* The GPUs the ranks run on: opts->devices, or every visible one; each pair of distinct ones must reach each other's
+ * memory (the all-reduce reads its peers' partial sums). Returns the count and *distinct, or -1 with err. */
+static int pick_devices(const sl_cuda_opts *o, int *dev, int *distinct, char *err, size_t errlen)
 {
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev < 1) {
         snprintf(err, errlen, "cuda backend: no CUDA device available (%s)",
                  ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
-        return NULL;
+        return -1;
     }
+    int n = o && o->n_devices > 0 ? o->n_devices : ndev < SL_MAX_RANKS ? ndev : SL_MAX_RANKS;
+    for (int r = 0; r < n; r++) {
+        dev[r] = o && o->n_devices > 0 ? o->devices[r] : r;
+        if (dev[r] < 0 || dev[r] >= ndev) {
+            snprintf(err, errlen, "cuda backend: engine.devices names GPU %d; this machine has %d (0..%d)", dev[r], ndev,
+                     ndev - 1);
+            return -1;
+        }
+    }
+    *distinct = n > 1 && dev[1] != dev[0];
+    for (int i = 0; i < n && *distinct; i++)
+        for (int j = 0; j < n; j++) {
+            int ok = 0;
+            if (i == j) continue;
+            if (cudaDeviceCanAccessPeer(&ok, dev[i], dev[j]) != cudaSuccess || !ok) {
+                snprintf(err, errlen, "cuda backend: GPUs %d and %d cannot reach each other's memory (no peer access); the "
+                         "all-reduce between ranks reads it directly", dev[i], dev[j]);
+                return -1;
+            }
+            cudaSetDevice(dev[i]);
+            ce = cudaDeviceEnablePeerAccess(dev[j], 0);
+            if (ce == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+            else if (ce != cudaSuccess) {
+                snprintf(err, errlen, "cuda backend: peer access from GPU %d to %d: %s", dev[i], dev[j],
+                         cudaGetErrorString(ce));
+                return -1;
+            }
+        }
+    return n;
+}
+
+sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, const sl_cuda_opts *o, char *err,
+                                   size_t errlen)
+{
     if (check_config(&w->cfg, err, errlen)) return NULL;
-    if (gpu_memory_fraction == 0) gpu_memory_fraction = 0.9;
-    if (!(gpu_memory_fraction > 0.05 && gpu_memory_fraction <= 1.0)) {
-        snprintf(err, errlen, "cuda backend: gpu_memory_fraction %g outside (0.05, 1]", gpu_memory_fraction);
+    double frac = o ? o->gpu_memory_fraction : 0;
+    if (frac == 0) frac = 0.9;
+    if (!(frac > 0.05 && frac <= 1.0)) {
+        snprintf(err, errlen, "cuda backend: gpu_memory_fraction %g outside (0.05, 1]", frac);
         return NULL;
     }
+    int dev[SL_MAX_RANKS], distinct = 0;
+    const int n = pick_devices(o, dev, &distinct, err, errlen);
+    if (n < 0) return NULL;
+    const int shared_inter = w->cfg.n_shared_experts > 0 && w->layers[0].shared.w1.data ? w->layers[0].shared.w1.rows : 0;
     sl_backend *be = calloc(1, sizeof *be);
-    cuda_impl *c = calloc(1, sizeof *c);
-    if (!be || !c) {
-        free(be);
-        free(c);
+    cuda_impl *c = NULL;
+    if (!be) {
         snprintf(err, errlen, "cuda backend: out of memory");
         return NULL;
     }
-    c->w = w;
-    c->pool = pool;
-    c->cap = STEP_TOKENS;
-    c->mem_fraction = gpu_memory_fraction;
-    c->use_graphs = 1;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&c->n_sms, cudaDevAttrMultiProcessorCount, dev) !=
-                                                   cudaSuccess || c->n_sms < 1)
-        c->n_sms = 132;
-    c->L = calloc((size_t)w->cfg.n_layers, sizeof *c->L);
-    if (!c->L) { snprintf(err, errlen, "cuda backend: out of memory"); goto fail; }
-    if ((ce = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
-        snprintf(err, errlen, "cuda backend: cannot use the CUDA device (%s)", cudaGetErrorString(ce));
+    for (int r = 0; r < n; r++) {
+        cuda_impl *k = calloc(1, sizeof *k);
+        if (!k) { snprintf(err, errlen, "cuda backend: out of memory"); goto fail; }
+        if (!r) c = k;
+        c->rk[c->n_ranks++] = k;
+        k->w = w;
+        k->pool = pool;
+        k->dev = dev[r];
+        k->cap = STEP_TOKENS;
+        k->mem_fraction = frac;
+        k->use_graphs = 1;
+        k->own_stream = r == 0 || distinct;
+        k->ar_peer = distinct;
+        char why[256];
+        if (v4_shard_plan(&w->cfg, shared_inter, n, r, &k->sh, why, sizeof why)) {
+            k->sh.rank = r;
+            snprintf(err, errlen, "cuda backend: %s", why);
+            goto fail;
+        }
+    }
+    if (distinct && cudaHostAlloc((void **)&c->ar_fault, sizeof(unsigned), cudaHostAllocMapped | cudaHostAllocPortable) !=
+                        cudaSuccess) {
+        snprintf(err, errlen, "cuda backend: cannot allocate the all-reduce's fault word");
         goto fail;
     }
-    if (load_globals(c, err, errlen)) goto fail;
-    for (int l = 0; l < w->cfg.n_layers; l++)
-        if (load_layer(c, l, err, errlen)) goto fail;
-    if (gpu_moe_load(&c->moe, w, c->cap, err, errlen)) goto fail;
-    if (alloc_step(c, err, errlen)) goto fail;
-    if (gpu_moe_add_shared_bf16(&c->moe, w, reserve_bytes(c), err, errlen)) goto fail;
+    if (c->ar_fault) *c->ar_fault = 0;
+    for (int r = 0; r < n; r++) {
+        cuda_impl *k = c->rk[r];
+        if (!k->own_stream) k->st = c->st;   /* every rank on one GPU: one stream, in rank order */
+        if (load_rank(k, err, errlen)) goto fail;
+    }
     if (alloc_state(c, err, errlen)) goto fail;
-    if ((ce = cudaDeviceSynchronize()) != cudaSuccess) {
-        snprintf(err, errlen, "cuda backend: loading the weights failed on the GPU (%s)", cudaGetErrorString(ce));
-        goto fail;
+    for (int r = n - 1; r >= 0; r--) {
+        on(c->rk[r]);
+        const cudaError_t ce = cudaDeviceSynchronize();
+        if (ce != cudaSuccess) {
+            snprintf(err, errlen, "cuda backend: loading the weights failed on GPU %d (%s)", c->rk[r]->dev,
+                     cudaGetErrorString(ce));
+            goto fail;
+        }
     }
     be->ops = &cuda_ops;
     be->w = w;
@@ -1161,7 +1512,7 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, dou
     be->impl = c;
     return be;
 fail:
-    if (pool->store == &c->store) v4_pool_set_store(pool, NULL, NULL);
+    if (c && pool->store == &c->store) v4_pool_set_store(pool, NULL, NULL);
     impl_free(c);
     free(be);
     return NULL;

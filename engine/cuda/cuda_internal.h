@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../backend.h"
+#include "../shard.h"
 #include "moe_cuda.h"
 #include "moe_kernels.h"
 #include "v4_ops.h"
@@ -22,11 +23,12 @@ typedef struct {
     v4_moe_ref_w *ref;
     moe_cuda_ws W;         /* one workspace for every fast layer (same shapes) */
     int ws_ok;
+    v4_shard sh;           /* the rank's share of every expert (its intermediate units) */
 } gpu_moe;
 
-/* Upload every layer's MoE (fast where the shape fits, else generic) with a workspace for
- * max_tokens tokens. 0, or -1 with one line in err. */
-int gpu_moe_load(gpu_moe *g, const v4_weights *w, int max_tokens, char *err, size_t errlen);
+/* Upload every layer's MoE (fast where the shape fits, else generic), each expert's units of the rank sh (the whole
+ * expert for one rank), with a workspace for max_tokens tokens. 0, or -1 with one line in err. */
+int gpu_moe_load(gpu_moe *g, const v4_weights *w, const v4_shard *sh, int max_tokens, char *err, size_t errlen);
 /* The shared experts' bf16 copies where memory allows, keeping `reserve` bytes of the GPU free. */
 int gpu_moe_add_shared_bf16(gpu_moe *g, const v4_weights *w, size_t reserve, char *err, size_t errlen);
 void gpu_moe_free(gpu_moe *g);

@@ -7,6 +7,9 @@
  * any other format is quantised to FP8 E4M3 with one fp32 scale per 128x128 block (amax / 448); the
  * router weight is uploaded in fp32, the bias and hash table as stored. Last, where GPU memory
  * allows, each shared expert also in bf16 (SLUICE_CUDA_SHARED_BF16 0 / 1 / auto).
+ * A rank of a model split across GPUs (engine/shard.h) holds every expert's share of intermediate units: w1 and w3
+ * rows, w2 columns, cut after decoding or drawing (synthetic) the whole expert on the GPU, or on the host from a
+ * checkpoint's FP4 and FP8 bytes; the router whole.
  */
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +43,7 @@ typedef struct {
     float *dw;                /* device fp32 [max n*k] */
     uint8_t *dq[3], *ds[3];   /* device NVFP4 codes / E4M3 scales per matrix */
     float *d2;                /* device [3] scale_2 */
+    uint8_t *wq, *ws;         /* a rank's columns of w2 (codes, scales), engine/shard.h */
 } quant_scratch;
 
 static void qs_free(quant_scratch *q)
@@ -51,6 +55,8 @@ static void qs_free(quant_scratch *q)
         if (q->ds[m]) cudaFree(q->ds[m]);
     }
     if (q->d2) cudaFree(q->d2);
+    if (q->wq) cudaFree(q->wq);
+    if (q->ws) cudaFree(q->ws);
     memset(q, 0, sizeof *q);
 }
 
@@ -63,11 +69,35 @@ static int qs_init(quant_scratch *q, int H, int I)
     for (int m = 0; m < 3; m++)
         if (cudaMalloc((void **)&q->dq[m], nk / 2) != cudaSuccess || cudaMalloc((void **)&q->ds[m], nk / 16) != cudaSuccess)
             return -1;
+    if (cudaMalloc((void **)&q->wq, nk / 2) != cudaSuccess || cudaMalloc((void **)&q->ws, nk / 16) != cudaSuccess)
+        return -1;
     return cudaMalloc((void **)&q->d2, 3 * sizeof(float)) == cudaSuccess ? 0 : -1;
 }
 
+/* Upload expert e from the whole expert's FP4 codes and scales in q (fmt, hidden H, width I): this rank's units
+ * [sh->i0, + sh->ni): rows of w1 and w3 (contiguous), columns of w2 (copied into q->wq, q->ws). */
+static int set_expert_part(moe_cuda_layer *L, int e, quant_scratch *q, const float s2[3], qt_format fmt, int H, int I,
+                           const v4_shard *sh)
+{
+    if (sh->ni == I) return moe_cuda_set_expert_dev(L, e, (const uint8_t *const *)q->dq, (const uint8_t *const *)q->ds, s2);
+    const int blk = fmt == QT_NVFP4 ? 16 : 32, ni = sh->ni, i0 = sh->i0;
+    const uint8_t *dq[3], *ds[3];
+    for (int m = 0; m < 2; m++) {
+        dq[m] = q->dq[m] + (size_t)i0 * H / 2;
+        ds[m] = q->ds[m] + (size_t)i0 * H / blk;
+    }
+    if (cudaMemcpy2D(q->wq, (size_t)ni / 2, q->dq[2] + i0 / 2, (size_t)I / 2, (size_t)ni / 2, (size_t)H,
+                     cudaMemcpyDeviceToDevice) != cudaSuccess ||
+        cudaMemcpy2D(q->ws, (size_t)ni / blk, q->ds[2] + i0 / blk, (size_t)I / blk, (size_t)ni / blk, (size_t)H,
+                     cudaMemcpyDeviceToDevice) != cudaSuccess)
+        return -1;
+    dq[2] = q->wq;
+    ds[2] = q->ws;
+    return moe_cuda_set_expert_dev(L, e, dq, ds, s2);
+}
+
 /* Expert e of a layer whose experts are not FP4: dequantise on the host, NVFP4-quantise on the GPU. */
-static int quantise_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, quant_scratch *q)
+static int quantise_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, quant_scratch *q, const v4_shard *sh)
 {
     const qtensor *w[3] = {&x->w1, &x->w3, &x->w2};
     float s2[3];
@@ -79,11 +109,11 @@ static int quantise_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, quant
             cudaMemcpy(&s2[m], q->d2 + m, sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess)
             return -1;
     }
-    return moe_cuda_set_expert_dev(L, e, (const uint8_t *const *)q->dq, (const uint8_t *const *)q->ds, s2);
+    return set_expert_part(L, e, q, s2, QT_NVFP4, x->w1.cols, x->w1.rows, sh);
 }
 
 /* Expert e of a synthetic model (synth_seed): its codes and scales drawn on the GPU (synthetic.h). */
-static int synth_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, quant_scratch *q)
+static int synth_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, quant_scratch *q, const v4_shard *sh)
 {
     const qtensor *w[3] = {&x->w1, &x->w3, &x->w2};
     float s2[3];
@@ -96,7 +126,27 @@ static int synth_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, quant_sc
             return -1;
         s2[m] = w[m]->scale2;
     }
-    return moe_cuda_set_expert_dev(L, e, (const uint8_t *const *)q->dq, (const uint8_t *const *)q->ds, s2);
+    return set_expert_part(L, e, q, s2, x->w1.fmt, x->w1.cols, x->w1.rows, sh);
+}
+
+/* Expert e stored in the served FP4 format on the host: as is, or this rank's units cut on the host. */
+static int host_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, const v4_shard *sh)
+{
+    const int I = x->w1.rows, H = x->w1.cols;
+    if (sh->ni == I) return moe_cuda_set_expert(L, e, &x->w1, &x->w3, &x->w2);
+    qtensor p[3];
+    int rc = -1;
+    if (!qt_slice(&x->w1, sh->i0, sh->ni, 0, H, &p[0])) {
+        if (!qt_slice(&x->w3, sh->i0, sh->ni, 0, H, &p[1])) {
+            if (!qt_slice(&x->w2, 0, H, sh->i0, sh->ni, &p[2])) {
+                rc = moe_cuda_set_expert(L, e, &p[0], &p[1], &p[2]);
+                qt_free(&p[2]);
+            }
+            qt_free(&p[1]);
+        }
+        qt_free(&p[0]);
+    }
+    return rc;
 }
 
 /* A shared expert that is not FP8: E4M3 codes with one fp32 scale (amax / 448) per 128x128 block. */
@@ -122,9 +172,8 @@ static int fp8_from(const qtensor *src, qtensor *dst)
     return 0;
 }
 
-static int load_shared(moe_cuda_layer *L, const v4_expert_w *s)
+static int load_shared_whole(moe_cuda_layer *L, const qtensor *const w[3])
 {
-    const qtensor *w[3] = {&s->w1, &s->w3, &s->w2};
     if (w[0]->fmt == QT_FP8_B128 && w[1]->fmt == QT_FP8_B128 && w[2]->fmt == QT_FP8_B128)
         return moe_cuda_set_shared(L, w[0], w[1], w[2]);
     qtensor t[3] = {{0}};
@@ -132,6 +181,23 @@ static int load_shared(moe_cuda_layer *L, const v4_expert_w *s)
     if (!fp8_from(w[0], &t[0]) && !fp8_from(w[1], &t[1]) && !fp8_from(w[2], &t[2]))
         rc = moe_cuda_set_shared(L, &t[0], &t[1], &t[2]);
     for (int m = 0; m < 3; m++) { free((void *)t[m].data); free((void *)t[m].scale); }
+    return rc;
+}
+
+/* The shared expert, or this rank's units of it (sh->si0, sh->sni: w1 and w3 rows, w2 columns). */
+static int load_shared(moe_cuda_layer *L, const v4_expert_w *s, const v4_shard *sh)
+{
+    const qtensor *w[3] = {&s->w1, &s->w3, &s->w2};
+    if (sh->sni == s->w1.rows) return load_shared_whole(L, w);
+    const int H = s->w1.cols;
+    qtensor p[3] = {{0}};
+    int rc = -1;
+    if (!qt_slice(w[0], sh->si0, sh->sni, 0, H, &p[0]) && !qt_slice(w[1], sh->si0, sh->sni, 0, H, &p[1]) &&
+        !qt_slice(w[2], 0, H, sh->si0, sh->sni, &p[2])) {
+        const qtensor *pw[3] = {&p[0], &p[1], &p[2]};
+        rc = load_shared_whole(L, pw);
+    }
+    for (int m = 0; m < 3; m++) qt_free(&p[m]);
     return rc;
 }
 
@@ -143,7 +209,8 @@ static float *router_f32(const qtensor *g)
     return o;
 }
 
-static int load_layer(moe_cuda_layer *L, const v4_weights *w, int l, quant_scratch *qs, char *err, size_t errlen)
+static int load_layer(moe_cuda_layer *L, const v4_weights *w, const v4_shard *sh, int l, quant_scratch *qs, char *err,
+                      size_t errlen)
 {
     const v4_config *cfg = &w->cfg;
     const v4_layer_w *Lw = &w->layers[l];
@@ -151,7 +218,7 @@ static int load_layer(moe_cuda_layer *L, const v4_weights *w, int l, quant_scrat
     int keep;
     const qt_format fmt = layer_fp4(Lw, E, &keep);
     moe_cuda_shape s = {
-        .n_experts = E, .hidden = cfg->dim, .inter = cfg->moe_inter, .topk = cfg->n_active,
+        .n_experts = E, .hidden = cfg->dim, .inter = sh->ni, .topk = cfg->n_active,
         .score_func = cfg->score_func == V4_SCORE_SOFTMAX ? MOE_SCORE_SOFTMAX
                       : cfg->score_func == V4_SCORE_SIGMOID ? MOE_SCORE_SIGMOID : MOE_SCORE_SQRTSOFTPLUS,
         .route_scale = cfg->route_scale, .swiglu_limit = cfg->swiglu_limit,
@@ -169,19 +236,18 @@ static int load_layer(moe_cuda_layer *L, const v4_weights *w, int l, quant_scrat
     free(gate);
     if (rc) { snprintf(err, errlen, "cuda backend: layer %d: router upload failed", l); return -1; }
     const int synth = Lw->experts[0].w1.synth_seed != 0;
-    if ((!keep || synth) && !qs->host && qs_init(qs, cfg->dim, cfg->moe_inter)) {
+    if ((!keep || synth || sh->n > 1) && !qs->host && qs_init(qs, cfg->dim, cfg->moe_inter)) {
         snprintf(err, errlen, "cuda backend: out of memory for the load-time NVFP4 quantiser");
         return -1;
     }
     for (int e = 0; e < E; e++) {
         const v4_expert_w *x = &Lw->experts[e];
-        if (synth ? synth_expert(L, e, x, qs)
-                  : keep ? moe_cuda_set_expert(L, e, &x->w1, &x->w3, &x->w2) : quantise_expert(L, e, x, qs)) {
+        if (synth ? synth_expert(L, e, x, qs, sh) : keep ? host_expert(L, e, x, sh) : quantise_expert(L, e, x, qs, sh)) {
             snprintf(err, errlen, "cuda backend: layer %d expert %d: upload to the GPU failed", l, e);
             return -1;
         }
     }
-    if (s.has_shared && load_shared(L, &Lw->shared)) {
+    if (s.has_shared && load_shared(L, &Lw->shared, sh)) {
         snprintf(err, errlen, "cuda backend: layer %d: shared expert upload failed", l);
         return -1;
     }
@@ -198,8 +264,8 @@ static int load_layer(moe_cuda_layer *L, const v4_weights *w, int l, quant_scrat
  * beyond engine.gpu_memory_fraction). SLUICE_CUDA_SHARED_BF16: 0 never, 1 every layer (an open error if one does not
  * fit), unset or "auto": as far as it fits. */
 
-static int add_shared_bf16(moe_cuda_layer *Ls, const int *fast, int n_layers, const v4_weights *w, size_t reserve,
-                           char *err, size_t errlen)
+static int add_shared_bf16(moe_cuda_layer *Ls, const int *fast, int n_layers, const v4_weights *w, const v4_shard *sh,
+                           size_t reserve, char *err, size_t errlen)
 {
     const char *ev = getenv("SLUICE_CUDA_SHARED_BF16");
     int mode = -1;
@@ -226,7 +292,7 @@ static int add_shared_bf16(moe_cuda_layer *Ls, const int *fast, int n_layers, co
                      "SLUICE_CUDA_SHARED_BF16=1)", l, fr >> 20);
             return -1;
         }
-        if (moe_cuda_alloc_shared_bf16(L) || load_shared(L, &w->layers[l].shared)) {
+        if (moe_cuda_alloc_shared_bf16(L) || load_shared(L, &w->layers[l].shared, sh)) {
             snprintf(err, errlen, "cuda backend: layer %d: the shared expert's bf16 copy failed (see the line above)", l);
             return -1;
         }
@@ -239,7 +305,7 @@ static int add_shared_bf16(moe_cuda_layer *Ls, const int *fast, int n_layers, co
 }
 
 /* One line naming the first constraint of the GPU MoE kernels the model does not meet; 0 = fits. */
-static int fast_fits(const v4_weights *w, char *err, size_t errlen)
+static int fast_fits(const v4_weights *w, const v4_shard *sh, char *err, size_t errlen)
 {
     const v4_config *c = &w->cfg;
     const char *k = "the GPU MoE kernels (kernels/moe_kernels.h)";
@@ -248,9 +314,9 @@ static int fast_fits(const v4_weights *w, char *err, size_t errlen)
                  c->dim, k);
         return -1;
     }
-    if (c->moe_inter % 128 || c->moe_inter > 8192) {
-        snprintf(err, errlen, "cuda backend: moe_intermediate_size %d does not fit %s: it must be a multiple of 128 and <= 8192",
-                 c->moe_inter, k);
+    if (sh->ni % 128 || sh->ni > 8192) {
+        snprintf(err, errlen, "cuda backend: moe_intermediate_size %d%s does not fit %s: it must be a multiple of 128 and "
+                 "<= 8192", sh->ni, sh->n > 1 ? " (a GPU's share)" : "", k);
         return -1;
     }
     if (c->n_routed_experts < 1 || c->n_routed_experts > 512 || c->n_active < 1 || c->n_active > 32 ||
@@ -279,27 +345,33 @@ static float *dev_f32(const float *h, size_t n)
     return d;
 }
 
-/* fp32 copy of matrices stacked [count][rows][cols] */
-static float *dev_stack(const qtensor *const *q, int count)
+/* fp32 copy of the windows rows [r0, r0+nr) x cols [c0, c0+nc) of matrices, stacked [count][nr][nc] */
+static float *dev_stack_part(const qtensor *const *q, int count, int r0, int nr, int c0, int nc)
 {
-    const size_t per = (size_t)q[0]->rows * q[0]->cols;
-    float *h = malloc(per * count * sizeof(float));
-    if (!h) return NULL;
-    for (int m = 0; m < count; m++)
-        for (int r = 0; r < q[m]->rows; r++) qt_dequant_row(q[m], r, h + per * m + (size_t)r * q[m]->cols);
-    float *d = dev_f32(h, per * count);
+    const size_t per = (size_t)nr * nc;
+    float *h = malloc(per * count * sizeof(float)), *row = malloc((size_t)q[0]->cols * sizeof(float));
+    float *d = NULL;
+    if (h && row) {
+        for (int m = 0; m < count; m++)
+            for (int r = 0; r < nr; r++) {
+                qt_dequant_row(q[m], r0 + r, row);
+                memcpy(h + per * m + (size_t)r * nc, row + c0, (size_t)nc * sizeof(float));
+            }
+        d = dev_f32(h, per * count);
+    }
     free(h);
+    free(row);
     return d;
 }
 
-static int load_ref(gpu_moe *g, const v4_weights *w, int l, char *err, size_t errlen)
+static int load_ref(gpu_moe *g, const v4_weights *w, const v4_shard *sh, int l, char *err, size_t errlen)
 {
     const v4_config *c = &w->cfg;
     const v4_layer_w *Lw = &w->layers[l];
     v4_moe_ref_w *r = &g->ref[l];
     const int E = c->n_routed_experts;
     r->dim = c->dim;
-    r->inter = c->moe_inter;
+    r->inter = sh->ni;
     r->n_experts = E;
     r->topk = c->n_active;
     r->score_func = c->score_func == V4_SCORE_SOFTMAX ? 1 : c->score_func == V4_SCORE_SIGMOID ? 2 : 0;
@@ -319,18 +391,18 @@ static int load_ref(gpu_moe *g, const v4_weights *w, int l, char *err, size_t er
         r->tid2eid = d;
     }
     for (int e = 0; e < E; e++) q[e] = &Lw->experts[e].w1;
-    r->w1 = dev_stack(q, E);
+    r->w1 = dev_stack_part(q, E, sh->i0, sh->ni, 0, c->dim);
     for (int e = 0; e < E; e++) q[e] = &Lw->experts[e].w3;
-    r->w3 = dev_stack(q, E);
+    r->w3 = dev_stack_part(q, E, sh->i0, sh->ni, 0, c->dim);
     for (int e = 0; e < E; e++) q[e] = &Lw->experts[e].w2;
-    r->w2 = dev_stack(q, E);
+    r->w2 = dev_stack_part(q, E, 0, c->dim, sh->i0, sh->ni);
     free(q);
     if (c->n_shared_experts > 0 && Lw->shared.w1.data) {
         const qtensor *s1 = &Lw->shared.w1, *s3 = &Lw->shared.w3, *s2 = &Lw->shared.w2;
-        r->shared_inter = s1->rows;
-        r->s1 = dev_stack(&s1, 1);
-        r->s3 = dev_stack(&s3, 1);
-        r->s2 = dev_stack(&s2, 1);
+        r->shared_inter = sh->sni;
+        r->s1 = dev_stack_part(&s1, 1, sh->si0, sh->sni, 0, c->dim);
+        r->s3 = dev_stack_part(&s3, 1, sh->si0, sh->sni, 0, c->dim);
+        r->s2 = dev_stack_part(&s2, 1, 0, c->dim, sh->si0, sh->sni);
         if (!r->s1 || !r->s3 || !r->s2) goto oom;
     }
     if (!r->gate || (Lw->gate_bias && !r->bias) || (Lw->tid2eid && !r->tid2eid) || !r->w1 || !r->w3 || !r->w2) goto oom;
@@ -348,17 +420,18 @@ static void free_ref(v4_moe_ref_w *r)
     memset(r, 0, sizeof *r);
 }
 
-int gpu_moe_load(gpu_moe *g, const v4_weights *w, int max_tokens, char *err, size_t errlen)
+int gpu_moe_load(gpu_moe *g, const v4_weights *w, const v4_shard *sh, int max_tokens, char *err, size_t errlen)
 {
     const v4_config *cfg = &w->cfg;
     memset(g, 0, sizeof *g);
+    g->sh = *sh;
     g->n_layers = cfg->n_layers;
     g->L = calloc((size_t)g->n_layers, sizeof *g->L);
     g->ref = calloc((size_t)g->n_layers, sizeof *g->ref);
     g->fast = calloc((size_t)g->n_layers, sizeof *g->fast);
     if (!g->L || !g->ref || !g->fast) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
     char why[256];
-    const int fits = !fast_fits(w, why, sizeof why);
+    const int fits = !fast_fits(w, sh, why, sizeof why);
     quant_scratch qs = {0};
     int first = -1;
     for (int l = 0; l < g->n_layers; l++) {
@@ -368,10 +441,10 @@ int gpu_moe_load(gpu_moe *g, const v4_weights *w, int max_tokens, char *err, siz
             return -1;
         }
         if (fits) {
-            if (load_layer(&g->L[l], w, l, &qs, err, errlen)) { qs_free(&qs); return -1; }
+            if (load_layer(&g->L[l], w, sh, l, &qs, err, errlen)) { qs_free(&qs); return -1; }
             g->fast[l] = 1;
             if (first < 0) first = l;
-        } else if (load_ref(g, w, l, err, errlen)) {
+        } else if (load_ref(g, w, sh, l, err, errlen)) {
             qs_free(&qs);
             return -1;
         }
@@ -390,7 +463,7 @@ int gpu_moe_load(gpu_moe *g, const v4_weights *w, int max_tokens, char *err, siz
 
 int gpu_moe_add_shared_bf16(gpu_moe *g, const v4_weights *w, size_t reserve, char *err, size_t errlen)
 {
-    return add_shared_bf16(g->L, g->fast, g->n_layers, w, reserve, err, errlen);
+    return add_shared_bf16(g->L, g->fast, g->n_layers, w, &g->sh, reserve, err, errlen);
 }
 
 void gpu_moe_free(gpu_moe *g)

@@ -36,6 +36,8 @@ def test(make):
                         "--set", "engine.gpu_memory_fraction=2"]), 1, "engine.gpu_memory_fraction")
     one_line_error(run([worker, "--set", "kafka.bootstrap.servers=x:1", "--set", "model.path=/x",
                         "--set", "engine.deterministic=maybe"]), 1, "engine.deterministic")
+    one_line_error(run([worker, "--set", "kafka.bootstrap.servers=x:1", "--set", "model.path=/x",
+                        "--set", "engine.devices=0,1,0"]), 1, "engine.devices")
     one_line_error(run([worker, "--config", "/nonexistent.conf"]), 1, "cannot open")
     with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as f:
         f.write("kafka.bootstrap.servers=127.0.0.1:1\nmodel.path=%s\nthis line is bad\n" % h.MODEL)

@@ -278,7 +278,7 @@ static void test_fixture(const char *name)
     }
     sl_backend *cpu = sl_backend_cpu_create(&w, &pc, 0, err, sizeof err);
     sl_backend *ref = sl_backend_cpu_create(&w, &pn, 0, err, sizeof err);
-    sl_backend *gpu = sl_backend_cuda_create(&w, &pg, 0, err, sizeof err);
+    sl_backend *gpu = sl_backend_cuda_create(&w, &pg, NULL, err, sizeof err);
     if (!cpu || !ref || !gpu) FAIL("%s: backend: %s", name, err);
     if (ref) sl_backend_cpu_set_gpu_numerics(ref, 1);
     const int V = f.vocab;

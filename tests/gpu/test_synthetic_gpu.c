@@ -71,7 +71,7 @@ int main(void)
         return 1;
     }
     sl_backend *cpu = sl_backend_cpu_create(&w, &pc, 0, err, sizeof err);
-    sl_backend *gpu = cpu ? sl_backend_cuda_create(&w, &pg, 0, err, sizeof err) : NULL;
+    sl_backend *gpu = cpu ? sl_backend_cuda_create(&w, &pg, NULL, err, sizeof err) : NULL;
     if (!cpu || !gpu) { FAIL("backend: %s", err); return 1; }
 
     int32_t *tok = malloc((CTX + DECODE) * sizeof *tok);

@@ -591,6 +591,87 @@ static void test_attention(int ratio, int n, int pos0, int scratch_rows, int spl
     cudaFree(o.dbuf);
 }
 
+/* The all-reduces: the in-place one over n buffers of one stream, and the peer one with two ranks on this GPU's two
+ * streams (its blocks wait for each other, so both launches must be resident at once: 2 x V4_AR_BLOCKS blocks), over
+ * three consecutive launches alternating the inputs as the backend does; every result bit-equal to the sum in rank
+ * order. Then a rank alone: its wait times out and it names the missing rank in the fault word. */
+static void test_allreduce(int n, size_t count)
+{
+    float *h = malloc((size_t)n * count * sizeof(float)), *want = malloc(count * sizeof(float));
+    float *got = malloc(count * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * count; i++) h[i] = urand() * 8;
+    for (size_t i = 0; i < count; i++) {
+        float s = h[i];
+        for (int r = 1; r < n; r++) s += h[(size_t)r * count + i];
+        want[i] = s;
+    }
+    v4_ar_local a = {.n = n};
+    for (int r = 0; r < n; r++) a.buf[r] = dup_dev(h + (size_t)r * count, count * sizeof(float));
+    int bad = v4_allreduce_local(&a, count, 0) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess;
+    for (int r = 0; r < n && !bad; r++) {
+        cudaMemcpy(got, a.buf[r], count * sizeof(float), cudaMemcpyDeviceToHost);
+        bad |= memcmp(got, want, count * sizeof(float)) != 0;
+    }
+    if (bad) FAIL("all-reduce in place, %d ranks, %zu floats: not the rank-order sum on every rank", n, count);
+    for (int r = 0; r < n; r++) cudaFree(a.buf[r]);
+
+    /* two ranks, two streams; launch k reads input k % 2 */
+    cudaStream_t st[2];
+    float *in[2][2], *out[2];
+    unsigned *inbox[2], *epoch[2], *fault;
+    cudaHostAlloc((void **)&fault, sizeof(unsigned), cudaHostAllocMapped);
+    *fault = 0;
+    for (int r = 0; r < 2; r++) {
+        cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking);
+        for (int b = 0; b < 2; b++) in[r][b] = dup_dev(h + (size_t)r * count, count * sizeof(float));
+        cudaMalloc((void **)&out[r], count * sizeof(float));
+        cudaMalloc((void **)&inbox[r], V4_AR_BLOCKS * V4_AR_MAX_RANKS * sizeof(unsigned));
+        cudaMalloc((void **)&epoch[r], V4_AR_BLOCKS * sizeof(unsigned));
+        cudaMemset(inbox[r], 0, V4_AR_BLOCKS * V4_AR_MAX_RANKS * sizeof(unsigned));
+        cudaMemset(epoch[r], 0, V4_AR_BLOCKS * sizeof(unsigned));
+    }
+    float s2[1];
+    bad = cudaDeviceSynchronize() != cudaSuccess;
+    for (int k = 0; k < 3 && !bad; k++) {
+        v4_ar_peer p = {.n = 2, .fault = fault, .timeout_ns = 5000000000ull};
+        for (int r = 0; r < 2; r++) {
+            p.in[r] = in[r][k % 2];
+            p.inbox[r] = inbox[r];
+        }
+        for (int r = 1; r >= 0; r--) {
+            p.me = r;
+            p.epoch = epoch[r];
+            bad |= v4_allreduce_peer(&p, count, out[r], st[r]) != cudaSuccess;
+        }
+        bad |= cudaDeviceSynchronize() != cudaSuccess || *fault != 0;
+        for (int r = 0; r < 2 && !bad; r++) {
+            cudaMemcpy(got, out[r], count * sizeof(float), cudaMemcpyDeviceToHost);
+            for (size_t i = 0; i < count && !bad; i++) {
+                s2[0] = h[i] + h[count + i];
+                bad |= memcmp(&got[i], s2, sizeof(float)) != 0;
+            }
+        }
+    }
+    if (bad) FAIL("peer all-reduce, 2 ranks on two streams, %zu floats: wrong sum or a fault (%u)", count, *fault);
+    /* rank 0 alone: times out waiting for rank 1 */
+    v4_ar_peer p = {.n = 2, .me = 0, .in = {in[0][0], in[1][0]}, .inbox = {inbox[0], inbox[1]}, .epoch = epoch[0],
+                    .fault = fault, .timeout_ns = 2000000ull};
+    if (v4_allreduce_peer(&p, count, out[0], st[0]) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
+        *fault != 2)
+        FAIL("peer all-reduce with a missing rank: fault word %u, want 2 (1 + the missing rank)", *fault);
+    for (int r = 0; r < 2; r++) {
+        for (int b = 0; b < 2; b++) cudaFree(in[r][b]);
+        cudaFree(out[r]);
+        cudaFree(inbox[r]);
+        cudaFree(epoch[r]);
+        cudaStreamDestroy(st[r]);
+    }
+    cudaFreeHost(fault);
+    free(h);
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -598,6 +679,9 @@ int main(void)
         printf("no CUDA device: skipped\n");
         return 77;
     }
+    test_allreduce(2, 4096);
+    test_allreduce(3, 64 * 4096 + 3);
+    test_allreduce(8, 1000);
     const int ns[] = {5, 512, 513, 600, 2048, 3000, 16384, 16385, 65536};
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) test_topk(ns[i], 512);
     test_sample(129280);
