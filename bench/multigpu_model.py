@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Byte and collective-latency model of a V4-Flash decode step spread over the GPUs of one host (issue: expert and
-tensor parallelism over NCCL). It chooses the layout before any multi-GPU code exists; nothing here is measured.
+tensor parallelism over NCCL). It chose the layout the cuda backend builds (engine/shard.h, tp-etp below); nothing
+here is measured.
 
 Per GPU and step it counts the bytes that GPU must read (the same byte model as `sluice-bench decode`'s floor:
 dense weights in the checkpoint's dtypes, the shared expert, the routed experts touched under uniform top-6 routing
@@ -17,6 +18,11 @@ per sequence, the bf16 head) and the collectives on the step's critical path, fo
                  output projection), routed experts split, the shared expert split; what every head needs whole
                  (wq_a, wkv, the compressors, the indexer) and the one shared KV head's state on every GPU; two
                  all-reduces a layer.
+  (Where experts are placed whole, the step waits for the GPU whose experts the batch touches most: at batch 1 the
+  six experts rarely split evenly; on 2 GPUs the busier reads 3.9 of them on average, not 3.)
+  tp-etp         tp-ep with every expert, routed and shared, split N ways along its intermediate units instead of
+                 placed whole: every GPU reads 1/N of each touched expert, so the GPUs are even at any batch, and no
+                 token moves between GPUs before the MoE (the built layout).
 
 time = bytes / read rate + collectives x latency (no overlap of the two, no launch gaps: a floor). The read rate
 and the latency are arguments: the defaults are an H200's measured read ceiling (4.5 TB/s) and 10 us for a small
@@ -28,6 +34,7 @@ Usage: python3 bench/multigpu_model.py [--gpus 1,2,4] [--batches 1,64,256] [--co
 """
 import argparse
 import json
+import random
 
 # V4-Flash (shared/reference/v4_flash_config.json)
 D, H, HD, QL, G, OL = 4096, 64, 512, 1024, 8, 1024
@@ -44,6 +51,23 @@ def ratio(layer):
 def touched(experts, batch):
     """Expected experts read among `experts` of E under uniform top-6 routing of `batch` tokens."""
     return experts * (1.0 - ((E - ACTIVE) / E) ** batch)
+
+
+def busiest(n, batch, trials=400):
+    """Expected experts touched on the busiest of n GPUs holding E/n whole experts each, uniform top-6 routing of
+    `batch` tokens (Monte Carlo with a fixed seed: the same figure every run)."""
+    if n == 1:
+        return touched(E, batch)
+    rng, per, acc = random.Random(1), E // n, 0
+    for _ in range(trials):
+        hit = set()
+        for _ in range(batch):
+            hit.update(rng.sample(range(E), ACTIVE))
+        counts = [0] * n
+        for e in hit:
+            counts[e // per] += 1
+        acc += max(counts)
+    return acc / trials
 
 
 def layer_parts(r):
@@ -76,18 +100,22 @@ def step(layout, n, batch, ctx, layers):
     """(bytes per GPU, collectives on the critical path) of one decode step."""
     total, coll = 0.0, 0
     local_batch = batch if layout == "ep-replicated" else -(-batch // n)   # ep-dp: the busiest GPU's share
+    most = busiest(n, batch) if layout != "tp-etp" else 0.0   # whole experts: the busiest GPU's
     for layer in range(layers):
         heads, rest, small, shared, expert, state = layer_parts(ratio(layer))
         if layout == "ep-replicated":
-            total += heads + rest + small + shared + touched(E / n, batch) * expert + batch * state(ctx)
+            total += heads + rest + small + shared + most * expert + batch * state(ctx)
             coll += 1 if n > 1 else 0
         elif layout == "ep-dp":
-            total += heads + rest + small + shared + touched(E / n, batch) * expert + local_batch * state(ctx)
+            total += heads + rest + small + shared + most * expert + local_batch * state(ctx)
             coll += 2 if n > 1 else 0
-        else:  # tp-ep
-            total += heads / n + rest + small + shared / n + touched(E / n, batch) * expert + batch * state(ctx)
+        elif layout == "tp-ep":
+            total += heads / n + rest + small + shared / n + most * expert + batch * state(ctx)
             coll += 2 if n > 1 else 0
-    head = VOCAB * D * 2 / (n if layout == "tp-ep" else 1)
+        else:  # tp-etp
+            total += heads / n + rest + small + shared / n + touched(E, batch) * expert / n + batch * state(ctx)
+            coll += 2 if n > 1 else 0
+    head = VOCAB * D * 2 / (n if layout.startswith("tp-") else 1)
     return total + head, coll
 
 
@@ -107,7 +135,7 @@ def main():
     print("V4-Flash, %d layers, context %d, %.2f TB/s a GPU, %.1f us a collective (a floor: no overlap, no gaps)"
           % (a.layers, a.context, a.tbps, a.latency))
     print("%-14s %4s %6s %10s %11s %12s %9s" % ("layout", "gpus", "batch", "GB/GPU", "bytes ms", "collectives", "TPOT ms"))
-    for layout in ("ep-replicated", "ep-dp", "tp-ep"):
+    for layout in ("ep-replicated", "ep-dp", "tp-ep", "tp-etp"):
         for n in gpus:
             if n == 1 and layout != "ep-replicated":
                 continue

@@ -19,6 +19,13 @@
  * where asked for, come back, with the step's one sync. Activations feeding a projection are bf16,
  * everything else fp32. A step with more than `cap` tokens runs as consecutive sub-steps of at most
  * cap tokens (splitting a span is the same as chunked prefill), so every buffer is sized once at open.
+ *
+ * Several GPUs (engine.devices): one cuda_impl per rank, rank 0 the backend's, holding the others; each rank loads its
+ * share (engine/shard.h: heads and every expert's units; the rest and every sequence's state whole) and runs every
+ * sublayer on the same inputs, its output a partial sum that one all-reduce per sublayer completes (v4_allreduce.cu:
+ * one-shot over peer access between GPUs, in place where every rank shares one GPU and one stream). Rank 0 builds
+ * the step's layout (each rank gets a copy), owns the graphs (one per stream), runs the head and sampling, and checks
+ * after the step that no all-reduce gave up waiting for a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -1403,28 +1410,10 @@ static int load_rank(cuda_impl *k, char *err, size_t errlen)
     return gpu_moe_add_shared_bf16(&k->moe, w, reserve_bytes(k), err, errlen);
 }
 
-/* The GPUs the ranks run on: opts->devices, or every visible one; each pair of distinct ones must reach each other's
- * memory (the all-reduce reads its peers' partial sums). Returns the count and *distinct, or -1 with err. */
-static int pick_devices(const sl_cuda_opts *o, int *dev, int *distinct, char *err, size_t errlen)
+/* Whether every pair of dev[0..n) reaches the other's memory; enables it. 0, or -1 with err. */
+static int peer_access(const int *dev, int n, char *err, size_t errlen)
 {
-    int ndev = 0;
-    cudaError_t ce = cudaGetDeviceCount(&ndev);
-    if (ce != cudaSuccess || ndev < 1) {
-        snprintf(err, errlen, "cuda backend: no CUDA device available (%s)",
-                 ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
-        return -1;
-    }
-    int n = o && o->n_devices > 0 ? o->n_devices : ndev < SL_MAX_RANKS ? ndev : SL_MAX_RANKS;
-    for (int r = 0; r < n; r++) {
-        dev[r] = o && o->n_devices > 0 ? o->devices[r] : r;
-        if (dev[r] < 0 || dev[r] >= ndev) {
-            snprintf(err, errlen, "cuda backend: engine.devices names GPU %d; this machine has %d (0..%d)", dev[r], ndev,
-                     ndev - 1);
-            return -1;
-        }
-    }
-    *distinct = n > 1 && dev[1] != dev[0];
-    for (int i = 0; i < n && *distinct; i++)
+    for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
             int ok = 0;
             if (i == j) continue;
@@ -1434,7 +1423,7 @@ static int pick_devices(const sl_cuda_opts *o, int *dev, int *distinct, char *er
                 return -1;
             }
             cudaSetDevice(dev[i]);
-            ce = cudaDeviceEnablePeerAccess(dev[j], 0);
+            const cudaError_t ce = cudaDeviceEnablePeerAccess(dev[j], 0);
             if (ce == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
             else if (ce != cudaSuccess) {
                 snprintf(err, errlen, "cuda backend: peer access from GPU %d to %d: %s", dev[i], dev[j],
@@ -1442,6 +1431,45 @@ static int pick_devices(const sl_cuda_opts *o, int *dev, int *distinct, char *er
                 return -1;
             }
         }
+    return 0;
+}
+
+/* The GPUs the ranks run on: opts->devices; by default the most visible GPUs (at most SL_MAX_RANKS) that the model's
+ * split divides and that reach each other's memory (else GPU 0 alone, saying so). Distinct GPUs must reach each
+ * other's memory (the all-reduce reads its peers' partial sums). Returns the count and *distinct, or -1 with err. */
+static int pick_devices(const sl_cuda_opts *o, const v4_config *cfg, int shared_inter, int *dev, int *distinct,
+                        char *err, size_t errlen)
+{
+    int ndev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess || ndev < 1) {
+        snprintf(err, errlen, "cuda backend: no CUDA device available (%s)",
+                 ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+        return -1;
+    }
+    const int given = o && o->n_devices > 0;
+    int n = given ? o->n_devices : ndev < SL_MAX_RANKS ? ndev : SL_MAX_RANKS;
+    for (int r = 0; r < n; r++) {
+        dev[r] = given ? o->devices[r] : r;
+        if (dev[r] < 0 || dev[r] >= ndev) {
+            snprintf(err, errlen, "cuda backend: engine.devices names GPU %d; this machine has %d (0..%d)", dev[r], ndev,
+                     ndev - 1);
+            return -1;
+        }
+    }
+    if (!given) {   /* the most GPUs the heads, groups and expert widths divide */
+        v4_shard sh;
+        char why[256];
+        while (n > 1 && v4_shard_plan(cfg, shared_inter, n, 0, &sh, why, sizeof why)) n--;
+    }
+    *distinct = n > 1 && dev[1] != dev[0];
+    if (*distinct && peer_access(dev, n, err, errlen)) {
+        if (given) return -1;
+        fprintf(stderr, "%s: running on GPU %d alone (engine.devices chooses)\n", err, dev[0]);
+        n = 1;
+        *distinct = 0;
+    }
+    cudaSetDevice(dev[0]);
     return n;
 }
 
@@ -1456,9 +1484,9 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, con
         return NULL;
     }
     int dev[SL_MAX_RANKS], distinct = 0;
-    const int n = pick_devices(o, dev, &distinct, err, errlen);
-    if (n < 0) return NULL;
     const int shared_inter = w->cfg.n_shared_experts > 0 && w->layers[0].shared.w1.data ? w->layers[0].shared.w1.rows : 0;
+    const int n = pick_devices(o, &w->cfg, shared_inter, dev, &distinct, err, errlen);
+    if (n < 0) return NULL;
     sl_backend *be = calloc(1, sizeof *be);
     cuda_impl *c = NULL;
     if (!be) {

@@ -37,6 +37,7 @@
 #define GEN 32
 
 static int failures = 0;
+static const sl_cuda_opts one_gpu = {.n_devices = 1};   /* GPU 0 alone (test_multigpu.c splits the model) */
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); failures++; } while (0)
 
 /* Rows of prompt p (teacher-forced) in spans of `chunk` tokens (0 = whole). */
@@ -134,6 +135,7 @@ static sl_engine *open_engine(const char *dir, const char *backend, size_t state
     o.state_bytes = state_bytes;
     o.max_batch = max_batch;
     o.deterministic = g_deterministic;
+    o.devices = "0";
     sl_engine *e;
     char err[256];
     if (sl_engine_open(&o, &e, err, sizeof err)) { FAIL("engine open (%s): %s", backend, err); return NULL; }
@@ -278,7 +280,7 @@ static void test_fixture(const char *name)
     }
     sl_backend *cpu = sl_backend_cpu_create(&w, &pc, 0, err, sizeof err);
     sl_backend *ref = sl_backend_cpu_create(&w, &pn, 0, err, sizeof err);
-    sl_backend *gpu = sl_backend_cuda_create(&w, &pg, NULL, err, sizeof err);
+    sl_backend *gpu = sl_backend_cuda_create(&w, &pg, &one_gpu, err, sizeof err);
     if (!cpu || !ref || !gpu) FAIL("%s: backend: %s", name, err);
     if (ref) sl_backend_cpu_set_gpu_numerics(ref, 1);
     const int V = f.vocab;

@@ -26,6 +26,7 @@
 #define MAX_REL_L2 2e-2
 
 static int failures = 0;
+static const sl_cuda_opts one_gpu = {.n_devices = 1};   /* GPU 0 alone (test_multigpu.c splits the model) */
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); failures++; } while (0)
 
 static double now_s(void)
@@ -71,7 +72,7 @@ int main(void)
         return 1;
     }
     sl_backend *cpu = sl_backend_cpu_create(&w, &pc, 0, err, sizeof err);
-    sl_backend *gpu = cpu ? sl_backend_cuda_create(&w, &pg, NULL, err, sizeof err) : NULL;
+    sl_backend *gpu = cpu ? sl_backend_cuda_create(&w, &pg, &one_gpu, err, sizeof err) : NULL;
     if (!cpu || !gpu) { FAIL("backend: %s", err); return 1; }
 
     int32_t *tok = malloc((CTX + DECODE) * sizeof *tok);
