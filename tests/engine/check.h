@@ -1,8 +1,9 @@
-/* check.h — minimal assertions for the engine unit tests: count failures, print where. */
+/* check.h — minimal assertions for the engine unit tests (count failures, print where) and their random inputs. */
 #ifndef SLUICE_TEST_CHECK_H
 #define SLUICE_TEST_CHECK_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 static int check_failures = 0;
@@ -35,6 +36,18 @@ static int check_failures = 0;
             check_failures++;                                                                         \
         }                                                                                             \
     } while (0)
+
+/* xorshift32 test inputs: fresh random values, the same every run */
+static uint32_t check_rng = 0x9E3779B9u;
+static inline uint32_t rnd(void)
+{
+    check_rng ^= check_rng << 13;
+    check_rng ^= check_rng >> 17;
+    check_rng ^= check_rng << 5;
+    return check_rng;
+}
+/* uniform in [-1, 1) */
+static inline float rndf(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }
 
 #define CHECK_DONE()                                                     \
     do {                                                                 \

@@ -9,15 +9,6 @@
 
 #include "nvfp4_gold.h"
 
-static uint32_t rng_state = 0x9E3779B9u;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
-}
-static float rndf(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }
 
 static float bits(uint32_t b)
 {

@@ -11,15 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t rng_state = 0x2545F491u;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
-}
-static float rndf(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }
 
 /* A random [rows x cols] tensor in fmt (finite values, scales near 1). Free with qt_free. */
 static void make(qtensor *q, qt_format fmt, int rows, int cols, int f32_scales)
