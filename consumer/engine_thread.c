@@ -26,6 +26,8 @@ struct eng_thread {
     eng_event *evs;                  /* under mu */
     int n_evs, cap_evs;
     eng_stats stats;                 /* under mu */
+    int fault;                       /* under mu: a step failed (a device fault); its requests are gone */
+    char fault_why[160];
     /* engine-thread private */
     active_req *act;
     int n_act, cap_act;
@@ -66,8 +68,11 @@ static active_req *find_req(eng_thread *t, uint64_t req) {
     return NULL;
 }
 
-static void run_cmd(eng_thread *t, eng_cmd *c) {
-    if (c->kind == ECMD_SUBMIT) {
+static void run_cmd(eng_thread *t, eng_cmd *c, int faulted) {
+    if (c->kind == ECMD_SUBMIT && faulted) {   /* the worker hands the job back */
+        free(c->prompt);
+        free((void *)c->s.stop_ids);
+    } else if (c->kind == ECMD_SUBMIT) {
         uint64_t req;
         char err[160];
         if (sl_engine_submit(t->e, c->prompt, c->n_prompt, &c->s, (uint64_t)(uintptr_t)c->tag, &req, err,
@@ -124,6 +129,22 @@ static void drain_engine(eng_thread *t) {
     }
 }
 
+/* After a failed step: the engine finished every request with ERROR; none of them is the job's fault, so no finish
+ * goes out as a result: the worker hands the jobs back (eng_thread_fault). */
+static void drain_fault(eng_thread *t) {
+    sl_event ev;
+    char why[160] = "";
+    while (sl_engine_poll(t->e, &ev) == 1) {
+        if (ev.kind != SL_EV_FINISH) continue;
+        if (!why[0] && ev.error) snprintf(why, sizeof(why), "%s", ev.error);
+    }
+    t->n_act = 0;   /* the engine holds no request any more */
+    pthread_mutex_lock(&t->mu);
+    t->fault = 1;
+    snprintf(t->fault_why, sizeof(t->fault_why), "%s", why[0] ? why : "engine step failed");
+    pthread_mutex_unlock(&t->mu);
+}
+
 static void *thread_main(void *arg) {
     eng_thread *t = arg;
     eng_cmd *cmds = NULL;
@@ -145,14 +166,15 @@ static void *thread_main(void *arg) {
         cap_cmds = c;
         pthread_mutex_unlock(&t->mu);
 
-        for (int i = 0; i < n; i++) run_cmd(t, &cmds[i]);
+        pthread_mutex_lock(&t->mu);
+        const int faulted = t->fault;
+        pthread_mutex_unlock(&t->mu);
+        for (int i = 0; i < n; i++) run_cmd(t, &cmds[i], faulted);
         double t0 = mono_ms();
         int ran = 0;
-        if (sl_engine_active(t->e) > 0) {
-            ran = sl_engine_step(t->e);
-            if (ran < 0) fprintf(stderr, "sluice-worker: engine step failed; its requests finish with ERROR\n");
-        }
-        drain_engine(t);
+        if (!faulted && sl_engine_active(t->e) > 0) ran = sl_engine_step(t->e);
+        if (ran < 0) drain_fault(t);
+        else drain_engine(t);
         double dt = mono_ms() - t0;
         sl_engine_stats es;
         sl_engine_get_stats(t->e, &es);
@@ -162,10 +184,10 @@ static void *thread_main(void *arg) {
         t->stats.steps += ran > 0;
         t->stats.busy_s += dt * 1e-3;
         t->stats.batch = t->n_act > 0 && ran > 0 ? ran : 0;
-        int wake = 0;
+        int wake = ran < 0;
         if (t->n_out > 0) {
             if (grow((void **)&t->evs, &t->cap_evs, t->n_evs + t->n_out, sizeof(eng_event))) abort();
-            wake = t->n_evs == 0;
+            wake |= t->n_evs == 0;
             memcpy(t->evs + t->n_evs, t->out, (size_t)t->n_out * sizeof(eng_event));
             t->n_evs += t->n_out;
             t->n_out = 0;
@@ -243,6 +265,14 @@ int eng_thread_take(eng_thread *t, eng_event **evs) {
     }
     pthread_mutex_unlock(&t->mu);
     return n;
+}
+
+int eng_thread_fault(eng_thread *t, char *why, size_t n) {
+    pthread_mutex_lock(&t->mu);
+    const int f = t->fault;
+    if (f && why && n) snprintf(why, n, "%s", t->fault_why);
+    pthread_mutex_unlock(&t->mu);
+    return f;
 }
 
 void eng_thread_stats(eng_thread *t, eng_stats *out) {

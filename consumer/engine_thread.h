@@ -9,6 +9,7 @@
 #ifndef SLUICE_ENGINE_THREAD_H
 #define SLUICE_ENGINE_THREAD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine.h"
@@ -45,6 +46,9 @@ void eng_thread_stop(eng_thread *t);
 int eng_thread_send(eng_thread *t, const eng_cmd *cmds, int n);   /* 0 or -1 (out of memory) */
 /* Take every pending event; *evs is malloc'ed (caller frees). Returns the count. */
 int eng_thread_take(eng_thread *t, eng_event **evs);
+/* 1 (and the engine's one line in why) once a step has failed: a device fault, not the jobs'. The failed step's
+ * requests send no finish (the caller hands their jobs back), and later submits are dropped unanswered; 0 before. */
+int eng_thread_fault(eng_thread *t, char *why, size_t n);
 /* Engine statistics for /metrics: the engine's counters as of its last step (the engine is not
  * thread-safe, so the engine thread copies them after each step), plus the thread's own. */
 typedef struct {

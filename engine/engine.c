@@ -59,6 +59,7 @@ struct sl_engine {
     float *lbuf; size_t cap_lbuf;
     sl_engine_stats stats;
     char err[256];           /* text of the last backend failure (FINISH ERROR events point here) */
+    uint64_t fail_step;      /* SLUICE_FAIL_STEP: the step whose forward fails as a device fault would (0: none) */
 };
 
 const char *sl_finish_reason_name(sl_finish_reason r) {
@@ -256,6 +257,8 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
     if (e->o.prefill_chunk <= 0) e->o.prefill_chunk = INT_MAX;
     if (e->o.state_bytes == 0) e->o.state_bytes = (size_t)1 << 30;
     e->next_id = 1;
+    const char *fs = getenv("SLUICE_FAIL_STEP");
+    if (fs && *fs) e->fail_step = strtoull(fs, NULL, 10);
 
     const int synth = !strncmp(opts->model_path, "synthetic:", 10);
     if (synth ? v4_weights_synthetic(opts->model_path + 10, strcmp(bk, "cuda") != 0, &e->w, err, errlen)
@@ -518,6 +521,12 @@ int sl_engine_step(sl_engine *e) {
     }
 
     /* 3. run */
+    if (e->fail_step && e->stats.steps + 1 == e->fail_step) {
+        snprintf(e->err, sizeof e->err, "%s backend: step %llu failed (injected: SLUICE_FAIL_STEP)", e->be->ops->name,
+                 (unsigned long long)e->fail_step);
+        fail_all(e, e->err);
+        return -1;
+    }
     if (e->be->ops->forward(e->be, e->spans, ns, e->err, sizeof e->err)) {
         fail_all(e, e->err);
         return -1;

@@ -99,7 +99,8 @@ int sl_engine_submit(sl_engine *e, const int32_t *prompt, int n_prompt, const sl
 void sl_engine_finish(sl_engine *e, uint64_t req, sl_finish_reason reason);
 
 /* Run one scheduler step. Returns the number of sequences that ran (0 = idle) or -1 on a backend
- * failure (then every request gets a FINISH with ERROR). */
+ * failure (then every request gets a FINISH with ERROR). Tests of what a caller does then: the environment variable
+ * SLUICE_FAIL_STEP=N, read at open, fails the Nth step that runs sequences that way (a device fault's stand-in). */
 int sl_engine_step(sl_engine *e);
 /* Take the next event; 1 = got one, 0 = none left. */
 int sl_engine_poll(sl_engine *e, sl_event *ev);

@@ -4,7 +4,8 @@
  *
  * Exit status: 0 after a clean drain (SIGTERM/SIGINT), 1 on a fatal start-up error (bad config,
  * unreachable Redis, model that fails to load, Kafka client setup, no broker answering within
- * kafka.startup_timeout_ms), 2 on bad usage.
+ * kafka.startup_timeout_ms) or when the engine fails a step (a GPU fault: the results already produced go out, every
+ * unfinished job is handed back for another worker), 2 on bad usage.
  */
 #include <errno.h>
 #include <poll.h>
@@ -226,6 +227,13 @@ int main(int argc, char **argv) {
         wj_claim_round(&w, 0);
         wj_send_cmds(&w);
         wj_engine_events(&w);
+        char why[160];
+        if (eng_thread_fault(w.eng, why, sizeof why)) {   /* its jobs are not at fault: hand them all back */
+            wlog(&w, L_ERROR, "engine failed: %s; handing back %d unfinished jobs and stopping", why, wj_live(&w));
+            grace_end = now + 1000;   /* time to deliver the results already produced */
+            rc = 1;
+            break;
+        }
         rd_kafka_poll(w.producer, 0);
         wj_flush_done(&w);
         wj_timers(&w);

@@ -217,7 +217,8 @@ class Env:
         self.redis_proc.kill()
         self.redis_proc.wait()
 
-    def start_worker(self, wid, **settings):
+    def start_worker(self, wid, _env=None, **settings):
+        """A worker with these settings (--set key=value); _env: extra environment variables."""
         conf = {"kafka.bootstrap.servers": self.brokers, "kafka.group.id": self.group,
                 "kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500",
                 "redis.url": "redis://127.0.0.1:%d" % self.redis_port, "model.path": MODEL, "worker.id": wid,
@@ -227,7 +228,8 @@ class Env:
         for k, v in conf.items():
             args += ["--set", "%s=%s" % (k, v)]
         errpath = os.path.join(self.dir, "worker-%s-%d.err" % (wid, len(self.procs)))
-        p = subprocess.Popen(args, stdout=open(errpath + ".out", "w"), stderr=open(errpath, "w"))
+        p = subprocess.Popen(args, stdout=open(errpath + ".out", "w"), stderr=open(errpath, "w"),
+                             env=dict(os.environ, **_env) if _env else None)
         p.errpath = errpath
         self.procs.append(p)
         self.workers[wid] = p
