@@ -28,6 +28,7 @@
  * after the step that no all-reduce gave up waiting for a GPU.
  */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,7 @@ typedef struct cuda_impl {
     int ar_peer;                            /* the ranks' GPUs are distinct (v4_allreduce_peer) */
     unsigned *ar_inbox, *ar_epoch;          /* v4_ar_peer's flags and launch counters on this rank's GPU */
     unsigned *ar_fault;                     /* rank 0: host-mapped word a timed-out all-reduce sets */
+    char broken[160];                       /* rank 0: non-empty once a GPU hangs (ar_reset): every step fails so */
     cu_layer *L;
     gpu_moe moe;
     void *embed;
@@ -855,15 +857,34 @@ static int pow2_at_least(int v)
     return p;
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* Make the all-reduce's flags and counters fresh on every rank (after a step failed: the ranks may have run different
- * numbers of all-reduces). Waits for every GPU (a rank still waiting gives up within AR_TIMEOUT_NS). */
+ * numbers of all-reduces), once every stream is idle (a rank still waiting gives up within AR_TIMEOUT_NS). A GPU
+ * still busy after that hangs: the backend is broken, and every later step fails at once with that line. */
 static void ar_reset(cuda_impl *c)
 {
     if (!c->ar_peer) return;
+    const double deadline = mono_s() + 2 * AR_TIMEOUT_NS * 1e-9;
     for (int r = c->n_ranks - 1; r >= 0; r--) {
         const cuda_impl *k = c->rk[r];
         on(k);
-        cudaDeviceSynchronize();
+        while (cudaStreamQuery(k->st) == cudaErrorNotReady && mono_s() < deadline) sched_yield();
+        if (cudaStreamQuery(k->st) == cudaErrorNotReady) {
+            snprintf(c->broken, sizeof c->broken, "cuda backend: GPU %d (rank %d) hangs; the engine cannot step again",
+                     k->dev, r);
+            on(c);
+            return;
+        }
+    }
+    for (int r = c->n_ranks - 1; r >= 0; r--) {
+        const cuda_impl *k = c->rk[r];
+        on(k);
         cudaMemset(k->ar_inbox, 0, V4_AR_BLOCKS * V4_AR_MAX_RANKS * sizeof(unsigned));
         cudaMemset(k->ar_epoch, 0, V4_AR_BLOCKS * sizeof(unsigned));
         cudaDeviceSynchronize();
@@ -871,17 +892,22 @@ static void ar_reset(cuda_impl *c)
     *(volatile unsigned *)c->ar_fault = 0;
 }
 
-/* After rank 0's stream is done: the other ranks' streams, and whether an all-reduce gave up waiting for a GPU. */
+/* After rank 0's stream is done: the other ranks' streams, each given AR_TIMEOUT_NS more (they ran the same
+ * all-reduces, so they are at most a little behind; one that never finishes is a GPU that hangs, and the step fails
+ * rather than the engine), and whether an all-reduce gave up waiting for a GPU. */
 static int sync_ranks(cuda_impl *c, char *err, size_t errlen)
 {
     int rc = 0;
+    const double deadline = mono_s() + AR_TIMEOUT_NS * 1e-9;
     for (int r = 1; r < c->n_ranks; r++) {
         const cuda_impl *k = c->rk[r];
         if (!k->own_stream) continue;
         on(k);
-        const cudaError_t e = cudaStreamSynchronize(k->st);
+        cudaError_t e;
+        while ((e = cudaStreamQuery(k->st)) == cudaErrorNotReady && mono_s() < deadline) sched_yield();
         if (e != cudaSuccess && !rc) {
-            snprintf(err, errlen, "cuda backend: GPU %d (rank %d): the step failed: %s", k->dev, r, cudaGetErrorString(e));
+            snprintf(err, errlen, "cuda backend: GPU %d (rank %d): the step failed: %s", k->dev, r,
+                     e == cudaErrorNotReady ? "it did not finish within 10 s of the others" : cudaGetErrorString(e));
             rc = -1;
         }
     }
@@ -1100,6 +1126,10 @@ static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
 static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, size_t errlen)
 {
     cuda_impl *c = be->impl;
+    if (c->broken[0]) {
+        snprintf(err, errlen, "%s", c->broken);
+        return -1;
+    }
     on(c);   /* the thread that steps need not be the one that opened the backend */
     c->sublayers = be->sublayers;
     piece *pc = malloc((size_t)(n_spans > 0 ? n_spans : 1) * sizeof *pc);
