@@ -259,9 +259,11 @@ int bench_decode(int argc, char **argv)
     if (v4_pool_init(&pool, cfg, (size_t)120 << 30, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     sl_backend *be = sl_backend_cuda_create(&w, &pool, &copts, err, sizeof err);
     if (!be) { fprintf(stderr, "sluice-bench decode: %s\n", err); return 1; }
-    int n_dev = copts.n_devices;
-    if (!n_dev && cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > SL_MAX_RANKS) n_dev = SL_MAX_RANKS;
-    if (n_dev > 1) printf("the model split across %d GPUs (engine/shard.h); floors are rank 0's bytes\n", n_dev);
+    int n_gpus = 1;
+    const int n_dev = sl_backend_cuda_ranks(be, &n_gpus);   /* the ranks the backend chose */
+    if (n_dev > 1)
+        printf("the model split %d ways (engine/shard.h) on %d GPU%s; floors are rank 0's bytes\n", n_dev, n_gpus,
+               n_gpus > 1 ? "s" : "");
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
     printf("synthetic %s: %d layers, %s experts, loaded in %.1f s; state budget %.1f GiB, GPU %.1f of %.1f GiB free\n",
@@ -434,7 +436,8 @@ int bench_decode(int argc, char **argv)
         json_object_set_new(o, "commit", json_string(commit));
         json_object_set_new(o, "command", json_string(cmd));
         json_object_set_new(o, "read_ceiling_tb_per_s", json_real(ceiling));
-        json_object_set_new(o, "devices", json_integer(n_dev));
+        json_object_set_new(o, "devices", json_integer(n_gpus));
+        json_object_set_new(o, "ranks", json_integer(n_dev));
         json_t *m = json_object();
         json_object_set_new(m, "layers", json_integer(cfg->n_layers));
         json_object_set_new(m, "experts", json_string(w.expert_format == QT_NVFP4 ? "nvfp4" : "mxfp4"));

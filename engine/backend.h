@@ -91,6 +91,8 @@ typedef struct {
  * stops answering fails the step within seconds, with one line naming it. */
 sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, const sl_cuda_opts *o, char *err,
                                    size_t errlen);
+/* The ranks the model is split across (1: not split), and in *gpus (if not NULL) the distinct GPUs they run on. */
+int sl_backend_cuda_ranks(sl_backend *b, int *gpus);
 /* Batch invariance where the fast kernels would break it: the MoE's tiling and the attention's key splits depend on
  * the batch. On: every token's MoE runs alone, as in a batch of one, and the attention keeps its fixed 64-key splits,
  * so a request's tokens do not depend on its neighbours (engine.deterministic; slower at large batches). The other

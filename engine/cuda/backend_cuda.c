@@ -871,7 +871,7 @@ static void ar_reset(cuda_impl *c)
 {
     if (!c->ar_peer) return;
     const double deadline = mono_s() + 2 * AR_TIMEOUT_NS * 1e-9;
-    for (int r = c->n_ranks - 1; r >= 0; r--) {
+    for (int r = c->n_ranks - 1; r >= 0; r--) {   /* every GPU idle before any flag is cleared */
         const cuda_impl *k = c->rk[r];
         on(k);
         while (cudaStreamQuery(k->st) == cudaErrorNotReady && mono_s() < deadline) sched_yield();
@@ -881,12 +881,16 @@ static void ar_reset(cuda_impl *c)
             on(c);
             return;
         }
+        cudaDeviceSynchronize();
     }
     for (int r = c->n_ranks - 1; r >= 0; r--) {
         const cuda_impl *k = c->rk[r];
         on(k);
         cudaMemset(k->ar_inbox, 0, V4_AR_BLOCKS * V4_AR_MAX_RANKS * sizeof(unsigned));
         cudaMemset(k->ar_epoch, 0, V4_AR_BLOCKS * sizeof(unsigned));
+    }
+    for (int r = c->n_ranks - 1; r >= 0; r--) {   /* cleared everywhere before any rank runs again */
+        on(c->rk[r]);
         cudaDeviceSynchronize();
     }
     *(volatile unsigned *)c->ar_fault = 0;
@@ -1162,6 +1166,7 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
 int sl_backend_cuda_profile(sl_backend *be, double *fam_ms)
 {
     cuda_impl *c = be->impl;
+    on(c);
     if (fam_ms && !c->prof_ts) {
         if (cudaMalloc((void **)&c->prof_ts, PROF_MARKS * sizeof(uint64_t)) != cudaSuccess) return -1;
         if (!(c->prof_hts = malloc(PROF_MARKS * sizeof(uint64_t)))) return -1;
@@ -1240,6 +1245,16 @@ int sl_backend_cuda_profile_launches(sl_backend *be, const char **what, double *
         us[k] = c->prof_ns[k] * 1e-3;
     }
     return n;
+}
+
+int sl_backend_cuda_ranks(sl_backend *be, int *gpus)
+{
+    const cuda_impl *c = be->impl;
+    if (gpus) {
+        *gpus = 0;
+        for (int r = 0; r < c->n_ranks; r++) *gpus += r == 0 || c->rk[r]->own_stream;
+    }
+    return c->n_ranks;
 }
 
 void sl_backend_cuda_set_deterministic(sl_backend *be, int det)
@@ -1405,7 +1420,7 @@ static int check_config(const v4_config *c, char *err, size_t errlen)
 }
 
 /* Rank k's weights and buffers on its GPU: the globals, its share of every layer and of every expert, its step
- * buffers, then the shared experts' bf16 copies where its GPU has room. */
+ * buffers. */
 static int load_rank(cuda_impl *k, char *err, size_t errlen)
 {
     const v4_weights *w = k->w;
@@ -1437,7 +1452,7 @@ static int load_rank(cuda_impl *k, char *err, size_t errlen)
         k->sum[0] = k->sum[1] = k->fsum;
     }
     k->flast = k->sum[1];
-    return gpu_moe_add_shared_bf16(&k->moe, w, reserve_bytes(k), err, errlen);
+    return 0;
 }
 
 /* Whether every pair of dev[0..n) reaches the other's memory; enables it. 0, or -1 with err. */
@@ -1464,10 +1479,43 @@ static int peer_access(const int *dev, int n, char *err, size_t errlen)
     return 0;
 }
 
-/* The GPUs the ranks run on: opts->devices; by default the most visible GPUs (at most SL_MAX_RANKS) that the model's
- * split divides and that reach each other's memory (else GPU 0 alone, saying so). Distinct GPUs must reach each
- * other's memory (the all-reduce reads its peers' partial sums). Returns the count and *distinct, or -1 with err. */
-static int pick_devices(const sl_cuda_opts *o, const v4_config *cfg, int shared_inter, int *dev, int *distinct,
+/* Whether the model splits n ways as the kernels take it: the plan divides (v4_shard_plan) and the FP8 weights' shares
+ * fall on their 128 x 128 blocks; keep_fast: and a model whose experts fit the fast MoE kernels still fits them split
+ * (each share of an expert's width a multiple of 128; else the generic MoE takes them, in fp32, which only small
+ * models afford). 0, or -1 with one line in err. */
+static int split_fits(const v4_weights *w, int shared_inter, int n, int keep_fast, char *err, size_t errlen)
+{
+    const v4_config *c = &w->cfg;
+    const v4_layer_w *L = &w->layers[0];
+    v4_shard sh, whole;
+    char why[256];
+    if (v4_shard_plan(c, shared_inter, n, 0, &sh, why, sizeof why)) {
+        snprintf(err, errlen, "cuda backend: %s", why);
+        return -1;
+    }
+    const char *what = NULL;
+    if (L->wq_b.fmt == QT_FP8_B128 && sh.nh * c->head_dim % 128) what = "wq_b's share of the heads";
+    else if (L->wo_a.fmt == QT_FP8_B128 && sh.ng * c->o_lora_rank % 128) what = "wo_a's share of the output groups";
+    else if (L->wo_b.fmt == QT_FP8_B128 && sh.ng * c->o_lora_rank % 128) what = "wo_b's share of the output groups";
+    else if (shared_inter && L->shared.w1.fmt == QT_FP8_B128 && sh.sni % 128) what = "the shared expert's share";
+    if (what) {
+        snprintf(err, errlen, "cuda backend: %d GPUs would cut %s off its FP8 128 x 128 blocks", n, what);
+        return -1;
+    }
+    v4_shard_plan(c, shared_inter, 1, 0, &whole, why, sizeof why);
+    if (keep_fast && !gpu_moe_fast_fits(w, &whole, why, sizeof why) && gpu_moe_fast_fits(w, &sh, why, sizeof why)) {
+        snprintf(err, errlen, "%s (the model split %d ways; whole, it fits)", why, n);
+        return -1;
+    }
+    return 0;
+}
+
+/* The GPUs the ranks run on: opts->devices; by default the most visible GPUs (at most SL_MAX_RANKS) that the model
+ * splits across keeping its fast MoE kernels (split_fits) and that reach each other's memory (else GPU 0 alone,
+ * saying so). Distinct GPUs must
+ * reach each other's memory (the all-reduce reads its peers' partial sums). Returns the count and *distinct, or -1
+ * with err. */
+static int pick_devices(const sl_cuda_opts *o, const v4_weights *w, int shared_inter, int *dev, int *distinct,
                         char *err, size_t errlen)
 {
     int ndev = 0;
@@ -1478,6 +1526,10 @@ static int pick_devices(const sl_cuda_opts *o, const v4_config *cfg, int shared_
         return -1;
     }
     const int given = o && o->n_devices > 0;
+    if (given && o->n_devices > SL_MAX_RANKS) {
+        snprintf(err, errlen, "cuda backend: %d GPUs given; at most %d", o->n_devices, SL_MAX_RANKS);
+        return -1;
+    }
     int n = given ? o->n_devices : ndev < SL_MAX_RANKS ? ndev : SL_MAX_RANKS;
     for (int r = 0; r < n; r++) {
         dev[r] = given ? o->devices[r] : r;
@@ -1487,10 +1539,11 @@ static int pick_devices(const sl_cuda_opts *o, const v4_config *cfg, int shared_
             return -1;
         }
     }
-    if (!given) {   /* the most GPUs the heads, groups and expert widths divide */
-        v4_shard sh;
+    if (!given) {   /* the most GPUs the model splits across */
         char why[256];
-        while (n > 1 && v4_shard_plan(cfg, shared_inter, n, 0, &sh, why, sizeof why)) n--;
+        while (n > 1 && split_fits(w, shared_inter, n, 1, why, sizeof why)) n--;
+    } else if (n > 1 && split_fits(w, shared_inter, n, 0, err, errlen)) {
+        return -1;
     }
     *distinct = n > 1 && dev[1] != dev[0];
     if (*distinct && peer_access(dev, n, err, errlen)) {
@@ -1515,7 +1568,7 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, con
     }
     int dev[SL_MAX_RANKS], distinct = 0;
     const int shared_inter = w->cfg.n_shared_experts > 0 && w->layers[0].shared.w1.data ? w->layers[0].shared.w1.rows : 0;
-    const int n = pick_devices(o, &w->cfg, shared_inter, dev, &distinct, err, errlen);
+    const int n = pick_devices(o, w, shared_inter, dev, &distinct, err, errlen);
     if (n < 0) return NULL;
     sl_backend *be = calloc(1, sizeof *be);
     cuda_impl *c = NULL;
@@ -1554,6 +1607,12 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, con
         if (!k->own_stream) k->st = c->st;   /* every rank on one GPU: one stream, in rank order */
         if (load_rank(k, err, errlen)) goto fail;
     }
+    for (int r = 0; r < n; r++) {   /* what room is left, once every rank's weights are in */
+        cuda_impl *k = c->rk[r];
+        on(k);
+        if (gpu_moe_add_shared_bf16(&k->moe, w, reserve_bytes(k), err, errlen)) goto fail;
+    }
+    on(c);
     if (alloc_state(c, err, errlen)) goto fail;
     for (int r = n - 1; r >= 0; r--) {
         on(c->rk[r]);

@@ -29,6 +29,9 @@ typedef struct {
 /* Upload every layer's MoE (fast where the shape fits, else generic), each expert's units of the rank sh (the whole
  * expert for one rank), with a workspace for max_tokens tokens. 0, or -1 with one line in err. */
 int gpu_moe_load(gpu_moe *g, const v4_weights *w, const v4_shard *sh, int max_tokens, char *err, size_t errlen);
+/* 0 when the fast MoE kernels take the model's experts as the rank sh holds them, else -1 with one line in err naming
+ * the first constraint it breaks (its layers then run the generic MoE). */
+int gpu_moe_fast_fits(const v4_weights *w, const v4_shard *sh, char *err, size_t errlen);
 /* The shared experts' bf16 copies where memory allows, keeping `reserve` bytes of the GPU free. */
 int gpu_moe_add_shared_bf16(gpu_moe *g, const v4_weights *w, size_t reserve, char *err, size_t errlen);
 void gpu_moe_free(gpu_moe *g);

@@ -60,7 +60,7 @@ static void qs_free(quant_scratch *q)
     memset(q, 0, sizeof *q);
 }
 
-static int qs_init(quant_scratch *q, int H, int I)
+static int qs_init(quant_scratch *q, int H, int I, int split)
 {
     const size_t nk = (size_t)H * I;
     memset(q, 0, sizeof *q);
@@ -69,7 +69,7 @@ static int qs_init(quant_scratch *q, int H, int I)
     for (int m = 0; m < 3; m++)
         if (cudaMalloc((void **)&q->dq[m], nk / 2) != cudaSuccess || cudaMalloc((void **)&q->ds[m], nk / 16) != cudaSuccess)
             return -1;
-    if (cudaMalloc((void **)&q->wq, nk / 2) != cudaSuccess || cudaMalloc((void **)&q->ws, nk / 16) != cudaSuccess)
+    if (split && (cudaMalloc((void **)&q->wq, nk / 2) != cudaSuccess || cudaMalloc((void **)&q->ws, nk / 16) != cudaSuccess))
         return -1;
     return cudaMalloc((void **)&q->d2, 3 * sizeof(float)) == cudaSuccess ? 0 : -1;
 }
@@ -236,7 +236,7 @@ static int load_layer(moe_cuda_layer *L, const v4_weights *w, const v4_shard *sh
     free(gate);
     if (rc) { snprintf(err, errlen, "cuda backend: layer %d: router upload failed", l); return -1; }
     const int synth = Lw->experts[0].w1.synth_seed != 0;
-    if ((!keep || synth || sh->n > 1) && !qs->host && qs_init(qs, cfg->dim, cfg->moe_inter)) {
+    if ((!keep || synth) && !qs->host && qs_init(qs, cfg->dim, cfg->moe_inter, sh->n > 1)) {
         snprintf(err, errlen, "cuda backend: out of memory for the load-time NVFP4 quantiser");
         return -1;
     }
@@ -304,8 +304,7 @@ static int add_shared_bf16(moe_cuda_layer *Ls, const int *fast, int n_layers, co
     return 0;
 }
 
-/* One line naming the first constraint of the GPU MoE kernels the model does not meet; 0 = fits. */
-static int fast_fits(const v4_weights *w, const v4_shard *sh, char *err, size_t errlen)
+int gpu_moe_fast_fits(const v4_weights *w, const v4_shard *sh, char *err, size_t errlen)
 {
     const v4_config *c = &w->cfg;
     const char *k = "the GPU MoE kernels (kernels/moe_kernels.h)";
@@ -431,7 +430,7 @@ int gpu_moe_load(gpu_moe *g, const v4_weights *w, const v4_shard *sh, int max_to
     g->fast = calloc((size_t)g->n_layers, sizeof *g->fast);
     if (!g->L || !g->ref || !g->fast) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
     char why[256];
-    const int fits = !fast_fits(w, sh, why, sizeof why);
+    const int fits = !gpu_moe_fast_fits(w, sh, why, sizeof why);
     quant_scratch qs = {0};
     int first = -1;
     for (int l = 0; l < g->n_layers; l++) {

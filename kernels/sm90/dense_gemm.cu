@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include "common/dev_flag.cuh"
 #include "dense_gemm.h"
 #include "common/mma_sm80.cuh"
 #include "common/moe_launch.cuh"
@@ -307,13 +308,14 @@ static const dg_kernel dg_kernels[2][DG_VARIANTS + 2] = {
      k_dense_gemm<1, 2, 8, 1>, k_dense_gemm<1, 1, 1, 0>, k_dense_gemm<1, 1, 8, 0>},
 };
 
-/* Raises every variant's shared-memory limit once (per process, on the current device); wide: the RT 2 variants
- * fit the device's per-block limit (not on sm_120's 99 KB). */
+/* Raises every variant's shared-memory limit once per device (the current one); wide: the RT 2 variants fit the
+ * device's per-block limit (not on sm_120's 99 KB). */
 static int dg_wide_ok;
 static cudaError_t dg_setup(void)
 {
-    static int done;
-    if (done) return cudaSuccess;
+    static unsigned char dones[DEV_FLAG_MAX];
+    unsigned char *done = dev_flag(dones);
+    if (done && *done) return cudaSuccess;
     int dev, optin;
     cudaError_t e;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
@@ -331,7 +333,7 @@ static cudaError_t dg_setup(void)
                 return e;
         }
     dg_wide_ok = wide;
-    done = 1;
+    if (done) *done = 1;
     return cudaSuccess;
 }
 

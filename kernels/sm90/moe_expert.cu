@@ -65,6 +65,7 @@
  * experts touched) 2.86 GB -> 0.63 ms. Measured (bench/results/moe-h200.json): 58.8 us and 0.721 ms.
  */
 #include <stdint.h>
+#include "common/dev_flag.cuh"
 #include "moe_kernels.h"
 #include "moe_grid.h"
 #include "common/moe_fp4_common.cuh"
@@ -987,13 +988,14 @@ template <int NM, int NTT>
 static cudaError_t shared_launch(const moe_expert_args *a, const uint16_t *x, int T, int topk, uint16_t *h, float *y,
                                  cudaStream_t st)
 {
-    static int raised;
+    static unsigned char raiseds[DEV_FLAG_MAX];   /* per device: the limit is the current device's */
+    unsigned char *raised = dev_flag(raiseds);
     /* the warps' weight rings and the staged activations, SH_D chunks each */
     const size_t sm = (size_t)MOE_WARPS * SH_D * NM * MOE_FP8_CHUNK_BYTES + (size_t)SH_D * 8 * NTT * SH_XSTRIDE * 2;
-    if (!raised) {
+    if (!raised || !*raised) {
         const cudaError_t e = raise_smem((const void *)k_shared_fp8<NM, NTT>, sm);
         if (e != cudaSuccess) return e;
-        raised = 1;
+        if (raised) *raised = 1;
     }
     const int rows = NM == 2 ? a->I : a->H;
     return moe_launch_prio(k_shared_fp8<NM, NTT>, dim3((T + 8 * NTT - 1) / (8 * NTT), rows / MOE_ROWS_PER_ITEM),

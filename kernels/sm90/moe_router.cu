@@ -14,6 +14,7 @@
  */
 #include <stdint.h>
 #include <math.h>
+#include "common/dev_flag.cuh"
 #include "moe_kernels.h"
 #include "common/moe_launch.cuh"
 #include "moe_router_dev.cuh"
@@ -77,12 +78,13 @@ template <int TOK, int WARPS>
 static cudaError_t logits_launch(const uint16_t *x, const float *gate, int T, int H, int E, float *logits, int ks,
                                  const moe_l2_ranges &pf, cudaStream_t st)
 {
-    static int raised;
-    if (!raised) {
+    static unsigned char raiseds[DEV_FLAG_MAX];   /* per device: the limit is the current device's */
+    unsigned char *raised = dev_flag(raiseds);
+    if (!raised || !*raised) {
         cudaError_t e = cudaFuncSetAttribute(k_router_logits<TOK, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              TOK * 8192 * 2 > 200 * 1024 ? 200 * 1024 : TOK * 8192 * 2);
         if (e != cudaSuccess) return e;
-        raised = 1;
+        if (raised) *raised = 1;
     }
     const size_t smem = (size_t)(T < TOK ? T : TOK) * (H / ks) * 2;
     dim3 grid((E + WARPS - 1) / WARPS, (T + TOK - 1) / TOK, ks);
@@ -235,14 +237,17 @@ __global__ void __launch_bounds__(32 * RT_GROUP) k_router_topk_grouped(const flo
  * The top-k launchers' kernels (4) fit the table; a kernel beyond it is raised on every call. */
 static cudaError_t allow_smem(const void *k, size_t n)
 {
-    static const void *fn[4];
-    static size_t raised[4];
+    static const void *fns[DEV_FLAG_MAX][4];   /* per device: the limit is the current device's */
+    static size_t raiseds[DEV_FLAG_MAX][4];
     if (n <= 48 * 1024) return cudaSuccess;
+    const int d = dev_index();
+    const void **fn = d >= 0 ? fns[d] : NULL;
+    size_t *raised = d >= 0 ? raiseds[d] : NULL;
     int i = 0;
-    while (i < 4 && fn[i] && fn[i] != k) i++;
-    if (i < 4 && fn[i] == k && raised[i] >= n) return cudaSuccess;
+    while (fn && i < 4 && fn[i] && fn[i] != k) i++;
+    if (fn && i < 4 && fn[i] == k && raised[i] >= n) return cudaSuccess;
     const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)n);
-    if (e == cudaSuccess && i < 4) fn[i] = k, raised[i] = n;
+    if (e == cudaSuccess && fn && i < 4) fn[i] = k, raised[i] = n;
     return e;
 }
 

@@ -7,8 +7,9 @@
  * own flags [b][r] of every rank r to reach it. A peer's raised flag means its partial is complete (the kernel that
  * wrote it ran before the peer's all-reduce started) and that it has finished reading this rank's previous input
  * (the caller alternates two input buffers, so the one written next is never the one a peer may still read). A wait
- * longer than the timeout (a GPU stopped or hung) sets the fault word in host memory and the block goes on: the step
- * returns garbage and the host fails it. */
+ * longer than the timeout (a GPU stopped or hung) sets the fault word in host memory and the block goes on; once the
+ * word is set no launch waits (each checks it as it starts and while it waits), so the step ends within one timeout
+ * with garbage and the host fails it. */
 #include "common/v4_dev.cuh"
 #include "v4_ops.h"
 
@@ -64,14 +65,19 @@ __global__ void __launch_bounds__(512) k_ar_peer(v4_ar_peer a, size_t count, flo
         const int r = threadIdx.x;
         st_release_sys(a.inbox[r] + b * V4_AR_MAX_RANKS + a.me, ep);
         const unsigned *mine = a.inbox[a.me] + b * V4_AR_MAX_RANKS + r;
+        const volatile unsigned *fault = a.fault;
         const unsigned long long t0 = now_ns();
-        while ((int)(ld_acquire_sys(mine) - ep) < 0) {
-            if (now_ns() - t0 > a.timeout_ns) {
-                *(volatile unsigned *)a.fault = 1u + (unsigned)r;
-                break;
+        /* after a fault no wait: the step is lost anyway, and its later all-reduces must not wait again (the word is
+           in host memory: read as the wait starts and every 256 polls) */
+        if (*fault == 0)
+            for (unsigned k = 1; (int)(ld_acquire_sys(mine) - ep) < 0; k++) {
+                if (now_ns() - t0 > a.timeout_ns) {
+                    *(volatile unsigned *)a.fault = 1u + (unsigned)r;
+                    break;
+                }
+                if (k % 256 == 0 && *fault) break;   /* another block or rank gave up */
+                __nanosleep(128);
             }
-            __nanosleep(128);
-        }
     }
     __syncthreads();
     const size_t per = (count + gridDim.x - 1) / gridDim.x, i0 = (size_t)b * per, i1 = i0 + per < count ? i0 + per : count;

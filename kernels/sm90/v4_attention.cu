@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "common/mma_sm80.cuh"
+#include "common/dev_flag.cuh"
 #include "common/v4_dev.cuh"
 
 #define IDX_THREADS 128
@@ -678,12 +679,13 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
 {
     if (s->n <= 0) return cudaSuccess;
     if (hd == FA_HD && H <= FA_H && H >= 1) {
-        static bool attr_set = false;
-        if (!attr_set) {
+        static unsigned char attr_sets[DEV_FLAG_MAX];   /* per device: the limit is the current device's */
+        unsigned char *attr_set = dev_flag(attr_sets);
+        if (!attr_set || !*attr_set) {
             cudaError_t e = cudaFuncSetAttribute(k_attention_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  (int)sizeof(FaSmem));
             if (e != cudaSuccess) return e;
-            attr_set = true;
+            if (attr_set) *attr_set = 1;
         }
         if (split_keys <= 0) split_keys = FA_SPLIT;
         if (split_keys % FA_TILE) return cudaErrorInvalidValue;

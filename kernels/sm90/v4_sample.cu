@@ -14,6 +14,7 @@
  */
 #include <math.h>
 
+#include "common/dev_flag.cuh"
 #include "common/v4_dev.cuh"
 
 #define SMP_THREADS 1024
@@ -244,11 +245,12 @@ extern "C" cudaError_t v4_sample(float *logits, int m, int V, const v4_sample_re
                                  float *probs, uint32_t *marks, int32_t *token, float *logprob, cudaStream_t st)
 {
     if (m <= 0) return cudaSuccess;
-    static bool attr_set = false;
-    if (!attr_set) {
+    static unsigned char attr_sets[DEV_FLAG_MAX];   /* per device: the limit is the current device's */
+    unsigned char *attr_set = dev_flag(attr_sets);
+    if (!attr_set || !*attr_set) {
         cudaError_t e = cudaFuncSetAttribute(k_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(SmpShared));
         if (e != cudaSuccess) return e;
-        attr_set = true;
+        if (attr_set) *attr_set = 1;
     }
     k_sample<<<m, SMP_THREADS, sizeof(SmpShared), st>>>(logits, probs, V, req, hist, marks, token, logprob);
     return cudaGetLastError();

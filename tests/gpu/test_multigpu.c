@@ -8,9 +8,10 @@
  *     the first near tie of a top-k decision (test_backend_cuda.c says why).
  *   - A full-width synthetic V4-Flash (sliding, CSA and HCA layers; the fast MoE kernels on each rank's 1/n of every
  *     expert) on 2 and 4 ranks: a 600-token prompt in chunks of 200, then 16 decode steps (CUDA graphs) teacher-forced
- *     with the one-rank run's greedy tokens; every row of the last 32 prompt positions and of the decode within 2e-2
- *     of the one-rank run and of the CPU reference, and the same argmax as the one-rank run wherever its margin is
- *     >= 0.05.
+ *     with the one-rank run's greedy tokens; every row of the last 32 prompt positions and of the decode within 5e-3
+ *     of the one-rank run (the same kernels: only the summation order differs) and 2e-2 of the CPU reference, and the
+ *     same argmax as the one-rank run wherever its margin is >= 0.05. Once with the experts from the host (cut there),
+ *     once drawn on the GPU (cut there; 2 ranks, no CPU run).
  *   - Splits the model does not divide are refused with one line.
  * Exit 77 without a CUDA device.
  */
@@ -89,7 +90,7 @@ static cmp_out compare_rows(const float *got, const float *want, int rows, int c
 static void judge(const char *what, int n, cmp_out vs_one, cmp_out vs_cpu, int rows, int clean)
 {
     printf("%-34s %d ranks: rows %3d (asserted %3d): vs one rank rel L2 %.2e, argmax flips %d; vs CPU %.2e\n", what, n,
-           rows, clean, vs_one.worst, vs_one.flips, vs_cpu.worst);
+           rows, clean, vs_one.worst, vs_one.flips, vs_cpu.worst);   /* vs CPU 0: no CPU run (experts on the GPU) */
     if (!(vs_one.worst <= MAX_REL_L2)) FAIL("%s, %d ranks: rel L2 %.3e against one rank", what, n, vs_one.worst);
     if (vs_one.flips) FAIL("%s, %d ranks: %d clear argmax flips against one rank", what, n, vs_one.flips);
     if (!(vs_cpu.worst <= MAX_REL_L2)) FAIL("%s, %d ranks: rel L2 %.3e against the CPU", what, n, vs_cpu.worst);
@@ -167,23 +168,27 @@ out:
 #define CHUNK 200
 #define TAIL 32
 #define DECODE 16
+#define SPLIT_REL_L2 5e-3   /* the same kernels on both sides: only the ranks' summation order differs */
 
-static void test_synthetic(void)
+/* host: the routed experts on the host too (the CPU reference runs; each rank cuts its share on the host), else drawn
+ * on the GPU (each rank cuts its share there). */
+static void test_synthetic(int host)
 {
     const char *spec = "v4-flash:ratios=0,4,128";
-    char err[512];
+    char err[512], what[96];
     v4_weights w;
-    if (v4_weights_synthetic(spec, 1, &w, err, sizeof err)) { FAIL("%s", err); return; }
+    if (v4_weights_synthetic(spec, host, &w, err, sizeof err)) { FAIL("%s", err); return; }
+    snprintf(what, sizeof what, "synthetic %s, experts %s", spec, host ? "from the host" : "drawn on the GPU");
     const int V = w.cfg.vocab_size, rows = TAIL + DECODE;
     v4_state_pool pr, p1, pn;
     if (v4_pool_init(&pr, &w.cfg, (size_t)2 << 30, err, sizeof err) || v4_pool_init(&p1, &w.cfg, (size_t)2 << 30, err, sizeof err)) {
         FAIL("%s", err);
         return;
     }
-    sl_backend *ref = sl_backend_cpu_create(&w, &pr, 0, err, sizeof err);
-    sl_backend *one = ref ? open_ranks(&w, &p1, 1, err, sizeof err) : NULL;
-    if (!ref || !one) { FAIL("synthetic: backend: %s", err); return; }
-    sl_backend_cpu_set_gpu_numerics(ref, 1);
+    sl_backend *ref = host ? sl_backend_cpu_create(&w, &pr, 0, err, sizeof err) : NULL;
+    sl_backend *one = ref || !host ? open_ranks(&w, &p1, 1, err, sizeof err) : NULL;
+    if ((host && !ref) || !one) { FAIL("%s: backend: %s", what, err); return; }
+    if (ref) sl_backend_cpu_set_gpu_numerics(ref, 1);
     int32_t *tok = malloc((CTX + DECODE) * sizeof *tok);
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < CTX; i++) {
@@ -193,7 +198,7 @@ static void test_synthetic(void)
     float *lr = malloc((size_t)rows * V * sizeof(float)), *l1 = malloc((size_t)rows * V * sizeof(float));
     float *ln = malloc((size_t)rows * V * sizeof(float));
     v4_seq_state sr, s1;
-    if (v4_seq_init(&pr, &sr) || v4_seq_reserve(&pr, &sr, CTX + DECODE) || v4_seq_init(&p1, &s1) ||
+    if ((ref && (v4_seq_init(&pr, &sr) || v4_seq_reserve(&pr, &sr, CTX + DECODE))) || v4_seq_init(&p1, &s1) ||
         v4_seq_reserve(&p1, &s1, CTX + DECODE)) {
         FAIL("synthetic: state");
         return;
@@ -204,38 +209,43 @@ static void test_synthetic(void)
         tok[CTX + d] = logits_argmax(l1 + (size_t)(TAIL + d - 1) * V, V, NULL);
         rc = feed(one, &p1, &s1, tok + CTX + d, 1, 1, 0, V, l1 + (size_t)(TAIL + d) * V);
     }
-    if (!rc) rc = feed(ref, &pr, &sr, tok, CTX, CHUNK, CTX - TAIL, V, lr);
-    for (int d = 0; d < DECODE && !rc; d++) rc = feed(ref, &pr, &sr, tok + CTX + d, 1, 1, 0, V, lr + (size_t)(TAIL + d) * V);
-    v4_seq_free(&pr, &sr);
+    if (ref) {
+        if (!rc) rc = feed(ref, &pr, &sr, tok, CTX, CHUNK, CTX - TAIL, V, lr);
+        for (int d = 0; d < DECODE && !rc; d++)
+            rc = feed(ref, &pr, &sr, tok + CTX + d, 1, 1, 0, V, lr + (size_t)(TAIL + d) * V);
+        v4_seq_free(&pr, &sr);
+    }
     v4_seq_free(&p1, &s1);
-    for (int n = 2; n <= 4 && !rc; n += 2) {
+    for (int n = 2; n <= (host ? 4 : 2) && !rc; n += 2) {
         if (v4_pool_init(&pn, &w.cfg, (size_t)2 << 30, err, sizeof err)) { FAIL("%s", err); break; }
         sl_backend *split = open_ranks(&w, &pn, n, err, sizeof err);
         v4_seq_state sn;
-        if (!split) FAIL("synthetic, %d ranks: %s", n, err);
+        if (!split) FAIL("%s, %d ranks: %s", what, n, err);
         else if (v4_seq_init(&pn, &sn) || v4_seq_reserve(&pn, &sn, CTX + DECODE)) FAIL("synthetic: state");
         else {
             int r2 = feed(split, &pn, &sn, tok, CTX, CHUNK, CTX - TAIL, V, ln);
             for (int d = 0; d < DECODE && !r2; d++)
                 r2 = feed(split, &pn, &sn, tok + CTX + d, 1, 1, 0, V, ln + (size_t)(TAIL + d) * V);
-            if (!r2)
-                judge("synthetic v4-flash:ratios=0,4,128", n, compare_rows(ln, l1, rows, rows, V),
-                      compare_rows(ln, lr, rows, rows, V), rows, rows);
+            if (!r2) {
+                const cmp_out vs_one = compare_rows(ln, l1, rows, rows, V);
+                const cmp_out vs_cpu = ref ? compare_rows(ln, lr, rows, rows, V) : (cmp_out){0, 0};
+                judge(what, n, vs_one, vs_cpu, rows, rows);
+                if (!(vs_one.worst <= SPLIT_REL_L2))
+                    FAIL("%s, %d ranks: rel L2 %.3e against one rank > %.0e", what, n, vs_one.worst, SPLIT_REL_L2);
+            }
             v4_seq_free(&pn, &sn);
         }
         if (split) split->ops->destroy(split);
         v4_pool_free(&pn);
     }
-    if (w.cfg.n_heads % 3) {
-        if (v4_pool_init(&pn, &w.cfg, (size_t)1 << 30, err, sizeof err) == 0) {
-            sl_backend *bad = open_ranks(&w, &pn, 3, err, sizeof err);
-            if (bad) { FAIL("synthetic: 3 ranks of %d heads opened", w.cfg.n_heads); bad->ops->destroy(bad); }
-            else if (!strstr(err, "do not divide")) FAIL("synthetic: 3 ranks refused with '%s'", err);
-            v4_pool_free(&pn);
-        }
+    if (host && w.cfg.n_heads % 3 && v4_pool_init(&pn, &w.cfg, (size_t)1 << 30, err, sizeof err) == 0) {
+        sl_backend *bad = open_ranks(&w, &pn, 3, err, sizeof err);
+        if (bad) { FAIL("synthetic: 3 ranks of %d heads opened", w.cfg.n_heads); bad->ops->destroy(bad); }
+        else if (!strstr(err, "do not divide")) FAIL("synthetic: 3 ranks refused with '%s'", err);
+        v4_pool_free(&pn);
     }
     one->ops->destroy(one);
-    ref->ops->destroy(ref);
+    if (ref) ref->ops->destroy(ref);
     v4_pool_free(&pr);
     v4_pool_free(&p1);
     v4_weights_free(&w);
@@ -254,7 +264,8 @@ int main(void)
     test_fixture("tiny-v4-hub-fp8-mxfp4");
     test_fixture("tiny-v4-public");
     test_fixture("tiny-v4-hc2-yarn-long");
-    test_synthetic();
+    test_synthetic(1);
+    test_synthetic(0);
     printf("%d failures\n", failures);
     return failures ? 1 : 0;
 }

@@ -593,8 +593,9 @@ static void test_attention(int ratio, int n, int pos0, int scratch_rows, int spl
 
 /* The all-reduces: the in-place one over n buffers of one stream, and the peer one with two ranks on this GPU's two
  * streams (its blocks wait for each other, so both launches must be resident at once: 2 x V4_AR_BLOCKS blocks), over
- * three consecutive launches alternating the inputs as the backend does; every result bit-equal to the sum in rank
- * order. Then a rank alone: its wait times out and it names the missing rank in the fault word. */
+ * four consecutive launches alternating the inputs as the backend does, each with fresh inputs and one rank late;
+ * every result bit-equal to the sum in rank order. Then a rank alone: its wait times out and it names the missing
+ * rank in the fault word. */
 static void test_allreduce(int n, size_t count)
 {
     float *h = malloc((size_t)n * count * sizeof(float)), *want = malloc(count * sizeof(float));
@@ -615,15 +616,21 @@ static void test_allreduce(int n, size_t count)
     if (bad) FAIL("all-reduce in place, %d ranks, %zu floats: not the rank-order sum on every rank", n, count);
     for (int r = 0; r < n; r++) cudaFree(a.buf[r]);
 
-    /* two ranks, two streams; launch k reads input k % 2 */
+    /* two ranks, two streams; launch k reads input k % 2, written just before it on the rank's own stream with values
+       of that launch; rank 1's write comes after a 512 MB fill on its stream, so a rank 0 that read its peer's input
+       before the peer's flag would read the values of two launches back */
     cudaStream_t st[2];
-    float *in[2][2], *out[2];
+    float *in[2][2], *out[2], *hk = NULL;
     unsigned *inbox[2], *epoch[2], *fault;
+    uint8_t *delay = NULL;
+    const size_t delay_bytes = (size_t)512 << 20;
+    cudaMalloc((void **)&delay, delay_bytes);
     cudaHostAlloc((void **)&fault, sizeof(unsigned), cudaHostAllocMapped);
+    cudaHostAlloc((void **)&hk, 2 * count * sizeof(float), cudaHostAllocDefault);
     *fault = 0;
     for (int r = 0; r < 2; r++) {
         cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking);
-        for (int b = 0; b < 2; b++) in[r][b] = dup_dev(h + (size_t)r * count, count * sizeof(float));
+        for (int b = 0; b < 2; b++) cudaMalloc((void **)&in[r][b], count * sizeof(float));
         cudaMalloc((void **)&out[r], count * sizeof(float));
         cudaMalloc((void **)&inbox[r], V4_AR_BLOCKS * V4_AR_MAX_RANKS * sizeof(unsigned));
         cudaMalloc((void **)&epoch[r], V4_AR_BLOCKS * sizeof(unsigned));
@@ -632,13 +639,17 @@ static void test_allreduce(int n, size_t count)
     }
     float s2[1];
     bad = cudaDeviceSynchronize() != cudaSuccess;
-    for (int k = 0; k < 3 && !bad; k++) {
+    for (int k = 0; k < 4 && !bad; k++) {
+        for (size_t i = 0; i < 2 * count; i++) hk[i] = urand() * 8;   /* this launch's inputs, rank 0 then rank 1 */
         v4_ar_peer p = {.n = 2, .fault = fault, .timeout_ns = 5000000000ull};
         for (int r = 0; r < 2; r++) {
             p.in[r] = in[r][k % 2];
             p.inbox[r] = inbox[r];
         }
-        for (int r = 1; r >= 0; r--) {
+        for (int r = 0; r < 2; r++) {   /* rank 0's launch waits for rank 1's, which its stream holds back */
+            if (r == 1) bad |= v4_fill_random(delay, delay_bytes, (uint64_t)k + 1, 0, 256, st[1]) != cudaSuccess;
+            bad |= cudaMemcpyAsync(in[r][k % 2], hk + (size_t)r * count, count * sizeof(float), cudaMemcpyHostToDevice,
+                                   st[r]) != cudaSuccess;
             p.me = r;
             p.epoch = epoch[r];
             bad |= v4_allreduce_peer(&p, count, out[r], st[r]) != cudaSuccess;
@@ -647,7 +658,7 @@ static void test_allreduce(int n, size_t count)
         for (int r = 0; r < 2 && !bad; r++) {
             cudaMemcpy(got, out[r], count * sizeof(float), cudaMemcpyDeviceToHost);
             for (size_t i = 0; i < count && !bad; i++) {
-                s2[0] = h[i] + h[count + i];
+                s2[0] = hk[i] + hk[count + i];
                 bad |= memcmp(&got[i], s2, sizeof(float)) != 0;
             }
         }
@@ -667,6 +678,8 @@ static void test_allreduce(int n, size_t count)
         cudaStreamDestroy(st[r]);
     }
     cudaFreeHost(fault);
+    cudaFree(delay);
+    cudaFreeHost(hk);
     free(h);
     free(want);
     free(got);
