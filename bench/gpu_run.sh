@@ -161,7 +161,7 @@ build_engine() {
     gcc $CFLAGS $defs "${inc[@]}" -c "$f" -o "$o" & pids+=($!)
   done
   for f in tests/gpu/test_v4_ops tests/gpu/test_dense_gpu tests/gpu/test_backend_cuda tests/gpu/test_moe_gpu tests/gpu/test_synthetic_gpu \
-           engine/cli/sluice_generate bench/sluice_bench; do
+           tests/gpu/test_multigpu engine/cli/sluice_generate bench/sluice_bench; do
     gcc $CFLAGS $defs "${inc[@]}" -c "$ROOT/$f.c" -o "$b/main_$(basename "$f").o" & pids+=($!)
   done
   gcc $CFLAGS $defs "${inc[@]}" -c "$ROOT/bench/bench_decode.c" -o "$b/bench_decode.o" & pids+=($!)
@@ -171,7 +171,7 @@ build_engine() {
   [ $rc = 0 ] || { cat "$b"/*.log >&2; return 1; }
   local libs=(-ljansson -lonig -lunistring -lpthread -lm -ldl) ldirs=()
   if [ ${#LIBS[@]} -gt 0 ]; then ldirs=(-L/tmp/tokdeps/usr/lib/x86_64-linux-gnu -Xlinker -rpath -Xlinker /tmp/tokdeps/usr/lib/x86_64-linux-gnu); fi
-  for f in test_v4_ops test_dense_gpu test_backend_cuda test_moe_gpu test_synthetic_gpu sluice_generate sluice_bench; do
+  for f in test_v4_ops test_dense_gpu test_backend_cuda test_moe_gpu test_synthetic_gpu test_multigpu sluice_generate sluice_bench; do
     local extra=""; [ $f = sluice_bench ] && extra="$b/bench_decode.o $b/bench_ops.o"
     $NVCC $ARCH -o "$b/$f" "$b/main_$f.o" $extra "${objs[@]}" "$b/bench_kernels.o" "${ldirs[@]}" "${libs[@]}" || return 1
   done
