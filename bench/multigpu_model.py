@@ -115,7 +115,7 @@ def step(layout, n, batch, ctx, layers):
         else:  # tp-etp
             total += heads / n + rest + small + shared / n + touched(E, batch) * expert / n + batch * state(ctx)
             coll += 2 if n > 1 else 0
-    head = VOCAB * D * 2 / (n if layout.startswith("tp-") else 1)
+    head = VOCAB * D * 2   # on one GPU (the built layout's rank 0; a vocab split would spread it, plus a gather)
     return total + head, coll
 
 
