@@ -259,16 +259,27 @@ static int up_dense(dense_weight *dw, const qtensor *q, char *err, size_t errlen
     return up_dense_cat(dw, &q, 1, err, errlen, name, l);
 }
 
-/* The rank's window (rows [r0, r0+nr) x cols [c0, c0+nc)) of a dense weight: the whole of it for one rank. */
+/* The rank's window (rows [r0, r0+nr) x cols [c0, c0+nc)) of a dense weight: the whole of it for one rank; in its
+ * own format where the window falls on the format's blocks (qt_slice), else dequantised (the upload makes it bf16). */
 static int up_dense_part(dense_weight *dw, const qtensor *q, int r0, int nr, int c0, int nc, char *err, size_t errlen,
                          const char *name, int l)
 {
     if (nr == q->rows && nc == q->cols) return up_dense(dw, q, err, errlen, name, l);
     qtensor part;
     if (qt_slice(q, r0, nr, c0, nc, &part)) {
-        snprintf(err, errlen, "cuda backend: layer %d %s [%d x %d]: a GPU's share, rows %d+%d, columns %d+%d, does not "
-                 "fall on the weight's blocks", l, name, q->rows, q->cols, r0, nr, c0, nc);
-        return -1;
+        float *f = malloc((size_t)nr * nc * sizeof(float)), *row = malloc((size_t)q->cols * sizeof(float));
+        if (!f || !row) {
+            free(f);
+            free(row);
+            snprintf(err, errlen, "cuda backend: out of host memory cutting layer %d %s", l, name);
+            return -1;
+        }
+        for (int r = 0; r < nr; r++) {
+            qt_dequant_row(q, r0 + r, row);
+            memcpy(f + (size_t)r * nc, row + c0, (size_t)nc * sizeof(float));
+        }
+        free(row);
+        part = (qtensor){.fmt = QT_F32, .rows = nr, .cols = nc, .data = f, .owned = f, .scale2 = 1.0f};
     }
     const int rc = up_dense(dw, &part, err, errlen, name, l);
     qt_free(&part);
@@ -711,7 +722,9 @@ static v4_step step_on(const cuda_impl *c, const cuda_impl *k, const v4_step *S)
     return R;
 }
 
-/* The ranks' outputs of sublayer `half` for n rows summed into each rank's sum[half]. */
+/* The ranks' outputs of sublayer `half` for n rows summed into each rank's sum[half]. Every rank's all-reduce is
+ * enqueued before the host launches anything more: a kernel's first launch may load it (CUDA's lazy loading), which
+ * waits for the device's running kernels, and an all-reduce running there waits only for launches already enqueued. */
 static int enqueue_allreduce(cuda_impl *c, int half, int n, char *err, size_t errlen)
 {
     if (c->n_ranks == 1) return 0;
@@ -1479,32 +1492,22 @@ static int peer_access(const int *dev, int n, char *err, size_t errlen)
     return 0;
 }
 
-/* Whether the model splits n ways as the kernels take it: the plan divides (v4_shard_plan) and the FP8 weights' shares
- * fall on their 128 x 128 blocks; keep_fast: and a model whose experts fit the fast MoE kernels still fits them split
- * (each share of an expert's width a multiple of 128; else the generic MoE takes them, in fp32, which only small
- * models afford). 0, or -1 with one line in err. */
+/* Whether the model splits n ways: the plan divides (v4_shard_plan); keep_fast: and a model whose experts fit the fast
+ * MoE kernels still fits them split (each share of an expert's width a multiple of 128, which keeps the FP8 shared
+ * expert's share on its blocks; else the generic MoE takes them, in fp32, which only small models afford). A dense
+ * weight whose share is off its FP8 blocks goes up in bf16 (up_dense_part). 0, or -1 with one line in err. */
 static int split_fits(const v4_weights *w, int shared_inter, int n, int keep_fast, char *err, size_t errlen)
 {
     const v4_config *c = &w->cfg;
-    const v4_layer_w *L = &w->layers[0];
     v4_shard sh, whole;
     char why[256];
     if (v4_shard_plan(c, shared_inter, n, 0, &sh, why, sizeof why)) {
-        snprintf(err, errlen, "cuda backend: %s", why);
-        return -1;
-    }
-    const char *what = NULL;
-    if (L->wq_b.fmt == QT_FP8_B128 && sh.nh * c->head_dim % 128) what = "wq_b's share of the heads";
-    else if (L->wo_a.fmt == QT_FP8_B128 && sh.ng * c->o_lora_rank % 128) what = "wo_a's share of the output groups";
-    else if (L->wo_b.fmt == QT_FP8_B128 && sh.ng * c->o_lora_rank % 128) what = "wo_b's share of the output groups";
-    else if (shared_inter && L->shared.w1.fmt == QT_FP8_B128 && sh.sni % 128) what = "the shared expert's share";
-    if (what) {
-        snprintf(err, errlen, "cuda backend: %d GPUs would cut %s off its FP8 128 x 128 blocks", n, what);
+        snprintf(err, errlen, "cuda backend: %.220s", why);
         return -1;
     }
     v4_shard_plan(c, shared_inter, 1, 0, &whole, why, sizeof why);
     if (keep_fast && !gpu_moe_fast_fits(w, &whole, why, sizeof why) && gpu_moe_fast_fits(w, &sh, why, sizeof why)) {
-        snprintf(err, errlen, "%s (the model split %d ways; whole, it fits)", why, n);
+        snprintf(err, errlen, "%.200s (the model split %d ways; whole, it fits)", why, n);
         return -1;
     }
     return 0;

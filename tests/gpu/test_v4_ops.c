@@ -638,7 +638,9 @@ static void test_allreduce(int n, size_t count)
         cudaMemset(epoch[r], 0, V4_AR_BLOCKS * sizeof(unsigned));
     }
     float s2[1];
-    bad = cudaDeviceSynchronize() != cudaSuccess;
+    /* every kernel of the loop loaded before it: a kernel's first launch may load it (lazy loading), which waits for the
+       device's running kernels, among them a rank's all-reduce waiting for the launch behind it */
+    bad = v4_fill_random(delay, 1024, 1, 0, 256, st[1]) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess;
     for (int k = 0; k < 4 && !bad; k++) {
         for (size_t i = 0; i < 2 * count; i++) hk[i] = urand() * 8;   /* this launch's inputs, rank 0 then rank 1 */
         v4_ar_peer p = {.n = 2, .fault = fault, .timeout_ns = 5000000000ull};
