@@ -180,6 +180,19 @@ static void matvec(const qtensor *q, const float *x, double *y)
     free(row);
 }
 
+/* u [ng x ol] = the grouped projection: group g's ol rows of wo_a on o's g-th slice of gk */
+static void grouped(const qtensor *wo_a, int ng, int ol, int gk, const float *o, float *u)
+{
+    double ug[128];
+    for (int g = 0; g < ng; g++) {
+        qtensor a;
+        CHECK(qt_slice(wo_a, g * ol, ol, 0, gk, &a) == 0);
+        matvec(&a, o + g * gk, ug);
+        for (int i = 0; i < ol; i++) u[g * ol + i] = (float)ug[i];
+        qt_free(&a);
+    }
+}
+
 /* The attention output projection: o [H*hd] -> u_g = wo_a_g o_g (group g's rows of wo_a on its heads' slice of o),
  * y = wo_b u. Each rank holds its groups' wo_a rows and wo_b columns; the ranks' y sum to the whole. */
 static void test_output_projection(int n)
@@ -190,14 +203,8 @@ static void test_output_projection(int n)
     make(&wo_b, QT_FP8_B128, dim, G * ol, 1);
     float *o = malloc(H * hd * sizeof(float)), *u = malloc(G * ol * sizeof(float));
     for (int i = 0; i < H * hd; i++) o[i] = rndf();
-    double ug[128], *y = calloc(dim, sizeof(double)), *ysum = calloc(dim, sizeof(double)), *yr = malloc(dim * sizeof(double));
-    for (int g = 0; g < G; g++) {   /* the whole model */
-        qtensor a;
-        CHECK(qt_slice(&wo_a, g * ol, ol, 0, gk, &a) == 0);
-        matvec(&a, o + g * gk, ug);
-        for (int i = 0; i < ol; i++) u[g * ol + i] = (float)ug[i];
-        qt_free(&a);
-    }
+    double *y = calloc(dim, sizeof(double)), *ysum = calloc(dim, sizeof(double)), *yr = malloc(dim * sizeof(double));
+    grouped(&wo_a, G, ol, gk, o, u);   /* the whole model */
     matvec(&wo_b, u, y);
     v4_config c = {.n_heads = H, .head_dim = hd, .o_groups = G, .o_lora_rank = ol, .moe_inter = 256};
     char err[256];
@@ -209,13 +216,7 @@ static void test_output_projection(int n)
         CHECK(qt_slice(&wo_b, 0, dim, s.g0 * ol, s.ng * ol, &b) == 0);
         const float *orank = o + s.h0 * hd;   /* the rank's heads */
         float *ur = malloc((size_t)s.ng * ol * sizeof(float));
-        for (int g = 0; g < s.ng; g++) {
-            qtensor ag;
-            CHECK(qt_slice(&a, g * ol, ol, 0, gk, &ag) == 0);
-            matvec(&ag, orank + g * gk, ug);
-            for (int i = 0; i < ol; i++) ur[g * ol + i] = (float)ug[i];
-            qt_free(&ag);
-        }
+        grouped(&a, s.ng, ol, gk, orank, ur);
         matvec(&b, ur, yr);
         for (int i = 0; i < dim; i++) ysum[i] += yr[i];
         free(ur);
