@@ -246,6 +246,18 @@ static int slice_fits(int off, int n, int total, int blk)
     return off >= 0 && n > 0 && off + n <= total && off % blk == 0 && (n % blk == 0 || off + n == total);
 }
 
+int qt_dequant_window(const qtensor *q, int r0, int nr, int c0, int nc, float *out)
+{
+    float *row = malloc((size_t)q->cols * sizeof(float));
+    if (!row) return -1;
+    for (int r = 0; r < nr; r++) {
+        qt_dequant_row(q, r0 + r, row);
+        memcpy(out + (size_t)r * nc, row + c0, (size_t)nc * sizeof(float));
+    }
+    free(row);
+    return 0;
+}
+
 int qt_slice(const qtensor *q, int r0, int nr, int c0, int nc, qtensor *out)
 {
     memset(out, 0, sizeof(*out));

@@ -52,6 +52,9 @@ void qt_matvec_rows(const qtensor *q, const float *x, float *y, int r0, int r1, 
  * tensor's own. A tensor-parallel shard of a weight. 0, or -1 (a window off the blocks or the tensor, a synthetic
  * tensor with no host bytes, out of memory). */
 int qt_slice(const qtensor *q, int r0, int nr, int c0, int nc, qtensor *out);
+/* out [nr][nc] = the window rows [r0, r0+nr) x cols [c0, c0+nc) of q dequantised, any window. 0, or -1 (out of
+ * memory for a row). */
+int qt_dequant_window(const qtensor *q, int r0, int nr, int c0, int nc, float *out);
 size_t qt_nbytes(const qtensor *q);        /* bytes the weights + scales occupy */
 void qt_free(qtensor *q);
 

@@ -267,18 +267,12 @@ static int up_dense_part(dense_weight *dw, const qtensor *q, int r0, int nr, int
     if (nr == q->rows && nc == q->cols) return up_dense(dw, q, err, errlen, name, l);
     qtensor part;
     if (qt_slice(q, r0, nr, c0, nc, &part)) {
-        float *f = malloc((size_t)nr * nc * sizeof(float)), *row = malloc((size_t)q->cols * sizeof(float));
-        if (!f || !row) {
+        float *f = malloc((size_t)nr * nc * sizeof(float));
+        if (!f || qt_dequant_window(q, r0, nr, c0, nc, f)) {
             free(f);
-            free(row);
             snprintf(err, errlen, "cuda backend: out of host memory cutting layer %d %s", l, name);
             return -1;
         }
-        for (int r = 0; r < nr; r++) {
-            qt_dequant_row(q, r0 + r, row);
-            memcpy(f + (size_t)r * nc, row + c0, (size_t)nc * sizeof(float));
-        }
-        free(row);
         part = (qtensor){.fmt = QT_F32, .rows = nr, .cols = nc, .data = f, .owned = f, .scale2 = 1.0f};
     }
     const int rc = up_dense(dw, &part, err, errlen, name, l);

@@ -348,18 +348,11 @@ static float *dev_f32(const float *h, size_t n)
 static float *dev_stack_part(const qtensor *const *q, int count, int r0, int nr, int c0, int nc)
 {
     const size_t per = (size_t)nr * nc;
-    float *h = malloc(per * count * sizeof(float)), *row = malloc((size_t)q[0]->cols * sizeof(float));
-    float *d = NULL;
-    if (h && row) {
-        for (int m = 0; m < count; m++)
-            for (int r = 0; r < nr; r++) {
-                qt_dequant_row(q[m], r0 + r, row);
-                memcpy(h + per * m + (size_t)r * nc, row + c0, (size_t)nc * sizeof(float));
-            }
-        d = dev_f32(h, per * count);
-    }
+    float *h = malloc(per * count * sizeof(float)), *d = NULL;
+    int ok = h != NULL;
+    for (int m = 0; m < count && ok; m++) ok = !qt_dequant_window(q[m], r0, nr, c0, nc, h + per * m);
+    if (ok) d = dev_f32(h, per * count);
     free(h);
-    free(row);
     return d;
 }
 

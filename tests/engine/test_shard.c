@@ -1,7 +1,7 @@
 /* test_shard.c — the multi-GPU split on the CPU: the plan for V4-Flash and what it refuses, engine.devices, qt_slice
- * against dequantise-then-cut for every format (partial blocks included), and that the split composes: the ranks'
- * partial outputs of the grouped output projection and of an expert, summed as the all-reduce sums them, equal the
- * whole model's. */
+ * and qt_dequant_window against dequantise-then-cut for every format (partial blocks included), and that the split
+ * composes: the ranks' partial outputs of the grouped output projection and of an expert, summed as the all-reduce
+ * sums them, equal the whole model's. */
 #include "check.h"
 #include "quant.h"
 #include "shard.h"
@@ -66,18 +66,22 @@ static void check_window(const qtensor *q, int r0, int nr, int c0, int nc)
         return;
     }
     float *all = malloc((size_t)q->rows * q->cols * sizeof(float)), *w = malloc((size_t)nr * nc * sizeof(float));
+    float *v = malloc((size_t)nr * nc * sizeof(float));
     dense(q, all);
     dense(&s, w);
+    CHECK(qt_dequant_window(q, r0, nr, c0, nc, v) == 0);   /* the same window dequantised directly */
     int bad = 0;
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nc; c++) {
             const float a = w[(size_t)r * nc + c], b = all[(size_t)(r0 + r) * q->cols + c0 + c];
-            bad += !(a == b || (a != a && b != b));
+            const float d = v[(size_t)r * nc + c];
+            bad += !(a == b || (a != a && b != b)) + !(d == b || (d != d && b != b));
         }
     CHECK(bad == 0);
     CHECK(s.rows == nr && s.cols == nc && s.fmt == q->fmt && s.scale2 == q->scale2);
     free(all);
     free(w);
+    free(v);
     qt_free(&s);
 }
 
