@@ -129,23 +129,27 @@ static int synth_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, quant_sc
     return set_expert_part(L, e, q, s2, x->w1.fmt, x->w1.cols, x->w1.rows, sh);
 }
 
+/* p[0..2] = the intermediate units [i0, i0+ni) of an expert on the host: w1 and w3 rows, w2 columns (qt_slice). 0, or
+ * -1 with nothing left to free. */
+static int cut_expert(const v4_expert_w *x, int i0, int ni, qtensor p[3])
+{
+    const int H = x->w1.cols;
+    memset(p, 0, 3 * sizeof *p);
+    if (!qt_slice(&x->w1, i0, ni, 0, H, &p[0]) && !qt_slice(&x->w3, i0, ni, 0, H, &p[1]) &&
+        !qt_slice(&x->w2, 0, H, i0, ni, &p[2]))
+        return 0;
+    for (int m = 0; m < 3; m++) qt_free(&p[m]);
+    return -1;
+}
+
 /* Expert e stored in the served FP4 format on the host: as is, or this rank's units cut on the host. */
 static int host_expert(moe_cuda_layer *L, int e, const v4_expert_w *x, const v4_shard *sh)
 {
-    const int I = x->w1.rows, H = x->w1.cols;
-    if (sh->ni == I) return moe_cuda_set_expert(L, e, &x->w1, &x->w3, &x->w2);
+    if (sh->ni == x->w1.rows) return moe_cuda_set_expert(L, e, &x->w1, &x->w3, &x->w2);
     qtensor p[3];
-    int rc = -1;
-    if (!qt_slice(&x->w1, sh->i0, sh->ni, 0, H, &p[0])) {
-        if (!qt_slice(&x->w3, sh->i0, sh->ni, 0, H, &p[1])) {
-            if (!qt_slice(&x->w2, 0, H, sh->i0, sh->ni, &p[2])) {
-                rc = moe_cuda_set_expert(L, e, &p[0], &p[1], &p[2]);
-                qt_free(&p[2]);
-            }
-            qt_free(&p[1]);
-        }
-        qt_free(&p[0]);
-    }
+    if (cut_expert(x, sh->i0, sh->ni, p)) return -1;
+    const int rc = moe_cuda_set_expert(L, e, &p[0], &p[1], &p[2]);
+    for (int m = 0; m < 3; m++) qt_free(&p[m]);
     return rc;
 }
 
@@ -189,14 +193,10 @@ static int load_shared(moe_cuda_layer *L, const v4_expert_w *s, const v4_shard *
 {
     const qtensor *w[3] = {&s->w1, &s->w3, &s->w2};
     if (sh->sni == s->w1.rows) return load_shared_whole(L, w);
-    const int H = s->w1.cols;
-    qtensor p[3] = {{0}};
-    int rc = -1;
-    if (!qt_slice(w[0], sh->si0, sh->sni, 0, H, &p[0]) && !qt_slice(w[1], sh->si0, sh->sni, 0, H, &p[1]) &&
-        !qt_slice(w[2], 0, H, sh->si0, sh->sni, &p[2])) {
-        const qtensor *pw[3] = {&p[0], &p[1], &p[2]};
-        rc = load_shared_whole(L, pw);
-    }
+    qtensor p[3];
+    if (cut_expert(s, sh->si0, sh->sni, p)) return -1;
+    const qtensor *pw[3] = {&p[0], &p[1], &p[2]};
+    const int rc = load_shared_whole(L, pw);
     for (int m = 0; m < 3; m++) qt_free(&p[m]);
     return rc;
 }
