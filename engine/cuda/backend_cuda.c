@@ -871,6 +871,16 @@ static double mono_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Rank k's stream polled until it is idle or the monotonic deadline passes (no unbounded sync on a GPU that may hang):
+ * cudaSuccess, its error, or cudaErrorNotReady at the deadline. */
+static cudaError_t wait_idle(const cuda_impl *k, double deadline)
+{
+    on(k);
+    cudaError_t e;
+    while ((e = cudaStreamQuery(k->st)) == cudaErrorNotReady && mono_s() < deadline) sched_yield();
+    return e;
+}
+
 /* Make the all-reduce's flags and counters fresh on every rank (after a step failed: the ranks may have run different
  * numbers of all-reduces), once every stream is idle (a rank still waiting gives up within AR_TIMEOUT_NS). A GPU
  * still busy after that hangs: the backend is broken, and every later step fails at once with that line. */
@@ -880,9 +890,7 @@ static void ar_reset(cuda_impl *c)
     const double deadline = mono_s() + 2 * AR_TIMEOUT_NS * 1e-9;
     for (int r = c->n_ranks - 1; r >= 0; r--) {   /* every GPU idle before any flag is cleared */
         const cuda_impl *k = c->rk[r];
-        on(k);
-        while (cudaStreamQuery(k->st) == cudaErrorNotReady && mono_s() < deadline) sched_yield();
-        if (cudaStreamQuery(k->st) == cudaErrorNotReady) {
+        if (wait_idle(k, deadline) == cudaErrorNotReady) {
             snprintf(c->broken, sizeof c->broken, "cuda backend: GPU %d (rank %d) hangs; the engine cannot step again",
                      k->dev, r);
             on(c);
@@ -913,9 +921,7 @@ static int sync_ranks(cuda_impl *c, char *err, size_t errlen)
     for (int r = 1; r < c->n_ranks; r++) {
         const cuda_impl *k = c->rk[r];
         if (!k->own_stream) continue;
-        on(k);
-        cudaError_t e;
-        while ((e = cudaStreamQuery(k->st)) == cudaErrorNotReady && mono_s() < deadline) sched_yield();
+        const cudaError_t e = wait_idle(k, deadline);
         if (e != cudaSuccess && !rc) {
             snprintf(err, errlen, "cuda backend: GPU %d (rank %d): the step failed: %s", k->dev, r,
                      e == cudaErrorNotReady ? "it did not finish within 10 s of the others" : cudaGetErrorString(e));
@@ -1014,7 +1020,6 @@ static int capture_step(cuda_impl *c, const v4_step *S, int cb, const int32_t *d
             on(c->rk[r]);
             cudaGraphDestroy(g[r]);
         }
-    on(c);
     if (rc || e != cudaSuccess) graphs_free(c, x);
     on(c);
     if (rc) return -1;
