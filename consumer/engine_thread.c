@@ -164,11 +164,9 @@ static void *thread_main(void *arg) {
         t->n_cmds = 0;
         cmds = tmp;
         cap_cmds = c;
-        pthread_mutex_unlock(&t->mu);
-
-        pthread_mutex_lock(&t->mu);
         const int faulted = t->fault;
         pthread_mutex_unlock(&t->mu);
+
         for (int i = 0; i < n; i++) run_cmd(t, &cmds[i], faulted);
         double t0 = mono_ms();
         int ran = 0;
