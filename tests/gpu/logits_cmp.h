@@ -1,8 +1,18 @@
-/* logits_cmp.h — comparing logits rows in the GPU tests. */
+/* logits_cmp.h — comparing logits rows in the GPU tests, and the random prompts they feed. */
 #ifndef SLUICE_TEST_LOGITS_CMP_H
 #define SLUICE_TEST_LOGITS_CMP_H
 
 #include <math.h>
+#include <stdint.h>
+
+/* tok[0..n) = token ids in [0, V) from a xorshift64 stream seeded with x (nonzero): the same prompt every run. */
+static inline void random_tokens(int32_t *tok, int n, int V, uint64_t x)
+{
+    for (int i = 0; i < n; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        tok[i] = (int32_t)(x % (uint64_t)V);
+    }
+}
 
 /* Index of the largest logit; *margin (if not NULL) = its lead over the second (INFINITY with one). */
 static inline int logits_argmax(const float *r, int V, float *margin)

@@ -195,11 +195,7 @@ static void test_synthetic(int host)
     if ((host && !ref) || !one) { FAIL("%s: backend: %s", what, err); return; }
     if (ref) sl_backend_cpu_set_gpu_numerics(ref, 1);
     int32_t *tok = malloc((CTX + DECODE) * sizeof *tok);
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (int i = 0; i < CTX; i++) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        tok[i] = (int32_t)(x % (uint64_t)V);
-    }
+    random_tokens(tok, CTX, V, 0x9E3779B97F4A7C15ull);
     float *lr = malloc((size_t)rows * V * sizeof(float)), *l1 = malloc((size_t)rows * V * sizeof(float));
     float *ln = malloc((size_t)rows * V * sizeof(float));
     v4_seq_state sr, s1;

@@ -76,11 +76,7 @@ int main(void)
     if (!cpu || !gpu) { FAIL("backend: %s", err); return 1; }
 
     int32_t *tok = malloc((CTX + DECODE) * sizeof *tok);
-    uint64_t x = 88172645463325252ull;
-    for (int i = 0; i < CTX; i++) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        tok[i] = (int32_t)(x % (uint64_t)V);
-    }
+    random_tokens(tok, CTX, V, 88172645463325252ull);
     float *lc = malloc((size_t)TAIL * V * sizeof(float)), *lg = malloc((size_t)TAIL * V * sizeof(float));
     v4_seq_state sc, sg;
     t0 = now_s();
