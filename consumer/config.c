@@ -55,6 +55,7 @@ static const key_spec KEYS[] = {
     {"worker.grace_ms", "20000", K_INT, 0, 3600000, NULL, 0, "SIGTERM/SIGINT drain time; jobs still running after it are handed back"},
     {"worker.heartbeat_ms", "5000", K_INT, 100, 3600000, NULL, 0, "period of the sluice:worker:<id> heartbeat (TTL = 3 periods)"},
     {"worker.cancel_sweep_ms", "100", K_INT, 10, 60000, NULL, 0, "period of the MGET sweep of sluice:cancel:<id> keys"},
+    {"worker.max_job_crashes", "3", K_INT, 0, 1000000, NULL, 0, "a job whose workers died running it this often goes to the DLQ (0 = never)"},
     {"worker.parked_recheck_ms", "1000", K_INT, 10, 600000, NULL, 0, "how often parked jobs (held by another worker) are re-checked"},
     {"input.framing", "auto", K_ENUM, 0, 0, "auto|confluent|bare", 0, "job value framing; auto: first byte 0 = Confluent"},
     {"input.schema_ids", "", K_STR, 0, 0, NULL, 0, "comma list of accepted Confluent schema ids (empty = any)"},

@@ -13,14 +13,18 @@
  * then per op. A claim is held by (worker, incarnation): a worker id is one live process at a time, so
  * a claim of the same id under another incarnation, or of a worker whose heartbeat names another
  * incarnation, belongs to a process that is gone and is taken at once. `digest` is the hash of the
- * job's payload: a job id is one job; a claim with another digest is a conflict. */
+ * job's payload: a job id is one job; a claim with another digest is a conflict. A claim taken over
+ * from a holder that never finished it (gone, or its lease run out) counts a crash; at the max_crashes-th
+ * (0: never) the job is `poisoned`: every later claim answers so, and the worker sends it to the DLQ
+ * instead of running it again. */
 static const char JOB_SCRIPT[] =
     "local key, op, me, inc = KEYS[1], ARGV[1], ARGV[2], ARGV[3]\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "if op == 'claim' then\n"  /* ARGV: lease_ms ttl_ms partition offset prefix digest */
+    "if op == 'claim' then\n"  /* ARGV: lease_ms ttl_ms partition offset prefix digest max_crashes */
     "  local st = redis.call('HMGET', key, 'status', 'worker', 'lease_until', 'incarnation', 'digest')\n"
     "  if st[5] and ARGV[9] ~= '' and st[5] ~= ARGV[9] then return {'conflict', st[5]} end\n"
+    "  if st[1] == 'poisoned' then return {'poison', redis.call('HGET', key, 'crashes') or '0'} end\n"
     "  if st[1] == 'done' or st[1] == 'failed' then\n"
     "    local r = redis.call('GET', KEYS[2])\n"
     "    if r then return {'done', r} end\n"
@@ -34,6 +38,16 @@ static const char JOB_SCRIPT[] =
     "    if redis.call('EXISTS', hk) == 1 then\n"
     "      local hinc = redis.call('HGET', hk, 'incarnation')\n"
     "      if not (hinc and st[4] and hinc ~= st[4]) then return {'parked', st[2]} end\n"
+    "    end\n"
+    "  end\n"
+    /* a takeover: the holder died running it (or hung past its lease); this process's own claim is not one */
+    "  if st[1] == 'running' and not (st[2] == me and (not st[4] or st[4] == inc)) then\n"
+    "    local n = redis.call('HINCRBY', key, 'crashes', 1)\n"
+    "    local mx = tonumber(ARGV[10]) or 0\n"
+    "    if mx > 0 and n >= mx then\n"
+    "      redis.call('HSET', key, 'status', 'poisoned', 'lease_until', 0, 'finished', now)\n"
+    "      redis.call('PEXPIRE', key, ARGV[5])\n"
+    "      return {'poison', tostring(n)}\n"
     "    end\n"
     "  end\n"
     "  redis.call('HSET', key, 'status', 'running', 'worker', me, 'incarnation', inc,\n"
@@ -79,6 +93,7 @@ struct sl_redis {
     char sha[48];
     int timeout_ms;
     int64_t lease_ms, ttl_ms;
+    int64_t max_crashes;             /* the takeovers of a claim that poison the job (0: never) */
     double next_connect;             /* monotonic seconds: no reconnect attempt before */
     uint64_t errors;
 };
@@ -239,7 +254,7 @@ typedef struct {
     const char *argv[MAXARGS + 5];
     size_t argl[MAXARGS + 5];
     int argc;
-    char num[4][32];
+    char num[5][32];
 } script_call;
 
 static void call_init(script_call *sc, sl_redis *r, const char *op, const char *id) {
@@ -318,12 +333,18 @@ static void claim_reply(void *ud, int i, redisReply *rep) {
         c->status = RC_CONFLICT;
         if (rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING)
             snprintf(c->holder, sizeof(c->holder), "%s", rep->element[1]->str);
+    } else if (strcmp(t, "poison") == 0) {
+        c->status = RC_POISON;
+        if (rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING)
+            snprintf(c->holder, sizeof(c->holder), "%s", rep->element[1]->str);
     } else if (strcmp(t, "parked") == 0) {
         c->status = RC_PARKED;
         if (rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING)
             snprintf(c->holder, sizeof(c->holder), "%s", rep->element[1]->str);
     }
 }
+
+void redis_set_max_crashes(sl_redis *r, int64_t n) { r->max_crashes = n; }
 
 int redis_claim_batch(sl_redis *r, redis_claim *c, int n) {
     for (int i = 0; i < n; i++) {
@@ -343,6 +364,7 @@ int redis_claim_batch(sl_redis *r, redis_claim *c, int n) {
         call_num(&sc, 3, c[i].offset);
         call_arg(&sc, r->prefix, strlen(r->prefix));
         call_arg(&sc, c[i].digest ? c[i].digest : "", c[i].digest ? strlen(c[i].digest) : 0);
+        call_num(&sc, 4, r->max_crashes);
         if (append(r, &sc)) {
             drop(r);
             return -1;

@@ -27,7 +27,7 @@
 
 typedef struct sl_redis sl_redis;
 
-enum { RC_ERR = 0, RC_CLAIMED, RC_DONE, RC_PARKED, RC_OK, RC_ALREADY, RC_LOST, RC_CONFLICT };
+enum { RC_ERR = 0, RC_CLAIMED, RC_DONE, RC_PARKED, RC_OK, RC_ALREADY, RC_LOST, RC_CONFLICT, RC_POISON };
 
 typedef struct {
     const char *id;
@@ -37,7 +37,8 @@ typedef struct {
     int status;                      /* out */
     char *result;                    /* out, RC_DONE: malloc'ed stored Result bytes (caller frees) */
     size_t result_len;
-    char holder[64];                 /* out: RC_PARKED the holding worker, RC_CONFLICT the known digest */
+    char holder[64];                 /* out: RC_PARKED the holding worker, RC_CONFLICT the known digest, RC_POISON
+                                        the crashes counted */
 } redis_claim;
 
 typedef struct {
@@ -59,6 +60,10 @@ int redis_connected(const sl_redis *r);
 const char *redis_incarnation(const sl_redis *r);
 uint64_t redis_errors(const sl_redis *r);   /* failed commands / reconnect attempts so far */
 
+/* A claim that takes a job over from a holder that never finished it (the process died, or its lease ran out)
+ * counts a crash of the job; at the n-th (0: never) the job is poisoned: this claim and every later one answer
+ * RC_POISON. */
+void redis_set_max_crashes(sl_redis *r, int64_t n);
 int redis_claim_batch(sl_redis *r, redis_claim *c, int n);
 int redis_done_batch(sl_redis *r, redis_done *d, int n);
 /* renew: per id, status RC_OK or RC_LOST (another worker took it); release: hand back (status queued). */

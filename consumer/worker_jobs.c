@@ -784,6 +784,14 @@ void wj_claim_round(worker *w, int parked_only) {
             rec_to_dlq(w, r, e, "conflict");
             break;
         }
+        case RC_POISON: {   /* its workers kept dying while running it: not run again */
+            char shown[4 * 64 + 1], e[512];
+            snprintf(e, sizeof(e), "job '%s' was being run by a worker that died, %s times (worker.max_job_crashes "
+                     "%lld): not run again", printable_id(&r->job, shown, sizeof(shown)), c[i].holder,
+                     (long long)cfg_int(w->cfg, "worker.max_job_crashes"));
+            rec_to_dlq(w, r, e, "crashes");
+            break;
+        }
         case RC_PARKED:
             if (r->state != JS_PARKED) {
                 atomic_fetch_add(&w->m.parked, 1);

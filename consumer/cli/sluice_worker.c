@@ -162,6 +162,7 @@ int main(int argc, char **argv) {
                    cfg_get(&c, "redis.prefix"), (int)cfg_int(&c, "redis.timeout_ms"),
                    w.worker_id, cfg_int(&c, "lease.ms"), cfg_int(&c, "redis.ttl_s") * 1000, err, sizeof(err)))
         return fail(err);
+    redis_set_max_crashes(w.redis, cfg_int(&c, "worker.max_job_crashes"));
     w.on_delivery = wj_on_delivery;   /* the Kafka layer reports to the job layer through these */
     w.on_revoke = wj_revoke;
     if (wk_setup(&w, err, sizeof(err))) return fail(err);
