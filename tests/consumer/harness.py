@@ -176,7 +176,7 @@ class Env:
         self.workers = {}
         self.redis_port = free_port()
         self.redis_args = list(redis_args)   # extra redis-server arguments (e.g. --requirepass PW)
-        self.start_redis()
+        self.start_redis(new_port=True)
         args = [prog("sluice-mock-kafka"), "--partitions", str(partitions)]
         if topics:
             args += ["--topics", ",".join(topics)]
@@ -199,18 +199,30 @@ class Env:
         log("env %s: redis %d, kafka %s, group %s, logs %s" % (name, self.redis_port, self.brokers, self.group,
                                                                self.dir))
 
-    def start_redis(self):
-        self.redis_proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-             "no"] + self.redis_args, stdout=open(os.path.join(self.dir, "redis.log"), "a"), stderr=subprocess.STDOUT)
-        self.procs.append(self.redis_proc)
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", self.redis_port), timeout=1).close()
+    def start_redis(self, new_port=False):
+        """redis-server on self.redis_port. The port free_port() found may be taken by another test's server before
+        this one binds it; then this one exits at once while the port still answers, so the server is checked to be
+        alive after it answers, and with new_port (the first start) another port is tried."""
+        for _ in range(5):
+            self.redis_proc = subprocess.Popen(
+                ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                 "no"] + self.redis_args, stdout=open(os.path.join(self.dir, "redis.log"), "a"),
+                stderr=subprocess.STDOUT)
+            self.procs.append(self.redis_proc)
+            for _ in range(100):
+                try:
+                    socket.create_connection(("127.0.0.1", self.redis_port), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            time.sleep(0.2)   # a server that could not bind the port has exited by now
+            if self.redis_proc.poll() is None:
                 return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
+            if not new_port:
+                break
+            self.redis_port = free_port()
+        raise RuntimeError("redis-server did not start on port %d (see %s)" % (self.redis_port,
+                                                                               os.path.join(self.dir, "redis.log")))
 
     def stop_redis(self):
         self.redis.close()
