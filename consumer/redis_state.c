@@ -22,9 +22,9 @@ static const char JOB_SCRIPT[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "if op == 'claim' then\n"  /* ARGV: lease_ms ttl_ms partition offset prefix digest max_crashes */
-    "  local st = redis.call('HMGET', key, 'status', 'worker', 'lease_until', 'incarnation', 'digest')\n"
+    "  local st = redis.call('HMGET', key, 'status', 'worker', 'lease_until', 'incarnation', 'digest', 'crashes')\n"
     "  if st[5] and ARGV[9] ~= '' and st[5] ~= ARGV[9] then return {'conflict', st[5]} end\n"
-    "  if st[1] == 'poisoned' then return {'poison', redis.call('HGET', key, 'crashes') or '0'} end\n"
+    "  if st[1] == 'poisoned' then return {'poison', st[6] or '0'} end\n"
     "  if st[1] == 'done' or st[1] == 'failed' then\n"
     "    local r = redis.call('GET', KEYS[2])\n"
     "    if r then return {'done', r} end\n"
@@ -329,16 +329,13 @@ static void claim_reply(void *ud, int i, redisReply *rep) {
         memcpy(c->result, rep->element[1]->str, rep->element[1]->len);
         c->result_len = rep->element[1]->len;
         c->status = RC_DONE;
-    } else if (strcmp(t, "conflict") == 0) {
-        c->status = RC_CONFLICT;
-        if (rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING)
-            snprintf(c->holder, sizeof(c->holder), "%s", rep->element[1]->str);
-    } else if (strcmp(t, "poison") == 0) {
-        c->status = RC_POISON;
-        if (rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING)
-            snprintf(c->holder, sizeof(c->holder), "%s", rep->element[1]->str);
-    } else if (strcmp(t, "parked") == 0) {
-        c->status = RC_PARKED;
+    } else {   /* answers that name something: the known digest, the crashes counted, the holding worker */
+        const int st = strcmp(t, "conflict") == 0 ? RC_CONFLICT
+                     : strcmp(t, "poison") == 0   ? RC_POISON
+                     : strcmp(t, "parked") == 0   ? RC_PARKED
+                                                  : RC_ERR;
+        if (st == RC_ERR) return;
+        c->status = st;
         if (rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING)
             snprintf(c->holder, sizeof(c->holder), "%s", rep->element[1]->str);
     }
