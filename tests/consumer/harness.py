@@ -209,15 +209,19 @@ class Env:
                  "no"] + self.redis_args, stdout=open(os.path.join(self.dir, "redis.log"), "a"),
                 stderr=subprocess.STDOUT)
             self.procs.append(self.redis_proc)
+            answered = False
             for _ in range(100):
                 try:
                     socket.create_connection(("127.0.0.1", self.redis_port), timeout=1).close()
+                    answered = True
                     break
                 except OSError:
                     time.sleep(0.05)
             time.sleep(0.2)   # a server that could not bind the port has exited by now
             if self.redis_proc.poll() is None:
-                return
+                if answered:
+                    return
+                break   # running but not answering: no other port would help
             if not new_port:
                 break
             self.redis_port = free_port()
