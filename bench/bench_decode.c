@@ -400,8 +400,9 @@ int bench_decode(int argc, char **argv)
     double slope = n > 1 ? (n * sxy - sx * sy) / (n * sxx - sx * sx) : 0, icpt = n ? (sy - slope * sx) / n : 0;
     printf("fit at context %ld: step = %.3f ms + %.4f ms per request (a production V4 deployment on 8x RTX PRO 6000 "
            "reported 18 ms + 1.05 ms per request)\n", ctxs[0], icpt, slope);
-    printf("split of one step by kernel family, ms (context %ld; launch gaps inside each family included; other: the\n"
-           "timed step beyond them: graph launch, layout upload, sampling, host work):\n%-12s", ctxs[0],
+    printf("split of one step by kernel family, ms (context %ld; launch gaps inside each family included, branches run\n"
+           "in line; other: the timed step beyond them: graph launch, layout upload, sampling, host work, less the\n"
+           "branches' overlap):\n%-12s", ctxs[0],
            "batch");
     for (int i = 0; i < nr; i++)
         if (rows[i].ctx == ctxs[0]) printf(" %9d", rows[i].batch);

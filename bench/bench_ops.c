@@ -184,11 +184,11 @@ static void bench_norms(const double *inv_freq, int R)
     float *in = rand_f32(n_in, 1.0f), *w = rand_f32(1536, 1.0f);
     uint16_t *out;
     CK(cudaMalloc((void **)&out, n_in * 2));
-    a.j[0] = (v4_norm_job){in, 1536, 1, 1, 1024, 1, w, 0, NULL, out, 1024};
-    a.j[1] = (v4_norm_job){in + 1024, 1536, 1, 1, 512, 1, w, 32, inv_freq, out + 1024, 512};
+    a.j[0] = (v4_norm_job){in, 1536, 1, 1, 1024, 1, w, 0, NULL, out, 1024, 0};
+    a.j[1] = (v4_norm_job){in + 1024, 1536, 1, 1, 512, 1, w, 32, inv_freq, out + 1024, 512, 0};
     printf("norm + RoPE   rows   1  %-52s %8.2f us\n", "q_norm 1024, kv_norm + RoPE 512", time_op(norm_op, &a, R));
-    a.j[0] = (v4_norm_job){in, 512, 64, 64, 512, 1, NULL, 32, inv_freq, out, 512};
-    a.j[1] = (v4_norm_job){in + 64 * 512, 128, 64, 64, 128, 0, NULL, 32, inv_freq, out + 64 * 512, 128};
+    a.j[0] = (v4_norm_job){in, 512, 64, 64, 512, 1, NULL, 32, inv_freq, out, 512, 0};
+    a.j[1] = (v4_norm_job){in + 64 * 512, 128, 64, 64, 128, 0, NULL, 32, inv_freq, out + 64 * 512, 128, 0};
     printf("norm + RoPE   rows   1  %-52s %8.2f us\n", "q 64 x 512 rms + RoPE, indexer q 64 x 128 RoPE",
            time_op(norm_op, &a, R));
     cudaFree(in); cudaFree(w); cudaFree(out); cudaFree((void *)a.s.tok_id);

@@ -76,10 +76,23 @@ cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim, int hc, co
                       int head, const float *pend_f, const float *pend_post, const float *pend_comb, uint16_t *xn,
                       float *post, float *comb, float *scratch, cudaStream_t st);
 size_t v4_hc_pre_scratch_floats(int nr, int dim, int hc);
+/* v4_hc_pre's three launches, for a caller that runs the third beside the sublayer (only the next sublayer's post
+ * reads post and comb): v4_hc_mix (the pending post, the mixes' chunk sums into scratch), v4_hc_collapse (pre, the
+ * collapse, the norm into xn), v4_hc_comb (post and comb; not for the head). The last two read scratch as the first
+ * left it; v4_hc_pre is v4_hc_mix, v4_hc_comb, v4_hc_collapse on one stream. */
+cudaError_t v4_hc_mix(float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn, int head,
+                      const float *pend_f, const float *pend_post, const float *pend_comb, float *scratch,
+                      cudaStream_t st);
+cudaError_t v4_hc_collapse(const float *X, int nr, const int32_t *rows, int dim, int hc, const float *scale,
+                           const float *base, float hc_eps, float norm_eps, const float *norm_w, int head,
+                           const float *scratch, uint16_t *xn, cudaStream_t st);
+cudaError_t v4_hc_comb(int nr, int dim, int hc, const float *scale, const float *base, int sinkhorn_iters,
+                       float hc_eps, float norm_eps, const float *scratch, float *post, float *comb, cudaStream_t st);
 /* One RMSNorm + RoPE job: for r < rows: out[r] (bf16, row stride ld_out) = RoPE(norm(in[r])), in row stride
  * ld_in, d floats a row (even); norm: 0 none, 1 RMSNorm (weight w, NULL = unweighted); rope_half > 0: interleaved
  * pairs on the last 2*rope_half dims at the position of token r / rows_per_tok (s->tok_pos), angles
- * pos*inv_freq[i] in double. */
+ * pos*inv_freq[i] in double. ld_tok > 0: a token's rows_per_tok rows start ld_tok floats after the previous token's
+ * (row r at in + (r / rows_per_tok) * ld_tok + (r % rows_per_tok) * ld_in: heads inside a wider projection's row). */
 typedef struct {
     const float *in;
     int ld_in, rows, rows_per_tok, d, norm;
@@ -88,6 +101,7 @@ typedef struct {
     const double *inv_freq;
     uint16_t *out;
     int ld_out;
+    int ld_tok;
 } v4_norm_job;
 #define V4_NORM_JOBS 4
 /* Up to V4_NORM_JOBS jobs in one launch (eps shared). */

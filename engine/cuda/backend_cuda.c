@@ -57,7 +57,8 @@ typedef struct {
 } cu_graph;
 
 typedef struct {
-    dense_weight wq_b, wo_a, wo_b, iwq_b;
+    dense_weight wq_b;                      /* the rank's heads' rows; CSA: then the indexer's wq_b (one input) */
+    dense_weight wo_a, wo_b;
     dense_weight wqkv;                      /* [wq_a; wkv] */
     dense_weight wcmp;                      /* [compressor wkv; wgate; (CSA) indexer compressor wkv; wgate; weights_proj] */
     int n_cmp;                              /* wcmp's rows */
@@ -69,6 +70,8 @@ typedef struct {
     size_t page_off, ipage_off;             /* in a page */
 } cu_layer;
 
+enum { BR_COMB, BR_COMPRESS, N_BRANCH };   /* the step's branches beside the main stream */
+
 typedef struct cuda_impl {
     const v4_weights *w;
     v4_state_pool *pool;
@@ -77,6 +80,10 @@ typedef struct cuda_impl {
     v4_shard sh;
     int dev;                                /* the rank's CUDA device */
     int own_stream;                         /* 0: st is rank 0's (every rank on one GPU, one stream) */
+    /* work beside st (enqueue_branch): each sublayer's mHC post and comb; a layer's compressor path */
+    cudaStream_t side[N_BRANCH];
+    cudaEvent_t fork_ev[N_BRANCH], join_ev[N_BRANCH];
+    int open[N_BRANCH];                     /* branch work st has not waited for yet */
     struct cuda_impl *rk[SL_MAX_RANKS];     /* rank 0: every rank, rank 0 first */
     int n_ranks;                            /* rank 0: how many */
     float *part[2], *sum[2];                /* where each sublayer (attention, MoE) writes its output, and where the
@@ -103,7 +110,7 @@ typedef struct cuda_impl {
     int cap, max_blocks;
     int32_t *hmeta, *dmeta;                 /* pinned / device step layout */
     size_t meta_ints;
-    float *X, *f, *post, *comb, *qkv, *q, *cmp, *iq, *scores, *logits, *hlogits;
+    float *X, *f, *post, *comb, *qkv, *q, *cmp, *scores, *logits, *hlogits;
     uint16_t *xn, *qr_b, *q_b, *kv_b, *iq_b, *o_b, *u_b, *y_b;
     int32_t *sel;
     size_t score_floats;
@@ -259,14 +266,16 @@ static int up_dense(dense_weight *dw, const qtensor *q, char *err, size_t errlen
     return up_dense_cat(dw, &q, 1, err, errlen, name, l);
 }
 
-/* The rank's window (rows [r0, r0+nr) x cols [c0, c0+nc)) of a dense weight: the whole of it for one rank; in its
- * own format where the window falls on the format's blocks (qt_slice), else dequantised (the upload makes it bf16). */
-static int up_dense_part(dense_weight *dw, const qtensor *q, int r0, int nr, int c0, int nc, char *err, size_t errlen,
-                         const char *name, int l)
+/* The rank's window (rows [r0, r0+nr) x cols [c0, c0+nc)) of a dense weight, stacked above the nx weights in x (same
+ * inputs; none: nx 0): the whole weight for one rank; in its own format where the window falls on the format's
+ * blocks (qt_slice), else dequantised (the upload makes it bf16). */
+static int up_dense_part(dense_weight *dw, const qtensor *q, int r0, int nr, int c0, int nc, const qtensor *const *x,
+                         int nx, char *err, size_t errlen, const char *name, int l)
 {
-    if (nr == q->rows && nc == q->cols) return up_dense(dw, q, err, errlen, name, l);
-    qtensor part;
-    if (qt_slice(q, r0, nr, c0, nc, &part)) {
+    qtensor part = *q;   /* a view: freeing it frees nothing of q's */
+    part.owned = NULL;
+    part.owned_scale = NULL;
+    if ((nr != q->rows || nc != q->cols) && qt_slice(q, r0, nr, c0, nc, &part)) {
         float *f = malloc((size_t)nr * nc * sizeof(float));
         if (!f || qt_dequant_window(q, r0, nr, c0, nc, f)) {
             free(f);
@@ -275,7 +284,9 @@ static int up_dense_part(dense_weight *dw, const qtensor *q, int r0, int nr, int
         }
         part = (qtensor){.fmt = QT_F32, .rows = nr, .cols = nc, .data = f, .owned = f, .scale2 = 1.0f};
     }
-    const int rc = up_dense(dw, &part, err, errlen, name, l);
+    const qtensor *parts[4] = {&part};
+    for (int i = 0; i < nx && i < 3; i++) parts[1 + i] = x[i];
+    const int rc = up_dense_cat(dw, parts, 1 + (nx < 3 ? nx : 3), err, errlen, name, l);
     qt_free(&part);
     return rc;
 }
@@ -288,11 +299,13 @@ static int load_layer(cuda_impl *c, int l, char *err, size_t errlen)
     const int hc = cfg->hc_mult, dim = cfg->dim, nmix = (2 + hc) * hc, hd = cfg->head_dim, ol = cfg->o_lora_rank;
     const v4_shard *sh = &c->sh;   /* the rank's heads: wq_b's rows, the sinks, wo_a's groups, wo_b's columns */
     L->ratio = cfg->compress_ratio[l];
-    const qtensor *qkv[2] = {&W->wq_a, &W->wkv};
+    const qtensor *qkv[2] = {&W->wq_a, &W->wkv}, *iq[1] = {&W->iwq_b};
+    const int csa = L->ratio == 4;   /* the indexer's wq_b reads wq_b's input: one launch */
     if (up_dense_cat(&L->wqkv, qkv, 2, err, errlen, "wq_a + wkv", l) ||
-        up_dense_part(&L->wq_b, &W->wq_b, sh->h0 * hd, sh->nh * hd, 0, W->wq_b.cols, err, errlen, "wq_b", l) ||
-        up_dense_part(&L->wo_a, &W->wo_a, sh->g0 * ol, sh->ng * ol, 0, W->wo_a.cols, err, errlen, "wo_a", l) ||
-        up_dense_part(&L->wo_b, &W->wo_b, 0, W->wo_b.rows, sh->g0 * ol, sh->ng * ol, err, errlen, "wo_b", l))
+        up_dense_part(&L->wq_b, &W->wq_b, sh->h0 * hd, sh->nh * hd, 0, W->wq_b.cols, iq, csa, err, errlen,
+                      csa ? "wq_b + indexer wq_b" : "wq_b", l) ||
+        up_dense_part(&L->wo_a, &W->wo_a, sh->g0 * ol, sh->ng * ol, 0, W->wo_a.cols, NULL, 0, err, errlen, "wo_a", l) ||
+        up_dense_part(&L->wo_b, &W->wo_b, 0, W->wo_b.rows, sh->g0 * ol, sh->ng * ol, NULL, 0, err, errlen, "wo_b", l))
         return -1;
     L->q_norm = up_f32(W->q_norm, (size_t)cfg->q_lora_rank);
     L->kv_norm = up_f32(W->kv_norm, (size_t)hd);
@@ -320,7 +333,6 @@ static int load_layer(cuda_impl *c, int l, char *err, size_t errlen)
     }
     if (L->ratio == 4) {
         const int dI = cfg->index_head_dim;
-        if (up_dense(&L->iwq_b, &W->iwq_b, err, errlen, "indexer wq_b", l)) return -1;
         L->i_ape = up_f32(W->icomp.ape, (size_t)4 * 2 * dI);
         L->i_norm = up_f32(W->icomp.norm, (size_t)dI);
         if (!L->i_ape || !L->i_norm) goto oom;
@@ -333,7 +345,7 @@ oom:
 
 static void free_layer(cu_layer *L)
 {
-    dense_weight *d[] = {&L->wqkv, &L->wq_b, &L->wo_a, &L->wo_b, &L->wcmp, &L->iwq_b};
+    dense_weight *d[] = {&L->wqkv, &L->wq_b, &L->wo_a, &L->wo_b, &L->wcmp};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) dense_weight_free(d[i]);
     float *p[] = {L->q_norm, L->kv_norm, L->attn_sink, L->attn_norm, L->ffn_norm, L->hc_attn_fn, L->hc_attn_base,
                   L->hc_attn_scale, L->hc_ffn_fn, L->hc_ffn_base, L->hc_ffn_scale, L->c_ape, L->c_norm,
@@ -493,9 +505,8 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
     FB(post, N * hc);
     FB(comb, N * hc * hc);
     FB(qkv, N * (cfg->q_lora_rank + hd));
-    FB(q, N * H * hd);
+    FB(q, N * (H * hd + nI * dI));
     FB(cmp, N * (2 * 2 * hd + 4 * dI + nI));
-    FB(iq, N * nI * dI);
     FB(scores, c->score_floats);
     if (c->ar_peer) {
         FB(f2, N * dim);
@@ -588,6 +599,61 @@ static long build_layout(cuda_impl *c, const piece *pc, int np, int pad, int max
     return (long)((lrows + nl) - h);
 }
 
+/* Branches: work the step's main stream st does not need until later runs on a stream of its own, forked from st
+ * (so it follows everything enqueued on st so far) and joined back where it is first read: each sublayer's mHC post
+ * and comb (the next sublayer's post reads them), a layer's compressor path (the indexer and the attention read it).
+ * In a profiled capture a branch is st itself, so every launch is timed on its own. */
+static int branch_fork(cuda_impl *c, int b, cudaStream_t *bs, char *err, size_t errlen)
+{
+    *bs = c->st;
+    if (c->prof_ms) return 0;
+    CK(cudaEventRecord(c->fork_ev[b], c->st), "stream fork");
+    CK(cudaStreamWaitEvent(c->side[b], c->fork_ev[b], 0), "stream fork");
+    *bs = c->side[b];
+    return 0;
+}
+
+static int branch_end(cuda_impl *c, int b, char *err, size_t errlen)
+{
+    if (c->prof_ms) return 0;
+    CK(cudaEventRecord(c->join_ev[b], c->side[b]), "stream join");
+    c->open[b] = 1;
+    return 0;
+}
+
+/* st waits for branch b's work (a graph's capture also ends only with every stream it forked joined). */
+static int branch_join(cuda_impl *c, int b, char *err, size_t errlen)
+{
+    if (!c->open[b]) return 0;
+    CK(cudaStreamWaitEvent(c->st, c->join_ev[b], 0), "stream join");
+    c->open[b] = 0;
+    return 0;
+}
+
+/* A sublayer's mHC pre for n rows (pend: the previous sublayer's output, whose post is applied first): the mixes,
+ * then the collapse and norm into xn on st, and post and comb on a branch, where the Sinkhorn's serial rounds run
+ * beside the sublayer instead of before it. */
+static int enqueue_hc_pre(cuda_impl *c, int n, const float *fn, const float *scale, const float *base,
+                          const float *norm_w, const float *pend, const char *what, char *err, size_t errlen)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const int dim = cfg->dim, hc = cfg->hc_mult;
+    cudaStream_t bs;
+    if (branch_join(c, BR_COMB, err, errlen)) return -1;
+    LAUNCH(SL_FAM_MHC, v4_hc_mix(c->X, n, NULL, dim, hc, fn, 0, pend, c->post, c->comb, c->hc_scratch, c->st), what);
+    if (branch_fork(c, BR_COMB, &bs, err, errlen)) return -1;
+    LAUNCH(SL_FAM_MHC,
+           v4_hc_comb(n, dim, hc, scale, base, cfg->hc_sinkhorn_iters, cfg->hc_eps, cfg->norm_eps, c->hc_scratch,
+                      c->post, c->comb, bs),
+           "mHC post and comb");
+    if (branch_end(c, BR_COMB, err, errlen)) return -1;
+    LAUNCH(SL_FAM_MHC,
+           v4_hc_collapse(c->X, n, NULL, dim, hc, scale, base, cfg->hc_eps, cfg->norm_eps, norm_w, 0, c->hc_scratch,
+                          c->xn, c->st),
+           what);
+    return 0;
+}
+
 /* Layer l's attention path on the step S's queries (q_b; for CSA the indexer's iq_b and weights in cmp): for CSA the
  * indexer's scores and top-k into sel, then the sparse attention over the window and the compressed entries into
  * o_b. */
@@ -629,7 +695,7 @@ static int enqueue_attention(cuda_impl *c, const v4_step *S, int l, int max_t, c
 static int enqueue_sublayer(cuda_impl *c, const v4_step *Sp, int l, int half_, int max_t, char *err, size_t errlen)
 {
     const v4_config *cfg = &c->w->cfg;
-    const int dim = cfg->dim, hc = cfg->hc_mult, H = c->sh.nh, hd = cfg->head_dim, ql = cfg->q_lora_rank;
+    const int dim = cfg->dim, H = c->sh.nh, hd = cfg->head_dim, ql = cfg->q_lora_rank;
     const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, G = c->sh.ng, ol = cfg->o_lora_rank;
     const int half = cfg->rope_dim / 2, W = cfg->window, n = Sp->n;
     const float eps = cfg->norm_eps;
@@ -637,11 +703,9 @@ static int enqueue_sublayer(cuda_impl *c, const v4_step *Sp, int l, int half_, i
     cudaStream_t st = c->st;
     const cu_layer *L = &c->L[l];
     if (half_ == 1) {
-        LAUNCH(SL_FAM_MHC,
-               v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, cfg->hc_sinkhorn_iters,
-                         cfg->hc_eps, eps, L->ffn_norm, 0, c->sum[0], c->post, c->comb, c->xn, c->post, c->comb,
-                         c->hc_scratch, st),
-               "mHC post (attention) + pre (MoE)");
+        if (enqueue_hc_pre(c, n, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, L->ffn_norm, c->sum[0],
+                           "mHC post (attention) + pre (MoE)", err, errlen))
+            return -1;
         float *f = c->part[1];
         if (c->moe.fast[l]) {
             /* the fast kernels' tiling depends on the batch; deterministic: each token alone, as in a batch of one */
@@ -662,35 +726,36 @@ static int enqueue_sublayer(cuda_impl *c, const v4_step *Sp, int l, int half_, i
     const double *freq = ratio ? c->freq_comp : c->freq_main;
     const int nqkv = ql + hd, ncmp = L->n_cmp;
     const float *cmp_i = c->cmp + 2 * coff * hd;   /* CSA: the indexer's C, Z and weights after the compressor's */
-    LAUNCH(SL_FAM_MHC,
-           v4_hc_pre(c->X, n, NULL, dim, hc, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, cfg->hc_sinkhorn_iters,
-                     cfg->hc_eps, eps, L->attn_norm, 0, l ? c->sum[1] : NULL, c->post, c->comb, c->xn, c->post,
-                     c->comb, c->hc_scratch, st),
-           l ? "mHC post (MoE) + pre (attention)" : "mHC pre (attention)");
-    LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wqkv, 0, nqkv, c->xn, dim, n, c->qkv, nqkv, st), "wq_a + wkv");
-    if (ratio)
-        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wcmp, 0, ncmp, c->xn, dim, n, c->cmp, ncmp, st), "compressor projections");
-    const v4_norm_job qkv_norms[2] = {   /* q_norm; kv_norm + RoPE */
-        {c->qkv, nqkv, n, 1, ql, 1, L->q_norm, 0, NULL, c->qr_b, ql},
-        {c->qkv + ql, nqkv, n, 1, hd, 1, L->kv_norm, half, freq, c->kv_b, hd}};
-    LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, qkv_norms, 2, eps, st), "q_norm, kv_norm + RoPE");
-    LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, H * hd, c->qr_b, ql, n, c->q, H * hd, st), "wq_b");
-    if (csa)
-        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->iwq_b, 0, nI * dI, c->qr_b, ql, n, c->iq, nI * dI, st), "indexer wq_b");
-    const v4_norm_job q_norms[2] = {   /* per head: q rms + RoPE; the indexer's q: RoPE */
-        {c->q, hd, n * H, H, hd, 1, NULL, half, freq, c->q_b, hd},
-        {c->iq, dI, n * nI, nI, dI, 0, NULL, half, freq, c->iq_b, dI}};
-    LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, q_norms, csa ? 2 : 1, eps, st), "q rms + RoPE");
-    if (csa)
+    if (enqueue_hc_pre(c, n, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, L->attn_norm, l ? c->sum[1] : NULL,
+                       l ? "mHC post (MoE) + pre (attention)" : "mHC pre (attention)", err, errlen))
+        return -1;
+    if (ratio) {   /* the compressor path, beside the queries' projections: the projections, then the windows */
+        cudaStream_t bs;
+        if (branch_fork(c, BR_COMPRESS, &bs, err, errlen)) return -1;
+        LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wcmp, 0, ncmp, c->xn, dim, n, c->cmp, ncmp, bs), "compressor projections");
+        if (csa)
+            LAUNCH(SL_FAM_COMPRESS,
+                   v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, cmp_i, cmp_i + 2 * dI, ncmp, L->i_ape,
+                               L->i_norm, eps, half, freq, bs),
+                   "indexer compressor");
         LAUNCH(SL_FAM_COMPRESS,
-               v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, cmp_i, cmp_i + 2 * dI, ncmp, L->i_ape,
-                           L->i_norm, eps, half, freq, st),
-               "indexer compressor");
-    if (ratio)
-        LAUNCH(SL_FAM_COMPRESS,
-               v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cmp, c->cmp + coff * hd, ncmp,
-                           L->c_ape, L->c_norm, eps, half, freq, st),
+               v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cmp, c->cmp + coff * hd, ncmp, L->c_ape,
+                           L->c_norm, eps, half, freq, bs),
                "compressor");
+        if (branch_end(c, BR_COMPRESS, err, errlen)) return -1;
+    }
+    LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wqkv, 0, nqkv, c->xn, dim, n, c->qkv, nqkv, st), "wq_a + wkv");
+    const v4_norm_job qkv_norms[2] = {   /* q_norm; kv_norm + RoPE */
+        {c->qkv, nqkv, n, 1, ql, 1, L->q_norm, 0, NULL, c->qr_b, ql, 0},
+        {c->qkv + ql, nqkv, n, 1, hd, 1, L->kv_norm, half, freq, c->kv_b, hd, 0}};
+    LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, qkv_norms, 2, eps, st), "q_norm, kv_norm + RoPE");
+    const int nq = L->wq_b.n;   /* the heads' queries, then (CSA) the indexer's */
+    LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, nq, c->qr_b, ql, n, c->q, nq, st), csa ? "wq_b + indexer wq_b" : "wq_b");
+    const v4_norm_job q_norms[2] = {   /* per head: q rms + RoPE; the indexer's q: RoPE */
+        {c->q, hd, n * H, H, hd, 1, NULL, half, freq, c->q_b, hd, nq},
+        {c->q + H * hd, dI, n * nI, nI, dI, 0, NULL, half, freq, c->iq_b, dI, nq}};
+    LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, q_norms, csa ? 2 : 1, eps, st), "q rms + RoPE");
+    if (branch_join(c, BR_COMPRESS, err, errlen)) return -1;
     if (enqueue_attention(c, &S, l, max_t, err, errlen)) return -1;
     LAUNCH(SL_FAM_ATTENTION, v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, hd, st), "ring store");
     LAUNCH(SL_FAM_DENSE, dense_gemm_grouped(&L->wo_a, G, c->o_b, H * hd, H * hd / G, n, c->u_b, 1, G * ol, st),
@@ -751,6 +816,8 @@ static int enqueue_layers(cuda_impl *c, const v4_step *S, int max_t, char *err, 
 {
     c->last_S = *S;
     c->last_max_t = max_t;
+    for (int r = 0; r < c->n_ranks; r++)   /* a failed step's forks are not joined */
+        for (int b = 0; b < N_BRANCH; b++) c->rk[r]->open[b] = 0;
     const v4_config *cfg = &c->w->cfg;
     const int total = 2 * cfg->n_layers, stop = c->sublayers && c->sublayers < total ? c->sublayers : total;
     for (int r = c->n_ranks - 1; r >= 0; r--) {
@@ -770,6 +837,12 @@ static int enqueue_layers(cuda_impl *c, const v4_step *S, int max_t, char *err, 
         if (enqueue_allreduce(c, j % 2, S->n, err, errlen)) return -1;
         c->flast = c->sum[j % 2];
     }
+    for (int r = c->n_ranks - 1; r >= 0; r--) {   /* the last comb: the head's pending post reads it */
+        on(c->rk[r]);
+        for (int b = 0; b < N_BRANCH; b++)
+            if (branch_join(c->rk[r], b, err, errlen)) return -1;
+    }
+    on(c);
     return 0;
 }
 
@@ -1324,7 +1397,7 @@ static void impl_free(cuda_impl *c)
     gpu_moe_free(&c->moe);
     dense_weight_free(&c->head);
     void *dv[] = {c->embed, c->hc_head_fn, c->hc_head_base, c->hc_head_scale, c->norm, c->freq_main, c->freq_comp,
-                  c->ar.slots, c->ar.pages, c->dmeta, c->X, c->f, c->post, c->comb, c->qkv, c->q, c->cmp, c->iq,
+                  c->ar.slots, c->ar.pages, c->dmeta, c->X, c->f, c->post, c->comb, c->qkv, c->q, c->cmp,
                   c->scores, c->logits, c->xn, c->qr_b, c->q_b, c->kv_b, c->iq_b, c->o_b, c->u_b, c->y_b, c->sel,
                   c->att_scratch, c->hc_scratch, c->dsreq, c->dhist, c->dtok, c->dlp, c->probs, c->marks, c->f2,
                   c->fsum, c->ar_inbox, c->ar_epoch};
@@ -1339,6 +1412,11 @@ static void impl_free(cuda_impl *c)
         if (hv[i]) cudaFreeHost(hv[i]);
     sl_sampler_free(&c->smp);
     if (c->st && c->own_stream) cudaStreamDestroy(c->st);
+    for (int b = 0; b < N_BRANCH; b++) {
+        if (c->side[b]) cudaStreamDestroy(c->side[b]);
+        if (c->fork_ev[b]) cudaEventDestroy(c->fork_ev[b]);
+        if (c->join_ev[b]) cudaEventDestroy(c->join_ev[b]);
+    }
     free(c->slot_free);
     free(c);
 }
@@ -1448,6 +1526,13 @@ static int load_rank(cuda_impl *k, char *err, size_t errlen)
             return -1;
         }
     }
+    for (int b = 0; b < N_BRANCH; b++)
+        if (cudaStreamCreateWithFlags(&k->side[b], cudaStreamNonBlocking) != cudaSuccess ||
+            cudaEventCreateWithFlags(&k->fork_ev[b], cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventCreateWithFlags(&k->join_ev[b], cudaEventDisableTiming) != cudaSuccess) {
+            snprintf(err, errlen, "cuda backend: cannot create a stream or event on CUDA device %d", k->dev);
+            return -1;
+        }
     if (load_globals(k, err, errlen)) return -1;
     for (int l = 0; l < w->cfg.n_layers; l++)
         if (load_layer(k, l, err, errlen)) return -1;

@@ -1,12 +1,9 @@
 /* v4_mhc.cu — embedding, manifold hyper-connections (V4_SPEC 2.3), RMSNorm + RoPE on rows, the profile's
  * timestamps.
  *
- * The residual stream is hc rows of dim floats per token (fp32). mHC pre is two kernels: the mixes (hc_fn's
- * (2+hc)*hc rows dotted with the streams) split over chunks of dims, one block per (chunk, token), so hc_fn streams
- * from all SMs even at batch 1, each block first applying the previous sublayer's mHC post to its elements (no pass
- * of its own); then one block per token adds the chunks, does the tiny per-token math (sigmoid, softmax, Sinkhorn on
- * hc x hc, one lane per entry), the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm, writing the bf16 input
- * of the projections.
+ * The residual stream is hc rows of dim floats per token (fp32). mHC pre is three kernels (the mixes split over chunks
+ * of dims; pre, the collapse and the sublayer's norm; post and comb), described above k_hc_mix; the previous
+ * sublayer's mHC post is folded into the first, so it has no pass of its own.
  */
 #include <math.h>
 
@@ -36,59 +33,89 @@ extern "C" cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int
 
 __device__ __forceinline__ float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-/* mHC pre, first half: block (chunk kb, row r) takes pp = HCM_THREADS / hc pairs of dims of every stream (thread t:
- * stream t / pp, pair kb pp + t % pp). With f: the previous sublayer's mHC post first, on those elements (X'[j] =
- * post_j f + sum_q comb[q][j] X[q], the old values through shared memory), written back. Then it dots them with every
- * mix row of fn and sums their squares: part[r][kb][m] (m < n_mix), part[r][kb][n_mix]. Enough blocks to stream hc_fn
- * (1.6 MB on V4-Flash) at the read rate even for one row; the chunks are fixed, so a row's sums do not depend on the
- * batch. */
+/* mHC pre is three kernels:
+ *   k_hc_mix      the previous sublayer's mHC post applied in place (with f), then every mix row of fn dotted with the
+ *                 streams, in chunks of dims so that fn streams from all SMs even at batch 1: part[r][kb][m];
+ *   k_hc_collapse pre from the chunk sums, x = sum_j pre_j X_j and the sublayer's RMSNorm: the sublayer's bf16 input;
+ *   k_hc_comb     post and comb (row softmax, then the Sinkhorn): only the next sublayer's mHC post reads them, so the
+ *                 backend runs this one on a second stream beside the sublayer, off the step's critical path.
+ * Block (chunk kb, row group) of k_hc_mix takes pp = HCM_THREADS / hc pairs of dims of every stream (thread t: stream
+ * t / pp, pair kb pp + t % pp) for each of its rows; its slice of fn is loaded into registers once, before the
+ * previous kernel has finished, and serves every row of the group. The chunks are fixed and every row's sums are
+ * added in the same order whatever the group, so a row's mixes do not depend on the batch. */
 #define HCM_THREADS 256
 #define HC_MIX_MAX ((2 + HC_MAX) * HC_MAX)
+#define HCM_PF 24   /* fn rows held in registers: V4's (2 + 4) * 4; further rows (hc > 4) are read as they are used */
 
-__global__ void __launch_bounds__(HCM_THREADS) k_hc_mix(float *X, const int32_t *rows, int dim, int hc, int n_mix,
-                                                        const float *fn, int n_chunks, const float *f,
-                                                        const float *post, const float *comb, float *part)
+__global__ void __launch_bounds__(HCM_THREADS) k_hc_mix(float *X, const int32_t *rows, int nr, int rpb, int dim,
+                                                        int hc, int n_mix, const float *fn, int n_chunks,
+                                                        const float *f, const float *post, const float *comb,
+                                                        float *part)
 {
-    pdl_enter();
+    moe_pdl_release();
     __shared__ float red[HCM_THREADS / 32][HC_MIX_MAX + 1];
     __shared__ float2 xo[HCM_THREADS];
-    const int r = blockIdx.y, i = rows ? rows[r] : r, kb = blockIdx.x;
+    const int kb = blockIdx.x;
     const int pp = HCM_THREADS / hc, j = threadIdx.x / pp, d = 2 * (kb * pp + threadIdx.x % pp);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, width = hc * dim;
     const bool in = j < hc && d < dim;   /* dim is even */
-    float *xp = X + (size_t)i * width + (size_t)j * dim + d;
-    float2 x = in ? *(const float2 *)xp : make_float2(0.0f, 0.0f);
-    if (f) {
-        xo[threadIdx.x] = x;
-        __syncthreads();
-        if (in) {
-            const float *po = post + (size_t)i * hc, *C = comb + (size_t)i * hc * hc;
-            const float2 fv = *(const float2 *)(f + (size_t)i * dim + d);
-            float2 v = make_float2(po[j] * fv.x, po[j] * fv.y);
-            for (int q = 0; q < hc; q++) {
-                const float2 o = xo[q * pp + threadIdx.x % pp];
-                v.x += C[q * hc + j] * o.x;
-                v.y += C[q * hc + j] * o.y;
-            }
-            x = v;
-            *(float2 *)xp = v;
-        }
-    }
-    const float ss = warp_sum(x.x * x.x + x.y * x.y);
-    if (lane == 0) red[wid][n_mix] = ss;
     const size_t k0 = (size_t)j * dim + d;
-#pragma unroll 8
-    for (int m = 0; m < n_mix; m++) {
-        const float2 w = in ? __ldg((const float2 *)(fn + (size_t)m * width + k0)) : make_float2(0.0f, 0.0f);
-        const float a = warp_sum(w.x * x.x + w.y * x.y);
-        if (lane == 0) red[wid][m] = a;
+    float2 w[HCM_PF];   /* the weights do not depend on the previous kernel: loaded before the wait */
+#pragma unroll
+    for (int m = 0; m < HCM_PF; m++)
+        w[m] = in && m < n_mix ? __ldg((const float2 *)(fn + (size_t)m * width + k0)) : make_float2(0.0f, 0.0f);
+    moe_pdl_wait();
+    const int rend = min(nr, (blockIdx.y + 1) * rpb);
+    for (int r = blockIdx.y * rpb; r < rend; r++) {
+        const int i = rows ? rows[r] : r;
+        float *xp = X + (size_t)i * width + k0;
+        float2 x = in ? *(const float2 *)xp : make_float2(0.0f, 0.0f);
+        if (f) {
+            xo[threadIdx.x] = x;
+            __syncthreads();
+            if (in) {
+                const float *po = post + (size_t)i * hc, *C = comb + (size_t)i * hc * hc;
+                const float2 fv = *(const float2 *)(f + (size_t)i * dim + d);
+                float2 v = make_float2(po[j] * fv.x, po[j] * fv.y);
+                for (int q = 0; q < hc; q++) {
+                    const float2 o = xo[q * pp + threadIdx.x % pp];
+                    v.x += C[q * hc + j] * o.x;
+                    v.y += C[q * hc + j] * o.y;
+                }
+                x = v;
+                *(float2 *)xp = v;
+            }
+        }
+        const float ss = warp_sum(x.x * x.x + x.y * x.y);
+        if (lane == 0) red[wid][n_mix] = ss;
+#pragma unroll
+        for (int m = 0; m < HCM_PF; m++)
+            if (m < n_mix) {
+                const float a = warp_sum(w[m].x * x.x + w[m].y * x.y);
+                if (lane == 0) red[wid][m] = a;
+            }
+        for (int m = HCM_PF; m < n_mix; m++) {
+            const float2 wm = in ? __ldg((const float2 *)(fn + (size_t)m * width + k0)) : make_float2(0.0f, 0.0f);
+            const float a = warp_sum(wm.x * x.x + wm.y * x.y);
+            if (lane == 0) red[wid][m] = a;
+        }
+        __syncthreads();
+        for (int m = threadIdx.x; m <= n_mix; m += blockDim.x) {
+            float t = 0.0f;
+            for (int q = 0; q < HCM_THREADS / 32; q++) t += red[q][m];
+            part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m] = t;
+        }
+        __syncthreads();   /* red and xo are free for the next row */
     }
-    __syncthreads();
-    for (int m = threadIdx.x; m <= n_mix; m += blockDim.x) {
-        float t = 0.0f;
-        for (int w = 0; w < HCM_THREADS / 32; w++) t += red[w][m];
-        part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m] = t;
-    }
+}
+
+/* Mix m of row r (index n_mix: the sum of squares), on a whole warp: lane l adds chunks l, l + 32, ..., then the
+ * warp's fixed tree; k_hc_collapse and k_hc_comb both use it, so they see the same bits. */
+__device__ __forceinline__ float mix_total(const float *part, int r, int n_chunks, int n_mix, int m)
+{
+    float t = 0.0f;
+    for (int kb = threadIdx.x & 31; kb < n_chunks; kb += 32) t += part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m];
+    return warp_sum(t);
 }
 
 /* Sinkhorn on warp 0: lane l holds entries l and l + 32 of the hc x hc matrix (row-major) in v; iters rounds of
@@ -120,68 +147,76 @@ template <int HC> __device__ __forceinline__ void sinkhorn(float v[2], int iters
     }
 }
 
-/* mHC pre, second half, one block per row: the mixes (the chunks' sums, a warp a mix in a fixed order, times
- * rsqrt(mean(X^2)+eps)); pre / post / comb on warp 0 (comb: row softmax, then Sinkhorn, one lane per entry, rows and columns summed in
- * index order as the CPU reference does); the collapse x = sum_j pre_j X_j and the sublayer's RMSNorm into bf16.
+/* post and comb, one block a row: the mixes from the chunk sums (a warp a mix) times rsqrt(mean(X^2)+eps); then on
+ * warp 0 post, comb's row softmax (+ eps) and the Sinkhorn, one lane per entry, rows and columns summed in index order
+ * as the CPU reference does. */
+__global__ void __launch_bounds__(MHC_THREADS) k_hc_comb(int n_chunks, int width, int hc, const float *part,
+                                                          const float *scale, const float *base, int iters,
+                                                          float hc_eps, float norm_eps, float *post, float *comb)
+{
+    __shared__ float mix[HC_MIX_MAX + 1];
+    __shared__ float c[HC_MAX * HC_MAX];
+    const int r = blockIdx.x, lane = threadIdx.x & 31, n_mix = (2 + hc) * hc, ne = hc * hc;
+    for (int m = hc + (threadIdx.x >> 5); m <= n_mix; m += MHC_THREADS / 32) {
+        const float t = mix_total(part, r, n_chunks, n_mix, m);
+        if (lane == 0) mix[m] = t;
+    }
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    const float rs = rsqrtf(mix[n_mix] / (float)width + norm_eps);
+    if (lane < hc) post[(size_t)r * hc + lane] = 2.0f * sigm(mix[hc + lane] * rs * scale[1] + base[hc + lane]);
+    float v[2] = {0.0f, 0.0f};   /* entries lane, lane + 32 */
+    for (int t = 0; t < 2; t++) {
+        const int e = lane + 32 * t;
+        if (e < ne) c[e] = mix[2 * hc + e] * rs * scale[2] + base[2 * hc + e];
+    }
+    __syncwarp();
+    for (int t = 0; t < 2; t++) {   /* row softmax + eps */
+        const int e = lane + 32 * t, j = e / hc;
+        if (e >= ne) continue;
+        float mx = -INFINITY, z = 0.0f;
+        for (int k = 0; k < hc; k++) mx = fmaxf(mx, c[j * hc + k]);
+        for (int k = 0; k < hc; k++) z += expf(c[j * hc + k] - mx);
+        v[t] = expf(c[e] - mx) / z + hc_eps;
+    }
+    switch (hc) {   /* the Sinkhorn with hc known: its sums unrolled */
+    case 1: sinkhorn<1>(v, iters, hc_eps); break;
+    case 2: sinkhorn<2>(v, iters, hc_eps); break;
+    case 3: sinkhorn<3>(v, iters, hc_eps); break;
+    case 4: sinkhorn<4>(v, iters, hc_eps); break;
+    case 5: sinkhorn<5>(v, iters, hc_eps); break;
+    case 6: sinkhorn<6>(v, iters, hc_eps); break;
+    case 7: sinkhorn<7>(v, iters, hc_eps); break;
+    default: sinkhorn<8>(v, iters, hc_eps); break;
+    }
+    for (int t = 0; t < 2; t++)
+        if (lane + 32 * t < ne) comb[(size_t)r * ne + lane + 32 * t] = v[t];
+}
+
+/* pre, the collapse and the norm, one block per row: the pre mixes and the sum of squares from the chunk sums (a warp
+ * a mix), pre on warp 0, x = sum_j pre_j X_j and the sublayer's RMSNorm into bf16.
  * dynamic shared memory: dim floats (the collapsed x) */
-__global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const int32_t *rows, int dim, int hc,
-                                                           int n_chunks, const float *part, const float *scale,
-                                                           const float *base, int iters, float hc_eps, float norm_eps,
-                                                           const float *norm_w, int head, uint16_t *xn, float *post,
-                                                           float *comb)
+__global__ void __launch_bounds__(MHC_THREADS) k_hc_collapse(const float *X, const int32_t *rows, int dim, int hc,
+                                                             int n_chunks, int n_mix, const float *part,
+                                                             const float *scale, const float *base, float hc_eps,
+                                                             float norm_eps, const float *norm_w, uint16_t *xn)
 {
     pdl_enter();
     extern __shared__ float xs[];
     __shared__ float red[33];
-    __shared__ float mix[HC_MIX_MAX + 1];
+    __shared__ float mix[HC_MAX + 1];
     __shared__ float pre[HC_MAX];
-    __shared__ float c[HC_MAX * HC_MAX];
     const int r = blockIdx.x, i = rows ? rows[r] : r;
-    const int width = hc * dim, n_mix = head ? hc : (2 + hc) * hc;
+    const int width = hc * dim;
     const float *Xi = X + (size_t)i * width;
-    {   /* a warp a mix: lane l adds chunks l, l + 32, ..., then the warp's fixed tree */
-        const int lane = threadIdx.x & 31;
-        for (int m = threadIdx.x >> 5; m <= n_mix; m += MHC_THREADS / 32) {
-            float t = 0.0f;
-            for (int kb = lane; kb < n_chunks; kb += 32) t += part[((size_t)r * n_chunks + kb) * (n_mix + 1) + m];
-            t = warp_sum(t);
-            if (lane == 0) mix[m] = t;
-        }
+    for (int q = threadIdx.x >> 5; q <= hc; q += MHC_THREADS / 32) {   /* mixes 0..hc-1, then the sum of squares */
+        const float t = mix_total(part, r, n_chunks, n_mix, q < hc ? q : n_mix);
+        if ((threadIdx.x & 31) == 0) mix[q] = t;
     }
     __syncthreads();
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x, ne = hc * hc;
-        const float rs = rsqrtf(mix[n_mix] / (float)width + norm_eps);
-        if (lane < hc) pre[lane] = sigm(mix[lane] * rs * scale[0] + base[lane]) + hc_eps;
-        if (!head) {
-            if (lane < hc) post[(size_t)r * hc + lane] = 2.0f * sigm(mix[hc + lane] * rs * scale[1] + base[hc + lane]);
-            float v[2] = {0.0f, 0.0f};   /* entries lane, lane + 32 */
-            for (int t = 0; t < 2; t++) {
-                const int e = lane + 32 * t;
-                if (e < ne) c[e] = mix[2 * hc + e] * rs * scale[2] + base[2 * hc + e];
-            }
-            __syncwarp();
-            for (int t = 0; t < 2; t++) {   /* row softmax + eps */
-                const int e = lane + 32 * t, j = e / hc;
-                if (e >= ne) continue;
-                float mx = -INFINITY, z = 0.0f;
-                for (int k = 0; k < hc; k++) mx = fmaxf(mx, c[j * hc + k]);
-                for (int k = 0; k < hc; k++) z += expf(c[j * hc + k] - mx);
-                v[t] = expf(c[e] - mx) / z + hc_eps;
-            }
-            switch (hc) {   /* the Sinkhorn with hc known: its sums unrolled */
-            case 1: sinkhorn<1>(v, iters, hc_eps); break;
-            case 2: sinkhorn<2>(v, iters, hc_eps); break;
-            case 3: sinkhorn<3>(v, iters, hc_eps); break;
-            case 4: sinkhorn<4>(v, iters, hc_eps); break;
-            case 5: sinkhorn<5>(v, iters, hc_eps); break;
-            case 6: sinkhorn<6>(v, iters, hc_eps); break;
-            case 7: sinkhorn<7>(v, iters, hc_eps); break;
-            default: sinkhorn<8>(v, iters, hc_eps); break;
-            }
-            for (int t = 0; t < 2; t++)
-                if (lane + 32 * t < ne) comb[(size_t)r * ne + lane + 32 * t] = v[t];
-        }
+    if (threadIdx.x < hc) {
+        const float rs = rsqrtf(mix[hc] / (float)width + norm_eps);
+        pre[threadIdx.x] = sigm(mix[threadIdx.x] * rs * scale[0] + base[threadIdx.x]) + hc_eps;
     }
     __syncthreads();
     float ssx = 0.0f;
@@ -212,9 +247,52 @@ __global__ void __launch_bounds__(MHC_THREADS) k_hc_finish(const float *X, const
 
 static int hc_chunks(int dim, int hc) { return (dim + 2 * (HCM_THREADS / hc) - 1) / (2 * (HCM_THREADS / hc)); }
 
+/* Rows a k_hc_mix block takes: one below 32 rows (every SM streams fn at batch 1), more from there, so fn is read
+ * from L2 fewer times while the grid still fills the GPU. */
+static int hc_rows_per_block(int nr) { return nr < 32 ? 1 : nr < 64 ? 2 : nr < 128 ? 4 : 8; }
+
 extern "C" size_t v4_hc_pre_scratch_floats(int nr, int dim, int hc)
 {
     return hc < 1 || hc > HC_MAX ? 0 : (size_t)nr * hc_chunks(dim, hc) * ((2 + hc) * hc + 1);
+}
+
+extern "C" cudaError_t v4_hc_mix(float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn, int head,
+                                 const float *pend_f, const float *pend_post, const float *pend_comb, float *scratch,
+                                 cudaStream_t st)
+{
+    if (hc < 1 || hc > HC_MAX || dim % 2 || (pend_f && (!pend_post || !pend_comb))) return cudaErrorInvalidValue;
+    if (nr <= 0) return cudaSuccess;
+    const int n_chunks = hc_chunks(dim, hc), n_mix = head ? hc : (2 + hc) * hc, rpb = hc_rows_per_block(nr);
+    return moe_launch(k_hc_mix, dim3(n_chunks, (nr + rpb - 1) / rpb), dim3(HCM_THREADS), 0, st, X, rows, nr, rpb, dim,
+                      hc, n_mix, fn, n_chunks, pend_f, pend_post, pend_comb, scratch);
+}
+
+extern "C" cudaError_t v4_hc_collapse(const float *X, int nr, const int32_t *rows, int dim, int hc,
+                                      const float *scale, const float *base, float hc_eps, float norm_eps,
+                                      const float *norm_w, int head, const float *scratch, uint16_t *xn,
+                                      cudaStream_t st)
+{
+    if (hc < 1 || hc > HC_MAX || dim % 2) return cudaErrorInvalidValue;
+    if (nr <= 0) return cudaSuccess;
+    const size_t smem = (size_t)dim * sizeof(float);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k_hc_collapse, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    const int n_mix = head ? hc : (2 + hc) * hc;
+    return moe_launch(k_hc_collapse, dim3(nr), dim3(MHC_THREADS), smem, st, X, rows, dim, hc, hc_chunks(dim, hc),
+                      n_mix, scratch, scale, base, hc_eps, norm_eps, norm_w, xn);
+}
+
+extern "C" cudaError_t v4_hc_comb(int nr, int dim, int hc, const float *scale, const float *base, int sinkhorn_iters,
+                                  float hc_eps, float norm_eps, const float *scratch, float *post, float *comb,
+                                  cudaStream_t st)
+{
+    if (hc < 1 || hc > HC_MAX || dim % 2) return cudaErrorInvalidValue;
+    if (nr <= 0) return cudaSuccess;
+    k_hc_comb<<<nr, MHC_THREADS, 0, st>>>(hc_chunks(dim, hc), hc * dim, hc, scratch, scale, base, sinkhorn_iters, hc_eps,
+                                 norm_eps, post, comb);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim, int hc, const float *fn,
@@ -223,19 +301,12 @@ extern "C" cudaError_t v4_hc_pre(float *X, int nr, const int32_t *rows, int dim,
                                  const float *pend_post, const float *pend_comb, uint16_t *xn, float *post,
                                  float *comb, float *scratch, cudaStream_t st)
 {
-    if (hc < 1 || hc > HC_MAX || dim % 2 || (pend_f && (!pend_post || !pend_comb))) return cudaErrorInvalidValue;
-    if (nr <= 0) return cudaSuccess;
-    const size_t smem = (size_t)dim * sizeof(float);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_hc_finish, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
-    const int n_chunks = hc_chunks(dim, hc), n_mix = head ? hc : (2 + hc) * hc;
-    cudaError_t e = moe_launch(k_hc_mix, dim3(n_chunks, nr), dim3(HCM_THREADS), 0, st, X, rows, dim, hc, n_mix, fn,
-                              n_chunks, pend_f, pend_post, pend_comb, scratch);
-    if (e != cudaSuccess) return e;
-    return moe_launch(k_hc_finish, dim3(nr), dim3(MHC_THREADS), smem, st, X, rows, dim, hc, n_chunks, (const float *)scratch,
-                     scale, base, sinkhorn_iters, hc_eps, norm_eps, norm_w, head, xn, post, comb);
+    cudaError_t e = v4_hc_mix(X, nr, rows, dim, hc, fn, head, pend_f, pend_post, pend_comb, scratch, st);
+    if (e == cudaSuccess && !head)
+        e = v4_hc_comb(nr, dim, hc, scale, base, sinkhorn_iters, hc_eps, norm_eps, scratch, post, comb, st);
+    if (e == cudaSuccess)
+        e = v4_hc_collapse(X, nr, rows, dim, hc, scale, base, hc_eps, norm_eps, norm_w, head, scratch, xn, st);
+    return e;
 }
 
 /* one block per row of all the jobs (job j's rows after job j-1's); each thread takes pairs (2p, 2p+1) */
@@ -252,7 +323,8 @@ __global__ void __launch_bounds__(256) k_norm_rope(const int32_t *tok_pos, NormJ
     while (blockIdx.x >= (unsigned)J.row_end[k]) k++;
     const v4_norm_job &jb = J.j[k];
     const int r = blockIdx.x - (k ? J.row_end[k - 1] : 0), d = jb.d;
-    const float *x = jb.in + (size_t)r * jb.ld_in;
+    const float *x = jb.ld_tok > 0 ? jb.in + (size_t)(r / jb.rows_per_tok) * jb.ld_tok + (size_t)(r % jb.rows_per_tok) * jb.ld_in
+                                   : jb.in + (size_t)r * jb.ld_in;
     float rs = 1.0f;
     if (jb.norm) {
         float ss = 0.0f;

@@ -704,6 +704,8 @@ int main(void)
     test_hc_pre(1, 0, 0);
     test_hc_pre(19, 0, 1);
     test_hc_pre(5, 1, 1);
+    test_hc_pre(70, 0, 1);   /* several rows a block of the mixes, the last block short */
+    test_hc_pre(41, 1, 1);
     test_index_scores(2048);
     test_index_scores(5000);
     test_compress(4, 512, 700, 128);

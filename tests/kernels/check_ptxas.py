@@ -45,7 +45,7 @@ ALLOWED = [
 # kernels of the default launch sequence that the report must contain
 REQUIRED = ["k_router_logits", "k_router_logits_tc", "k_router_topk", "k_topk_lists", "k_build_lists",
             "k_gate_up", "k_down", "k_experts1", "k_shared_fp8", "k_shared_gemm", "k_shared_gemm_tma", "k_combine",
-            "k_dense_gemm", "k_hc_mix", "k_hc_finish", "k_norm_rope", "k_attention_mma", "k_attention_combine",
+            "k_dense_gemm", "k_hc_mix", "k_hc_collapse", "k_hc_comb", "k_norm_rope", "k_attention_mma", "k_attention_combine",
             "k_index_scores_mma", "k_compress", "k_topk", "k_sample"]
 
 SELF_TEST = r"""
