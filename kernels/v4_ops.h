@@ -134,7 +134,7 @@ cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int
  * sink[h] in the denominator, fp32 softmax. q bf16 [n][H][hd]; o bf16 [n][H][hd]: the output de-rotated (RoPE
  * by -pos on the last 2 rope_half dims, angles pos * inv_freq[i] in double; rope_half 0: none). max_keys >= W + the
  * largest compressed count of the step. hd 512 and H <= 64 (V4's shape) run on the tensor cores, with the
- * probabilities rounded to bf16, in splits of split_keys keys (a multiple of 32; 0: 64, the fixed splits that keep a
+ * probabilities rounded to bf16, in splits of split_keys keys (a multiple of 64; 0: 64, the fixed splits that keep a
  * row's arithmetic independent of the batch) merged through `scratch` (scratch_floats of it,
  * v4_attention_scratch_floats for the rows of one launch; fewer rows a launch when smaller); other shapes on the
  * CUDA cores (fp32), no scratch, split_keys unused. */

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "moe_kernels.h"
 #include "common/moe_fp4_common.cuh"
+#include "common/wgmma_sm90.cuh"
 #define RING_WARP_BYTES (10 * 1024)   /* per-warp shared-memory ring of weight chunks */
 /* n-tiles of the wide kernels (moe_expert_args.wide_min): 64-token items, their activations single-buffered
  * (fp4_rowtile XSB); `sluice-bench moe`: skewed 512 -15.5 % against 4 n-tiles double-buffered */
@@ -226,11 +227,6 @@ __device__ __forceinline__ void fp4_rowtile(const uint8_t *rowtile, int K, uint8
     }
 }
 
-/* wgmma's fence, commit and wait (moe_shared_gemm.cuh) */
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 
 /* ---- FP8 (shared expert) stream, block scale fp32 per 128x128 applied per chunk. */
 /* Chunk c of an FP8 row tile (NM interleaved matrices) into ring slot `slot`: each lane copies (and

@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "common/mma_sm80.cuh"
+#include "common/wgmma_sm90.cuh"
 #include "common/dev_flag.cuh"
 #include "common/v4_dev.cuh"
 
@@ -550,6 +551,247 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         }
 }
 
+/* ---- The same attention on sm_90a's warpgroup MMA (wgmma), 64 keys a tile.
+ * The mma.sync kernel above is bound by its issue slots: every warp re-reads its heads' Q and its keys from shared
+ * memory through ldmatrix for each 32-key tile, and the phases wait on each other through the block's barriers, so a
+ * tile costs several times its tensor work. Here Q and each key tile sit in shared memory in wgmma's 128-byte swizzled
+ * layout (wgmma_sm90.cuh) and the tensor cores read them directly: warpgroup 0 computes S = Q K^T for the tile
+ * (64 heads x 64 keys, 32 m64n64k16 steps, S in registers), its online softmax in registers (a head's row is held by
+ * one quad), and writes P (bf16) to shared memory; then both warpgroups add P V, warpgroup 0 for dims 0-255 (P from
+ * its registers), warpgroup 1 for dims 256-511 (P from shared memory), reading the same key tile as V (N-major).
+ * The next tile loads (cp.async, every thread) while this one computes. Numerics as k_attention_mma: scores scaled in
+ * fp32, P rounded to bf16 with the normaliser summing the rounded values, fp32 accumulation in a fixed order (a row's
+ * result depends only on its keys and the split), the same scratch units and combine. */
+#define WA_TILE 64
+#define WA_CHUNK (64 * 128)   /* one 64-dim chunk of 64 rows, bytes */
+
+struct WaSmem {
+    uint8_t q[8 * WA_CHUNK];              /* Q: 8 chunks of 64 dims x 64 heads */
+    uint8_t k[2][8 * WA_CHUNK];           /* key tiles: 8 chunks of 64 dims x 64 keys */
+    uint8_t p[WA_CHUNK];                  /* P: 64 heads x 64 keys */
+    float alpha[FA_H], m[FA_H], l[FA_H];
+    int valid[2][WA_TILE];
+    const uint16_t *kp[FA_KP];
+    float rc[FA_HD / 2], rsn[FA_HD / 2];
+};
+
+/* byte offset of 16-byte piece p (columns 8p..8p+7) of row r in a matrix of 64-row chunks */
+__device__ __forceinline__ uint32_t wa_off(int r, int p)
+{
+    return (uint32_t)((p >> 3) * WA_CHUNK + r * 128 + (((p & 7) ^ (r & 7)) << 4));
+}
+__device__ __forceinline__ uint32_t pack_bf2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+
+__global__ void __launch_bounds__(FA_THREADS, 1)
+    k_attention_wg(v4_step s, v4_arena ar, size_t ring_off, int W, size_t page_off, int ratio, const int32_t *sel,
+                   int topk, const uint16_t *q, const uint16_t *kv, int H, float scale, const float *sink,
+                   int max_keys, int split, int n_splits, int r0, float *part, int rope_half, const double *inv_freq,
+                   uint16_t *o)
+{
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __trap();   /* sm_90a's alone; the host launches it on compute capability 9.0 only */
+#else
+    pdl_enter();
+    extern __shared__ __align__(16) uint8_t wa_raw[];
+    WaSmem &sm = *reinterpret_cast<WaSmem *>(wa_raw + ((1024u - (smem_u32(wa_raw) & 1023u)) & 1023u));
+    const int i = r0 + blockIdx.x / n_splits;
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, qd = lane & 3, w = (tid >> 5) & 3;
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);   /* warp-uniform to the compiler: wgmma on its branches */
+    const int hr0 = 16 * w + g, hr1 = hr0 + 8;   /* the two heads (rows) of this thread's fragments */
+    const int sp = s.tok_span[i], pos0 = s.span_pos0[sp], row0 = s.span_row0[sp];
+    int n_win, pw0;
+    const int nk = att_key_count(s, i, W, ratio, topk, max_keys, &n_win, &pw0);
+    const int kb = (blockIdx.x % n_splits) * split;
+    float *unit = part ? part + (size_t)blockIdx.x * FA_UNIT_FLOATS : nullptr;
+    if (kb >= nk) {   /* past this row's keys (only with several splits) */
+        if (tid < FA_H) {
+            unit[FA_H * FA_HD + 2 * tid] = -INFINITY;
+            unit[FA_H * FA_HD + 2 * tid + 1] = 0.0f;
+        }
+        return;
+    }
+    const uint16_t *ring = (const uint16_t *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off);
+    const int32_t *seli = ratio == 4 ? sel + (size_t)i * topk : nullptr;
+    const uint16_t *qi = q + (size_t)i * H * FA_HD;
+    for (int c = tid; c < FA_H * (FA_HD / 8); c += FA_THREADS) {
+        const int r = c >> 6, pc = c & 63;
+        uint8_t *d = sm.q + wa_off(r, pc);
+        if (r < H) cp_async16(d, qi + (size_t)r * FA_HD + pc * 8);
+        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+    }
+    const int n_keys = nk - kb < split ? nk - kb : split;
+    auto resolve = [&](int k0) {
+        for (int k = tid; k < FA_KP && k0 + k < n_keys; k += FA_THREADS)
+            sm.kp[k] = att_key(s, ar, ring, kv, FA_HD, W, pos0, row0, pw0, n_win, nk, kb + k0 + k, ratio, seli,
+                               page_off, sp);
+    };
+    /* tile `tile` into buffer buf: 4 threads a key, 16 pieces of 16 bytes each */
+    auto load_tile = [&](int tile, int buf) {
+        const int kr = tid >> 2, p4 = tid & 3, k = tile * WA_TILE + kr;
+        const uint16_t *src = k < n_keys ? sm.kp[k % FA_KP] : nullptr;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int pc = p4 * 16 + j;
+            uint8_t *d = sm.k[buf] + wa_off(kr, pc);
+            if (src) cp_async16(d, src + pc * 8);
+            else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+        }
+        if (p4 == 0) sm.valid[buf][kr] = src != nullptr;
+    };
+    resolve(0);
+    __syncthreads();
+    load_tile(0, 0);
+    cp_async_commit();
+    float acc[128];   /* O: heads hr0, hr1 x this warpgroup's 256 dims (wgmma's m64n256 fragment) */
+#pragma unroll
+    for (int k = 0; k < 128; k++) acc[k] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;   /* warpgroup 0: its rows' running max and sum */
+    const uint32_t qb = smem_u32(sm.q), pb = smem_u32(sm.p);
+    const int n_tiles = (n_keys + WA_TILE - 1) / WA_TILE;
+    for (int j = 0; j < n_tiles; j++) {
+        const int buf = j & 1;
+        if (j + 1 < n_tiles && (j + 1) * WA_TILE % FA_KP == 0) {   /* every thread has issued the tiles before */
+            resolve((j + 1) * WA_TILE);
+            __syncthreads();
+        }
+        if (j + 1 < n_tiles) {
+            load_tile(j + 1, (j + 1) & 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_async_smem();
+        __syncthreads();
+        const uint32_t kt = smem_u32(sm.k[buf]);
+        float al0 = 1.0f, al1 = 1.0f;
+        uint32_t pa[4][4];   /* warpgroup 0: P as the A fragments of the four k16 steps of P V */
+        if (wg == 0) {
+            float sc[32];
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < FA_HD / 16; ks++) {
+                const uint32_t off = (ks >> 2) * WA_CHUNK + (ks & 3) * 32;
+                wg_m64n64k16_ss(sc, wg_desc(qb + off, 16, 1024), wg_desc(kt + off, 16, 1024), ks > 0);
+            }
+            wg_commit();
+            wg_wait<0>();
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+            for (int b = 0; b < 8; b++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float v = sm.valid[buf][8 * b + 2 * qd + (e & 1)] ? sc[4 * b + e] * scale : -INFINITY;
+                    sc[4 * b + e] = v;
+                    if (e < 2) mx0 = fmaxf(mx0, v);
+                    else mx1 = fmaxf(mx1, v);
+                }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+            float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+            for (int b = 0; b < 8; b++) {
+                uint16_t pv[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float mn = e < 2 ? mn0 : mn1;
+                    pv[e] = f2bf(mn == -INFINITY ? 0.0f : expf(sc[4 * b + e] - mn));
+                    if (e < 2) s0 += bf2f(pv[e]);
+                    else s1 += bf2f(pv[e]);
+                }
+                const uint32_t lo = pack_bf2(pv[0], pv[1]), hi = pack_bf2(pv[2], pv[3]);
+                pa[b >> 1][(b & 1) * 2] = lo;       /* rows hr0 / hr1, keys 16 (b / 2) + 8 (b % 2) + 2 qd */
+                pa[b >> 1][(b & 1) * 2 + 1] = hi;
+                *(uint32_t *)(sm.p + hr0 * 128 + ((b ^ (hr0 & 7)) << 4) + qd * 4) = lo;
+                *(uint32_t *)(sm.p + hr1 * 128 + ((b ^ (hr1 & 7)) << 4) + qd * 4) = hi;
+            }
+            s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+            s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+            al0 = mn0 == -INFINITY ? 1.0f : expf(m0 - mn0);
+            al1 = mn1 == -INFINITY ? 1.0f : expf(m1 - mn1);
+            l0 = l0 * al0 + s0;
+            l1 = l1 * al1 + s1;
+            m0 = mn0;
+            m1 = mn1;
+            if (qd == 0) {
+                sm.alpha[hr0] = al0;
+                sm.alpha[hr1] = al1;
+            }
+            fence_async_smem();
+        }
+        __syncthreads();   /* P and the rescale factors are in shared memory */
+        if (wg == 1) {
+            al0 = sm.alpha[hr0];
+            al1 = sm.alpha[hr1];
+        }
+#pragma unroll
+        for (int b = 0; b < 32; b++) {
+            acc[4 * b] *= al0;
+            acc[4 * b + 1] *= al0;
+            acc[4 * b + 2] *= al1;
+            acc[4 * b + 3] *= al1;
+        }
+        wg_fence();
+        const uint32_t vt = kt + wg * 4 * WA_CHUNK;   /* V: this warpgroup's 4 chunks, keys 16 ks.. (N-major) */
+        if (wg == 0)
+#pragma unroll
+            for (int ks = 0; ks < WA_TILE / 16; ks++) wg_m64n256k16_rs(acc, pa[ks], wg_desc(vt + ks * 2048, WA_CHUNK, 1024), 1);
+        else
+#pragma unroll
+            for (int ks = 0; ks < WA_TILE / 16; ks++)
+                wg_m64n256k16_ss<1>(acc, wg_desc(pb + ks * 32, 16, 1024), wg_desc(vt + ks * 2048, WA_CHUNK, 1024), 1);
+        wg_commit();
+        wg_wait<0>();
+        __syncthreads();   /* the tile's buffer and P are free */
+    }
+    if (wg == 0 && qd == 0) {
+        sm.m[hr0] = m0;
+        sm.m[hr1] = m1;
+        sm.l[hr0] = l0;
+        sm.l[hr1] = l1;
+    }
+    const int rot0 = FA_HD - 2 * rope_half;
+    if (!unit && rope_half > 0)   /* the de-rotation's angles, once a block */
+        for (int p = tid; p < rope_half; p += FA_THREADS) v4_rope_cs(s.tok_pos[i], inv_freq[p], &sm.rc[p], &sm.rsn[p]);
+    __syncthreads();
+    if (unit && tid < FA_H) {
+        unit[FA_H * FA_HD + 2 * tid] = sm.m[tid];
+        unit[FA_H * FA_HD + 2 * tid + 1] = sm.l[tid];
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int h = hf ? hr1 : hr0;
+        if (h >= H) continue;
+        float f = 1.0f, L = 1.0f;
+        if (!unit) {   /* the same arithmetic as k_attention_combine's for one split */
+            const float m = sm.m[h], sk = sink[h], M = fmaxf(m, sk);
+            f = m == -INFINITY ? 0.0f : expf(m - M);
+            L = expf(sk - M) + sm.l[h] * f;
+        }
+#pragma unroll
+        for (int b = 0; b < 32; b++) {
+            const int d = wg * 256 + 8 * b + 2 * qd;
+            if (unit) {
+                *(float2 *)&unit[(size_t)h * FA_HD + d] = make_float2(acc[4 * b + 2 * hf], acc[4 * b + 2 * hf + 1]);
+                continue;
+            }
+            float a = acc[4 * b + 2 * hf] * f / L, c = acc[4 * b + 2 * hf + 1] * f / L;
+            if (rope_half > 0 && d >= rot0) {   /* att_store_pair's de-rotation, from the table */
+                const float cs = sm.rc[(d - rot0) >> 1], sn = -sm.rsn[(d - rot0) >> 1], re = a, im = c;
+                a = re * cs - im * sn;
+                c = re * sn + im * cs;
+            }
+            *(uint32_t *)&o[((size_t)i * H + h) * FA_HD + d] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(c) << 16);
+        }
+    }
+#endif
+}
+
 /* o[r0 + b][h] from the row's n_splits scratch units, in split order; empty splits (sum 0) skipped.
  * dynamic shared memory: 3 n_splits + 1 floats */
 __global__ void __launch_bounds__(128) k_attention_combine(const int32_t *tok_pos, int r0, int n_splits, int H,
@@ -605,7 +847,7 @@ extern "C" int v4_attention_split(int rows, int max_keys, int n_sms)
     const int most = (max_keys + FA_SPLIT - 1) / FA_SPLIT;
     if (per_row >= most) return FA_SPLIT;
     const int keys = (max_keys + per_row - 1) / per_row;
-    return (keys + FA_TILE - 1) / FA_TILE * FA_TILE;
+    return (keys + WA_TILE - 1) / WA_TILE * WA_TILE;   /* whole tiles of either kernel */
 }
 
 extern "C" size_t v4_attention_scratch_floats(int H, int hd, int rows, int max_keys)
@@ -679,29 +921,40 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
 {
     if (s->n <= 0) return cudaSuccess;
     if (hd == FA_HD && H <= FA_H && H >= 1) {
-        static unsigned char attr_sets[DEV_FLAG_MAX];   /* per device: the limit is the current device's */
-        unsigned char *attr_set = dev_flag(attr_sets);
-        if (!attr_set || !*attr_set) {
-            cudaError_t e = cudaFuncSetAttribute(k_attention_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)sizeof(FaSmem));
+        /* compute capability 9.0: the wgmma kernel; elsewhere the mma.sync one */
+        static signed char wgs[DEV_FLAG_MAX];   /* per device: 0 unknown, 1 wgmma, -1 mma.sync; limits raised */
+        signed char *wgf = (signed char *)dev_flag((unsigned char *)wgs);
+        signed char use = wgf ? *wgf : 0;
+        if (!use) {
+            int dev, major;
+            cudaError_t e = cudaGetDevice(&dev);
+            if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
             if (e != cudaSuccess) return e;
-            if (attr_set) *attr_set = 1;
+            use = major == 9 ? 1 : -1;
+            e = use > 0 ? cudaFuncSetAttribute(k_attention_wg, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)(sizeof(WaSmem) + 1024))
+                        : cudaFuncSetAttribute(k_attention_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)sizeof(FaSmem));
+            if (e != cudaSuccess) return e;
+            if (wgf) *wgf = use;
         }
+        auto *kern = use > 0 ? k_attention_wg : k_attention_mma;
+        const size_t smem = use > 0 ? sizeof(WaSmem) + 1024 : sizeof(FaSmem);   /* wgmma: its base aligned to 1 KB */
         if (split_keys <= 0) split_keys = FA_SPLIT;
-        if (split_keys % FA_TILE) return cudaErrorInvalidValue;
+        if (split_keys % (use > 0 ? WA_TILE : FA_TILE)) return cudaErrorInvalidValue;
         const int n_splits = (max_keys + split_keys - 1) / split_keys;
         if (n_splits <= 1) {
-            return moe_launch(k_attention_mma, dim3(s->n), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a, ring_off, W,
-                             page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, max_keys, 1, 0,
-                             (float *)nullptr, rope_half, inv_freq, o);
+            return moe_launch(kern, dim3(s->n), dim3(FA_THREADS), smem, st, *s, *a, ring_off, W, page_off, ratio, sel,
+                             topk, q, kv, H, scale, sink, max_keys, max_keys, 1, 0, (float *)nullptr, rope_half,
+                             inv_freq, o);
         }
         const size_t rows = scratch_floats / ((size_t)n_splits * FA_UNIT_FLOATS);
         if (rows < 1) return cudaErrorInvalidValue;
         for (int r0 = 0; r0 < s->n; r0 += (int)rows) {
             const int nr = s->n - r0 < (int)rows ? s->n - r0 : (int)rows;
-            cudaError_t e = moe_launch(k_attention_mma, dim3(nr * n_splits), dim3(FA_THREADS), sizeof(FaSmem), st, *s, *a,
-                                      ring_off, W, page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys,
-                                      split_keys, n_splits, r0, scratch, rope_half, inv_freq, o);
+            cudaError_t e = moe_launch(kern, dim3(nr * n_splits), dim3(FA_THREADS), smem, st, *s, *a, ring_off, W,
+                                      page_off, ratio, sel, topk, q, kv, H, scale, sink, max_keys, split_keys,
+                                      n_splits, r0, scratch, rope_half, inv_freq, o);
             if (e == cudaSuccess)
                 e = moe_launch(k_attention_combine, dim3(nr, H), dim3(128), (3 * n_splits + 1) * sizeof(float), st,
                               s->tok_pos, r0, n_splits, H, (const float *)scratch, sink, rope_half, inv_freq, o);

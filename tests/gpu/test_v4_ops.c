@@ -716,13 +716,13 @@ int main(void)
     test_attention(4, 1, 8191, 1, 0);          /* batch-1 decode at 8K: 640 keys, 10 splits */
     test_attention(4, 24, 3000, 5, 0);         /* 24 rows, 5 a launch */
     test_attention(4, 17, 300, 64, 0);         /* fewer entries than top-k slots */
-    /* the longer splits of larger batches (v4_attention_split): 64 rows at 8K, 2 splits of 320 keys; 3 of 96 */
+    /* the longer splits of larger batches (v4_attention_split): 64 rows at 8K, 2 splits of 320 keys; 2 of 128 */
     test_attention(4, 64, 8191, 64, v4_attention_split(64, 640, 132));
-    test_attention(128, 40, 2000, 64, 96);
+    test_attention(128, 40, 2000, 64, 128);
     test_attention(4, 5, 8191, 5, 640);        /* one split of every key, normalised in the block */
-    test_attention(128, 2, 200000, 2, 1696);   /* 1690 HCA keys in one split: key addresses resolved twice */
+    test_attention(128, 2, 200000, 2, 1728);   /* 1690 HCA keys in one split: key addresses resolved twice */
     if (v4_attention_split(64, 640, 132) != 320 || v4_attention_split(1, 640, 132) != 64 ||
-        v4_attention_split(256, 640, 132) != 640 || v4_attention_split(16, 640, 132) != 96)
+        v4_attention_split(256, 640, 132) != 640 || v4_attention_split(16, 640, 132) != 128)
         FAIL("v4_attention_split: %d %d %d %d", v4_attention_split(64, 640, 132), v4_attention_split(1, 640, 132),
              v4_attention_split(256, 640, 132), v4_attention_split(16, 640, 132));
     printf("%d failures\n", failures);
