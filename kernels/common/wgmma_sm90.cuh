@@ -33,6 +33,12 @@ template <int N> __device__ __forceinline__ void wg_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+/* After wg_wait: the accumulators are read only from here on (the compiler may not move their reads above it) */
+template <int N> __device__ __forceinline__ void wg_fence_acc(float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
 /* Shared memory written by ordinary stores or cp.async, before a wgmma (the async proxy) reads it */
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
@@ -50,7 +56,8 @@ __device__ __forceinline__ void wg_m64n64k16_ss(float d[32], uint64_t da, uint64
                    "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
                    "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(acc));
+                 : "l"(da), "l"(db), "r"(acc)
+                 : "memory");
 }
 
 /* d (64 x 256) (+)= A (64 x 16: four registers, the m16n8k16 A fragment of the warp's rows) B (16 x 256, N-major at
@@ -93,7 +100,8 @@ __device__ __forceinline__ void wg_m64n256k16_rs(float d[128], const uint32_t a[
                    "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
                    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
                    "+f"(d[126]), "+f"(d[127])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc)
+                 : "memory");
 }
 
 /* d (64 x 256) (+)= A (64 x 16, K-major at da) B (16 x 256 at db: TB 0 K-major, its 256 rows; TB 1 N-major) */
@@ -135,7 +143,8 @@ __device__ __forceinline__ void wg_m64n256k16_ss(float d[128], uint64_t da, uint
                    "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
                    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
                    "+f"(d[126]), "+f"(d[127])
-                 : "l"(da), "l"(db), "r"(acc), "n"(TB));
+                 : "l"(da), "l"(db), "r"(acc), "n"(TB)
+                 : "memory");
 }
 
 #endif

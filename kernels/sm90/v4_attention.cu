@@ -668,6 +668,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         uint32_t pa[4][4];   /* warpgroup 0: P as the A fragments of the four k16 steps of P V */
         if (wg == 0) {
             float sc[32];
+#pragma unroll
+            for (int k = 0; k < 32; k++) sc[k] = 0.0f;
             wg_fence();
 #pragma unroll
             for (int ks = 0; ks < FA_HD / 16; ks++) {
@@ -676,6 +678,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
             }
             wg_commit();
             wg_wait<0>();
+            wg_fence_acc(sc);
             float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
             for (int b = 0; b < 8; b++)
@@ -736,17 +739,21 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
             acc[4 * b + 2] *= al1;
             acc[4 * b + 3] *= al1;
         }
-        wg_fence();
         const uint32_t vt = kt + wg * 4 * WA_CHUNK;   /* V: this warpgroup's 4 chunks, keys 16 ks.. (N-major) */
-        if (wg == 0)
+        if (wg == 0) {
+            wg_fence();
 #pragma unroll
-            for (int ks = 0; ks < WA_TILE / 16; ks++) wg_m64n256k16_rs(acc, pa[ks], wg_desc(vt + ks * 2048, WA_CHUNK, 1024), 1);
-        else
+            for (int ks = 0; ks < WA_TILE / 16; ks++)
+                wg_m64n256k16_rs(acc, pa[ks], wg_desc(vt + ks * 2048, WA_CHUNK, 1024), 1);
+        } else {
+            wg_fence();
 #pragma unroll
             for (int ks = 0; ks < WA_TILE / 16; ks++)
                 wg_m64n256k16_ss<1>(acc, wg_desc(pb + ks * 32, 16, 1024), wg_desc(vt + ks * 2048, WA_CHUNK, 1024), 1);
+        }
         wg_commit();
         wg_wait<0>();
+        wg_fence_acc(acc);
         __syncthreads();   /* the tile's buffer and P are free */
     }
     if (wg == 0 && qd == 0) {
@@ -840,8 +847,8 @@ __global__ void __launch_bounds__(128) k_attention_combine(const int32_t *tok_po
 
 extern "C" int v4_attention_split(int rows, int max_keys, int n_sms)
 {
-    /* one wave of blocks (one a multiprocessor: FaSmem is ~157 KB): as many splits a row as fit, no shorter than
-     * FA_SPLIT; a row alone keeps FA_SPLIT */
+    /* one wave of blocks (one a multiprocessor: either kernel's shared memory is over half of it): as many splits a
+     * row as fit, no shorter than FA_SPLIT; a row alone keeps FA_SPLIT */
     int per_row = rows > 0 ? n_sms / rows : 1;
     if (per_row < 1) per_row = 1;
     const int most = (max_keys + FA_SPLIT - 1) / FA_SPLIT;
