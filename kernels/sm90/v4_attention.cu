@@ -331,6 +331,96 @@ __device__ __forceinline__ void att_store_pair(uint16_t *o, int d, float a, floa
 #define FA_UNIT_FLOATS ((size_t)FA_H * FA_HD + 2 * FA_H)
 #define FA_KP 1024            /* key addresses resolved ahead (a split's first FA_KP keys, then the next ...) */
 
+/* One block's split of one row's keys, as both tensor-core kernels take it: block b is row r0 + b / n_splits, keys
+ * kb.. (split of them, n_keys in this row) of its key list. */
+struct AttSplit {
+    int i, sp, pos0, row0, n_win, pw0, nk, kb, n_keys;
+    float *unit;              /* the split's scratch unit (NULL: one split, the block normalises) */
+    const uint16_t *ring;     /* the row's window ring */
+    const int32_t *seli;      /* CSA: the row's selected entries */
+};
+
+/* The block's split; false (the unit marked empty where there is one) past the row's keys. */
+__device__ __forceinline__ bool att_split(AttSplit &a, const v4_step &s, const v4_arena &ar, size_t ring_off, int W,
+                                          int ratio, const int32_t *sel, int topk, int max_keys, int split,
+                                          int n_splits, int r0, float *part)
+{
+    a.i = r0 + blockIdx.x / n_splits;
+    a.sp = s.tok_span[a.i];
+    a.pos0 = s.span_pos0[a.sp];
+    a.row0 = s.span_row0[a.sp];
+    a.nk = att_key_count(s, a.i, W, ratio, topk, max_keys, &a.n_win, &a.pw0);
+    a.kb = (blockIdx.x % n_splits) * split;
+    a.unit = part ? part + (size_t)blockIdx.x * FA_UNIT_FLOATS : nullptr;
+    if (a.kb >= a.nk) {   /* past this row's keys (only with several splits) */
+        if (threadIdx.x < FA_H) {
+            a.unit[FA_H * FA_HD + 2 * threadIdx.x] = -INFINITY;
+            a.unit[FA_H * FA_HD + 2 * threadIdx.x + 1] = 0.0f;
+        }
+        return false;
+    }
+    a.n_keys = a.nk - a.kb < split ? a.nk - a.kb : split;
+    a.ring = (const uint16_t *)(ar.slots + (size_t)s.span_slot[a.sp] * ar.slot_bytes + ring_off);
+    a.seli = ratio == 4 ? sel + (size_t)a.i * topk : nullptr;
+    return true;
+}
+
+/* The addresses of the split's keys k0.. (up to FA_KP of them) into kp: every thread resolves some at once, so the
+ * index and block-table reads behind them are not on each tile's path. */
+__device__ __forceinline__ void att_resolve(const AttSplit &a, const v4_step &s, const v4_arena &ar,
+                                            const uint16_t *kv, int W, int ratio, size_t page_off, int k0,
+                                            const uint16_t **kp)
+{
+    for (int k = threadIdx.x; k < FA_KP && k0 + k < a.n_keys; k += blockDim.x)
+        kp[k] = att_key(s, ar, a.ring, kv, FA_HD, W, a.pos0, a.row0, a.pw0, a.n_win, a.nk, a.kb + k0 + k, ratio,
+                        a.seli, page_off, a.sp);
+}
+
+/* Before tile j of n_tiles (TILE keys each, double-buffered): where tile j + 1 starts the next FA_KP keys their
+ * addresses first (every thread has issued the tiles before), then tile j + 1's copies issued and tile j's awaited
+ * (this thread's copies; a barrier must follow). */
+template <int TILE, class Resolve, class Load>
+__device__ __forceinline__ void att_advance(int j, int n_tiles, const Resolve &resolve, const Load &load_tile)
+{
+    if (j + 1 < n_tiles && (j + 1) * TILE % FA_KP == 0) {
+        resolve((j + 1) * TILE);
+        __syncthreads();
+    }
+    if (j + 1 < n_tiles) {
+        load_tile(j + 1, (j + 1) & 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+}
+
+/* The block's output pair (d, d+1) of head h (x, y: its unnormalised sums): with several splits into the split's
+ * scratch unit as they are; with one, times f / L, de-rotated from the block's angle table (rc, rsn: pair p of the
+ * last 2 rope_half dims) and rounded to bf16 in o. f and L: k_attention_combine's arithmetic for one split. */
+__device__ __forceinline__ void att_out_factors(float m, float l, float sk, float *f, float *L)
+{
+    const float M = fmaxf(m, sk);
+    *f = m == -INFINITY ? 0.0f : expf(m - M);
+    *L = expf(sk - M) + l * *f;
+}
+__device__ __forceinline__ void att_out(float *unit, uint16_t *o, int h, int d, float x, float y, float f, float L,
+                                        int rope_half, const float *rc, const float *rsn)
+{
+    if (unit) {
+        *(float2 *)&unit[(size_t)h * FA_HD + d] = make_float2(x, y);
+        return;
+    }
+    float a = x * f / L, b = y * f / L;
+    const int rot0 = FA_HD - 2 * rope_half;
+    if (rope_half > 0 && d >= rot0) {   /* att_store_pair's de-rotation, from the table */
+        const float c = rc[(d - rot0) >> 1], sn = -rsn[(d - rot0) >> 1], re = a, im = b;
+        a = re * c - im * sn;
+        b = re * sn + im * c;
+    }
+    *(uint32_t *)&o[(size_t)h * FA_HD + d] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
+}
+
 struct FaSmem {
     uint16_t q[FA_H * FA_HD];             /* rows swizzled: 16-byte chunk c of row r at c ^ (r & 7) */
     uint16_t k[2][FA_TILE * FA_HD];       /* same swizzle */
@@ -353,22 +443,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     pdl_enter();
     extern __shared__ __align__(16) uint8_t fa_raw[];
     FaSmem &sm = *reinterpret_cast<FaSmem *>(fa_raw);
-    const int i = r0 + blockIdx.x / n_splits;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, qd = lane & 3;
-    const int sp = s.tok_span[i], pos0 = s.span_pos0[sp], row0 = s.span_row0[sp];
-    int n_win, pw0;
-    const int nk = att_key_count(s, i, W, ratio, topk, max_keys, &n_win, &pw0);
-    const int kb = (blockIdx.x % n_splits) * split;
-    float *unit = part ? part + (size_t)blockIdx.x * FA_UNIT_FLOATS : nullptr;
-    if (kb >= nk) {   /* past this row's keys (only with several splits) */
-        if (tid < FA_H) {
-            unit[FA_H * FA_HD + 2 * tid] = -INFINITY;
-            unit[FA_H * FA_HD + 2 * tid + 1] = 0.0f;
-        }
-        return;
-    }
-    const uint16_t *ring = (const uint16_t *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off);
-    const int32_t *seli = ratio == 4 ? sel + (size_t)i * topk : nullptr;
+    AttSplit a;
+    if (!att_split(a, s, ar, ring_off, W, ratio, sel, topk, max_keys, split, n_splits, r0, part)) return;
+    const int i = a.i, n_keys = a.n_keys;
+    float *const unit = a.unit;
 
     const uint16_t *qi = q + (size_t)i * H * FA_HD;
     for (int c = tid; c < FA_H * (FA_HD / 8); c += FA_THREADS) {
@@ -377,14 +456,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         if (r < H) cp_async16(d, qi + (size_t)r * FA_HD + ch * 8);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
-    /* the addresses of the split's keys k0.. (up to FA_KP): every thread resolves some at once, so the index and block
-     * table reads behind them are not on each tile's path */
-    const int n_keys = nk - kb < split ? nk - kb : split;
-    auto resolve = [&](int k0) {
-        for (int k = tid; k < FA_KP && k0 + k < n_keys; k += FA_THREADS)
-            sm.kp[k] = att_key(s, ar, ring, kv, FA_HD, W, pos0, row0, pw0, n_win, nk, kb + k0 + k, ratio, seli,
-                               page_off, sp);
-    };
+    auto resolve = [&](int k0) { att_resolve(a, s, ar, kv, W, ratio, page_off, k0, sm.kp); };
     /* tile `tile` of the split into buffer buf: 8 threads a key, 128 bytes each */
     auto load_tile = [&](int tile, int buf) {
         const int kr = tid >> 3, part8 = tid & 7, k = tile * FA_TILE + kr;
@@ -417,17 +489,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 
     const int n_tiles = (n_keys + FA_TILE - 1) / FA_TILE;
     for (int j = 0; j < n_tiles; j++) {
-        if (j + 1 < n_tiles && (j + 1) * FA_TILE % FA_KP == 0) {   /* every thread has issued the tiles before */
-            resolve((j + 1) * FA_TILE);
-            __syncthreads();
-        }
-        if (j + 1 < n_tiles) {
-            load_tile(j + 1, (j + 1) & 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        att_advance<FA_TILE>(j, n_tiles, resolve, load_tile);
         __syncthreads();
         const uint16_t *kt = sm.k[j & 1];
         {   /* S = Q K^T * scale: warp w, heads 16 (w & 3).., keys 16 (w >> 2).. */
@@ -516,11 +578,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         unit[FA_H * FA_HD + 2 * tid] = sm.m[tid];
         unit[FA_H * FA_HD + 2 * tid + 1] = sm.l[tid];
     }
-    const int rot0 = FA_HD - 2 * rope_half;
     if (!unit && rope_half > 0) {   /* the de-rotation's angles, once a block (not once a head on one warp) */
         for (int p = tid; p < rope_half; p += FA_THREADS) v4_rope_cs(s.tok_pos[i], inv_freq[p], &sm.rc[p], &sm.rsn[p]);
         __syncthreads();
     }
+    uint16_t *oi = o + (size_t)i * H * FA_HD;
 #pragma unroll
     for (int mt = 0; mt < 4; mt++)
 #pragma unroll
@@ -528,26 +590,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
             const int h = 16 * mt + g + 8 * hf;
             if (h >= H) continue;
             float f = 1.0f, L = 1.0f;
-            if (!unit) {   /* the same arithmetic as k_attention_combine's for one split */
-                const float m = sm.m[h], sk = sink[h], M = fmaxf(m, sk);
-                f = m == -INFINITY ? 0.0f : expf(m - M);
-                L = expf(sk - M) + sm.l[h] * f;
-            }
+            if (!unit) att_out_factors(sm.m[h], sm.l[h], sink[h], &f, &L);
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-                const int d = 64 * w + 8 * nt + 2 * qd;
-                if (unit) {
-                    *(float2 *)&unit[(size_t)h * FA_HD + d] = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-                    continue;
-                }
-                float a = acc[mt][nt][2 * hf] * f / L, b = acc[mt][nt][2 * hf + 1] * f / L;
-                if (rope_half > 0 && d >= rot0) {   /* att_store_pair's de-rotation, from the table */
-                    const float c = sm.rc[(d - rot0) >> 1], sn = -sm.rsn[(d - rot0) >> 1], re = a, im = b;
-                    a = re * c - im * sn;
-                    b = re * sn + im * c;
-                }
-                *(uint32_t *)&o[((size_t)i * H + h) * FA_HD + d] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
-            }
+            for (int nt = 0; nt < 8; nt++)
+                att_out(unit, oi, h, 64 * w + 8 * nt + 2 * qd, acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1], f, L,
+                        rope_half, sm.rc, sm.rsn);
         }
 }
 
@@ -594,24 +641,13 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     pdl_enter();
     extern __shared__ __align__(16) uint8_t wa_raw[];
     WaSmem &sm = *reinterpret_cast<WaSmem *>(wa_raw + ((1024u - (smem_u32(wa_raw) & 1023u)) & 1023u));
-    const int i = r0 + blockIdx.x / n_splits;
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, qd = lane & 3, w = (tid >> 5) & 3;
     const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);   /* warp-uniform to the compiler: wgmma on its branches */
     const int hr0 = 16 * w + g, hr1 = hr0 + 8;   /* the two heads (rows) of this thread's fragments */
-    const int sp = s.tok_span[i], pos0 = s.span_pos0[sp], row0 = s.span_row0[sp];
-    int n_win, pw0;
-    const int nk = att_key_count(s, i, W, ratio, topk, max_keys, &n_win, &pw0);
-    const int kb = (blockIdx.x % n_splits) * split;
-    float *unit = part ? part + (size_t)blockIdx.x * FA_UNIT_FLOATS : nullptr;
-    if (kb >= nk) {   /* past this row's keys (only with several splits) */
-        if (tid < FA_H) {
-            unit[FA_H * FA_HD + 2 * tid] = -INFINITY;
-            unit[FA_H * FA_HD + 2 * tid + 1] = 0.0f;
-        }
-        return;
-    }
-    const uint16_t *ring = (const uint16_t *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off);
-    const int32_t *seli = ratio == 4 ? sel + (size_t)i * topk : nullptr;
+    AttSplit a;
+    if (!att_split(a, s, ar, ring_off, W, ratio, sel, topk, max_keys, split, n_splits, r0, part)) return;
+    const int i = a.i, n_keys = a.n_keys;
+    float *const unit = a.unit;
     const uint16_t *qi = q + (size_t)i * H * FA_HD;
     for (int c = tid; c < FA_H * (FA_HD / 8); c += FA_THREADS) {
         const int r = c >> 6, pc = c & 63;
@@ -619,12 +655,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         if (r < H) cp_async16(d, qi + (size_t)r * FA_HD + pc * 8);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
-    const int n_keys = nk - kb < split ? nk - kb : split;
-    auto resolve = [&](int k0) {
-        for (int k = tid; k < FA_KP && k0 + k < n_keys; k += FA_THREADS)
-            sm.kp[k] = att_key(s, ar, ring, kv, FA_HD, W, pos0, row0, pw0, n_win, nk, kb + k0 + k, ratio, seli,
-                               page_off, sp);
-    };
+    auto resolve = [&](int k0) { att_resolve(a, s, ar, kv, W, ratio, page_off, k0, sm.kp); };
     /* tile `tile` into buffer buf: 4 threads a key, 16 pieces of 16 bytes each */
     auto load_tile = [&](int tile, int buf) {
         const int kr = tid >> 2, p4 = tid & 3, k = tile * WA_TILE + kr;
@@ -650,17 +681,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     const int n_tiles = (n_keys + WA_TILE - 1) / WA_TILE;
     for (int j = 0; j < n_tiles; j++) {
         const int buf = j & 1;
-        if (j + 1 < n_tiles && (j + 1) * WA_TILE % FA_KP == 0) {   /* every thread has issued the tiles before */
-            resolve((j + 1) * WA_TILE);
-            __syncthreads();
-        }
-        if (j + 1 < n_tiles) {
-            load_tile(j + 1, (j + 1) & 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        att_advance<WA_TILE>(j, n_tiles, resolve, load_tile);
         fence_async_smem();
         __syncthreads();
         const uint32_t kt = smem_u32(sm.k[buf]);
@@ -762,7 +783,6 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         sm.l[hr0] = l0;
         sm.l[hr1] = l1;
     }
-    const int rot0 = FA_HD - 2 * rope_half;
     if (!unit && rope_half > 0)   /* the de-rotation's angles, once a block */
         for (int p = tid; p < rope_half; p += FA_THREADS) v4_rope_cs(s.tok_pos[i], inv_freq[p], &sm.rc[p], &sm.rsn[p]);
     __syncthreads();
@@ -770,31 +790,17 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         unit[FA_H * FA_HD + 2 * tid] = sm.m[tid];
         unit[FA_H * FA_HD + 2 * tid + 1] = sm.l[tid];
     }
+    uint16_t *oi = o + (size_t)i * H * FA_HD;
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         const int h = hf ? hr1 : hr0;
         if (h >= H) continue;
         float f = 1.0f, L = 1.0f;
-        if (!unit) {   /* the same arithmetic as k_attention_combine's for one split */
-            const float m = sm.m[h], sk = sink[h], M = fmaxf(m, sk);
-            f = m == -INFINITY ? 0.0f : expf(m - M);
-            L = expf(sk - M) + sm.l[h] * f;
-        }
+        if (!unit) att_out_factors(sm.m[h], sm.l[h], sink[h], &f, &L);
 #pragma unroll
-        for (int b = 0; b < 32; b++) {
-            const int d = wg * 256 + 8 * b + 2 * qd;
-            if (unit) {
-                *(float2 *)&unit[(size_t)h * FA_HD + d] = make_float2(acc[4 * b + 2 * hf], acc[4 * b + 2 * hf + 1]);
-                continue;
-            }
-            float a = acc[4 * b + 2 * hf] * f / L, c = acc[4 * b + 2 * hf + 1] * f / L;
-            if (rope_half > 0 && d >= rot0) {   /* att_store_pair's de-rotation, from the table */
-                const float cs = sm.rc[(d - rot0) >> 1], sn = -sm.rsn[(d - rot0) >> 1], re = a, im = c;
-                a = re * cs - im * sn;
-                c = re * sn + im * cs;
-            }
-            *(uint32_t *)&o[((size_t)i * H + h) * FA_HD + d] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(c) << 16);
-        }
+        for (int b = 0; b < 32; b++)
+            att_out(unit, oi, h, wg * 256 + 8 * b + 2 * qd, acc[4 * b + 2 * hf], acc[4 * b + 2 * hf + 1], f, L,
+                    rope_half, sm.rc, sm.rsn);
     }
 #endif
 }
