@@ -80,7 +80,7 @@ typedef struct cuda_impl {
     v4_shard sh;
     int dev;                                /* the rank's CUDA device */
     int own_stream;                         /* 0: st is rank 0's (every rank on one GPU, one stream) */
-    /* work beside st (enqueue_branch): each sublayer's mHC post and comb; a layer's compressor path */
+    /* work beside st (branch_fork, branch_join): each sublayer's mHC post and comb; a layer's compressor path */
     cudaStream_t side[N_BRANCH];
     cudaEvent_t fork_ev[N_BRANCH], join_ev[N_BRANCH];
     int open[N_BRANCH];                     /* branch work st has not waited for yet */
@@ -266,11 +266,11 @@ static int up_dense(dense_weight *dw, const qtensor *q, char *err, size_t errlen
     return up_dense_cat(dw, &q, 1, err, errlen, name, l);
 }
 
-/* The rank's window (rows [r0, r0+nr) x cols [c0, c0+nc)) of a dense weight, stacked above the nx weights in x (same
- * inputs; none: nx 0): the whole weight for one rank; in its own format where the window falls on the format's
+/* The rank's window (rows [r0, r0+nr) x cols [c0, c0+nc)) of a dense weight, stacked above `below` (a weight of the
+ * same inputs, or NULL): the whole weight for one rank; in its own format where the window falls on the format's
  * blocks (qt_slice), else dequantised (the upload makes it bf16). */
-static int up_dense_part(dense_weight *dw, const qtensor *q, int r0, int nr, int c0, int nc, const qtensor *const *x,
-                         int nx, char *err, size_t errlen, const char *name, int l)
+static int up_dense_part(dense_weight *dw, const qtensor *q, int r0, int nr, int c0, int nc, const qtensor *below,
+                         char *err, size_t errlen, const char *name, int l)
 {
     qtensor part = *q;   /* a view: freeing it frees nothing of q's */
     part.owned = NULL;
@@ -284,9 +284,8 @@ static int up_dense_part(dense_weight *dw, const qtensor *q, int r0, int nr, int
         }
         part = (qtensor){.fmt = QT_F32, .rows = nr, .cols = nc, .data = f, .owned = f, .scale2 = 1.0f};
     }
-    const qtensor *parts[4] = {&part};
-    for (int i = 0; i < nx && i < 3; i++) parts[1 + i] = x[i];
-    const int rc = up_dense_cat(dw, parts, 1 + (nx < 3 ? nx : 3), err, errlen, name, l);
+    const qtensor *parts[2] = {&part, below};
+    const int rc = up_dense_cat(dw, parts, below ? 2 : 1, err, errlen, name, l);
     qt_free(&part);
     return rc;
 }
@@ -299,13 +298,13 @@ static int load_layer(cuda_impl *c, int l, char *err, size_t errlen)
     const int hc = cfg->hc_mult, dim = cfg->dim, nmix = (2 + hc) * hc, hd = cfg->head_dim, ol = cfg->o_lora_rank;
     const v4_shard *sh = &c->sh;   /* the rank's heads: wq_b's rows, the sinks, wo_a's groups, wo_b's columns */
     L->ratio = cfg->compress_ratio[l];
-    const qtensor *qkv[2] = {&W->wq_a, &W->wkv}, *iq[1] = {&W->iwq_b};
+    const qtensor *qkv[2] = {&W->wq_a, &W->wkv};
     const int csa = L->ratio == 4;   /* the indexer's wq_b reads wq_b's input: one launch */
     if (up_dense_cat(&L->wqkv, qkv, 2, err, errlen, "wq_a + wkv", l) ||
-        up_dense_part(&L->wq_b, &W->wq_b, sh->h0 * hd, sh->nh * hd, 0, W->wq_b.cols, iq, csa, err, errlen,
-                      csa ? "wq_b + indexer wq_b" : "wq_b", l) ||
-        up_dense_part(&L->wo_a, &W->wo_a, sh->g0 * ol, sh->ng * ol, 0, W->wo_a.cols, NULL, 0, err, errlen, "wo_a", l) ||
-        up_dense_part(&L->wo_b, &W->wo_b, 0, W->wo_b.rows, sh->g0 * ol, sh->ng * ol, NULL, 0, err, errlen, "wo_b", l))
+        up_dense_part(&L->wq_b, &W->wq_b, sh->h0 * hd, sh->nh * hd, 0, W->wq_b.cols, csa ? &W->iwq_b : NULL, err,
+                      errlen, csa ? "wq_b + indexer wq_b" : "wq_b", l) ||
+        up_dense_part(&L->wo_a, &W->wo_a, sh->g0 * ol, sh->ng * ol, 0, W->wo_a.cols, NULL, err, errlen, "wo_a", l) ||
+        up_dense_part(&L->wo_b, &W->wo_b, 0, W->wo_b.rows, sh->g0 * ol, sh->ng * ol, NULL, err, errlen, "wo_b", l))
         return -1;
     L->q_norm = up_f32(W->q_norm, (size_t)cfg->q_lora_rank);
     L->kv_norm = up_f32(W->kv_norm, (size_t)hd);
@@ -750,7 +749,8 @@ static int enqueue_sublayer(cuda_impl *c, const v4_step *Sp, int l, int half_, i
         {c->qkv + ql, nqkv, n, 1, hd, 1, L->kv_norm, half, freq, c->kv_b, hd, 0}};
     LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, qkv_norms, 2, eps, st), "q_norm, kv_norm + RoPE");
     const int nq = L->wq_b.n;   /* the heads' queries, then (CSA) the indexer's */
-    LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, nq, c->qr_b, ql, n, c->q, nq, st), csa ? "wq_b + indexer wq_b" : "wq_b");
+    LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, nq, c->qr_b, ql, n, c->q, nq, st),
+           csa ? "wq_b + indexer wq_b" : "wq_b");
     const v4_norm_job q_norms[2] = {   /* per head: q rms + RoPE; the indexer's q: RoPE */
         {c->q, hd, n * H, H, hd, 1, NULL, half, freq, c->q_b, hd, nq},
         {c->q + H * hd, dI, n * nI, nI, dI, 0, NULL, half, freq, c->iq_b, dI, nq}};
@@ -837,7 +837,7 @@ static int enqueue_layers(cuda_impl *c, const v4_step *S, int max_t, char *err, 
         if (enqueue_allreduce(c, j % 2, S->n, err, errlen)) return -1;
         c->flast = c->sum[j % 2];
     }
-    for (int r = c->n_ranks - 1; r >= 0; r--) {   /* the last comb: the head's pending post reads it */
+    for (int r = c->n_ranks - 1; r >= 0; r--) {   /* every branch: the head's pending post reads the last comb */
         on(c->rk[r]);
         for (int b = 0; b < N_BRANCH; b++)
             if (branch_join(c->rk[r], b, err, errlen)) return -1;

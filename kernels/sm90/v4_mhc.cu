@@ -86,19 +86,16 @@ __global__ void __launch_bounds__(HCM_THREADS) k_hc_mix(float *X, const int32_t 
                 *(float2 *)xp = v;
             }
         }
-        const float ss = warp_sum(x.x * x.x + x.y * x.y);
-        if (lane == 0) red[wid][n_mix] = ss;
-#pragma unroll
-        for (int m = 0; m < HCM_PF; m++)
-            if (m < n_mix) {
-                const float a = warp_sum(w[m].x * x.x + w[m].y * x.y);
-                if (lane == 0) red[wid][m] = a;
-            }
-        for (int m = HCM_PF; m < n_mix; m++) {
-            const float2 wm = in ? __ldg((const float2 *)(fn + (size_t)m * width + k0)) : make_float2(0.0f, 0.0f);
+        auto dot = [&](int m, float2 wm) {   /* the warp's share of mix m (index n_mix: the sum of squares) */
             const float a = warp_sum(wm.x * x.x + wm.y * x.y);
             if (lane == 0) red[wid][m] = a;
-        }
+        };
+        dot(n_mix, x);
+#pragma unroll
+        for (int m = 0; m < HCM_PF; m++)
+            if (m < n_mix) dot(m, w[m]);
+        for (int m = HCM_PF; m < n_mix; m++)
+            dot(m, in ? __ldg((const float2 *)(fn + (size_t)m * width + k0)) : make_float2(0.0f, 0.0f));
         __syncthreads();
         for (int m = threadIdx.x; m <= n_mix; m += blockDim.x) {
             float t = 0.0f;
