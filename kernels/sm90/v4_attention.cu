@@ -7,7 +7,7 @@
  * attends over the same keys, with its sink logit in the softmax denominator.
  *
  * Top-k: an exact radix select on the scores' order-preserving 32-bit keys (four 8-bit passes find
- * the k-th largest key T), then every key > T and the lowest-index entries equal to T, so ties go to
+ * the k-th largest key T; the keys are staged in shared memory when the row fits), then every key > T and the lowest-index entries equal to T, so ties go to
  * the lower entry index as in the CPU reference. Zero scores are canonicalised to +0 first (a ReLU'd
  * head times a negative weight gives -0, which the reference compares equal to +0).
  */
@@ -21,6 +21,8 @@
 #define IDX_THREADS 128
 #define IDX_EPB 64            /* entries per indexer block */
 #define TOPK_THREADS 1024
+#define TOPK_STAGE_MAX 49152  /* rows of up to this many entries (192K context) keep their keys in shared memory,
+                                 * where the device has room for them */
 #define ATT_THREADS 128
 
 __device__ __forceinline__ int idx_count(const v4_step &s, int i) { return (s.tok_pos[i] + 1) / 4; }
@@ -156,10 +158,21 @@ __device__ __forceinline__ unsigned score_key(float v)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+/* Key e of the row: from the copy in shared memory (STAGE), else from the scores in global memory. */
+template <bool STAGE>
+__device__ __forceinline__ unsigned topk_key(const unsigned *sk, const float *sc, int e)
+{
+    return STAGE ? sk[e] : score_key(sc[e]);
+}
+
+/* One block per row. STAGE: the row's keys are computed once into dynamic shared memory (N of them) and every pass
+ * reads them there; otherwise (rows too long for it) each pass re-reads the scores from global memory. */
+template <bool STAGE>
 __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int topk, const float *scores, int ld,
                                                        int32_t *sel)
 {
     pdl_enter();
+    extern __shared__ unsigned sk[];
     __shared__ unsigned hist[256];
     __shared__ unsigned prefix, mask;
     __shared__ int rem, n_gt, eq_base;
@@ -171,6 +184,8 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
         return;
     }
     const float *sc = scores + (size_t)blockIdx.x * ld;
+    if (STAGE)
+        for (int e = threadIdx.x; e < N; e += blockDim.x) sk[e] = score_key(sc[e]);
     if (threadIdx.x == 0) { prefix = 0; mask = 0; rem = topk; n_gt = 0; eq_base = 0; }
     for (int pass = 0; pass < 4; pass++) {
         const int shift = 24 - 8 * pass;
@@ -178,7 +193,7 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
         __syncthreads();
         const unsigned pf = prefix, mk = mask;
         for (int e = threadIdx.x; e < N; e += blockDim.x) {
-            const unsigned key = score_key(sc[e]);
+            const unsigned key = topk_key<STAGE>(sk, sc, e);
             if ((key & mk) == pf) atomicAdd(&hist[(key >> shift) & 255u], 1u);
         }
         __syncthreads();
@@ -213,13 +228,13 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
     const int need_eq = rem, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     /* keys above T: all of them, any order */
     for (int e = threadIdx.x; e < N; e += blockDim.x)
-        if (score_key(sc[e]) > T) out[atomicAdd(&n_gt, 1)] = e;
+        if (topk_key<STAGE>(sk, sc, e) > T) out[atomicAdd(&n_gt, 1)] = e;
     __syncthreads();
     const int gt = n_gt;
     /* keys equal to T: the lowest indices first */
     for (int c0 = 0; c0 < N; c0 += blockDim.x) {
         const int e = c0 + threadIdx.x;
-        const int eq = e < N && score_key(sc[e]) == T;
+        const int eq = e < N && topk_key<STAGE>(sk, sc, e) == T;
         const unsigned bal = __ballot_sync(0xffffffffu, eq);
         if (lane == 0) wtot[wid] = __popc(bal);
         __syncthreads();
@@ -260,7 +275,28 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
                                   ld_w, w_scale, topk, scores, max_entries);
         if (e != cudaSuccess) return e;
     }
-    return moe_launch(k_topk, dim3(nr), dim3(TOPK_THREADS), 0, st, *s, r0, topk, (const float *)scores, max_entries, sel);
+    /* the longest row whose keys fit this device's shared memory beside the static histogram (0: not known yet) */
+    static int stage_caps[DEV_FLAG_MAX];
+    const int d = dev_index();
+    int cap = d >= 0 ? stage_caps[d] : 0;
+    if (cap == 0) {
+        int optin = 0;
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d >= 0 ? d : 0) != cudaSuccess)
+            optin = 48 * 1024;
+        cap = (optin - 2048) / (int)sizeof(unsigned);
+        if (cap > TOPK_STAGE_MAX) cap = TOPK_STAGE_MAX;
+        if (cap * sizeof(unsigned) > 48 * 1024) {
+            const cudaError_t e = cudaFuncSetAttribute(k_topk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       (int)(cap * sizeof(unsigned)));
+            if (e != cudaSuccess) return e;
+        }
+        if (d >= 0) stage_caps[d] = cap;
+    }
+    if (max_entries > cap)
+        return moe_launch(k_topk<false>, dim3(nr), dim3(TOPK_THREADS), 0, st, *s, r0, topk, (const float *)scores,
+                          max_entries, sel);
+    return moe_launch(k_topk<true>, dim3(nr), dim3(TOPK_THREADS), (size_t)max_entries * sizeof(unsigned), st, *s, r0,
+                      topk, (const float *)scores, max_entries, sel);
 }
 
 /* The key set of row i: n_win window positions from pw0, then the compressed entries; nk keys in all. */
