@@ -123,7 +123,8 @@ cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, s
  * candidates are entries e < (t+1)/4 (index keys bf16 [dI] at page_off); k = min(topk, (t+1)/4) of
  * them are chosen by score(e) = sum_h w_h ReLU(q_h . K_e), w_h = wI[i * ld_w + h] * w_scale, higher first,
  * equal scores -> lower index; sel[i][0..k) (any order), the rest -1. q: bf16 [n][nI][dI] roped.
- * scores: scratch fp32 [nr][max_entries], max_entries >= the largest candidate count of these rows. */
+ * scores: scratch fp32 [nr][max_entries], max_entries >= the largest candidate count of these rows; q NULL: the
+ * scores are given there (the top-k alone). */
 cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int r0, int nr,
                        const uint16_t *q, int nI, int dI, const float *wI, int ld_w, float w_scale, int topk,
                        int32_t *sel, float *scores, int max_entries, cudaStream_t st);

@@ -158,18 +158,17 @@ __device__ __forceinline__ unsigned score_key(float v)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* Key e of the row: from the copy in shared memory (STAGE), else from the scores in global memory. */
-template <bool STAGE>
-__device__ __forceinline__ unsigned topk_key(const unsigned *sk, const float *sc, int e)
+/* Key e of the row: from the copy in shared memory (staged), else from the scores in global memory. */
+__device__ __forceinline__ unsigned topk_key(bool staged, const unsigned *sk, const float *sc, int e)
 {
-    return STAGE ? sk[e] : score_key(sc[e]);
+    return staged ? sk[e] : score_key(sc[e]);
 }
 
-/* One block per row. STAGE: the row's keys are computed once into dynamic shared memory (N of them) and every pass
- * reads them there; otherwise (rows too long for it) each pass re-reads the scores from global memory. */
-template <bool STAGE>
+/* One block per row. A row of at most stage_cap candidates (the dynamic shared memory's keys) has its keys computed
+ * once into shared memory and every pass reads them there; a longer one re-reads the scores from global memory in
+ * each pass. */
 __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int topk, const float *scores, int ld,
-                                                       int32_t *sel)
+                                                       int stage_cap, int32_t *sel)
 {
     pdl_enter();
     extern __shared__ unsigned sk[];
@@ -184,7 +183,8 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
         return;
     }
     const float *sc = scores + (size_t)blockIdx.x * ld;
-    if (STAGE)
+    const bool staged = N <= stage_cap;
+    if (staged)
         for (int e = threadIdx.x; e < N; e += blockDim.x) sk[e] = score_key(sc[e]);
     if (threadIdx.x == 0) { prefix = 0; mask = 0; rem = topk; n_gt = 0; eq_base = 0; }
     for (int pass = 0; pass < 4; pass++) {
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
         __syncthreads();
         const unsigned pf = prefix, mk = mask;
         for (int e = threadIdx.x; e < N; e += blockDim.x) {
-            const unsigned key = topk_key<STAGE>(sk, sc, e);
+            const unsigned key = topk_key(staged, sk, sc, e);
             if ((key & mk) == pf) atomicAdd(&hist[(key >> shift) & 255u], 1u);
         }
         __syncthreads();
@@ -228,13 +228,13 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
     const int need_eq = rem, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     /* keys above T: all of them, any order */
     for (int e = threadIdx.x; e < N; e += blockDim.x)
-        if (topk_key<STAGE>(sk, sc, e) > T) out[atomicAdd(&n_gt, 1)] = e;
+        if (topk_key(staged, sk, sc, e) > T) out[atomicAdd(&n_gt, 1)] = e;
     __syncthreads();
     const int gt = n_gt;
     /* keys equal to T: the lowest indices first */
     for (int c0 = 0; c0 < N; c0 += blockDim.x) {
         const int e = c0 + threadIdx.x;
-        const int eq = e < N && topk_key<STAGE>(sk, sc, e) == T;
+        const int eq = e < N && topk_key(staged, sk, sc, e) == T;
         const unsigned bal = __ballot_sync(0xffffffffu, eq);
         if (lane == 0) wtot[wid] = __popc(bal);
         __syncthreads();
@@ -259,7 +259,8 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
 {
     if (nr <= 0) return cudaSuccess;
     if (topk <= 0) return cudaErrorInvalidValue;
-    if (max_entries > topk && dI == IX_D && nI <= IX_H) {
+    if (!q) {   /* the scores are given */
+    } else if (max_entries > topk && dI == IX_D && nI <= IX_H) {
         dim3 grid(nr, (max_entries + IX_EPB - 1) / IX_EPB);
         cudaError_t e = moe_launch(k_index_scores_mma, grid, dim3(IX_THREADS), 0, st, *s, *a, page_off, r0, q, nI, wI,
                                   ld_w, w_scale, topk, scores, max_entries);
@@ -286,17 +287,15 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
         cap = (optin - 2048) / (int)sizeof(unsigned);
         if (cap > TOPK_STAGE_MAX) cap = TOPK_STAGE_MAX;
         if (cap * sizeof(unsigned) > 48 * 1024) {
-            const cudaError_t e = cudaFuncSetAttribute(k_topk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            const cudaError_t e = cudaFuncSetAttribute(k_topk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        (int)(cap * sizeof(unsigned)));
             if (e != cudaSuccess) return e;
         }
         if (d >= 0) stage_caps[d] = cap;
     }
-    if (max_entries > cap)
-        return moe_launch(k_topk<false>, dim3(nr), dim3(TOPK_THREADS), 0, st, *s, r0, topk, (const float *)scores,
-                          max_entries, sel);
-    return moe_launch(k_topk<true>, dim3(nr), dim3(TOPK_THREADS), (size_t)max_entries * sizeof(unsigned), st, *s, r0,
-                      topk, (const float *)scores, max_entries, sel);
+    const int stage = max_entries <= cap ? max_entries : 0;
+    return moe_launch(k_topk, dim3(nr), dim3(TOPK_THREADS), (size_t)stage * sizeof(unsigned), st, *s, r0, topk,
+                      (const float *)scores, max_entries, stage, sel);
 }
 
 /* The key set of row i: n_win window positions from pw0, then the compressed entries; nk keys in all. */

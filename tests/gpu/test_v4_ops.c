@@ -370,9 +370,8 @@ static void test_topk(int N, int topk)
     int32_t *dsel;
     CK(cudaMalloc((void **)&dsel, (size_t)topk * sizeof(int32_t)));
     v4_arena ar = {0};
-    /* scores given directly: max_entries <= topk would skip scoring, so call with scores prefilled and
-     * nI = 0 heads is not allowed; use the top-k only path: the kernel scores only when asked to */
-    CK(v4_indexer(&o.s, &ar, 0, 0, 1, NULL, 0, 0, NULL, 0, 0.0f, topk, dsel, dsc, 0, 0));
+    /* the scores given (q NULL): the top-k alone, its keys in shared memory up to the device's limit */
+    CK(v4_indexer(&o.s, &ar, 0, 0, 1, NULL, 0, 0, NULL, 0, 0.0f, topk, dsel, dsc, N, 0));
     CK(cudaDeviceSynchronize());
     int k = N < topk ? N : topk;
     int32_t *got = malloc((size_t)topk * sizeof(int32_t));
