@@ -430,6 +430,20 @@ __device__ __forceinline__ void att_advance(int j, int n_tiles, const Resolve &r
     }
 }
 
+/* Row i's queries (H heads x FA_HD bf16; heads past H zero) into shared memory at dst, 16-byte piece pc of head r at
+ * byte offset off(r, pc): each kernel's own layout. */
+template <typename Off>
+__device__ __forceinline__ void att_load_q(uint8_t *dst, const uint16_t *q, int i, int H, int tid, Off off)
+{
+    const uint16_t *qi = q + (size_t)i * H * FA_HD;
+    for (int c = tid; c < FA_H * (FA_HD / 8); c += FA_THREADS) {
+        const int r = c / (FA_HD / 8), pc = c % (FA_HD / 8);
+        uint8_t *d = dst + off(r, pc);
+        if (r < H) cp_async16(d, qi + (size_t)r * FA_HD + pc * 8);
+        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+    }
+}
+
 /* The block's output pair (d, d+1) of head h (x, y: its unnormalised sums): with several splits into the split's
  * scratch unit as they are; with one, times f / L, de-rotated from the block's angle table (rc, rsn: pair p of the
  * last 2 rope_half dims) and rounded to bf16 in o. f and L: k_attention_combine's arithmetic for one split. */
@@ -484,13 +498,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     const int i = a.i, n_keys = a.n_keys;
     float *const unit = a.unit;
 
-    const uint16_t *qi = q + (size_t)i * H * FA_HD;
-    for (int c = tid; c < FA_H * (FA_HD / 8); c += FA_THREADS) {
-        const int r = c / (FA_HD / 8), ch = c % (FA_HD / 8);
-        uint16_t *d = sm.q + r * FA_HD + ((ch ^ (r & 7)) << 3);
-        if (r < H) cp_async16(d, qi + (size_t)r * FA_HD + ch * 8);
-        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
-    }
+    att_load_q((uint8_t *)sm.q, q, i, H, tid,
+               [](int r, int pc) { return (r * FA_HD + ((pc ^ (r & 7)) << 3)) * (int)sizeof(uint16_t); });
     auto resolve = [&](int k0) { att_resolve(a, s, ar, kv, W, ratio, page_off, k0, sm.kp); };
     /* tile `tile` of the split into buffer buf: 8 threads a key, 128 bytes each */
     auto load_tile = [&](int tile, int buf) {
@@ -683,13 +692,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     if (!att_split(a, s, ar, ring_off, W, ratio, sel, topk, max_keys, split, n_splits, r0, part)) return;
     const int i = a.i, n_keys = a.n_keys;
     float *const unit = a.unit;
-    const uint16_t *qi = q + (size_t)i * H * FA_HD;
-    for (int c = tid; c < FA_H * (FA_HD / 8); c += FA_THREADS) {
-        const int r = c >> 6, pc = c & 63;
-        uint8_t *d = sm.q + wa_off(r, pc);
-        if (r < H) cp_async16(d, qi + (size_t)r * FA_HD + pc * 8);
-        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
-    }
+    att_load_q(sm.q, q, i, H, tid, [](int r, int pc) { return wa_off(r, pc); });
     auto resolve = [&](int k0) { att_resolve(a, s, ar, kv, W, ratio, page_off, k0, sm.kp); };
     /* tile `tile` into buffer buf: 4 threads a key, 16 pieces of 16 bytes each */
     auto load_tile = [&](int tile, int buf) {
