@@ -7,8 +7,9 @@
  * attends over the same keys, with its sink logit in the softmax denominator.
  *
  * Top-k: an exact radix select on the scores' order-preserving 32-bit keys (four 8-bit passes find
- * the k-th largest key T; the keys are staged in shared memory when the row fits), then every key > T and the lowest-index entries equal to T, so ties go to
- * the lower entry index as in the CPU reference. Zero scores are canonicalised to +0 first (a ReLU'd
+ * the k-th largest key T; the keys are staged in shared memory when the row fits, and each thread adds
+ * its runs of one bin to the histogram with one atomic), then every key > T and the lowest-index entries
+ * equal to T, so ties go to the lower entry index as in the CPU reference. Zero scores are canonicalised to +0 first (a ReLU'd
  * head times a negative weight gives -0, which the reference compares equal to +0).
  */
 #include <math.h>
@@ -192,10 +193,18 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
         for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
         __syncthreads();
         const unsigned pf = prefix, mk = mask;
+        /* a thread's keys mostly share a bin in the first passes (sign and exponent bits): it adds runs of one bin
+         * with one atomic, so the block's atomics on that bin do not serialise per key */
+        unsigned run_bin = 0u, run = 0u;
         for (int e = threadIdx.x; e < N; e += blockDim.x) {
             const unsigned key = topk_key(staged, sk, sc, e);
-            if ((key & mk) == pf) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+            if ((key & mk) != pf) continue;
+            const unsigned bin = (key >> shift) & 255u;
+            if (run && bin != run_bin) atomicAdd(&hist[run_bin], run), run = 0u;
+            run_bin = bin;
+            run++;
         }
+        if (run) atomicAdd(&hist[run_bin], run);
         __syncthreads();
         if (threadIdx.x < 32) {   /* the bin holding the rem-th largest key: lane l owns bins 8l..8l+7 */
             const int l = threadIdx.x, need = rem;
