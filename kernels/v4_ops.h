@@ -124,7 +124,12 @@ cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, s
  * them are chosen by score(e) = sum_h w_h ReLU(q_h . K_e), w_h = wI[i * ld_w + h] * w_scale, higher first,
  * equal scores -> lower index; sel[i][0..k) (any order), the rest -1. q: bf16 [n][nI][dI] roped.
  * scores: scratch fp32 [nr][max_entries], max_entries >= the largest candidate count of these rows; q NULL: the
- * scores are given there (the top-k alone). */
+ * scores are given there (the top-k alone). The 64 x 128 scores run in blocks of v4_indexer_tiles_per_block tiles of
+ * 128 candidates. */
+/* The indexer's plan: tiles of 128 candidates a scoring block takes (its queries loaded once, the next tile's keys
+ * loading while one is scored), for `rows` rows of `tiles` tiles on n_sms multiprocessors: enough blocks for two a
+ * multiprocessor come first, then up to 4 tiles a block. */
+int v4_indexer_tiles_per_block(int rows, int tiles, int n_sms);
 cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int r0, int nr,
                        const uint16_t *q, int nI, int dI, const float *wI, int ld_w, float w_scale, int topk,
                        int32_t *sel, float *scores, int max_entries, cudaStream_t st);

@@ -65,25 +65,32 @@ __global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_aren
     }
 }
 
-/* ---- 64 heads x 128 on the tensor cores (the V4 indexer's shape): a block scores IX_EPB entries of one row;
- * warp w takes entries 16w..16w+15 against every head (S = q K^T, mma.sync bf16 -> fp32), then each lane folds its
- * fragments through w_h ReLU(.) and the warp sums over heads with shuffles. */
+/* ---- 64 heads x 128 on the tensor cores (the V4 indexer's shape): a block scores tpb tiles of IX_EPB entries of one
+ * row with the row's queries loaded once, the next tile's keys loading while this one is scored; in a tile warp w
+ * takes entries 16w..16w+15 against every head (S = q K^T, mma.sync bf16 -> fp32), then each lane folds its
+ * fragments through w_h ReLU(.) and the warp sums over heads with shuffles. Dynamic shared memory: the queries and
+ * min(tpb, 2) key tiles (ix_smem_bytes). */
 #define IX_H 64
 #define IX_D 128
 #define IX_EPB 128
 #define IX_THREADS 256
+#define IX_TPB_MAX 4          /* tiles a block scores at most */
 
 __device__ __forceinline__ int sw128(int r, int c) { return r * IX_D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
 
+static size_t ix_smem_bytes(int tpb) { return (size_t)(IX_H + (tpb < 2 ? tpb : 2) * IX_EPB) * IX_D * sizeof(uint16_t); }
+
 __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_arena ar, size_t page_off, int r0,
                                                                  const uint16_t *q, int nI, const float *wI, int ld_w,
-                                                                 float w_scale, int topk, float *scores, int ld)
+                                                                 float w_scale, int topk, int tpb, float *scores,
+                                                                 int ld)
 {
     pdl_enter();
-    __shared__ __align__(16) uint16_t qs[IX_H * IX_D];
-    __shared__ __align__(16) uint16_t ks[IX_EPB * IX_D];
-    const int i = r0 + blockIdx.x, N = idx_count(s, i), e0 = blockIdx.y * IX_EPB;
-    if (N <= topk || e0 >= N) return;
+    extern __shared__ __align__(16) uint16_t ix_smem[];
+    uint16_t *const qs = ix_smem;
+    const int i = r0 + blockIdx.x, N = idx_count(s, i), tile0 = blockIdx.y * tpb;
+    if (N <= topk || tile0 * IX_EPB >= N) return;
+    const int n_tiles = min(tpb, (N + IX_EPB - 1) / IX_EPB - tile0);
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, qd = lane & 3, sp = s.tok_span[i];
     const uint16_t *qi = q + (size_t)i * nI * IX_D;
     for (int c = tid; c < IX_H * (IX_D / 8); c += IX_THREADS) {
@@ -92,13 +99,18 @@ __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_a
         if (r < nI) cp_async16(d, qi + (size_t)r * IX_D + ch * 8);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
-    for (int c = tid; c < IX_EPB * (IX_D / 8); c += IX_THREADS) {
-        const int r = c / (IX_D / 8), ch = c % (IX_D / 8), e = e0 + r;
-        uint16_t *d = ks + r * IX_D + ((ch ^ (r & 7)) << 3);
-        if (e < N) cp_async16(d, v4_entry_ptr(s, ar, page_off, sp, e, 4, IX_D) + ch * 8);
-        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
-    }
-    cp_async_commit();
+    auto load_tile = [&](int t) {   /* tile t of the block into buffer t % 2 */
+        uint16_t *ks = ix_smem + (IX_H + (t & 1) * IX_EPB) * IX_D;
+        const int e0 = (tile0 + t) * IX_EPB;
+        for (int c = tid; c < IX_EPB * (IX_D / 8); c += IX_THREADS) {
+            const int r = c / (IX_D / 8), ch = c % (IX_D / 8), e = e0 + r;
+            uint16_t *d = ks + r * IX_D + ((ch ^ (r & 7)) << 3);
+            if (e < N) cp_async16(d, v4_entry_ptr(s, ar, page_off, sp, e, 4, IX_D) + ch * 8);
+            else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+        }
+        cp_async_commit();
+    };
+    load_tile(0);   /* with the queries */
     float wh[4][2];   /* the weights of this lane's heads 16 mt + g (+ 8) */
 #pragma unroll
     for (int mt = 0; mt < 4; mt++)
@@ -107,48 +119,58 @@ __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_a
             const int h = 16 * mt + g + 8 * hf;
             wh[mt][hf] = h < nI ? wI[(size_t)i * ld_w + h] * w_scale : 0.0f;
         }
-    cp_async_wait<0>();
-    __syncthreads();
-    float sc[4][2][4];
+    for (int t = 0; t < n_tiles; t++) {
+        if (t + 1 < n_tiles) {   /* the next tile loads into the other buffer (free since the last barrier) */
+            load_tile(t + 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const uint16_t *ks = ix_smem + (IX_H + (t & 1) * IX_EPB) * IX_D;
+        const int e0 = (tile0 + t) * IX_EPB;
+        float sc[4][2][4];
 #pragma unroll
-    for (int a = 0; a < 4; a++)
+        for (int a = 0; a < 4; a++)
 #pragma unroll
-        for (int b = 0; b < 2; b++)
+            for (int b = 0; b < 2; b++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) sc[a][b][c] = 0.0f;
+                for (int c = 0; c < 4; c++) sc[a][b][c] = 0.0f;
 #pragma unroll
-    for (int kq = 0; kq < IX_D / 16; kq++) {
-        uint32_t b[4];
-        ldsm_x4(b, ks + sw128(16 * w + (lane & 7) + ((lane >> 4) << 3), 16 * kq + (((lane >> 3) & 1) << 3)));
+        for (int kq = 0; kq < IX_D / 16; kq++) {
+            uint32_t b[4];
+            ldsm_x4(b, ks + sw128(16 * w + (lane & 7) + ((lane >> 4) << 3), 16 * kq + (((lane >> 3) & 1) << 3)));
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                uint32_t a[4];
+                ldsm_x4(a, qs + sw128(16 * mt + (lane & 15), 16 * kq + ((lane >> 4) << 3)));
+                mma_bf16(sc[mt][0], a[0], a[1], a[2], a[3], b[0], b[1]);
+                mma_bf16(sc[mt][1], a[0], a[1], a[2], a[3], b[2], b[3]);
+            }
+        }
+        float part[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};   /* [n-tile][entry 2q + j] */
 #pragma unroll
         for (int mt = 0; mt < 4; mt++) {
-            uint32_t a[4];
-            ldsm_x4(a, qs + sw128(16 * mt + (lane & 15), 16 * kq + ((lane >> 4) << 3)));
-            mma_bf16(sc[mt][0], a[0], a[1], a[2], a[3], b[0], b[1]);
-            mma_bf16(sc[mt][1], a[0], a[1], a[2], a[3], b[2], b[3]);
+            const float w0 = wh[mt][0], w1 = wh[mt][1];
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                part[nt][0] += w0 * fmaxf(sc[mt][nt][0], 0.0f) + w1 * fmaxf(sc[mt][nt][2], 0.0f);
+                part[nt][1] += w0 * fmaxf(sc[mt][nt][1], 0.0f) + w1 * fmaxf(sc[mt][nt][3], 0.0f);
+            }
         }
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                float v = part[nt][j];
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                const int e = e0 + 16 * w + 8 * nt + 2 * qd + j;
+                if (g == 0 && e < N) scores[(size_t)blockIdx.x * ld + e] = v;
+            }
+        __syncthreads();   /* every warp is done with buffer t % 2 before tile t + 2 loads into it */
     }
-    float part[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};   /* [n-tile][entry 2q + j] */
-#pragma unroll
-    for (int mt = 0; mt < 4; mt++) {
-        const float w0 = wh[mt][0], w1 = wh[mt][1];
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
-            part[nt][0] += w0 * fmaxf(sc[mt][nt][0], 0.0f) + w1 * fmaxf(sc[mt][nt][2], 0.0f);
-            part[nt][1] += w0 * fmaxf(sc[mt][nt][1], 0.0f) + w1 * fmaxf(sc[mt][nt][3], 0.0f);
-        }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            float v = part[nt][j];
-            v += __shfl_xor_sync(0xffffffffu, v, 4);
-            v += __shfl_xor_sync(0xffffffffu, v, 8);
-            v += __shfl_xor_sync(0xffffffffu, v, 16);
-            const int e = e0 + 16 * w + 8 * nt + 2 * qd + j;
-            if (g == 0 && e < N) scores[(size_t)blockIdx.x * ld + e] = v;
-        }
 }
 
 __device__ __forceinline__ unsigned score_key(float v)
@@ -262,6 +284,12 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(v4_step s, int r0, int to
     }
 }
 
+extern "C" int v4_indexer_tiles_per_block(int rows, int tiles, int n_sms)
+{
+    const long slots = 2L * (n_sms > 0 ? n_sms : 1), t = ((long)rows * tiles + slots - 1) / slots;
+    return t < 1 ? 1 : t > IX_TPB_MAX ? IX_TPB_MAX : (int)t;
+}
+
 extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int r0, int nr,
                                   const uint16_t *q, int nI, int dI, const float *wI, int ld_w, float w_scale,
                                   int topk, int32_t *sel, float *scores, int max_entries, cudaStream_t st)
@@ -270,9 +298,26 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
     if (topk <= 0) return cudaErrorInvalidValue;
     if (!q) {   /* the scores are given */
     } else if (max_entries > topk && dI == IX_D && nI <= IX_H) {
-        dim3 grid(nr, (max_entries + IX_EPB - 1) / IX_EPB);
-        cudaError_t e = moe_launch(k_index_scores_mma, grid, dim3(IX_THREADS), 0, st, *s, *a, page_off, r0, q, nI, wI,
-                                  ld_w, w_scale, topk, scores, max_entries);
+        static int sms[DEV_FLAG_MAX];     /* the device's multiprocessors (0: not known yet) */
+        static unsigned char raiseds[DEV_FLAG_MAX];
+        const int d = dev_index();
+        int n_sms = d >= 0 ? sms[d] : 0;
+        if (n_sms == 0) {
+            if (cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, d >= 0 ? d : 0) != cudaSuccess)
+                n_sms = 1;
+            if (d >= 0) sms[d] = n_sms;
+        }
+        unsigned char *raised = dev_flag(raiseds);
+        if (!raised || !*raised) {
+            cudaError_t e = cudaFuncSetAttribute(k_index_scores_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)ix_smem_bytes(2));
+            if (e != cudaSuccess) return e;
+            if (raised) *raised = 1;
+        }
+        const int n_tiles = (max_entries + IX_EPB - 1) / IX_EPB, tpb = v4_indexer_tiles_per_block(nr, n_tiles, n_sms);
+        dim3 grid(nr, (n_tiles + tpb - 1) / tpb);
+        cudaError_t e = moe_launch(k_index_scores_mma, grid, dim3(IX_THREADS), ix_smem_bytes(tpb), st, *s, *a,
+                                   page_off, r0, q, nI, wI, ld_w, w_scale, topk, tpb, scores, max_entries);
         if (e != cudaSuccess) return e;
     } else if (max_entries > topk) {
         const size_t smem = ((size_t)nI * (dI + 1) + nI + (size_t)(IDX_THREADS / 32) * dI) * sizeof(float);

@@ -9,7 +9,8 @@
  *     double-precision reference.
  *   - sampling on the device against the CPU sampler (greedy, temperature, top-k/p, min-p, penalty);
  *   - mHC pre (mixes split over chunks, Sinkhorn, collapse + RMSNorm) against a double reference;
- *   - indexer scores (64 heads x 128, tensor cores) against a double reference, and the top-512 they pick.
+ *   - indexer scores (64 heads x 128, tensor cores) against a double reference, and the top-512 they pick, for one
+ *     row and for batches whose scoring blocks take several tiles.
  * Exit 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
@@ -280,65 +281,78 @@ static void test_hc_pre(int n, int head, int pend)
 }
 
 /* ------------------------------------------------------------------------- indexer scores */
-/* One row at position 4N-1 (N candidates) of the V4 indexer (64 heads x 128): every score against a double
- * reference sum_h w_h ReLU(q_h . K_e), and the chosen top-512 against the reference's order: no chosen entry may
- * score below an unchosen one by more than the scores' rounding. */
-static void test_index_scores(int N)
+/* nr rows at positions 4N-1.. of one span (row r has (4N + r) / 4 candidates) of the V4 indexer (64 heads x 128):
+ * every score against a double reference sum_h w_h ReLU(q_h . K_e), and each row's chosen top-512 against the
+ * reference's order: no chosen entry may score below an unchosen one by more than the scores' rounding. Enough rows
+ * make the scoring blocks take several tiles each (v4_indexer_tiles_per_block). */
+static void test_index_scores(int N, int nr)
 {
-    const int nI = 64, dI = 128, topk = 512, bt = 128, t = 4 * N - 1, max_blocks = t / bt + 1;
+    const int nI = 64, dI = 128, topk = 512, bt = 128, t = 4 * N - 1, max_blocks = (t + nr) / bt + 1;
+    const int max_ent = (t + nr) / 4;
     const size_t page_bytes = (size_t)(bt / 4) * dI * 2;
-    uint16_t *pages = malloc((size_t)max_blocks * page_bytes), *q = malloc((size_t)nI * dI * 2);
-    float *wI = malloc(nI * sizeof(float));
+    uint16_t *pages = malloc((size_t)max_blocks * page_bytes), *q = malloc((size_t)nr * nI * dI * 2);
+    float *wI = malloc((size_t)nr * nI * sizeof(float));
     for (size_t i = 0; i < (size_t)max_blocks * page_bytes / 2; i++) pages[i] = bf(urand());
-    for (int i = 0; i < nI * dI; i++) q[i] = bf(urand());
-    for (int h = 0; h < nI; h++) wI[h] = urand();
+    for (int i = 0; i < nr * nI * dI; i++) q[i] = bf(urand());
+    for (int h = 0; h < nr * nI; h++) wI[h] = urand();
     v4_arena ar = {NULL, 0, dup_dev(pages, (size_t)max_blocks * page_bytes), page_bytes, bt};
-    uint16_t *dq = dup_dev(q, (size_t)nI * dI * 2);
-    float *dw = dup_dev(wI, nI * sizeof(float)), *dsc;
+    uint16_t *dq = dup_dev(q, (size_t)nr * nI * dI * 2);
+    float *dw = dup_dev(wI, (size_t)nr * nI * sizeof(float)), *dsc;
     int32_t *dsel;
-    CK(cudaMalloc((void **)&dsc, (size_t)N * sizeof(float)));
-    CK(cudaMalloc((void **)&dsel, topk * sizeof(int32_t)));
+    CK(cudaMalloc((void **)&dsc, (size_t)nr * max_ent * sizeof(float)));
+    CK(cudaMalloc((void **)&dsel, (size_t)nr * topk * sizeof(int32_t)));
     one_span o;
-    span_make(&o, 1, t, max_blocks);
+    span_make(&o, nr, t, max_blocks);
     const float wsc = 0.125f;
-    CK(v4_indexer(&o.s, &ar, 0, 0, 1, dq, nI, dI, dw, nI, wsc, topk, dsel, dsc, N, 0));
+    CK(v4_indexer(&o.s, &ar, 0, 0, nr, dq, nI, dI, dw, nI, wsc, topk, dsel, dsc, max_ent, 0));
     CK(cudaDeviceSynchronize());
-    float *got = malloc((size_t)N * sizeof(float));
-    int32_t *sel = malloc(topk * sizeof(int32_t));
-    CK(cudaMemcpy(got, dsc, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(sel, dsel, topk * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    double *ref = malloc((size_t)N * sizeof(double)), worst = 0, scale = 0;
-    for (int e = 0; e < N; e++) {
-        const uint16_t *K = pages + (size_t)(e * 4 / bt) * page_bytes / 2 + (size_t)((e * 4 % bt) / 4) * dI;
-        double acc = 0;
-        for (int h = 0; h < nI; h++) {
-            double d = 0;
-            for (int j = 0; j < dI; j++) d += (double)fb(q[h * dI + j]) * fb(K[j]);
-            acc += (double)wI[h] * wsc * (d > 0 ? d : 0);
-        }
-        ref[e] = acc;
-        if (fabs(acc) > scale) scale = fabs(acc);
-    }
-    for (int e = 0; e < N; e++) {
-        const double d = fabs(got[e] - ref[e]) / scale;
-        if (d > worst) worst = d;
-    }
-    unsigned char *chosen = calloc((size_t)N, 1);
+    float *got = malloc((size_t)nr * max_ent * sizeof(float));
+    int32_t *sel = malloc((size_t)nr * topk * sizeof(int32_t));
+    CK(cudaMemcpy(got, dsc, (size_t)nr * max_ent * sizeof(float), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sel, dsel, (size_t)nr * topk * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    double *ref = malloc((size_t)max_ent * sizeof(double)), worst = 0, worst_slack = 0;
+    unsigned char *chosen = malloc((size_t)max_ent);
     int bad = 0;
-    for (int j = 0; j < topk; j++) {
-        if (sel[j] < 0 || sel[j] >= N || chosen[sel[j]]) bad = 1;
-        else chosen[sel[j]] = 1;
+    for (int r = 0; r < nr; r++) {
+        const int n = (t + r + 1) / 4;
+        const uint16_t *qr = q + (size_t)r * nI * dI;
+        double scale = 0;
+        for (int e = 0; e < n; e++) {
+            const uint16_t *K = pages + (size_t)(e * 4 / bt) * page_bytes / 2 + (size_t)((e * 4 % bt) / 4) * dI;
+            double acc = 0;
+            for (int h = 0; h < nI; h++) {
+                double d = 0;
+                for (int j = 0; j < dI; j++) d += (double)fb(qr[h * dI + j]) * fb(K[j]);
+                acc += (double)wI[r * nI + h] * wsc * (d > 0 ? d : 0);
+            }
+            ref[e] = acc;
+            if (fabs(acc) > scale) scale = fabs(acc);
+        }
+        double w = 0;
+        for (int e = 0; e < n; e++) {
+            const double d = fabs(got[(size_t)r * max_ent + e] - ref[e]) / scale;
+            if (d > w) w = d;
+        }
+        memset(chosen, 0, (size_t)max_ent);
+        const int32_t *sr = sel + (size_t)r * topk;
+        for (int j = 0; j < topk; j++) {
+            if (sr[j] < 0 || sr[j] >= n || chosen[sr[j]]) bad = 1;
+            else chosen[sr[j]] = 1;
+        }
+        double min_in = 1e300, max_out = -1e300;
+        for (int e = 0; e < n; e++) {
+            if (chosen[e] && ref[e] < min_in) min_in = ref[e];
+            if (!chosen[e] && ref[e] > max_out) max_out = ref[e];
+        }
+        const double slack = (max_out - min_in) / scale;
+        if (slack > 4 * w + 1e-6) bad = 1;
+        if (w > worst) worst = w;
+        if (slack > worst_slack) worst_slack = slack;
     }
-    double min_in = 1e300, max_out = -1e300;
-    for (int e = 0; e < N; e++) {
-        if (chosen[e] && ref[e] < min_in) min_in = ref[e];
-        if (!chosen[e] && ref[e] > max_out) max_out = ref[e];
-    }
-    const double slack = (max_out - min_in) / scale;
-    printf("indexer 64 x 128, %d candidates: worst score error %.2e of the largest; top-512 %s (order slack %.1e)\n",
-           N, worst, bad ? "NOT DISTINCT" : "distinct", slack > 0 ? slack : 0.0);
-    if (!(worst < 1e-5)) FAIL("indexer scores (%d candidates): error %.3e", N, worst);
-    if (bad || slack > 4 * worst + 1e-6) FAIL("indexer top-k (%d candidates): not the reference's order", N);
+    printf("indexer 64 x 128, %d rows of %d+ candidates: worst score error %.2e of the largest; top-512 %s (order "
+           "slack %.1e)\n", nr, N, worst, bad ? "WRONG" : "distinct, in order", worst_slack);
+    if (!(worst < 1e-5)) FAIL("indexer scores (%d rows, %d candidates): error %.3e", nr, N, worst);
+    if (bad) FAIL("indexer top-k (%d rows, %d candidates): not the reference's order", nr, N);
     free(pages); free(q); free(wI); free(got); free(sel); free(ref); free(chosen);
     cudaFree(ar.pages); cudaFree(dq); cudaFree(dw); cudaFree(dsc); cudaFree(dsel); cudaFree(o.dbuf);
 }
@@ -705,8 +719,10 @@ int main(void)
     test_hc_pre(5, 1, 1);
     test_hc_pre(70, 0, 1);   /* several rows a block of the mixes, the last block short */
     test_hc_pre(41, 1, 1);
-    test_index_scores(2048);
-    test_index_scores(5000);
+    test_index_scores(2048, 1);
+    test_index_scores(5000, 1);
+    test_index_scores(2048, 64);    /* batch 64 at 8K: blocks of 4 tiles, a partial last one */
+    test_index_scores(16384, 8);
     test_compress(4, 512, 700, 128);
     test_compress(4, 128, 700, 128);
     test_compress(128, 512, 700, 128);
