@@ -349,8 +349,12 @@ static void test_index_scores(int N, int nr)
         if (w > worst) worst = w;
         if (slack > worst_slack) worst_slack = slack;
     }
-    printf("indexer 64 x 128, %d rows of %d+ candidates: worst score error %.2e of the largest; top-512 %s (order "
-           "slack %.1e)\n", nr, N, worst, bad ? "WRONG" : "distinct, in order", worst_slack);
+    int dev = 0, n_sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
+    printf("indexer 64 x 128, %d rows of %d+ candidates (%d tiles a scoring block): worst score error %.2e of the "
+           "largest; top-512 %s (order slack %.1e)\n", nr, N, v4_indexer_tiles_per_block(nr, (max_ent + 127) / 128,
+           n_sms), worst, bad ? "WRONG" : "distinct, in order", worst_slack);
     if (!(worst < 1e-5)) FAIL("indexer scores (%d rows, %d candidates): error %.3e", nr, N, worst);
     if (bad) FAIL("indexer top-k (%d rows, %d candidates): not the reference's order", nr, N);
     free(pages); free(q); free(wI); free(got); free(sel); free(ref); free(chosen);
@@ -721,7 +725,7 @@ int main(void)
     test_hc_pre(41, 1, 1);
     test_index_scores(2048, 1);
     test_index_scores(5000, 1);
-    test_index_scores(2048, 64);    /* batch 64 at 8K: blocks of 4 tiles, a partial last one */
+    test_index_scores(2000, 64);    /* batch 64 near 8K: 16 tiles of 128, the last partial, in blocks of several */
     test_index_scores(16384, 8);
     test_compress(4, 512, 700, 128);
     test_compress(4, 128, 700, 128);
