@@ -338,7 +338,9 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
         int optin = 0;
         if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d >= 0 ? d : 0) != cudaSuccess)
             optin = 48 * 1024;
-        cap = (optin - 2048) / (int)sizeof(unsigned);
+        cudaFuncAttributes fa;   /* the kernel's static shared memory (the histogram and its counters) */
+        const int stat = cudaFuncGetAttributes(&fa, k_topk) == cudaSuccess ? (int)fa.sharedSizeBytes : 2048;
+        cap = (optin - stat) / (int)sizeof(unsigned);
         if (cap > TOPK_STAGE_MAX) cap = TOPK_STAGE_MAX;
         if (cap * sizeof(unsigned) > 48 * 1024) {
             const cudaError_t e = cudaFuncSetAttribute(k_topk, cudaFuncAttributeMaxDynamicSharedMemorySize,
