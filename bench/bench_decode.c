@@ -102,13 +102,14 @@ static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, int n
 }
 
 /* The bytes one CSA layer's attention path reads and writes for B rows at context ctx, in the dtypes stored: per row
- * the window and the selected entries (bf16 [hd]), every index key (bf16 [dI]), the queries, the indexer's head
- * weights (fp32) and the output (bf16). */
-static double attention_bytes(const v4_config *c, int B, long ctx)
+ * the window and the selected entries (bf16 [hd]), every index key (bf16 [dI], or an FP8 row: dI codes and their
+ * scale word), the queries, the indexer's head weights (fp32) and the output (bf16). */
+static double attention_bytes(const v4_config *c, int B, long ctx, int index_fp8)
 {
     const double hd = c->head_dim, H = c->n_heads, dI = c->index_head_dim, nI = c->index_n_heads, n = (double)(ctx / 4);
     const double win = ctx + 1 < c->window ? ctx + 1 : c->window, sel = n < c->index_topk ? n : c->index_topk;
-    return B * ((win + sel) * hd * 2 + n * dI * 2 + 2 * H * hd * 2 + nI * dI * 2 + nI * 4);
+    const double key = index_fp8 ? dI + 4 : dI * 2;
+    return B * ((win + sel) * hd * 2 + n * key + 2 * H * hd * 2 + nI * dI * 2 + nI * 4);
 }
 
 /* The peer's ms per layer at (batch, context) from decode_peer.py's JSON (its context grows by one a step, so
@@ -225,6 +226,8 @@ int bench_decode(int argc, char **argv)
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer_path = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--launches")) launches = 1;
+        else if (!strcmp(argv[i], "--index-keys") && i + 1 < argc && (!strcmp(argv[i + 1], "fp8") || !strcmp(argv[i + 1], "bf16")))
+            copts.index_fp8 = !strcmp(argv[++i], "fp8");
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
             char derr[256];
             copts.n_devices = sl_parse_devices(argv[++i], copts.devices, derr, sizeof derr);
@@ -238,8 +241,10 @@ int bench_decode(int argc, char **argv)
             for (char *t = strtok(argv[++i], ","); t && nc < 8; t = strtok(NULL, ",")) ctxs[nc++] = atol(t);
         } else {
             fprintf(stderr, "usage: sluice-bench decode [--synthetic SPEC] [--batches 1,4,16,64] [--contexts 8192,65536] "
-                            "[--reps N] [--launches] [--devices 0,1] [--out FILE] [--commit SHA] [--peer PEER.json]\n"
+                            "[--reps N] [--launches] [--devices 0,1] [--index-keys bf16|fp8] [--out FILE] [--commit SHA] "
+                            "[--peer PEER.json]\n"
                             "--launches: each row's profiled step by launch (summed over the layers)\n"
+                            "--index-keys: how the indexer's keys are stored (default bf16)\n"
                             "PEER.json: bench/decode_peer.py --out's rows (batch, context, ms_per_layer)\n");
             return 2;
         }
@@ -355,7 +360,7 @@ int bench_decode(int argc, char **argv)
                     for (int f = 0; f < SL_FAM_N; f++) r->split[SL_FAM_N] -= r->split[f];
                     r->bytes = floor_bytes(cfg, w.expert_format == QT_NVFP4, B, C, n_dev, &r->touched);
                     r->att_ms = att_ms;
-                    r->att_bytes = attention_bytes(cfg, B, C);
+                    r->att_bytes = attention_bytes(cfg, B, C, copts.index_fp8);
                     memset(r->by_load, 0, sizeof r->by_load);
                     r->read = r->max_load = -1;
                     if (routed) {
@@ -443,7 +448,7 @@ int bench_decode(int argc, char **argv)
         json_object_set_new(m, "layers", json_integer(cfg->n_layers));
         json_object_set_new(m, "experts", json_string(w.expert_format == QT_NVFP4 ? "nvfp4" : "mxfp4"));
         json_object_set_new(m, "kv_dtype", json_string("bf16"));
-        json_object_set_new(m, "index_key_dtype", json_string("bf16"));
+        json_object_set_new(m, "index_key_dtype", json_string(copts.index_fp8 ? "fp8" : "bf16"));
         json_object_set_new(m, "routing", json_string(strstr(cfg->model_id, "-gate") ? "gate" : "uniform"));
         json_object_set_new(o, "model", m);
         json_object_set_new(o, "state", json_string("batch 1: prefilled (C random tokens through the forward); larger "

@@ -201,35 +201,39 @@ typedef struct {
     uint16_t *q;
     float *w, *scores;
     int32_t *sel;
-    int rows, max_entries, score;
+    int rows, max_entries, score, fp8;
 } ix_arg;
 
 static void ix_op(const void *p)
 {
     const ix_arg *a = p;
-    CK(v4_indexer(&a->s, &a->ar, 0, 0, a->rows, a->score ? a->q : NULL, 64, 128, a->w, 64, 0.01f, 512, a->sel,
+    CK(v4_indexer(&a->s, &a->ar, 0, a->fp8, 0, a->rows, a->score ? a->q : NULL, 64, 128, a->w, 64, 0.01f, 512, a->sel,
                   a->scores, a->max_entries, st));
 }
 
-/* rows at positions 4N-1..: N and more candidates (index keys bf16 in pages of 32 entries) */
-static void bench_indexer(int N, int rows, int R)
+/* rows at positions 4N-1..: N and more candidates (index keys bf16, or FP8 rows, in pages of 32 entries) */
+static void bench_indexer(int N, int rows, int fp8, int R)
 {
     const int t = 4 * N - 1, bt = 128, max_blocks = (t + rows) / bt + 1;
-    const size_t page_bytes = (size_t)(bt / 4) * 128 * 2;
-    ix_arg a = {.rows = rows, .max_entries = N + rows / 4 + 1};
+    const size_t page_bytes = fp8 ? v4_fp8_rows_bytes(bt / 4, 128) : (size_t)(bt / 4) * 128 * 2;
+    ix_arg a = {.rows = rows, .max_entries = N + rows / 4 + 1, .fp8 = fp8};
     a.s = one_span(rows, t, max_blocks);
     a.ar = (v4_arena){NULL, 0, (uint8_t *)rand_bf16((size_t)max_blocks * page_bytes / 2, 1.0f), page_bytes, bt};
+    for (int b = 0; b < max_blocks && fp8; b++)
+        CK(v4_fill_fp8_rows(a.ar.pages + (size_t)b * page_bytes, bt / 4, 128, (uint64_t)b + 1, 1.0f, st));
     a.q = rand_bf16((size_t)rows * 64 * 128, 1.0f);
     a.w = rand_f32((size_t)rows * 64, 1.0f);
     CK(cudaMalloc((void **)&a.scores, (size_t)rows * a.max_entries * sizeof(float)));
     CK(cudaMalloc((void **)&a.sel, (size_t)rows * 512 * sizeof(int32_t)));
     char what[64];
     a.score = 1;
-    snprintf(what, sizeof what, "%d candidates: scores + top-512", N);
+    snprintf(what, sizeof what, "%d candidates: scores + top-512%s", N, fp8 ? " (FP8 keys)" : "");
     printf("indexer       rows %3d  %-52s %8.2f us\n", rows, what, time_op(ix_op, &a, R));
     a.score = 0;   /* the top-k alone (v4_indexer with q NULL) on the scores the call above wrote */
+    if (fp8) goto done;
     snprintf(what, sizeof what, "%d candidates: top-512 alone", N);
     printf("indexer       rows %3d  %-52s %8.2f us\n", rows, what, time_op(ix_op, &a, R));
+done:
     cudaFree(a.ar.pages); cudaFree(a.q); cudaFree(a.w); cudaFree(a.scores); cudaFree(a.sel);
     cudaFree((void *)a.s.tok_id);
 }
@@ -309,9 +313,12 @@ int bench_ops(int argc, char **argv)
     bench_hc(1, R);
     bench_hc(64, R);
     bench_norms(inv_freq, R);
-    bench_indexer(2048, 1, R);
-    bench_indexer(16384, 1, R);
-    bench_indexer(2048, 64, R);
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        bench_indexer(2048, 1, fp8, R);
+        bench_indexer(16384, 1, fp8, R);
+        bench_indexer(2048, 64, fp8, R);
+        bench_indexer(16384, 64, fp8, R);
+    }
     bench_attention(1, 1, inv_freq, R);
     bench_attention(1, 0, inv_freq, R);
     bench_attention(64, 1, inv_freq, R);

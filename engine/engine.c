@@ -212,6 +212,7 @@ static int self_check(sl_engine *e, char *err, size_t errlen)
         goto out;
     }
     sl_backend_cpu_set_gpu_numerics(cpu, 1);
+    sl_backend_cpu_set_index_fp8(cpu, e->o.index_fp8);
     if ((r = check_sub(e, cpu, &pool, sub, tok, lc, lg, &d, err, errlen)) <= 0) {
         rc = r;
         goto out;
@@ -272,11 +273,17 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
         sl_engine_close(e);
         return -1;
     }
+    if (opts->index_fp8 && e->w.cfg.index_head_dim % 64) {
+        snprintf(err, errlen, "FP8 index keys need the model's index_head_dim (%d) to be a multiple of 64; "
+                 "use bf16 index keys for this model", e->w.cfg.index_head_dim);
+        sl_engine_close(e);
+        return -1;
+    }
     if (v4_pool_init(&e->pool, &e->w.cfg, e->o.state_bytes, err, errlen)) { sl_engine_close(e); return -1; }
     if (sl_sampler_init(&e->smp, e->w.cfg.vocab_size)) { snprintf(err, errlen, "out of memory"); sl_engine_close(e); return -1; }
 #ifdef SLUICE_HAVE_CUDA_BACKEND
     if (!strcmp(bk, "cuda")) {
-        sl_cuda_opts co = {.gpu_memory_fraction = opts->gpu_memory_fraction};
+        sl_cuda_opts co = {.gpu_memory_fraction = opts->gpu_memory_fraction, .index_fp8 = opts->index_fp8};
         co.n_devices = sl_parse_devices(opts->devices, co.devices, err, errlen);
         if (co.n_devices < 0) { sl_engine_close(e); return -1; }
         e->be = sl_backend_cuda_create(&e->w, &e->pool, &co, err, errlen);
@@ -284,6 +291,7 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
 #endif
         e->be = sl_backend_cpu_create(&e->w, &e->pool, opts->n_threads, err, errlen);
     if (!e->be) { sl_engine_close(e); return -1; }
+    if (!strcmp(bk, "cpu") && opts->index_fp8) sl_backend_cpu_set_index_fp8(e->be, 1);
 #ifdef SLUICE_HAVE_CUDA_BACKEND
     if (!strcmp(bk, "cuda") && opts->deterministic) sl_backend_cuda_set_deterministic(e->be, 1);
 #endif

@@ -35,6 +35,10 @@ typedef struct {
                                     kernels then run each token alone: slower at large batches); 0 = fastest */
     const char *devices;         /* cuda: the GPUs the model is split across, "0,1,..." (engine/shard.h); NULL, "" or
                                     "all" = every visible GPU */
+    int index_fp8;               /* 1 = the lightning indexer's keys stored FP8 (E4M3 with a power-of-two scale per 64
+                                    dims, as DeepSeek stores activations: half the bytes of bf16, which the indexer
+                                    reads for every candidate); the model's index_head_dim must be a multiple of 64.
+                                    0 = bf16 */
 } sl_engine_opts;
 
 typedef struct {

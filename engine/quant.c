@@ -124,6 +124,25 @@ uint8_t qt_f32_to_e4m3(float f)
     return sign | (uint8_t)(((e2 + 7) << 3) | m);
 }
 
+uint8_t qt_fp8_block_exp(float amax)
+{
+    const float x = (amax > 1e-4f ? amax : 1e-4f) / 448.0f;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint8_t)(((u >> 23) & 0xFF) + ((u & 0x7FFFFF) != 0));
+}
+
+void qt_fp8_round_blocks(float *x, int n, int block)
+{
+    for (int b = 0; b < n; b += block) {
+        float amax = 0.0f;
+        for (int i = b; i < b + block; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const int e = qt_fp8_block_exp(amax) - 127;
+        const float inv = ldexpf(1.0f, -e), s = ldexpf(1.0f, e);
+        for (int i = b; i < b + block; i++) x[i] = qt_e4m3_to_f32(qt_f32_to_e4m3(x[i] * inv)) * s;
+    }
+}
+
 uint8_t qt_f32_to_e2m1(float f)
 {
     /* ModelOpt _cast_fp4: sign = (x < 0); ord = searchsorted(bounds, |x|); ties at 0.75, 1.75, 3.5 go up

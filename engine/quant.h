@@ -42,6 +42,13 @@ float qt_e8m0_to_f32(uint8_t v);           /* 2^(v-127); 0xFF = NaN */
 float qt_e2m1_to_f32(uint8_t nibble);      /* {0,.5,1,1.5,2,3,4,6}, bit 3 = sign */
 uint8_t qt_f32_to_e4m3(float f);           /* round to nearest even, saturate to ±448 */
 uint8_t qt_f32_to_e2m1(float f);           /* round to nearest (ties to even code), saturate ±6 */
+/* FP8 blocks as DeepSeek stores activations (V4_SPEC 5; kernels/v4_ops.h "FP8 rows"): a block's scale is 2^(e-127)
+ * with e the smallest integer such that 2^(e-127) >= max(amax, 1e-4) / 448 (the quotient in fp32); its codes are
+ * E4M3 of x * 2^(127-e). qt_fp8_block_exp: e (the E8M0 byte) for a block's largest magnitude. */
+uint8_t qt_fp8_block_exp(float amax);
+/* x[0..n) in place, blocks of `block` values: quantised to E4M3 under each block's scale and decoded again (the
+ * values an FP8 store keeps). n a multiple of block. */
+void qt_fp8_round_blocks(float *x, int n, int block);
 
 /* Dequantise row r into out[cols]. */
 void qt_dequant_row(const qtensor *q, int r, float *out);

@@ -25,7 +25,11 @@
  *          HCA, 3 for CSA (the previous window's "a" halves, the open window's "a" and "b" halves).
  *   pages: block_tokens positions of compressed entries for every layer (page_bytes each): entry w
  *          of a layer with ratio r sits in page blocks[w*r / block_tokens] at the layer's offset,
- *          row (w*r mod block_tokens) / r, bf16 [d].
+ *          row (w*r mod block_tokens) / r, bf16 [d]; or, for the indexer's keys when they are stored FP8, in FP8 rows.
+ *   FP8 rows: a region of `rows` rows of d values (d a multiple of 64) keeps every row's d E4M3 codes (row-major),
+ *          then every row's d/64 scale exponents (E8M0: block b of the row is codes * 2^(e_b - 127)), each row's
+ *          exponents padded to V4_FP8_SCALE_STRIDE(d) bytes. A block's exponent is the smallest e with
+ *          2^(e-127) >= max(amax, 1e-4) / 448 (DeepSeek's per-64 power-of-two scale, V4_SPEC 5).
  */
 #ifndef SLUICE_V4_OPS_H
 #define SLUICE_V4_OPS_H
@@ -53,6 +57,10 @@ typedef struct {
     const int32_t *blocks;      /* [n_spans][max_blocks] page ids */
     int max_blocks;
 } v4_step;
+
+#define V4_FP8_SCALE_STRIDE(d) ((((d) / 64) + 3) & ~3)
+/* Bytes of a region of `rows` FP8 rows of d values. */
+static inline size_t v4_fp8_rows_bytes(int rows, int d) { return (size_t)rows * (d + V4_FP8_SCALE_STRIDE(d)); }
 
 typedef struct {
     uint8_t *slots;
@@ -112,15 +120,16 @@ cudaError_t v4_stamp(uint64_t *dst, cudaStream_t st);
 /* ---- v4_compress.cu */
 /* Push every row's compressor inputs (C, Z without ape, fp32 rows of coff*d at row stride ld; coff 2 for ratio 4) into
  * its sequence's window state (slot offset state_off); when (t+1) mod ratio == 0 the pooled entry
- * e = norm_w * rms(e) with RoPE (last 2*rope_half dims, position w*ratio) is written as bf16 to its
- * page (layer offset page_off). Rows of one span are folded in position order. d <= 1024. */
+ * e = norm_w * rms(e) with RoPE (last 2*rope_half dims, position w*ratio) is written to its page (layer offset
+ * page_off): bf16, or with out_fp8 as an FP8 row of the page's region (d a multiple of 64). Rows of one
+ * span are folded in position order. d <= 1024. */
 cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, size_t page_off, int ratio,
                         int d, const float *C, const float *Z, int ld, const float *ape, const float *norm_w,
-                        float eps, int rope_half, const double *inv_freq, cudaStream_t st);
+                        float eps, int rope_half, const double *inv_freq, int out_fp8, cudaStream_t st);
 
 /* ---- v4_attention.cu */
 /* Lightning indexer + top-k for rows r0..r0+nr-1 (a CSA layer): for row i at position t the
- * candidates are entries e < (t+1)/4 (index keys bf16 [dI] at page_off); k = min(topk, (t+1)/4) of
+ * candidates are entries e < (t+1)/4 (index keys at page_off: bf16 [dI], or FP8 rows with key_fp8); k = min(topk, (t+1)/4) of
  * them are chosen by score(e) = sum_h w_h ReLU(q_h . K_e), w_h = wI[i * ld_w + h] * w_scale, higher first,
  * equal scores -> lower index; sel[i][0..k) (any order), the rest -1. q: bf16 [n][nI][dI] roped.
  * scores: scratch fp32 [nr][max_entries], max_entries >= the largest candidate count of these rows; q NULL: the
@@ -130,7 +139,7 @@ cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, s
  * loading while one is scored), for `rows` rows of `tiles` tiles on n_sms multiprocessors: enough blocks for two a
  * multiprocessor come first, then up to 4 tiles a block. */
 int v4_indexer_tiles_per_block(int rows, int tiles, int n_sms);
-cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int r0, int nr,
+cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int key_fp8, int r0, int nr,
                        const uint16_t *q, int nI, int dI, const float *wI, int ld_w, float w_scale, int topk,
                        int32_t *sel, float *scores, int max_entries, cudaStream_t st);
 /* Sparse attention for every row i (position t, span s): keys = the window (positions
@@ -218,6 +227,8 @@ cudaError_t v4_allreduce_peer(const v4_ar_peer *a, size_t count, float *out, cud
 cudaError_t v4_fill_random(uint8_t *dst, size_t n, uint64_t seed, int lo, int span, cudaStream_t st);
 /* dst[i] = bf16 uniform in (-scale, scale) from h(seed, i). */
 cudaError_t v4_fill_bf16(uint16_t *dst, size_t n, uint64_t seed, float scale, cudaStream_t st);
+/* A region of `rows` FP8 rows of d values (d a multiple of 64) uniform in (-scale, scale) from h(seed, i). */
+cudaError_t v4_fill_fp8_rows(uint8_t *region, int rows, int d, uint64_t seed, float scale, cudaStream_t st);
 
 #ifdef __cplusplus
 }

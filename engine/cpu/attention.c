@@ -291,8 +291,10 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
             if (csa) {
                 float *ik = (t + 1) % 4 ? NULL : v4_ikey(pool, st, l, (int)(t / 4));
                 if (compress_push(&L->icomp, 4, dI, half, freq, eps, v4_ibuf(pool, st, l),
-                                  b->iC + (size_t)i * 2 * dI, b->iZ + (size_t)i * 2 * dI, t, ik))
-                    cpu_gpu_round(m, ik, (size_t)dI);
+                                  b->iC + (size_t)i * 2 * dI, b->iZ + (size_t)i * 2 * dI, t, ik)) {
+                    if (m->index_fp8) qt_fp8_round_blocks(ik, dI, 64);
+                    else cpu_gpu_round(m, ik, (size_t)dI);
+                }
             }
             if (ratio) {
                 float *e = (t + 1) % ratio ? NULL : v4_entry(pool, st, l, (int)(t / ratio));

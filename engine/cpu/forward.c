@@ -160,6 +160,12 @@ void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on) {
     ((cpu_impl *)b->impl)->m.bf16 = on;
 }
 
+int sl_backend_cpu_set_index_fp8(sl_backend *b, int on) {
+    if (on && b->w->cfg.index_head_dim % 64) return -1;
+    ((cpu_impl *)b->impl)->m.index_fp8 = on;
+    return 0;
+}
+
 void sl_backend_cpu_log_decisions(sl_backend *b, float *gap, int cap) {
     cpu_impl *c = b->impl;
     c->m.gap = gap;

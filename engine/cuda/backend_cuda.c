@@ -127,6 +127,7 @@ typedef struct cuda_impl {
     size_t lrows_at;                        /* ints from the layout's start to its logits rows */
     int use_graphs;
     int deterministic;                      /* sl_backend_cuda_set_deterministic */
+    int index_fp8;                          /* the indexer's keys in FP8 rows (sl_cuda_opts.index_fp8) */
     int n_sms;                              /* the GPU's multiprocessors */
     double mem_fraction;                    /* of the GPU's memory the engine may take */
     int sublayers;                          /* sl_backend.sublayers of the step in flight */
@@ -376,7 +377,7 @@ static void layout_state(cuda_impl *c, size_t *slot_bytes, size_t *page_bytes)
             L->ist_off = s;
             s = al16(s + (size_t)3 * 3 * dI * sizeof(float));
             L->ipage_off = p;
-            p = al16(p + (size_t)(bt / 4) * dI * 2);
+            p = al16(p + (c->index_fp8 ? v4_fp8_rows_bytes(bt / 4, dI) : (size_t)(bt / 4) * dI * 2));
         }
     }
     *slot_bytes = s;
@@ -671,7 +672,7 @@ static int enqueue_attention(cuda_impl *c, const v4_step *S, int l, int max_t, c
         const float wsc = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
         for (int r0 = 0; r0 < n; r0 += rows)
             LAUNCH(SL_FAM_INDEXER,
-                   v4_indexer(S, &c->ar, L->ipage_off, r0, n - r0 < rows ? n - r0 : rows, c->iq_b, nI, dI,
+                   v4_indexer(S, &c->ar, L->ipage_off, c->index_fp8, r0, n - r0 < rows ? n - r0 : rows, c->iq_b, nI, dI,
                               cmp_i + 4 * dI, ncmp, wsc, cfg->index_topk, c->sel, c->scores, ent, c->st),
                    "indexer");
         max_keys += cfg->index_topk < ent ? cfg->index_topk : ent;
@@ -735,11 +736,11 @@ static int enqueue_sublayer(cuda_impl *c, const v4_step *Sp, int l, int half_, i
         if (csa)
             LAUNCH(SL_FAM_COMPRESS,
                    v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, cmp_i, cmp_i + 2 * dI, ncmp, L->i_ape,
-                               L->i_norm, eps, half, freq, bs),
+                               L->i_norm, eps, half, freq, c->index_fp8, bs),
                    "indexer compressor");
         LAUNCH(SL_FAM_COMPRESS,
                v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cmp, c->cmp + coff * hd, ncmp, L->c_ape,
-                           L->c_norm, eps, half, freq, bs),
+                           L->c_norm, eps, half, freq, 0, bs),
                "compressor");
         if (branch_end(c, BR_COMPRESS, err, errlen)) return -1;
     }
@@ -1369,9 +1370,14 @@ int sl_backend_cuda_fill_state(sl_backend *be, v4_seq_state *s, int pos, uint64_
         for (int l = 0; l < cfg->n_layers; l++)
             CK(v4_fill_bf16((uint16_t *)(slot + k->L[l].ring_off), (size_t)cfg->window * cfg->head_dim,
                             seed * 131 + (uint64_t)l, 1.0f, k->st), "state fill");
-        for (int b = 0; b < (pos + bt - 1) / bt; b++)
-            CK(v4_fill_bf16((uint16_t *)(k->ar.pages + (size_t)s->blocks[b] * k->ar.page_bytes), k->ar.page_bytes / 2,
-                            seed * 7919 + (uint64_t)b, 1.0f, k->st), "state fill");
+        for (int b = 0; b < (pos + bt - 1) / bt; b++) {
+            uint8_t *page = k->ar.pages + (size_t)s->blocks[b] * k->ar.page_bytes;
+            CK(v4_fill_bf16((uint16_t *)page, k->ar.page_bytes / 2, seed * 7919 + (uint64_t)b, 1.0f, k->st), "state fill");
+            for (int l = 0; l < cfg->n_layers && k->index_fp8; l++)   /* FP8 keys: codes and scales, not bf16 bits */
+                if (k->L[l].ratio == 4)
+                    CK(v4_fill_fp8_rows(page + k->L[l].ipage_off, bt / 4, cfg->index_head_dim,
+                                        seed * 7919 + (uint64_t)b * 64 + (uint64_t)l, 1.0f, k->st), "state fill");
+        }
         CK(cudaStreamSynchronize(k->st), "state fill");
     }
     s->pos = pos;
@@ -1647,6 +1653,11 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, con
                                    size_t errlen)
 {
     if (check_config(&w->cfg, err, errlen)) return NULL;
+    if (o && o->index_fp8 && w->cfg.index_head_dim % 64) {
+        snprintf(err, errlen, "cuda backend: FP8 index keys need index_head_dim (%d) a multiple of 64",
+                 w->cfg.index_head_dim);
+        return NULL;
+    }
     double frac = o ? o->gpu_memory_fraction : 0;
     if (frac == 0) frac = 0.9;
     if (!(frac > 0.05 && frac <= 1.0)) {
@@ -1673,6 +1684,7 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, con
         k->dev = dev[r];
         k->cap = STEP_TOKENS;
         k->mem_fraction = frac;
+        k->index_fp8 = o && o->index_fp8;
         k->use_graphs = 1;
         k->own_stream = r == 0 || distinct;
         k->ar_peer = distinct;

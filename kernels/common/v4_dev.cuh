@@ -3,6 +3,7 @@
 #define SLUICE_V4_DEV_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include "moe_launch.cuh"
@@ -75,6 +76,42 @@ __device__ __forceinline__ uint16_t *v4_entry_ptr(const v4_step &s, const v4_are
     const int page = s.blocks[(size_t)sp * s.max_blocks + (int)(tok / a.block_tokens)];
     const int row = (int)(tok % a.block_tokens) / r;
     return (uint16_t *)(a.pages + (size_t)page * a.page_bytes + page_off) + (size_t)row * d;
+}
+
+/* FP8 rows (v4_ops.h, "FP8 rows"): row `row` of a region of `rows` rows of d values: its d E4M3 codes, and its d/64
+ * scale exponents after the region's codes. */
+__device__ __forceinline__ uint8_t *v4_fp8_codes(uint8_t *region, int row, int d) { return region + (size_t)row * d; }
+__device__ __forceinline__ uint8_t *v4_fp8_scales(uint8_t *region, int rows, int row, int d)
+{
+    return region + (size_t)rows * d + (size_t)row * V4_FP8_SCALE_STRIDE(d);
+}
+/* Compressed entry w (ratio r) of span sp stored as FP8 rows: its page's region at page_off holds block_tokens / r. */
+__device__ __forceinline__ uint8_t *v4_fp8_entry(const v4_step &s, const v4_arena &a, size_t page_off, int sp, int w,
+                                                 int r, int d, uint8_t **scales)
+{
+    const long tok = (long)w * r;
+    const int page = s.blocks[(size_t)sp * s.max_blocks + (int)(tok / a.block_tokens)];
+    const int row = (int)(tok % a.block_tokens) / r;
+    uint8_t *region = a.pages + (size_t)page * a.page_bytes + page_off;
+    *scales = v4_fp8_scales(region, a.block_tokens / r, row, d);
+    return v4_fp8_codes(region, row, d);
+}
+/* A block's scale exponent (biased, E8M0) for its largest magnitude amax: 2^e >= max(amax, 1e-4) / 448 with e the
+ * smallest such integer, from the fp32 quotient's bits (engine/quant.h's qt_fp8_block_exp, bit for bit). */
+__device__ __forceinline__ uint8_t fp8_block_exp(float amax)
+{
+    const uint32_t u = __float_as_uint((amax > 1e-4f ? amax : 1e-4f) / 448.0f);
+    return (uint8_t)(((u >> 23) & 0xFF) + ((u & 0x7FFFFF) != 0));
+}
+/* 2^(e - 127) for a biased exponent 1 <= e <= 254 */
+__device__ __forceinline__ float fp8_scale(uint32_t e) { return __uint_as_float(e << 23); }
+/* Two E4M3 codes (the low byte first) times s, as a bf16x2 (the low half first); exact, since an E4M3 value times a
+ * power of two has at most 4 significant bits. */
+__device__ __forceinline__ uint32_t e4m3x2_scaled_bf16x2(uint16_t codes, float s)
+{
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)codes, __NV_E4M3);
+    const float2 f = __half22float2(*(const __half2 *)&h);
+    return (uint32_t)f2bf(f.x * s) | ((uint32_t)f2bf(f.y * s) << 16);
 }
 
 /* RoPE angle of pair i at position pos: computed in double, as the CPU reference's tables. */

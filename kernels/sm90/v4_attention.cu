@@ -29,9 +29,10 @@
 __device__ __forceinline__ int idx_count(const v4_step &s, int i) { return (s.tok_pos[i] + 1) / 4; }
 
 /* dynamic shared memory: q fp32 [nI][dI+1], w [nI], one key row per warp [dI] */
-__global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_arena ar, size_t page_off, int r0,
-                                                              const uint16_t *q, int nI, int dI, const float *wI,
-                                                              int ld_w, float w_scale, int topk, float *scores, int ld)
+__global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_arena ar, size_t page_off, int key_fp8,
+                                                              int r0, const uint16_t *q, int nI, int dI,
+                                                              const float *wI, int ld_w, float w_scale, int topk,
+                                                              float *scores, int ld)
 {
     pdl_enter();
     extern __shared__ float sm[];
@@ -49,8 +50,17 @@ __global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_aren
     const int sp = s.tok_span[i];
     const int e1 = min(N, e0 + IDX_EPB);
     for (int e = e0 + wid; e < e1; e += IDX_THREADS / 32) {
-        const uint16_t *K = v4_entry_ptr(s, ar, page_off, sp, e, 4, dI);
-        for (int k = lane; k < dI; k += 32) kw[k] = bf2f(K[k]);
+        if (key_fp8) {
+            uint8_t *sc;
+            const uint8_t *K = v4_fp8_entry(s, ar, page_off, sp, e, 4, dI, &sc);
+            for (int k = lane; k < dI; k += 32) {
+                const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)K[k], __NV_E4M3);
+                kw[k] = __half2float(*(const __half *)&h) * fp8_scale(sc[k / 64]);
+            }
+        } else {
+            const uint16_t *K = v4_entry_ptr(s, ar, page_off, sp, e, 4, dI);
+            for (int k = lane; k < dI; k += 32) kw[k] = bf2f(K[k]);
+        }
         __syncwarp();
         float acc = 0.0f;
         for (int h = lane; h < nI; h += 32) {
@@ -69,7 +79,9 @@ __global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_aren
  * row with the row's queries loaded once, the next tile's keys loading while this one is scored; in a tile warp w
  * takes entries 16w..16w+15 against every head (S = q K^T, mma.sync bf16 -> fp32), then each lane folds its
  * fragments through w_h ReLU(.) and the warp sums over heads with shuffles. Dynamic shared memory: the queries and
- * min(tpb, 2) key tiles (ix_smem_bytes). */
+ * min(tpb, 2) key tiles (ix_smem_bytes). FP8 keys: a tile is the entries' codes (16-byte chunks swizzled as the bf16
+ * tiles' are) and their scale exponents; each lane builds its bf16 key fragments from the codes times the scale
+ * (exact), so the scores are those of the dequantised keys. */
 #define IX_H 64
 #define IX_D 128
 #define IX_EPB 128
@@ -78,13 +90,21 @@ __global__ void __launch_bounds__(IDX_THREADS) k_index_scores(v4_step s, v4_aren
 
 __device__ __forceinline__ int sw128(int r, int c) { return r * IX_D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
 
-static size_t ix_smem_bytes(int tpb) { return (size_t)(IX_H + (tpb < 2 ? tpb : 2) * IX_EPB) * IX_D * sizeof(uint16_t); }
+#define IX_SC 4               /* scale bytes a key row: V4_FP8_SCALE_STRIDE(IX_D) */
+#define IX_TILE_BYTES(fp8) ((fp8) ? IX_EPB * (IX_D + IX_SC) : IX_EPB * IX_D * 2)
 
+static size_t ix_smem_bytes(int tpb, int fp8)
+{
+    return (size_t)IX_H * IX_D * sizeof(uint16_t) + (size_t)(tpb < 2 ? tpb : 2) * IX_TILE_BYTES(fp8);
+}
+
+template <bool FP8>
 __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_arena ar, size_t page_off, int r0,
                                                                  const uint16_t *q, int nI, const float *wI, int ld_w,
                                                                  float w_scale, int topk, int tpb, float *scores,
                                                                  int ld)
 {
+    static_assert(V4_FP8_SCALE_STRIDE(IX_D) == IX_SC, "scale bytes of a key row");
     pdl_enter();
     extern __shared__ __align__(16) uint16_t ix_smem[];
     uint16_t *const qs = ix_smem;
@@ -99,14 +119,35 @@ __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_a
         if (r < nI) cp_async16(d, qi + (size_t)r * IX_D + ch * 8);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
+    uint8_t *const tiles = (uint8_t *)(ix_smem + IX_H * IX_D);   /* buffer b at tiles + b * IX_TILE_BYTES(FP8) */
     auto load_tile = [&](int t) {   /* tile t of the block into buffer t % 2 */
-        uint16_t *ks = ix_smem + (IX_H + (t & 1) * IX_EPB) * IX_D;
+        uint8_t *buf = tiles + (t & 1) * IX_TILE_BYTES(FP8);
         const int e0 = (tile0 + t) * IX_EPB;
-        for (int c = tid; c < IX_EPB * (IX_D / 8); c += IX_THREADS) {
-            const int r = c / (IX_D / 8), ch = c % (IX_D / 8), e = e0 + r;
-            uint16_t *d = ks + r * IX_D + ((ch ^ (r & 7)) << 3);
-            if (e < N) cp_async16(d, v4_entry_ptr(s, ar, page_off, sp, e, 4, IX_D) + ch * 8);
-            else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+        if (FP8) {   /* 8 chunks of 16 codes a key (chunk ch of row r at ch ^ (r & 7)), then the keys' scale words */
+            for (int c = tid; c < IX_EPB * (IX_D / 16); c += IX_THREADS) {
+                const int r = c / (IX_D / 16), ch = c % (IX_D / 16), e = e0 + r;
+                uint8_t *d = buf + r * IX_D + ((ch ^ (r & 7)) << 4), *sc;
+                if (e < N) cp_async16(d, v4_fp8_entry(s, ar, page_off, sp, e, 4, IX_D, &sc) + ch * 16);
+                else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+            }
+            for (int r = tid; r < IX_EPB; r += IX_THREADS) {
+                const int e = e0 + r;
+                uint8_t *d = buf + IX_EPB * IX_D + r * IX_SC, *sc;
+                if (e < N) {
+                    v4_fp8_entry(s, ar, page_off, sp, e, 4, IX_D, &sc);
+                    cp_async4(d, sc);
+                } else {
+                    *(uint32_t *)d = 0x7F7F7F7Fu;   /* scale 1 for the zero codes of the missing keys */
+                }
+            }
+        } else {
+            uint16_t *ks = (uint16_t *)buf;
+            for (int c = tid; c < IX_EPB * (IX_D / 8); c += IX_THREADS) {
+                const int r = c / (IX_D / 8), ch = c % (IX_D / 8), e = e0 + r;
+                uint16_t *d = ks + r * IX_D + ((ch ^ (r & 7)) << 3);
+                if (e < N) cp_async16(d, v4_entry_ptr(s, ar, page_off, sp, e, 4, IX_D) + ch * 8);
+                else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+            }
         }
         cp_async_commit();
     };
@@ -127,8 +168,15 @@ __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_a
             cp_async_wait<0>();
         }
         __syncthreads();
-        const uint16_t *ks = ix_smem + (IX_H + (t & 1) * IX_EPB) * IX_D;
+        const uint8_t *buf = tiles + (t & 1) * IX_TILE_BYTES(FP8);
+        const uint16_t *ks = (const uint16_t *)buf;
         const int e0 = (tile0 + t) * IX_EPB;
+        float ksc[2][2];   /* FP8: the scales of this lane's keys 16 w + g (+ 8), dims 0-63 and 64-127 */
+        if (FP8)
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int b = 0; b < 2; b++) ksc[nt][b] = fp8_scale(buf[IX_EPB * IX_D + (16 * w + 8 * nt + g) * IX_SC + b]);
         float sc[4][2][4];
 #pragma unroll
         for (int a = 0; a < 4; a++)
@@ -139,7 +187,16 @@ __global__ void __launch_bounds__(IX_THREADS) k_index_scores_mma(v4_step s, v4_a
 #pragma unroll
         for (int kq = 0; kq < IX_D / 16; kq++) {
             uint32_t b[4];
-            ldsm_x4(b, ks + sw128(16 * w + (lane & 7) + ((lane >> 4) << 3), 16 * kq + (((lane >> 3) & 1) << 3)));
+            if (FP8) {   /* b[2 nt + hi]: key 16 w + 8 nt + g, dims 16 kq + 8 hi + 2 qd and the next */
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const uint8_t *row = buf + (16 * w + 8 * nt + g) * IX_D + ((kq ^ g) << 4) + 2 * qd;
+                    b[2 * nt] = e4m3x2_scaled_bf16x2(*(const uint16_t *)row, ksc[nt][kq >> 2]);
+                    b[2 * nt + 1] = e4m3x2_scaled_bf16x2(*(const uint16_t *)(row + 8), ksc[nt][kq >> 2]);
+                }
+            } else {
+                ldsm_x4(b, ks + sw128(16 * w + (lane & 7) + ((lane >> 4) << 3), 16 * kq + (((lane >> 3) & 1) << 3)));
+            }
 #pragma unroll
             for (int mt = 0; mt < 4; mt++) {
                 uint32_t a[4];
@@ -290,12 +347,12 @@ extern "C" int v4_indexer_tiles_per_block(int rows, int tiles, int n_sms)
     return t < 1 ? 1 : t > IX_TPB_MAX ? IX_TPB_MAX : (int)t;
 }
 
-extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int r0, int nr,
+extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int key_fp8, int r0, int nr,
                                   const uint16_t *q, int nI, int dI, const float *wI, int ld_w, float w_scale,
                                   int topk, int32_t *sel, float *scores, int max_entries, cudaStream_t st)
 {
     if (nr <= 0) return cudaSuccess;
-    if (topk <= 0) return cudaErrorInvalidValue;
+    if (topk <= 0 || (q && key_fp8 && dI % 64)) return cudaErrorInvalidValue;
     if (!q) {   /* the scores are given */
     } else if (max_entries > topk && dI == IX_D && nI <= IX_H) {
         static int sms[DEV_FLAG_MAX];     /* the device's multiprocessors (0: not known yet) */
@@ -309,15 +366,19 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
         }
         unsigned char *raised = dev_flag(raiseds);
         if (!raised || !*raised) {
-            cudaError_t e = cudaFuncSetAttribute(k_index_scores_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)ix_smem_bytes(2));
+            cudaError_t e = cudaFuncSetAttribute(k_index_scores_mma<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)ix_smem_bytes(2, 0));
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(k_index_scores_mma<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)ix_smem_bytes(2, 1));
             if (e != cudaSuccess) return e;
             if (raised) *raised = 1;
         }
         const int n_tiles = (max_entries + IX_EPB - 1) / IX_EPB, tpb = v4_indexer_tiles_per_block(nr, n_tiles, n_sms);
         dim3 grid(nr, (n_tiles + tpb - 1) / tpb);
-        cudaError_t e = moe_launch(k_index_scores_mma, grid, dim3(IX_THREADS), ix_smem_bytes(tpb), st, *s, *a,
-                                   page_off, r0, q, nI, wI, ld_w, w_scale, topk, tpb, scores, max_entries);
+        cudaError_t e = moe_launch(key_fp8 ? k_index_scores_mma<true> : k_index_scores_mma<false>, grid,
+                                   dim3(IX_THREADS), ix_smem_bytes(tpb, key_fp8), st, *s, *a, page_off, r0, q, nI, wI,
+                                   ld_w, w_scale, topk, tpb, scores, max_entries);
         if (e != cudaSuccess) return e;
     } else if (max_entries > topk) {
         const size_t smem = ((size_t)nI * (dI + 1) + nI + (size_t)(IDX_THREADS / 32) * dI) * sizeof(float);
@@ -326,8 +387,8 @@ extern "C" cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t pa
             if (e != cudaSuccess) return e;
         }
         dim3 grid(nr, (max_entries + IDX_EPB - 1) / IDX_EPB);
-        cudaError_t e = moe_launch(k_index_scores, grid, dim3(IDX_THREADS), smem, st, *s, *a, page_off, r0, q, nI, dI, wI,
-                                  ld_w, w_scale, topk, scores, max_entries);
+        cudaError_t e = moe_launch(k_index_scores, grid, dim3(IDX_THREADS), smem, st, *s, *a, page_off, key_fp8, r0, q, nI,
+                                  dI, wI, ld_w, w_scale, topk, scores, max_entries);
         if (e != cudaSuccess) return e;
     }
     /* the longest row whose keys fit this device's shared memory beside the static histogram (0: not known yet) */

@@ -45,3 +45,29 @@ extern "C" cudaError_t v4_fill_bf16(uint16_t *dst, size_t n, uint64_t seed, floa
     k_fill_bf16<<<(unsigned)blocks, 256, 0, st>>>(dst, n, seed, scale);
     return cudaGetLastError();
 }
+
+/* FP8 rows (v4_ops.h) of values uniform in (-scale, scale): every block's exponent is the one amax = scale gives */
+__global__ void k_fill_fp8_rows(uint8_t *region, int rows, int d, uint64_t seed, float scale)
+{
+    const uint8_t e = fp8_block_exp(scale);
+    const float inv = fp8_scale(254u - e);
+    const size_t n = (size_t)rows * d;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ull * (i + 1));
+        const float v = ((float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+        region[i] = __nv_cvt_float_to_fp8(v * inv, __NV_SATFINITE, __NV_E4M3);
+        if (i % d == 0)
+            for (int b = 0; b < V4_FP8_SCALE_STRIDE(d); b++)
+                v4_fp8_scales(region, rows, (int)(i / d), d)[b] = b < d / 64 ? e : 0;
+    }
+}
+
+extern "C" cudaError_t v4_fill_fp8_rows(uint8_t *region, int rows, int d, uint64_t seed, float scale, cudaStream_t st)
+{
+    if (rows <= 0) return cudaSuccess;
+    if (d % 64) return cudaErrorInvalidValue;
+    size_t blocks = ((size_t)rows * d + 255) / 256;
+    if (blocks > 8192) blocks = 8192;
+    k_fill_fp8_rows<<<(unsigned)blocks, 256, 0, st>>>(region, rows, d, seed, scale);
+    return cudaGetLastError();
+}

@@ -1,5 +1,6 @@
 /* test_quant.c — scalar codecs (every E2M1 code, every E4M3 / E8M0 byte), BF16/F16 edges, row
- * dequantisation for every format incl. partial blocks, matvec, nbytes, and the NVFP4 quantiser. */
+ * dequantisation for every format incl. partial blocks, matvec, nbytes, the NVFP4 quantiser, and the FP8 blocks
+ * with power-of-two scales (the indexer's FP8 keys). */
 #include "check.h"
 #include "quant.h"
 
@@ -328,9 +329,50 @@ static void test_nvfp4_roundtrip(void)
     CHECK(qt_quantize_nvfp4(w, 0, C, &q) == -1);
 }
 
+/* qt_fp8_block_exp is the smallest power of two at or above max(amax, 1e-4) / 448 (the fp32 quotient); every value
+ * qt_fp8_round_blocks keeps is an E4M3 value times its block's scale, the nearest one to x / scale (ties to even), and
+ * rounding again changes nothing. */
+static void test_fp8_blocks(void)
+{
+    const float amaxes[] = {0.0f, 1e-6f, 1e-4f, 0.5f, 1.0f, 448.0f, 896.0f, 3.7f, 1000.0f, 0.013f};
+    for (size_t i = 0; i < sizeof amaxes / sizeof *amaxes; i++) {
+        const float a = amaxes[i], x = (a > 1e-4f ? a : 1e-4f) / 448.0f;
+        const int e = qt_fp8_block_exp(a) - 127;
+        CHECK(ldexp(1.0, e) >= x && ldexp(1.0, e - 1) < x);
+    }
+    CHECK(qt_fp8_block_exp(448.0f) == 127 && qt_fp8_block_exp(449.0f) == 128 && qt_fp8_block_exp(224.0f) == 126);
+    uint64_t r = 0x243F6A8885A308D3ull;
+    float x[256], y[256];
+    for (int trial = 0; trial < 200; trial++) {
+        for (int i = 0; i < 256; i++) {
+            r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+            const double u = (double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+            x[i] = (float)(u * ldexp(1.0, trial % 40 - 20) * (i % 7 ? 1.0 : 1e-3));   /* small values inside a block */
+        }
+        memcpy(y, x, sizeof x);
+        qt_fp8_round_blocks(y, 256, 64);
+        for (int b = 0; b < 4; b++) {
+            float amax = 0.0f;
+            for (int i = 64 * b; i < 64 * b + 64; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+            const int e = qt_fp8_block_exp(amax) - 127;
+            for (int i = 64 * b; i < 64 * b + 64; i++) {
+                const float v = ldexpf(x[i], -e), q = ldexpf(y[i], -e);
+                CHECK(fabsf(v) <= 448.0f);
+                CHECK(qt_e4m3_to_f32(qt_f32_to_e4m3(q)) == q);   /* an E4M3 value */
+                CHECK(qt_f32_to_e4m3(v) == qt_f32_to_e4m3(q));   /* the one x / scale rounds to */
+            }
+        }
+        float z[256];
+        memcpy(z, y, sizeof y);
+        qt_fp8_round_blocks(z, 256, 64);
+        CHECK(!memcmp(y, z, sizeof y));
+    }
+}
+
 int main(void)
 {
     test_scalars();
+    test_fp8_blocks();
     test_plain();
     test_fp8(0);
     test_fp8(1);

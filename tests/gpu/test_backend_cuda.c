@@ -21,6 +21,9 @@
  *     same tokens, greedy and seeded sampling;
  *   - preemption: a state budget too small for every request at once (requests are preempted and
  *     recomputed) gives the same tokens as an unconstrained run.
+ * The fixtures whose index_head_dim is a multiple of 64 run once more with the indexer's keys stored FP8 on both
+ * sides (sl_cuda_opts.index_fp8, sl_backend_cpu_set_index_fp8), the same checks, and an engine opened with FP8 keys
+ * passes its load-time self-check.
  * Exit 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
@@ -125,6 +128,7 @@ typedef struct {
 } gen_out;
 
 static int g_deterministic;   /* engine.deterministic for the batch-invariance runs */
+static int g_index_fp8;       /* the indexer's keys stored FP8 in the engines opened */
 
 static sl_engine *open_engine(const char *dir, const char *backend, size_t state_bytes, int max_batch)
 {
@@ -135,6 +139,7 @@ static sl_engine *open_engine(const char *dir, const char *backend, size_t state
     o.state_bytes = state_bytes;
     o.max_batch = max_batch;
     o.deterministic = g_deterministic;
+    o.index_fp8 = g_index_fp8;
     o.devices = "0";
     sl_engine *e;
     char err[256];
@@ -259,16 +264,24 @@ out:
     free(alt);
 }
 
-static void test_fixture(const char *name)
+static void test_fixture(const char *fixture, int index_fp8)
 {
-    char dir[1300];
-    snprintf(dir, sizeof dir, "%.1000s/%.255s", SLUICE_TEST_DATA, name);
+    char dir[1300], name[300];
+    snprintf(dir, sizeof dir, "%.1000s/%.255s", SLUICE_TEST_DATA, fixture);
+    snprintf(name, sizeof name, "%.255s%s", fixture, index_fp8 ? " fp8-keys" : "");
     fx_fixture f;
-    if (fx_load(dir, name, &f)) { FAIL("%s: cannot load the fixture", name); return; }
+    if (fx_load(dir, fixture, &f)) { FAIL("%s: cannot load the fixture", name); return; }
     v4_weights w;
     char err[256];
     if (v4_weights_load(dir, &w, err, sizeof err)) { FAIL("%s: %s", name, err); fx_free(&f); return; }
+    if (index_fp8 && w.cfg.index_head_dim % 64) {   /* FP8 rows need blocks of 64 */
+        v4_weights_free(&w);
+        fx_free(&f);
+        return;
+    }
     const int fast_moe = w.cfg.dim % 256 == 0;
+    sl_cuda_opts go = one_gpu;
+    go.index_fp8 = index_fp8;
     v4_state_pool pc, pn, pg;
     if (v4_pool_init(&pc, &w.cfg, (size_t)1 << 30, err, sizeof err) ||
         v4_pool_init(&pn, &w.cfg, (size_t)1 << 30, err, sizeof err) ||
@@ -280,9 +293,10 @@ static void test_fixture(const char *name)
     }
     sl_backend *cpu = sl_backend_cpu_create(&w, &pc, 0, err, sizeof err);
     sl_backend *ref = sl_backend_cpu_create(&w, &pn, 0, err, sizeof err);
-    sl_backend *gpu = sl_backend_cuda_create(&w, &pg, &one_gpu, err, sizeof err);
+    sl_backend *gpu = sl_backend_cuda_create(&w, &pg, &go, err, sizeof err);
     if (!cpu || !ref || !gpu) FAIL("%s: backend: %s", name, err);
     if (ref) sl_backend_cpu_set_gpu_numerics(ref, 1);
+    if (ref && sl_backend_cpu_set_index_fp8(ref, index_fp8)) FAIL("%s: the CPU refuses FP8 index keys", name);
     const int V = f.vocab;
     for (int k = 0; k < f.n && cpu && ref && gpu; k++) {
         const fx_prompt *p = &f.p[k];
@@ -343,7 +357,15 @@ static void test_fixture(const char *name)
     v4_pool_free(&pn);
     v4_pool_free(&pg);
     v4_weights_free(&w);
-    engine_checks(&f, fast_moe);
+    g_index_fp8 = index_fp8;
+    if (index_fp8) {   /* the engine's self-check against the CPU reference keeping the same FP8 keys */
+        sl_engine *e = open_engine(dir, "cuda", (size_t)1 << 30, 8);
+        if (e) sl_engine_close(e);
+        printf("%-26s engine with FP8 index keys: %s\n", name, e ? "the self-check passes" : "refused");
+    } else {
+        engine_checks(&f, fast_moe);
+    }
+    g_index_fp8 = 0;
     fx_free(&f);
 }
 
@@ -357,7 +379,8 @@ int main(void)
     char names[FX_MAX][256];
     const int nf = fx_list(SLUICE_TEST_DATA, names, FX_MAX);
     if (nf == 0) { FAIL("no fixtures under %s", SLUICE_TEST_DATA); return 1; }
-    for (int i = 0; i < nf; i++) test_fixture(names[i]);
+    for (int i = 0; i < nf; i++) test_fixture(names[i], 0);
+    for (int i = 0; i < nf; i++) test_fixture(names[i], 1);
     printf("%d fixtures, %d failures\n", nf, failures);
     return failures ? 1 : 0;
 }

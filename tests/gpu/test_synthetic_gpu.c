@@ -5,7 +5,9 @@
  *   - a 2,400-token prompt prefilled in chunks of 300 on both backends; the logits of its last 48
  *     positions (t = 2352..2399: 588..600 CSA candidates) within relative L2 2e-2 of the CPU's;
  *   - then 8 decode steps, teacher-forced with the CPU's greedy tokens: every row within 2e-2 and the
- *     same argmax wherever the CPU's top-2 margin is >= 0.05.
+ *     same argmax wherever the CPU's top-2 margin is >= 0.05;
+ * with the indexer's keys in bf16, then stored FP8 on both sides (sl_cuda_opts.index_fp8 and the CPU's
+ * sl_backend_cpu_set_index_fp8).
  * Exit 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
@@ -53,46 +55,42 @@ static int prefill(sl_backend *be, v4_state_pool *pool, v4_seq_state *st, const 
     return 0;
 }
 
-int main(void)
+/* The comparison above on w with the indexer's keys stored bf16 or FP8 on both backends. */
+static void compare_backends(v4_weights *w, int index_fp8)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
+    const int V = w->cfg.vocab_size;
+    const char *keys = index_fp8 ? "FP8" : "bf16";
     char err[512];
-    double t0 = now_s();
-    v4_weights w;
-    if (v4_weights_synthetic("v4-flash:ratios=4,128", 1, &w, err, sizeof err)) { FAIL("%s", err); return 1; }
-    const int V = w.cfg.vocab_size;
-    printf("synthetic v4-flash:ratios=4,128 built in %.1f s\n", now_s() - t0);
     v4_state_pool pc, pg;
-    if (v4_pool_init(&pc, &w.cfg, (size_t)4 << 30, err, sizeof err) || v4_pool_init(&pg, &w.cfg, (size_t)4 << 30, err, sizeof err)) {
+    if (v4_pool_init(&pc, &w->cfg, (size_t)4 << 30, err, sizeof err) || v4_pool_init(&pg, &w->cfg, (size_t)4 << 30, err, sizeof err)) {
         FAIL("%s", err);
-        return 1;
+        return;
     }
-    sl_backend *cpu = sl_backend_cpu_create(&w, &pc, 0, err, sizeof err);
-    sl_backend *gpu = cpu ? sl_backend_cuda_create(&w, &pg, &one_gpu, err, sizeof err) : NULL;
-    if (!cpu || !gpu) { FAIL("backend: %s", err); return 1; }
+    sl_cuda_opts go = one_gpu;
+    go.index_fp8 = index_fp8;
+    sl_backend *cpu = sl_backend_cpu_create(w, &pc, 0, err, sizeof err);
+    sl_backend *gpu = cpu ? sl_backend_cuda_create(w, &pg, &go, err, sizeof err) : NULL;
+    if (!cpu || !gpu) { FAIL("backend: %s", err); exit(1); }
+    if (sl_backend_cpu_set_index_fp8(cpu, index_fp8)) { FAIL("the CPU refuses FP8 index keys"); exit(1); }
 
     int32_t *tok = malloc((CTX + DECODE) * sizeof *tok);
     random_tokens(tok, CTX, V, 88172645463325252ull);
     float *lc = malloc((size_t)TAIL * V * sizeof(float)), *lg = malloc((size_t)TAIL * V * sizeof(float));
     v4_seq_state sc, sg;
-    t0 = now_s();
-    if (prefill(cpu, &pc, &sc, tok, V, lc)) return 1;
+    double t0 = now_s();
+    if (prefill(cpu, &pc, &sc, tok, V, lc)) exit(1);
     const double t_cpu = now_s() - t0;
     t0 = now_s();
-    if (prefill(gpu, &pg, &sg, tok, V, lg)) return 1;
-    printf("prefill of %d tokens: CPU %.1f s, GPU %.2f s\n", CTX, t_cpu, now_s() - t0);
+    if (prefill(gpu, &pg, &sg, tok, V, lg)) exit(1);
+    printf("%s index keys: prefill of %d tokens: CPU %.1f s, GPU %.2f s\n", keys, CTX, t_cpu, now_s() - t0);
     double worst = 0;
     for (int r = 0; r < TAIL; r++) {
         const double e = logits_rel_l2(lg + (size_t)r * V, lc + (size_t)r * V, V);
         if (!(e <= worst)) worst = e;
     }
-    printf("prefill rows t = %d..%d (%d..%d CSA candidates for 512 slots): worst rel L2 %.2e\n", CTX - TAIL, CTX - 1,
-           (CTX - TAIL + 1) / 4, CTX / 4, worst);
-    if (!(worst <= MAX_REL_L2)) FAIL("prefill rel L2 %.3e > %.0e", worst, MAX_REL_L2);
+    printf("%s index keys: prefill rows t = %d..%d (%d..%d CSA candidates for 512 slots): worst rel L2 %.2e\n", keys,
+           CTX - TAIL, CTX - 1, (CTX - TAIL + 1) / 4, CTX / 4, worst);
+    if (!(worst <= MAX_REL_L2)) FAIL("%s index keys: prefill rel L2 %.3e > %.0e", keys, worst, MAX_REL_L2);
 
     /* decode, teacher-forced with the CPU's greedy tokens */
     const float *last = lc + (size_t)(TAIL - 1) * V;
@@ -114,10 +112,10 @@ int main(void)
         if (mc >= 0.05f && logits_argmax(lg, V, NULL) != ac) flips++;
         last = lc;
     }
-    printf("decode %d steps at %d..%d: worst rel L2 %.2e, clear argmax flips %d\n", DECODE, CTX, CTX + DECODE - 1,
-           dworst, flips);
-    if (!(dworst <= MAX_REL_L2)) FAIL("decode rel L2 %.3e > %.0e", dworst, MAX_REL_L2);
-    if (flips) FAIL("decode: %d clear argmax flips", flips);
+    printf("%s index keys: decode %d steps at %d..%d: worst rel L2 %.2e, clear argmax flips %d\n", keys, DECODE, CTX,
+           CTX + DECODE - 1, dworst, flips);
+    if (!(dworst <= MAX_REL_L2)) FAIL("%s index keys: decode rel L2 %.3e > %.0e", keys, dworst, MAX_REL_L2);
+    if (flips) FAIL("%s index keys: decode: %d clear argmax flips", keys, flips);
 
     v4_seq_free(&pc, &sc);
     v4_seq_free(&pg, &sg);
@@ -125,8 +123,24 @@ int main(void)
     cpu->ops->destroy(cpu);
     v4_pool_free(&pc);
     v4_pool_free(&pg);
-    v4_weights_free(&w);
     free(tok); free(lc); free(lg);
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    char err[512];
+    double t0 = now_s();
+    v4_weights w;
+    if (v4_weights_synthetic("v4-flash:ratios=4,128", 1, &w, err, sizeof err)) { FAIL("%s", err); return 1; }
+    printf("synthetic v4-flash:ratios=4,128 built in %.1f s\n", now_s() - t0);
+    compare_backends(&w, 0);
+    compare_backends(&w, 1);
+    v4_weights_free(&w);
     printf("%d failures\n", failures);
     return failures ? 1 : 0;
 }

@@ -10,7 +10,8 @@
  *   - sampling on the device against the CPU sampler (greedy, temperature, top-k/p, min-p, penalty);
  *   - mHC pre (mixes split over chunks, Sinkhorn, collapse + RMSNorm) against a double reference;
  *   - indexer scores (64 heads x 128, tensor cores) against a double reference, and the top-512 they pick, for one
- *     row and for batches whose scoring blocks take several tiles.
+ *     row and for batches whose scoring blocks take several tiles, with bf16 keys and with FP8 keys (the reference
+ *     on the dequantised keys); the compressor's FP8 keys against engine/quant.c's quantiser of the CPU's entry.
  * Exit 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant.h"
 #include "sampler.h"
 #include "v4_ops.h"
 
@@ -285,14 +287,36 @@ static void test_hc_pre(int n, int head, int pend)
  * every score against a double reference sum_h w_h ReLU(q_h . K_e), and each row's chosen top-512 against the
  * reference's order: no chosen entry may score below an unchosen one by more than the scores' rounding. Enough rows
  * make the scoring blocks take several tiles each (v4_indexer_tiles_per_block). */
-static void test_index_scores(int N, int nr)
+static void test_index_scores(int N, int nr, int fp8, int dI)
 {
-    const int nI = 64, dI = 128, topk = 512, bt = 128, t = 4 * N - 1, max_blocks = (t + nr) / bt + 1;
-    const int max_ent = (t + nr) / 4;
-    const size_t page_bytes = (size_t)(bt / 4) * dI * 2;
+    const int nI = 64, topk = 512, bt = 128, t = 4 * N - 1, max_blocks = (t + nr) / bt + 1;
+    const int max_ent = (t + nr) / 4, per_page = bt / 4;
+    const size_t page_bytes = fp8 ? v4_fp8_rows_bytes(per_page, dI) : (size_t)per_page * dI * 2;
     uint16_t *pages = malloc((size_t)max_blocks * page_bytes), *q = malloc((size_t)nr * nI * dI * 2);
     float *wI = malloc((size_t)nr * nI * sizeof(float));
-    for (size_t i = 0; i < (size_t)max_blocks * page_bytes / 2; i++) pages[i] = bf(urand());
+    float *keys = malloc((size_t)max_blocks * per_page * dI * sizeof(float));   /* the keys' values, page-major */
+    for (size_t i = 0; i < (size_t)max_blocks * per_page * dI; i++)   /* rows of several magnitudes, small dims */
+        keys[i] = urand() * ldexpf(1.0f, (int)(i / dI % 5) - 2) * (i % 3 ? 1.0f : 0.01f);
+    for (int b = 0; b < max_blocks; b++)
+        for (int k = 0; k < per_page; k++) {
+            float *x = keys + ((size_t)b * per_page + k) * dI;
+            uint8_t *region = (uint8_t *)pages + (size_t)b * page_bytes;
+            if (!fp8) {
+                for (int j = 0; j < dI; j++) ((uint16_t *)region)[k * dI + j] = bf(x[j]), x[j] = fb(bf(x[j]));
+                continue;
+            }
+            for (int blk = 0; blk < dI / 64; blk++) {   /* the FP8 row (v4_ops.h): codes, then the exponents */
+                float amax = 0.0f;
+                for (int j = 0; j < 64; j++) amax = fabsf(x[64 * blk + j]) > amax ? fabsf(x[64 * blk + j]) : amax;
+                const uint8_t e = qt_fp8_block_exp(amax);
+                region[(size_t)per_page * dI + (size_t)k * V4_FP8_SCALE_STRIDE(dI) + blk] = e;
+                for (int j = 0; j < 64; j++) {
+                    const uint8_t c = qt_f32_to_e4m3(ldexpf(x[64 * blk + j], 127 - e));
+                    region[(size_t)k * dI + 64 * blk + j] = c;
+                    x[64 * blk + j] = ldexpf(qt_e4m3_to_f32(c), e - 127);
+                }
+            }
+        }
     for (int i = 0; i < nr * nI * dI; i++) q[i] = bf(urand());
     for (int h = 0; h < nr * nI; h++) wI[h] = urand();
     v4_arena ar = {NULL, 0, dup_dev(pages, (size_t)max_blocks * page_bytes), page_bytes, bt};
@@ -304,7 +328,7 @@ static void test_index_scores(int N, int nr)
     one_span o;
     span_make(&o, nr, t, max_blocks);
     const float wsc = 0.125f;
-    CK(v4_indexer(&o.s, &ar, 0, 0, nr, dq, nI, dI, dw, nI, wsc, topk, dsel, dsc, max_ent, 0));
+    CK(v4_indexer(&o.s, &ar, 0, fp8, 0, nr, dq, nI, dI, dw, nI, wsc, topk, dsel, dsc, max_ent, 0));
     CK(cudaDeviceSynchronize());
     float *got = malloc((size_t)nr * max_ent * sizeof(float));
     int32_t *sel = malloc((size_t)nr * topk * sizeof(int32_t));
@@ -318,11 +342,11 @@ static void test_index_scores(int N, int nr)
         const uint16_t *qr = q + (size_t)r * nI * dI;
         double scale = 0;
         for (int e = 0; e < n; e++) {
-            const uint16_t *K = pages + (size_t)(e * 4 / bt) * page_bytes / 2 + (size_t)((e * 4 % bt) / 4) * dI;
+            const float *K = keys + ((size_t)(e * 4 / bt) * per_page + (e * 4 % bt) / 4) * dI;
             double acc = 0;
             for (int h = 0; h < nI; h++) {
                 double d = 0;
-                for (int j = 0; j < dI; j++) d += (double)fb(qr[h * dI + j]) * fb(K[j]);
+                for (int j = 0; j < dI; j++) d += (double)fb(qr[h * dI + j]) * K[j];
                 acc += (double)wI[r * nI + h] * wsc * (d > 0 ? d : 0);
             }
             ref[e] = acc;
@@ -352,12 +376,13 @@ static void test_index_scores(int N, int nr)
     int dev = 0, n_sms = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
-    printf("indexer 64 x 128, %d rows of %d+ candidates (%d tiles a scoring block): worst score error %.2e of the "
-           "largest; top-512 %s (order slack %.1e)\n", nr, N, v4_indexer_tiles_per_block(nr, (max_ent + 127) / 128,
-           n_sms), worst, bad ? "WRONG" : "distinct, in order", worst_slack);
-    if (!(worst < 1e-5)) FAIL("indexer scores (%d rows, %d candidates): error %.3e", nr, N, worst);
-    if (bad) FAIL("indexer top-k (%d rows, %d candidates): not the reference's order", nr, N);
-    free(pages); free(q); free(wI); free(got); free(sel); free(ref); free(chosen);
+    printf("indexer 64 x %d, %s keys, %d rows of %d+ candidates (%d tiles a scoring block): worst score error %.2e of "
+           "the largest; top-512 %s (order slack %.1e)\n", dI, fp8 ? "FP8" : "bf16", nr, N,
+           v4_indexer_tiles_per_block(nr, (max_ent + 127) / 128, n_sms), worst, bad ? "WRONG" : "distinct, in order",
+           worst_slack);
+    if (!(worst < 1e-5)) FAIL("indexer scores (%s keys, %d rows, %d candidates): error %.3e", fp8 ? "FP8" : "bf16", nr, N, worst);
+    if (bad) FAIL("indexer top-k (%s keys, %d rows, %d candidates): not the reference's order", fp8 ? "FP8" : "bf16", nr, N);
+    free(pages); free(q); free(wI); free(got); free(sel); free(ref); free(chosen); free(keys);
     cudaFree(ar.pages); cudaFree(dq); cudaFree(dw); cudaFree(dsc); cudaFree(dsel); cudaFree(o.dbuf);
 }
 
@@ -389,7 +414,7 @@ static void test_topk(int N, int topk)
     CK(cudaMalloc((void **)&dsel, (size_t)topk * sizeof(int32_t)));
     v4_arena ar = {0};
     /* the scores given (q NULL): the top-k alone, its keys in shared memory up to the device's limit */
-    CK(v4_indexer(&o.s, &ar, 0, 0, 1, NULL, 0, 0, NULL, 0, 0.0f, topk, dsel, dsc, N, 0));
+    CK(v4_indexer(&o.s, &ar, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, 0.0f, topk, dsel, dsc, N, 0));
     CK(cudaDeviceSynchronize());
     int k = N < topk ? N : topk;
     int32_t *got = malloc((size_t)topk * sizeof(int32_t));
@@ -433,7 +458,7 @@ static void cpu_pool_entry(int r, int d, const float *C, const float *Z, const f
     }
 }
 
-static void test_compress(int r, int d, int T, int bt)
+static void test_compress(int r, int d, int T, int bt, int fp8)
 {
     const int csa = r == 4, width = (csa ? 2 : 1) * d, half = 32;
     float *C = malloc((size_t)T * width * 4), *Z = malloc((size_t)T * width * 4), *ape = malloc((size_t)r * width * 4);
@@ -444,7 +469,7 @@ static void test_compress(int r, int d, int T, int bt)
     double inv[32];
     for (int i = 0; i < half; i++) inv[i] = pow(160000.0, -2.0 * i / 64.0);
     const int n_ent = T / r, max_blocks = (T + bt - 1) / bt;
-    const size_t page_bytes = (size_t)(bt / r) * d * 2;
+    const size_t page_bytes = fp8 ? v4_fp8_rows_bytes(bt / r, d) : (size_t)(bt / r) * d * 2;
     v4_arena ar = {0};
     CK(cudaMalloc((void **)&ar.slots, (size_t)9 * d * 4));
     CK(cudaMemset(ar.slots, 0, (size_t)9 * d * 4));
@@ -462,15 +487,16 @@ static void test_compress(int r, int d, int T, int bt)
         one_span o;
         span_make(&o, n, t0, max_blocks);
         CK(v4_compress(&o.s, &ar, 0, 0, r, d, dC + (size_t)t0 * width, dZ + (size_t)t0 * width, width, dape, dnw, 1e-6f, half,
-                       dinv, 0));
+                       dinv, fp8, 0));
         CK(cudaDeviceSynchronize());
         cudaFree(o.dbuf);
         t0 += n;
     }
     uint16_t *got = malloc((size_t)max_blocks * page_bytes);
     CK(cudaMemcpy(got, ar.pages, (size_t)max_blocks * page_bytes, cudaMemcpyDeviceToHost));
-    float *e = malloc((size_t)d * 4);
-    double worst = 0;
+    float *e = malloc((size_t)d * 4), *g = malloc((size_t)d * 4), *q = malloc((size_t)d * 4);
+    double worst = 0, worst_q = 0;
+    long n_codes = 0, n_same = 0;
     for (int w = 0; w < n_ent; w++) {
         cpu_pool_entry(r, d, C, Z, ape, w, e);
         double ss = 0;
@@ -486,15 +512,45 @@ static void test_compress(int r, int d, int T, int bt)
             x[1] = re * sn + im * cs;
         }
         const long tok = (long)w * r;
-        const uint16_t *g = got + (size_t)(tok / bt) * page_bytes / 2 + (size_t)((tok % bt) / r) * d;
-        double num = 0, den = 0;
-        for (int j = 0; j < d; j++) { num += (fb(g[j]) - e[j]) * (double)(fb(g[j]) - e[j]); den += (double)e[j] * e[j]; }
-        const double rel = sqrt(num / den);
+        const int row = (int)(tok % bt) / r;
+        const uint8_t *region = (const uint8_t *)got + (size_t)(tok / bt) * page_bytes;
+        for (int j = 0; j < d; j++) {   /* the stored value g, against the CPU's entry e */
+            if (fp8) {   /* the CPU's own FP8 row of e: the GPU's codes and exponents, up to the pooling's rounding */
+                const uint8_t ge = region[(size_t)(bt / r) * d + (size_t)row * V4_FP8_SCALE_STRIDE(d) + j / 64];
+                const uint8_t gc = region[(size_t)row * d + j];
+                float amax = 0.0f;
+                for (int k = j / 64 * 64; k < j / 64 * 64 + 64; k++) amax = fabsf(e[k]) > amax ? fabsf(e[k]) : amax;
+                const uint8_t ce = qt_fp8_block_exp(amax), cc = qt_f32_to_e4m3(ldexpf(e[j], 127 - ce));
+                n_codes++;
+                n_same += ge == ce && gc == cc;
+                g[j] = ldexpf(qt_e4m3_to_f32(gc), ge - 127);
+                q[j] = ldexpf(qt_e4m3_to_f32(cc), ce - 127);
+            } else {
+                g[j] = fb(((const uint16_t *)region)[(size_t)row * d + j]);
+            }
+        }
+        double num = 0, den = 0, qn = 0;
+        for (int j = 0; j < d; j++) {
+            num += (g[j] - e[j]) * (double)(g[j] - e[j]);
+            den += (double)e[j] * e[j];
+            if (fp8) qn += (g[j] - q[j]) * (double)(g[j] - q[j]);
+        }
+        const double rel = sqrt(num / den), qrel = sqrt(qn / den);
         if (!(rel <= worst)) worst = rel;
+        if (!(qrel <= worst_q)) worst_q = qrel;
     }
-    printf("compressor ratio %3d d %d, %d tokens in uneven chunks: %d entries, worst rel L2 %.2e\n", r, d, T, n_ent, worst);
-    if (!(worst < 8e-3)) FAIL("compressor ratio %d: rel L2 %.3e", r, worst);
-    free(C); free(Z); free(ape); free(nw); free(got); free(e);
+    if (fp8) {
+        printf("compressor ratio %3d d %d, FP8 rows, %d tokens in uneven chunks: %d entries, worst rel L2 %.2e (the CPU's own "
+               "FP8 row of its entry: %.2e; codes and exponents the same %.4f)\n", r, d, T, n_ent, worst, worst_q,
+               (double)n_same / n_codes);
+        if (!(worst < 4e-2) || !(worst_q < 8e-3) || n_same < 0.99 * n_codes)
+            FAIL("compressor ratio %d, FP8: rel L2 %.3e, against the CPU's FP8 row %.3e, codes the same %.4f", r, worst,
+                 worst_q, (double)n_same / n_codes);
+    } else {
+        printf("compressor ratio %3d d %d, %d tokens in uneven chunks: %d entries, worst rel L2 %.2e\n", r, d, T, n_ent, worst);
+        if (!(worst < 8e-3)) FAIL("compressor ratio %d: rel L2 %.3e", r, worst);
+    }
+    free(C); free(Z); free(ape); free(nw); free(got); free(e); free(g); free(q);
     cudaFree(ar.slots); cudaFree(ar.pages); cudaFree(dC); cudaFree(dZ); cudaFree(dape); cudaFree(dnw); cudaFree(dinv);
 }
 
@@ -723,13 +779,18 @@ int main(void)
     test_hc_pre(5, 1, 1);
     test_hc_pre(70, 0, 1);   /* several rows a block of the mixes, the last block short */
     test_hc_pre(41, 1, 1);
-    test_index_scores(2048, 1);
-    test_index_scores(5000, 1);
-    test_index_scores(2000, 64);    /* batch 64 near 8K: 16 tiles of 128, the last partial, in blocks of several */
-    test_index_scores(16384, 8);
-    test_compress(4, 512, 700, 128);
-    test_compress(4, 128, 700, 128);
-    test_compress(128, 512, 700, 128);
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        test_index_scores(2048, 1, fp8, 128);
+        test_index_scores(5000, 1, fp8, 128);
+        test_index_scores(2000, 64, fp8, 128);   /* batch 64 near 8K: 16 tiles of 128, the last partial, several a block */
+        test_index_scores(16384, 8, fp8, 128);
+        test_index_scores(3000, 3, fp8, 64);     /* another key width: the CUDA-core scorer */
+    }
+    test_compress(4, 512, 700, 128, 0);
+    test_compress(4, 128, 700, 128, 0);
+    test_compress(128, 512, 700, 128, 0);
+    test_compress(4, 128, 700, 128, 1);   /* the indexer's keys as FP8 rows */
+    test_compress(4, 128, 700, 256, 1);
     test_attention(128, 40, 2000, 64, 0);      /* 143-144 keys: 3 splits */
     test_attention(128, 3, 20, 64, 0);         /* <= 23 keys: one split, normalised in the block */
     test_attention(4, 1, 8191, 1, 0);          /* batch-1 decode at 8K: 640 keys, 10 splits */

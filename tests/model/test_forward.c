@@ -4,10 +4,13 @@
  * backend token by token, whole, and in chunks of 2, 3, 5, 8, 13; every row must be within 1e-4
  * (absolute) of logits_i.f32 and the argmax after every prompt position must be the greedy token.
  * Then all prompts of a fixture run together in one batch with different chunk sizes per
- * sequence, and must give the same rows bit for bit as each alone.
+ * sequence, and must give the same rows bit for bit as each alone. With FP8 index keys
+ * (sl_backend_cpu_set_index_fp8), every indexer key the first prompt leaves is an FP8 block row (rounding it again
+ * changes nothing); a model whose index_head_dim is not a multiple of 64 refuses the option.
  * Usage: test_forward [fast | slow | fixture-name-substring]
  */
 #include "../../engine/backend.h"
+#include "../../engine/quant.h"
 #include "fixture.h"
 
 #define TOL 1e-4
@@ -87,6 +90,43 @@ static void batch_check(sl_backend *be, v4_state_pool *pool, const fx_fixture *f
     }
 }
 
+static void fp8_keys_check(sl_backend *be, v4_state_pool *pool, const fx_fixture *f, const v4_config *c) {
+    if (c->index_head_dim % 64) {
+        if (sl_backend_cpu_set_index_fp8(be, 1) != -1) {
+            fprintf(stderr, "%s: FP8 index keys accepted with index_head_dim %d\n", f->name, c->index_head_dim);
+            failures++;
+        }
+        return;
+    }
+    const fx_prompt *p = &f->p[0];
+    float *out = malloc((size_t)p->rows * f->vocab * sizeof(float)), key[1024];
+    v4_seq_state st;
+    char err[256];
+    int keys = 0, bad = 0;
+    if (sl_backend_cpu_set_index_fp8(be, 1) || !out || v4_seq_init(pool, &st) || v4_seq_reserve(pool, &st, p->rows)) {
+        fprintf(stderr, "%s: FP8 index keys: cannot start\n", f->name);
+        failures++;
+        free(out);
+        return;
+    }
+    sl_seq_span sp = {.tokens = p->seq, .n = p->rows, .st = &st, .logits_from = 0, .logits = out};
+    if (be->ops->forward(be, &sp, 1, err, sizeof err)) { fprintf(stderr, "forward: %s\n", err); failures++; }
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->compress_ratio[l] != 4) continue;
+        for (int w = 0; w < p->rows / 4; w++, keys++) {
+            const float *k = v4_ikey(pool, &st, l, w);
+            memcpy(key, k, (size_t)c->index_head_dim * sizeof(float));
+            qt_fp8_round_blocks(key, c->index_head_dim, 64);
+            bad += memcmp(key, k, (size_t)c->index_head_dim * sizeof(float)) != 0;
+        }
+    }
+    printf("%-28s FP8 index keys: %d of %d are not FP8 block rows\n", f->name, bad, keys);
+    if (bad || keys == 0) failures++;
+    v4_seq_free(pool, &st);
+    sl_backend_cpu_set_index_fp8(be, 0);
+    free(out);
+}
+
 int main(int argc, char **argv) {
     char names[FX_MAX][256];
     int nf = fx_list(SLUICE_TEST_DATA, names, FX_MAX);
@@ -129,6 +169,7 @@ int main(int argc, char **argv) {
         }
         printf("\n");
         batch_check(be, &pool, &f, alone);
+        fp8_keys_check(be, &pool, &f, &w.cfg);
         if (fi == 0 || !strcmp(names[fi], "tiny-v4-public") || !strcmp(names[fi], "tiny-v4-hc2-yarn-long"))
         for (int k = 0; k < f.n; k++) free(alone[k]);
         be->ops->destroy(be);
