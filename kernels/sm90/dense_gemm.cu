@@ -408,7 +408,7 @@ static cudaError_t dg_launch(const dense_weight *W, int n0, int nn, int grows, i
     cudaError_t e = dg_setup();
     if (e != cudaSuccess) return e;
     const int xv = ((uintptr_t)x % 16 == 0) && ldx % 8 == 0 && W->k % 128 == 0 && gx % 8 == 0;
-    int var = m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : m <= 64 || !dg_wide_ok ? 3 : 4;
+    int var = m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : !dg_wide_ok ? 3 : 4;
     if (!xv) var = var == 0 ? DG_VARIANTS : DG_VARIANTS + 1;
     const int rt = var < DG_VARIANTS ? dg_var_rt[var] : 1, nt = var < DG_VARIANTS ? dg_var_nt[var] : var == DG_VARIANTS ? 1 : 8;
     if (grows % (16 * rt)) return cudaErrorInvalidValue;
