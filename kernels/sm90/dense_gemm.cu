@@ -21,10 +21,13 @@
  *
  * Variants by m (tokens per block = 8 NT; blocks of one row group are adjacent in launch order, so a weight tile
  * read for one token tile is found in L2 by the next):
- *   m <= 8: NT 1, m <= 16: NT 2 (3 blocks = 24 warps per SM, 192 KB of weights in flight), m <= 32: NT 4 (2 blocks),
- *   m <= 64: NT 8 (FP8 2 blocks, bf16 1): the weights stream once;
+ *   m <= 8: NT 1, m <= 16: NT 2 (3 blocks = 24 warps per SM, 192 KB of weights in flight), m <= 32: NT 4 (2 blocks):
+ *   the weights stream once;
  *   larger m: RT 2 x NT 8 (32 rows x 64 tokens per warp: each activation fragment feeds 2 row tiles, each dequantised
- *   weight fragment 8 n-tiles; 1 block per SM, 128 KB of rings) over token tiles of 64. mma.sync, not wgmma: the
+ *   weight fragment 8 n-tiles; 1 block per SM, 128 KB of rings) over token tiles of 64. From m = 33 on, every warp
+ *   re-reading the tokens' activations from L2 for its row tile costs more than the weights (wq_b at m = 64: 2048 row
+ *   tiles x 128 KB), so two row tiles a warp halve it (35 -> 30 us for wq_b on an H100); RT 1 x NT 8 (FP8 2 blocks,
+ *   bf16 1) is kept for devices without room for the wide variant's rings. mma.sync, not wgmma: the
  *   same instruction and chain order as the decode variants is what keeps the results independent of m.
  * Roofline at decode: the weight bytes at the HBM read rate (H200 ~4.5 TB/s): wq_b 32768x1024 FP8 (33.6 MB) ~7.5 us.
  * Activations: 16-byte loads where x is 16-byte aligned, ldx % 8 == 0 and k % 128 == 0 (XV), else element loads
