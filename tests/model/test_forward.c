@@ -170,7 +170,6 @@ int main(int argc, char **argv) {
         printf("\n");
         batch_check(be, &pool, &f, alone);
         fp8_keys_check(be, &pool, &f, &w.cfg);
-        if (fi == 0 || !strcmp(names[fi], "tiny-v4-public") || !strcmp(names[fi], "tiny-v4-hc2-yarn-long"))
         for (int k = 0; k < f.n; k++) free(alone[k]);
         be->ops->destroy(be);
         v4_pool_free(&pool);
