@@ -129,7 +129,8 @@ uint8_t qt_fp8_block_exp(float amax)
     const float x = (amax > 1e-4f ? amax : 1e-4f) / 448.0f;
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    return (uint8_t)(((u >> 23) & 0xFF) + ((u & 0x7FFFFF) != 0));
+    const uint32_t e = ((u >> 23) & 0xFF) + ((u & 0x7FFFFF) != 0);
+    return (uint8_t)(e < 254 ? e : 254);   /* a non-finite amax */
 }
 
 void qt_fp8_round_blocks(float *x, int n, int block)

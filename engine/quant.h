@@ -44,7 +44,7 @@ uint8_t qt_f32_to_e4m3(float f);           /* round to nearest even, saturate to
 uint8_t qt_f32_to_e2m1(float f);           /* round to nearest (ties to even code), saturate ±6 */
 /* FP8 blocks as DeepSeek stores activations (V4_SPEC 5; kernels/v4_ops.h "FP8 rows"): a block's scale is 2^(e-127)
  * with e the smallest integer such that 2^(e-127) >= max(amax, 1e-4) / 448 (the quotient in fp32); its codes are
- * E4M3 of x * 2^(127-e). qt_fp8_block_exp: e (the E8M0 byte) for a block's largest magnitude. */
+ * E4M3 of x * 2^(127-e). qt_fp8_block_exp: e (the E8M0 byte, at most 254) for a block's largest magnitude. */
 uint8_t qt_fp8_block_exp(float amax);
 /* x[0..n) in place, blocks of `block` values: quantised to E4M3 under each block's scale and decoded again (the
  * values an FP8 store keeps). n a multiple of block. */

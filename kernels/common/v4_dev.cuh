@@ -97,11 +97,13 @@ __device__ __forceinline__ uint8_t *v4_fp8_entry(const v4_step &s, const v4_aren
     return v4_fp8_codes(region, row, d);
 }
 /* A block's scale exponent (biased, E8M0) for its largest magnitude amax: 2^e >= max(amax, 1e-4) / 448 with e the
- * smallest such integer, from the fp32 quotient's bits (engine/quant.h's qt_fp8_block_exp, bit for bit). */
+ * smallest such integer, from the fp32 quotient's bits, at most 254 (a non-finite amax) (engine/quant.h's
+ * qt_fp8_block_exp, bit for bit). */
 __device__ __forceinline__ uint8_t fp8_block_exp(float amax)
 {
     const uint32_t u = __float_as_uint((amax > 1e-4f ? amax : 1e-4f) / 448.0f);
-    return (uint8_t)(((u >> 23) & 0xFF) + ((u & 0x7FFFFF) != 0));
+    const uint32_t e = ((u >> 23) & 0xFF) + ((u & 0x7FFFFF) != 0);
+    return (uint8_t)(e < 254 ? e : 254);
 }
 /* 2^(e - 127) for a biased exponent 1 <= e <= 254 */
 __device__ __forceinline__ float fp8_scale(uint32_t e) { return __uint_as_float(e << 23); }

@@ -311,14 +311,16 @@ static const dg_kernel dg_kernels[2][DG_VARIANTS + 2] = {
      k_dense_gemm<1, 2, 8, 1>, k_dense_gemm<1, 1, 1, 0>, k_dense_gemm<1, 1, 8, 0>},
 };
 
-/* Raises every variant's shared-memory limit once per device (the current one); wide: the RT 2 variants fit the
- * device's per-block limit (not on sm_120's 99 KB). */
-static int dg_wide_ok;
-static cudaError_t dg_setup(void)
+/* Raises every variant's shared-memory limit once per device (the current one); *wide: the RT 2 variants fit that
+ * device's per-block limit (not on sm_120's 99 KB), kept per device for a process driving different GPUs. */
+static cudaError_t dg_setup(int *wide_ok)
 {
-    static unsigned char dones[DEV_FLAG_MAX];
-    unsigned char *done = dev_flag(dones);
-    if (done && *done) return cudaSuccess;
+    static unsigned char dones[DEV_FLAG_MAX], wides[DEV_FLAG_MAX];
+    unsigned char *done = dev_flag(dones), *w = dev_flag(wides);
+    if (done && *done) {
+        *wide_ok = w ? *w : 0;
+        return cudaSuccess;
+    }
     int dev, optin;
     cudaError_t e;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
@@ -335,7 +337,8 @@ static cudaError_t dg_setup(void)
                                           sm)) != cudaSuccess)
                 return e;
         }
-    dg_wide_ok = wide;
+    *wide_ok = wide;
+    if (w) *w = (unsigned char)wide;
     if (done) *done = 1;
     return cudaSuccess;
 }
@@ -359,7 +362,8 @@ extern "C" cudaError_t dense_weight_init(dense_weight *dw, int fmt, int n, int k
     if ((fmt != DENSE_BF16 && fmt != DENSE_FP8_B128) || n < 1 || k < 1 || !w_dev ||
         (fmt == DENSE_FP8_B128 && !scale_dev))
         return cudaErrorInvalidValue;
-    cudaError_t e = dg_setup();
+    int wide_ok;
+    cudaError_t e = dg_setup(&wide_ok);
     if (e != cudaSuccess) return e;
     dw->fmt = fmt;
     dw->n = n;
@@ -408,10 +412,11 @@ extern "C" void dense_weight_free(dense_weight *dw)
 static cudaError_t dg_launch(const dense_weight *W, int n0, int nn, int grows, int gx, const uint16_t *x, int ldx,
                              int m, void *y, int ybf, int ldy, cudaStream_t st)
 {
-    cudaError_t e = dg_setup();
+    int wide_ok = 0;
+    cudaError_t e = dg_setup(&wide_ok);
     if (e != cudaSuccess) return e;
     const int xv = ((uintptr_t)x % 16 == 0) && ldx % 8 == 0 && W->k % 128 == 0 && gx % 8 == 0;
-    int var = m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : !dg_wide_ok ? 3 : 4;
+    int var = m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : !wide_ok ? 3 : 4;
     if (!xv) var = var == 0 ? DG_VARIANTS : DG_VARIANTS + 1;
     const int rt = var < DG_VARIANTS ? dg_var_rt[var] : 1, nt = var < DG_VARIANTS ? dg_var_nt[var] : var == DG_VARIANTS ? 1 : 8;
     if (grows % (16 * rt)) return cudaErrorInvalidValue;

@@ -62,10 +62,8 @@ static void compare_backends(v4_weights *w, int index_fp8)
     const char *keys = index_fp8 ? "FP8" : "bf16";
     char err[512];
     v4_state_pool pc, pg;
-    if (v4_pool_init(&pc, &w->cfg, (size_t)4 << 30, err, sizeof err) || v4_pool_init(&pg, &w->cfg, (size_t)4 << 30, err, sizeof err)) {
-        FAIL("%s", err);
-        return;
-    }
+    if (v4_pool_init(&pc, &w->cfg, (size_t)4 << 30, err, sizeof err)) { FAIL("%s", err); return; }
+    if (v4_pool_init(&pg, &w->cfg, (size_t)4 << 30, err, sizeof err)) { FAIL("%s", err); v4_pool_free(&pc); return; }
     sl_cuda_opts go = one_gpu;
     go.index_fp8 = index_fp8;
     sl_backend *cpu = sl_backend_cpu_create(w, &pc, 0, err, sizeof err);

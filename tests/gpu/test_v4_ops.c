@@ -292,7 +292,7 @@ static void test_index_scores(int N, int nr, int fp8, int dI)
     const int nI = 64, topk = 512, bt = 128, t = 4 * N - 1, max_blocks = (t + nr) / bt + 1;
     const int max_ent = (t + nr) / 4, per_page = bt / 4;
     const size_t page_bytes = fp8 ? v4_fp8_rows_bytes(per_page, dI) : (size_t)per_page * dI * 2;
-    uint16_t *pages = malloc((size_t)max_blocks * page_bytes), *q = malloc((size_t)nr * nI * dI * 2);
+    uint16_t *pages = calloc(1, (size_t)max_blocks * page_bytes), *q = malloc((size_t)nr * nI * dI * 2);
     float *wI = malloc((size_t)nr * nI * sizeof(float));
     float *keys = malloc((size_t)max_blocks * per_page * dI * sizeof(float));   /* the keys' values, page-major */
     for (size_t i = 0; i < (size_t)max_blocks * per_page * dI; i++)   /* rows of several magnitudes, small dims */
@@ -791,6 +791,7 @@ int main(void)
     test_compress(128, 512, 700, 128, 0);
     test_compress(4, 128, 700, 128, 1);   /* the indexer's keys as FP8 rows */
     test_compress(4, 128, 700, 256, 1);
+    test_compress(4, 1024, 300, 128, 1);  /* more 64-dim blocks than the block has warps */
     test_attention(128, 40, 2000, 64, 0);      /* 143-144 keys: 3 splits */
     test_attention(128, 3, 20, 64, 0);         /* <= 23 keys: one split, normalised in the block */
     test_attention(4, 1, 8191, 1, 0);          /* batch-1 decode at 8K: 640 keys, 10 splits */

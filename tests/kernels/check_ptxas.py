@@ -34,9 +34,9 @@ ALLOWED = [
     (r"k_norm_rope", 40, 0, 0),
     (r"k_compress", 40, 0, 0),
     (r"k_attention_(mma|wg|combine|generic)", 40, 0, 0),
-    # the FP8 projection at 33-64 tokens (NT 8 at 2 blocks/SM): the grouped inputs and the bf16 store (wo_a) cost it
-    # 40 B of spill; measured with it (bench/results/decode-h100.json). As separate template variants it kept the
-    # spill only for wo_a but broke the preemption test's token equality on the fast-MoE fixtures (not yet
+    # the FP8 projection's RT 1 x NT 8 variant (2 blocks/SM; 33-64 tokens on devices without room for the RT 2
+    # rings): the grouped inputs and the bf16 store (wo_a) cost it 40 B of spill. As separate template variants it
+    # kept the spill only for wo_a but broke the preemption test's token equality on the fast-MoE fixtures (not yet
     # understood), so it stays one kernel
     (r"k_dense_gemmILi1ELi1ELi8ELi1EE", 40, 40, 44),
     # the sampler, once a step: 1,024 threads at 64 registers spill 24 B; measured with it

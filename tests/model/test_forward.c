@@ -101,16 +101,23 @@ static void fp8_keys_check(sl_backend *be, v4_state_pool *pool, const fx_fixture
     const fx_prompt *p = &f->p[0];
     float *out = malloc((size_t)p->rows * f->vocab * sizeof(float)), key[1024];
     v4_seq_state st;
-    char err[256];
+    char err[256] = "no pages";
     int keys = 0, bad = 0;
-    if (sl_backend_cpu_set_index_fp8(be, 1) || !out || v4_seq_init(pool, &st) || v4_seq_reserve(pool, &st, p->rows)) {
+    if (c->index_head_dim > 1024 || sl_backend_cpu_set_index_fp8(be, 1) || !out || v4_seq_init(pool, &st)) {
         fprintf(stderr, "%s: FP8 index keys: cannot start\n", f->name);
         failures++;
         free(out);
         return;
     }
     sl_seq_span sp = {.tokens = p->seq, .n = p->rows, .st = &st, .logits_from = 0, .logits = out};
-    if (be->ops->forward(be, &sp, 1, err, sizeof err)) { fprintf(stderr, "forward: %s\n", err); failures++; }
+    if (v4_seq_reserve(pool, &st, p->rows) || be->ops->forward(be, &sp, 1, err, sizeof err)) {
+        fprintf(stderr, "%s: FP8 index keys: forward: %s\n", f->name, err);
+        failures++;
+        v4_seq_free(pool, &st);
+        sl_backend_cpu_set_index_fp8(be, 0);
+        free(out);
+        return;
+    }
     for (int l = 0; l < c->n_layers; l++) {
         if (c->compress_ratio[l] != 4) continue;
         for (int w = 0; w < p->rows / 4; w++, keys++) {
