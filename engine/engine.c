@@ -273,12 +273,6 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
         sl_engine_close(e);
         return -1;
     }
-    if (opts->index_fp8 && e->w.cfg.index_head_dim % 64) {
-        snprintf(err, errlen, "FP8 index keys need the model's index_head_dim (%d) to be a multiple of 64; "
-                 "use bf16 index keys for this model", e->w.cfg.index_head_dim);
-        sl_engine_close(e);
-        return -1;
-    }
     if (v4_pool_init(&e->pool, &e->w.cfg, e->o.state_bytes, err, errlen)) { sl_engine_close(e); return -1; }
     if (sl_sampler_init(&e->smp, e->w.cfg.vocab_size)) { snprintf(err, errlen, "out of memory"); sl_engine_close(e); return -1; }
 #ifdef SLUICE_HAVE_CUDA_BACKEND
@@ -291,7 +285,12 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
 #endif
         e->be = sl_backend_cpu_create(&e->w, &e->pool, opts->n_threads, err, errlen);
     if (!e->be) { sl_engine_close(e); return -1; }
-    if (!strcmp(bk, "cpu") && opts->index_fp8) sl_backend_cpu_set_index_fp8(e->be, 1);
+    if (!strcmp(bk, "cpu") && opts->index_fp8 && sl_backend_cpu_set_index_fp8(e->be, 1)) {   /* cuda checks at create */
+        snprintf(err, errlen, "FP8 index keys need the model's index_head_dim (%d) to be a multiple of 64; "
+                 "use bf16 index keys for this model", e->w.cfg.index_head_dim);
+        sl_engine_close(e);
+        return -1;
+    }
 #ifdef SLUICE_HAVE_CUDA_BACKEND
     if (!strcmp(bk, "cuda") && opts->deterministic) sl_backend_cuda_set_deterministic(e->be, 1);
 #endif
