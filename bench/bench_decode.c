@@ -9,7 +9,8 @@
  * weights in the checkpoint's dtypes, the shared expert, the expected routed experts touched under
  * uniform top-6 routing (256 (1 - (250/256)^B)) at 0.53125 (MXFP4) or 0.5625 (NVFP4) bytes per weight,
  * and per sequence the bf16 window (128 x 512), the selected CSA entries (min(512, C/4) x 512 bf16)
- * with the CSA index keys (C/4 x 128, FP8) or all HCA entries (C/128 x 512 bf16); plus the bf16 head
+ * with the CSA index keys (C/4 x 128, FP8) or all HCA entries (C/128 x 512 bf16) -- with --kv fp8 the window and
+ * the entries as the FP8 KV rows stored (592 bytes a key); plus the bf16 head
  * once per step; over the read ceiling measured in the same process. Each row also reads back the experts the
  * last layer routed the last timed step's tokens to (the tokens-per-expert histogram: the synthetic model's default
  * routing is uniform, so the count read should match the model's) and times one CSA layer's attention path alone
@@ -27,6 +28,7 @@
 #include "backend.h"
 #include "moe_bench_kernels.h"
 #include "synthetic.h"
+#include "v4_ops.h"
 
 static double now_ms(void)
 {
@@ -73,8 +75,9 @@ static double read_ceiling_tb(void)
 /* The byte floor of one decode step (see the header) on rank 0 of n (engine/shard.h: the query heads' projections
  * and every expert split n ways; wq_a, wkv, the compressors, the indexer, mHC, the router and the state whole on
  * each GPU; the head on rank 0). */
-static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, int n, double *experts_touched)
+static double floor_bytes(const v4_config *c, int fp4_nv, int kv8, int B, long ctx, int n, double *experts_touched)
 {
+    const double kr = (double)v4_kv_row_bytes(c->head_dim, c->rope_dim / 2, kv8);   /* one key row */
     const double D = c->dim, hd = c->head_dim, H = c->n_heads, ql = c->q_lora_rank, G = c->o_groups, ol = c->o_lora_rank;
     const double dI = c->index_head_dim, nI = c->index_n_heads, I = c->moe_inter, E = c->n_routed_experts;
     const double hc = c->hc_mult, nmix = (2 + hc) * hc;
@@ -87,14 +90,14 @@ static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, int n
         w += 2 * nmix * hc * D * 4 + E * D * 4;                                                  /* mHC, router fp32 */
         w += 3 * I * D / n;                                                                        /* shared FP8 */
         w += touched * 3 * I * D * (fp4_nv ? 0.5625 : 0.53125) / n;
-        double per_seq = c->window * hd * 2;
+        double per_seq = c->window * kr;
         if (r == 4) {
             w += 2 * 2 * hd * D * 2 + 2 * 2 * dI * D * 2 + nI * D * 2 + nI * dI * ql;     /* compressors bf16, iwq_b */
             const double n = ctx / 4;
-            per_seq += (n < c->index_topk ? n : c->index_topk) * hd * 2 + n * dI;
+            per_seq += (n < c->index_topk ? n : c->index_topk) * kr + n * dI;
         } else if (r > 0) {
             w += 2 * hd * D * 2;
-            per_seq += (double)(ctx / r) * hd * 2;
+            per_seq += (double)(ctx / r) * kr;
         }
         bytes += w + per_seq * B;
     }
@@ -102,14 +105,14 @@ static double floor_bytes(const v4_config *c, int fp4_nv, int B, long ctx, int n
 }
 
 /* The bytes one CSA layer's attention path reads and writes for B rows at context ctx, in the dtypes stored: per row
- * the window and the selected entries (bf16 [hd]), every index key (bf16 [dI], or an FP8 row: dI codes and their
- * scale word), the queries, the indexer's head weights (fp32) and the output (bf16). */
-static double attention_bytes(const v4_config *c, int B, long ctx, int index_fp8)
+ * the window and the selected entries (bf16 [hd], or FP8 KV rows), every index key (bf16 [dI], or an FP8 row: dI codes
+ * and their scale word), the queries, the indexer's head weights (fp32) and the output (bf16). */
+static double attention_bytes(const v4_config *c, int B, long ctx, int index_fp8, int kv8)
 {
     const double hd = c->head_dim, H = c->n_heads, dI = c->index_head_dim, nI = c->index_n_heads, n = (double)(ctx / 4);
     const double win = ctx + 1 < c->window ? ctx + 1 : c->window, sel = n < c->index_topk ? n : c->index_topk;
-    const double key = index_fp8 ? dI + 4 : dI * 2;
-    return B * ((win + sel) * hd * 2 + n * key + 2 * H * hd * 2 + nI * dI * 2 + nI * 4);
+    const double key = index_fp8 ? dI + 4 : dI * 2, kr = (double)v4_kv_row_bytes(c->head_dim, c->rope_dim / 2, kv8);
+    return B * ((win + sel) * kr + n * key + 2 * H * hd * 2 + nI * dI * 2 + nI * 4);
 }
 
 /* The peer's ms per layer at (batch, context) from decode_peer.py's JSON (its context grows by one a step, so
@@ -228,6 +231,8 @@ int bench_decode(int argc, char **argv)
         else if (!strcmp(argv[i], "--launches")) launches = 1;
         else if (!strcmp(argv[i], "--index-keys") && i + 1 < argc && (!strcmp(argv[i + 1], "fp8") || !strcmp(argv[i + 1], "bf16")))
             copts.index_fp8 = !strcmp(argv[++i], "fp8");
+        else if (!strcmp(argv[i], "--kv") && i + 1 < argc && (!strcmp(argv[i + 1], "fp8") || !strcmp(argv[i + 1], "bf16")))
+            copts.kv_fp8 = !strcmp(argv[++i], "fp8");
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
             char derr[256];
             copts.n_devices = sl_parse_devices(argv[++i], copts.devices, derr, sizeof derr);
@@ -241,10 +246,11 @@ int bench_decode(int argc, char **argv)
             for (char *t = strtok(argv[++i], ","); t && nc < 8; t = strtok(NULL, ",")) ctxs[nc++] = atol(t);
         } else {
             fprintf(stderr, "usage: sluice-bench decode [--synthetic SPEC] [--batches 1,4,16,64] [--contexts 8192,65536] "
-                            "[--reps N] [--launches] [--devices 0,1] [--index-keys bf16|fp8] [--out FILE] [--commit SHA] "
-                            "[--peer PEER.json]\n"
+                            "[--reps N] [--launches] [--devices 0,1] [--index-keys bf16|fp8] [--kv bf16|fp8] [--out FILE] "
+                            "[--commit SHA] [--peer PEER.json]\n"
                             "--launches: each row's profiled step by launch (summed over the layers)\n"
                             "--index-keys: how the indexer's keys are stored (default bf16)\n"
+                            "--kv: how the attention's keys are stored (default bf16; fp8: DeepSeek's FP8 KV)\n"
                             "PEER.json: bench/decode_peer.py --out's rows (batch, context, ms_per_layer)\n");
             return 2;
         }
@@ -274,6 +280,12 @@ int bench_decode(int argc, char **argv)
     printf("synthetic %s: %d layers, %s experts, loaded in %.1f s; state budget %.1f GiB, GPU %.1f of %.1f GiB free\n",
            spec, cfg->n_layers, w.expert_format == QT_NVFP4 ? "nvfp4" : "mxfp4", (now_ms() - t0) / 1e3,
            pool.budget / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
+    for (int ci = 0; ci < nc && pool.store; ci++) {   /* the layout's bytes: the fixed part and the pages of C tokens */
+        const double seq = (double)pool.store->fixed_bytes +
+                           (double)((ctxs[ci] + pool.block_tokens - 1) / pool.block_tokens) * pool.store->page_bytes;
+        printf("state of one sequence at context %ld (%s KV): %.1f MB; the budget holds %.0f of them\n", ctxs[ci],
+               copts.kv_fp8 ? "FP8" : "bf16", seq / 1e6, floor(pool.budget / seq));
+    }
 
     const int V = cfg->vocab_size, steps = reps + 2;
     const sl_sampling greedy = {.top_p = 1.0f, .repetition_penalty = 1.0f, .max_tokens = 1};   /* on the device */
@@ -358,9 +370,9 @@ int bench_decode(int argc, char **argv)
                     r->ms = ms[n_ok / 2];
                     r->split[SL_FAM_N] = r->ms;
                     for (int f = 0; f < SL_FAM_N; f++) r->split[SL_FAM_N] -= r->split[f];
-                    r->bytes = floor_bytes(cfg, w.expert_format == QT_NVFP4, B, C, n_dev, &r->touched);
+                    r->bytes = floor_bytes(cfg, w.expert_format == QT_NVFP4, copts.kv_fp8, B, C, n_dev, &r->touched);
                     r->att_ms = att_ms;
-                    r->att_bytes = attention_bytes(cfg, B, C, copts.index_fp8);
+                    r->att_bytes = attention_bytes(cfg, B, C, copts.index_fp8, copts.kv_fp8);
                     memset(r->by_load, 0, sizeof r->by_load);
                     r->read = r->max_load = -1;
                     if (routed) {
@@ -447,7 +459,7 @@ int bench_decode(int argc, char **argv)
         json_t *m = json_object();
         json_object_set_new(m, "layers", json_integer(cfg->n_layers));
         json_object_set_new(m, "experts", json_string(w.expert_format == QT_NVFP4 ? "nvfp4" : "mxfp4"));
-        json_object_set_new(m, "kv_dtype", json_string("bf16"));
+        json_object_set_new(m, "kv_dtype", json_string(copts.kv_fp8 ? "fp8" : "bf16"));
         json_object_set_new(m, "index_key_dtype", json_string(copts.index_fp8 ? "fp8" : "bf16"));
         json_object_set_new(m, "routing", json_string(strstr(cfg->model_id, "-gate") ? "gate" : "uniform"));
         json_object_set_new(o, "model", m);

@@ -184,11 +184,11 @@ static void bench_norms(const double *inv_freq, int R)
     float *in = rand_f32(n_in, 1.0f), *w = rand_f32(1536, 1.0f);
     uint16_t *out;
     CK(cudaMalloc((void **)&out, n_in * 2));
-    a.j[0] = (v4_norm_job){in, 1536, 1, 1, 1024, 1, w, 0, NULL, out, 1024, 0};
-    a.j[1] = (v4_norm_job){in + 1024, 1536, 1, 1, 512, 1, w, 32, inv_freq, out + 1024, 512, 0};
+    a.j[0] = (v4_norm_job){in, 1536, 1, 1, 1024, 1, w, 0, NULL, out, 1024, 0, NULL};
+    a.j[1] = (v4_norm_job){in + 1024, 1536, 1, 1, 512, 1, w, 32, inv_freq, out + 1024, 512, 0, NULL};
     printf("norm + RoPE   rows   1  %-52s %8.2f us\n", "q_norm 1024, kv_norm + RoPE 512", time_op(norm_op, &a, R));
-    a.j[0] = (v4_norm_job){in, 512, 64, 64, 512, 1, NULL, 32, inv_freq, out, 512, 0};
-    a.j[1] = (v4_norm_job){in + 64 * 512, 128, 64, 64, 128, 0, NULL, 32, inv_freq, out + 64 * 512, 128, 0};
+    a.j[0] = (v4_norm_job){in, 512, 64, 64, 512, 1, NULL, 32, inv_freq, out, 512, 0, NULL};
+    a.j[1] = (v4_norm_job){in + 64 * 512, 128, 64, 64, 128, 0, NULL, 32, inv_freq, out + 64 * 512, 128, 0, NULL};
     printf("norm + RoPE   rows   1  %-52s %8.2f us\n", "q 64 x 512 rms + RoPE, indexer q 64 x 128 RoPE",
            time_op(norm_op, &a, R));
     cudaFree(in); cudaFree(w); cudaFree(out); cudaFree((void *)a.s.tok_id);
@@ -243,32 +243,39 @@ static void bench_indexer(int N, int rows, int fp8, int R)
 typedef struct {
     v4_step s;
     v4_arena ar;
-    uint16_t *q, *kv, *out;
+    uint16_t *q, *out;
+    uint8_t *kv;
     int32_t *sel;
     float *sink, *scratch;
     size_t scratch_floats;
     const double *inv_freq;
-    int ratio, max_keys, split;
+    int ratio, max_keys, split, kv8;
 } att_arg;
 
 static void att_op(const void *p)
 {
     const att_arg *a = p;
-    CK(v4_attention(&a->s, &a->ar, 0, 128, 0, a->ratio, a->sel, 512, a->q, a->kv, 64, 512, 0.0442f, a->sink,
+    CK(v4_attention(&a->s, &a->ar, 0, 128, 0, a->ratio, a->sel, 512, a->q, a->kv, a->kv8, 64, 512, 0.0442f, a->sink,
                     a->max_keys, a->scratch, a->scratch_floats, 32, a->inv_freq, a->split, a->out, st));
 }
 
-/* rows at 8191..: CSA (the window + 512 selected of 2048 entries) or the window alone */
-static void bench_attention(int rows, int csa, const double *inv_freq, int R)
+/* rows at 8191..: CSA (the window + 512 selected of 2048 entries) or the window alone; keys bf16 or FP8 KV rows
+ * (kv8: the plan's split alone) */
+static void bench_attention(int rows, int csa, int kv8, const double *inv_freq, int R)
 {
     const int pos0 = 8191, bt = 128, max_blocks = (pos0 + rows + bt) / bt;
-    const size_t page_bytes = (size_t)(bt / 4) * 512 * 2;
-    att_arg a = {.ratio = csa ? 4 : 0, .max_keys = 128 + (csa ? 512 : 0), .inv_freq = inv_freq};
+    const size_t rb = v4_kv_row_bytes(512, 32, kv8), page_bytes = (size_t)(bt / 4) * rb;
+    att_arg a = {.ratio = csa ? 4 : 0, .max_keys = 128 + (csa ? 512 : 0), .inv_freq = inv_freq, .kv8 = kv8};
     a.s = one_span(rows, pos0, max_blocks);
-    a.ar = (v4_arena){(uint8_t *)rand_bf16(128 * 512, 1.0f), 128 * 512 * 2,
+    a.ar = (v4_arena){(uint8_t *)rand_bf16(128 * rb / 2, 1.0f), 128 * rb,
                       (uint8_t *)rand_bf16((size_t)max_blocks * page_bytes / 2, 1.0f), page_bytes, bt};
     a.q = rand_bf16((size_t)rows * 64 * 512, 1.0f);
-    a.kv = rand_bf16((size_t)rows * 512, 1.0f);
+    a.kv = (uint8_t *)rand_bf16((size_t)rows * rb / 2, 1.0f);
+    if (kv8) {
+        CK(v4_fill_kv8_rows(a.ar.slots, 128, 512, 32, 1, 1.0f, st));
+        CK(v4_fill_kv8_rows(a.ar.pages, max_blocks * (bt / 4), 512, 32, 2, 1.0f, st));
+        CK(v4_fill_kv8_rows(a.kv, rows, 512, 32, 3, 1.0f, st));
+    }
     CK(cudaMalloc((void **)&a.out, (size_t)rows * 64 * 512 * 2));
     int32_t *sel = malloc((size_t)rows * 512 * sizeof *sel);
     for (int i = 0; i < rows * 512; i++) sel[i] = (int32_t)((i * 2654435761u) % 2048u);
@@ -279,11 +286,12 @@ static void bench_attention(int rows, int csa, const double *inv_freq, int R)
     CK(cudaMalloc((void **)&a.scratch, (a.scratch_floats ? a.scratch_floats : 1) * sizeof(float)));
     static const int splits[] = {64, 128, 320, 640};
     for (size_t k = 0; k < sizeof splits / sizeof *splits; k++) {
-        if (splits[k] > a.max_keys) continue;
+        const int plan = splits[k] == v4_attention_split(rows, a.max_keys, 132);
+        if (splits[k] > a.max_keys || (kv8 && !plan)) continue;
         a.split = splits[k];
         char what[64];
-        snprintf(what, sizeof what, "%s, %d keys, splits of %d%s", csa ? "CSA" : "window", a.max_keys, a.split,
-                 a.split == v4_attention_split(rows, a.max_keys, 132) ? " (the plan's on 132 SMs)" : "");
+        snprintf(what, sizeof what, "%s, %d keys%s, splits of %d%s", csa ? "CSA" : "window", a.max_keys,
+                 kv8 ? " FP8 KV" : "", a.split, plan ? " (the plan's on 132 SMs)" : "");
         printf("attention     rows %3d  %-52s %8.2f us\n", rows, what, time_op(att_op, &a, R));
     }
     cudaFree(a.ar.slots); cudaFree(a.ar.pages); cudaFree(a.q); cudaFree(a.kv); cudaFree(a.out); cudaFree(a.sel);
@@ -320,10 +328,12 @@ int bench_ops(int argc, char **argv)
         bench_indexer(2048, 64, fp8, R);
         bench_indexer(16384, 64, fp8, R);
     }
-    bench_attention(1, 1, inv_freq, R);
-    bench_attention(1, 0, inv_freq, R);
-    bench_attention(64, 1, inv_freq, R);
-    bench_attention(64, 0, inv_freq, R);
+    for (int kv8 = 0; kv8 < 2; kv8++) {
+        bench_attention(1, 1, kv8, inv_freq, R);
+        bench_attention(1, 0, kv8, inv_freq, R);
+        bench_attention(64, 1, kv8, inv_freq, R);
+        bench_attention(64, 0, kv8, inv_freq, R);
+    }
     cudaFree(inv_freq);
     cudaStreamDestroy(st);
     return 0;

@@ -77,6 +77,10 @@ void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on);
 /* The indexer's keys kept as FP8 blocks (engine.h's index_fp8; the values the cuda backend's FP8 keys hold): 0, or
  * -1 when the model's index_head_dim is not a multiple of 64. */
 int sl_backend_cpu_set_index_fp8(sl_backend *b, int on);
+/* The attention's keys (window rows and compressed entries) kept as FP8 KV (engine.h's kv_fp8): their dims before the
+ * rotated ones rounded to E4M3 with a power-of-two scale per 64, the values the cuda backend's FP8 KV rows hold; 0,
+ * or -1 when head_dim - rope_dim is not a positive multiple of 64. */
+int sl_backend_cpu_set_kv_fp8(sl_backend *b, int on);
 /* Tests: until called again with NULL, for each row i < cap of the following steps (rows in step order) keep in
  * gap[i] (set to 1 here) the smallest relative gap of the top-k decisions made for it in any layer: the router's
  * (last expert taken against the first left out, by score + bias) and the indexer's (worst entry taken against the
@@ -90,6 +94,7 @@ typedef struct {
     int devices[SL_MAX_RANKS];    /* one rank per entry (engine/shard.h: the model split across them); one GPU
                                      repeated runs every rank on it, in turn on one stream (tests of the split) */
     int index_fp8;                /* the indexer's keys stored FP8 (engine.h's index_fp8) */
+    int kv_fp8;                   /* the attention's keys stored as FP8 KV rows (engine.h's kv_fp8) */
 } sl_cuda_opts;
 /* o NULL: the defaults. With several ranks one step runs on all of them, an all-reduce after each sublayer; a GPU that
  * stops answering fails the step within seconds, with one line naming it. */

@@ -213,6 +213,7 @@ static int self_check(sl_engine *e, char *err, size_t errlen)
     }
     sl_backend_cpu_set_gpu_numerics(cpu, 1);
     sl_backend_cpu_set_index_fp8(cpu, e->o.index_fp8);
+    sl_backend_cpu_set_kv_fp8(cpu, e->o.kv_fp8);
     if ((r = check_sub(e, cpu, &pool, sub, tok, lc, lg, &d, err, errlen)) <= 0) {
         rc = r;
         goto out;
@@ -277,7 +278,8 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
     if (sl_sampler_init(&e->smp, e->w.cfg.vocab_size)) { snprintf(err, errlen, "out of memory"); sl_engine_close(e); return -1; }
 #ifdef SLUICE_HAVE_CUDA_BACKEND
     if (!strcmp(bk, "cuda")) {
-        sl_cuda_opts co = {.gpu_memory_fraction = opts->gpu_memory_fraction, .index_fp8 = opts->index_fp8};
+        sl_cuda_opts co = {.gpu_memory_fraction = opts->gpu_memory_fraction, .index_fp8 = opts->index_fp8,
+                           .kv_fp8 = opts->kv_fp8};
         co.n_devices = sl_parse_devices(opts->devices, co.devices, err, errlen);
         if (co.n_devices < 0) { sl_engine_close(e); return -1; }
         e->be = sl_backend_cuda_create(&e->w, &e->pool, &co, err, errlen);
@@ -288,6 +290,12 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
     if (!strcmp(bk, "cpu") && opts->index_fp8 && sl_backend_cpu_set_index_fp8(e->be, 1)) {   /* cuda checks at create */
         snprintf(err, errlen, "FP8 index keys need the model's index_head_dim (%d) to be a multiple of 64; "
                  "use bf16 index keys for this model", e->w.cfg.index_head_dim);
+        sl_engine_close(e);
+        return -1;
+    }
+    if (!strcmp(bk, "cpu") && opts->kv_fp8 && sl_backend_cpu_set_kv_fp8(e->be, 1)) {
+        snprintf(err, errlen, "FP8 KV needs the model's head_dim - rope_dim (%d - %d) to be a positive multiple of 64; "
+                 "use bf16 KV for this model", e->w.cfg.head_dim, e->w.cfg.rope_dim);
         sl_engine_close(e);
         return -1;
     }

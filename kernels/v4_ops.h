@@ -19,17 +19,23 @@
  * cudaError_t. Activations: fp32 unless named bf16 (uint16_t storage). Pointers are device pointers.
  *
  * Per-sequence state the kernels read and write lives in two arenas owned by the backend:
- *   slots: one fixed part per sequence (slot_bytes each): per layer the sliding ring, bf16
- *          [window][head_dim] (slot p mod window), and per compressor its online-softmax state,
+ *   slots: one fixed part per sequence (slot_bytes each): per layer the sliding ring, [window] key rows
+ *          ("KV rows" below; slot p mod window), and per compressor its online-softmax state,
  *          fp32 [groups][3][d] (m, s, a = running max, Σe, Σe·C; s == 0 means empty): 1 group for
  *          HCA, 3 for CSA (the previous window's "a" halves, the open window's "a" and "b" halves).
  *   pages: block_tokens positions of compressed entries for every layer (page_bytes each): entry w
  *          of a layer with ratio r sits in page blocks[w*r / block_tokens] at the layer's offset,
- *          row (w*r mod block_tokens) / r, bf16 [d]; or, for the indexer's keys when they are stored FP8, in FP8 rows.
+ *          row (w*r mod block_tokens) / r, bf16 [d]; the main compressor's entries as key rows ("KV rows"); the
+ *          indexer's keys, when they are stored FP8, in FP8 rows.
  *   FP8 rows: a region of `rows` rows of d values (d a multiple of 64) keeps every row's d E4M3 codes (row-major),
  *          then every row's d/64 scale exponents (E8M0: block b of the row is codes * 2^(e_b - 127)), each row's
  *          exponents padded to V4_FP8_SCALE_STRIDE(d) bytes. A block's exponent is the smallest e with
  *          2^(e-127) >= max(amax, 1e-4) / 448 (DeepSeek's per-64 power-of-two scale, V4_SPEC 5).
+ *   KV rows: the attention's keys (the ring, the main compressor's entries, the step's own rows) are bf16 [hd], or with
+ *          FP8 KV (engine.kv_dtype=fp8) v4_kv_row_bytes each, one row on its own: the first nope = hd - 2 rope_half
+ *          values (a multiple of 64) as E4M3 codes, then the rotated dims as bf16, then the nope/64 exponents (the
+ *          FP8 rows' block rule) padded to 16 bytes. DeepSeek rounds kv[0:448] so (V4_SPEC 2.4, 5) and keeps the
+ *          rotated dims in bf16.
  */
 #ifndef SLUICE_V4_OPS_H
 #define SLUICE_V4_OPS_H
@@ -61,6 +67,25 @@ typedef struct {
 #define V4_FP8_SCALE_STRIDE(d) ((((d) / 64) + 3) & ~3)
 /* Bytes of a region of `rows` FP8 rows of d values. */
 static inline size_t v4_fp8_rows_bytes(int rows, int d) { return (size_t)rows * (d + V4_FP8_SCALE_STRIDE(d)); }
+
+#ifdef __CUDACC__
+#define V4_HOST_DEVICE __host__ __device__
+#else
+#define V4_HOST_DEVICE
+#endif
+/* FP8 KV rows (above): whether hd and rope_half allow them, and a row's bytes (16-byte aligned). */
+static inline V4_HOST_DEVICE int v4_kv8_ok(int hd, int rope_half)
+{
+    const int nope = hd - 2 * rope_half;
+    return nope > 0 && nope % 64 == 0 && nope <= 1024 && rope_half % 4 == 0;
+}
+#define V4_KV8_EXP_BYTES(nope) ((((nope) / 64) + 15) & ~15)
+/* Bytes of one key row: hd bf16, or an FP8 KV row. */
+static inline V4_HOST_DEVICE size_t v4_kv_row_bytes(int hd, int rope_half, int kv8)
+{
+    const int nope = hd - 2 * rope_half;
+    return kv8 ? (size_t)nope + 4 * (size_t)rope_half + V4_KV8_EXP_BYTES(nope) : (size_t)hd * 2;
+}
 
 typedef struct {
     uint8_t *slots;
@@ -100,7 +125,9 @@ cudaError_t v4_hc_comb(int nr, int dim, int hc, const float *scale, const float 
  * ld_in, d floats a row (even); norm: 0 none, 1 RMSNorm (weight w, NULL = unweighted); rope_half > 0: interleaved
  * pairs on the last 2*rope_half dims at the position of token r / rows_per_tok (s->tok_pos), angles
  * pos*inv_freq[i] in double. ld_tok > 0: a token's rows_per_tok rows start ld_tok floats after the previous token's
- * (row r at in + (r / rows_per_tok) * ld_tok + (r % rows_per_tok) * ld_in: heads inside a wider projection's row). */
+ * (row r at in + (r / rows_per_tok) * ld_tok + (r % rows_per_tok) * ld_in: heads inside a wider projection's row).
+ * out_kv8: the rows written there instead, as FP8 KV rows (v4_kv_row_bytes(d, rope_half, 1) apart; v4_kv8_ok), the
+ * codes rounded from the fp32 values. */
 typedef struct {
     const float *in;
     int ld_in, rows, rows_per_tok, d, norm;
@@ -110,6 +137,7 @@ typedef struct {
     uint16_t *out;
     int ld_out;
     int ld_tok;
+    uint8_t *out_kv8;
 } v4_norm_job;
 #define V4_NORM_JOBS 4
 /* Up to V4_NORM_JOBS jobs in one launch (eps shared). */
@@ -118,14 +146,17 @@ cudaError_t v4_norm_rope(const v4_step *s, const v4_norm_job *jobs, int n_jobs, 
 cudaError_t v4_stamp(uint64_t *dst, cudaStream_t st);
 
 /* ---- v4_compress.cu */
+/* How v4_compress stores an entry: bf16 [d]; an FP8 row of the page's region (d a multiple of 64: the indexer's FP8
+ * keys); an FP8 KV row (v4_kv8_ok(d, rope_half): the main compressor's entries with FP8 KV). */
+enum { V4_ENTRY_BF16 = 0, V4_ENTRY_FP8_ROWS = 1, V4_ENTRY_KV8 = 2 };
 /* Push every row's compressor inputs (C, Z without ape, fp32 rows of coff*d at row stride ld; coff 2 for ratio 4) into
  * its sequence's window state (slot offset state_off); when (t+1) mod ratio == 0 the pooled entry
  * e = norm_w * rms(e) with RoPE (last 2*rope_half dims, position w*ratio) is written to its page (layer offset
- * page_off): bf16, or with out_fp8 as an FP8 row of the page's region (d a multiple of 64). Rows of one
- * span are folded in position order. d <= 1024. */
+ * page_off) in the form `entry` names (V4_ENTRY_*), FP8 codes rounded from the fp32 values. Rows of one span are
+ * folded in position order. d <= 1024. */
 cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, size_t page_off, int ratio,
                         int d, const float *C, const float *Z, int ld, const float *ape, const float *norm_w,
-                        float eps, int rope_half, const double *inv_freq, int out_fp8, cudaStream_t st);
+                        float eps, int rope_half, const double *inv_freq, int entry, cudaStream_t st);
 
 /* ---- v4_attention.cu */
 /* Lightning indexer + top-k for rows r0..r0+nr-1 (a CSA layer): for row i at position t the
@@ -143,9 +174,11 @@ cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int
                        const uint16_t *q, int nI, int dI, const float *wI, int ld_w, float w_scale, int topk,
                        int32_t *sel, float *scores, int max_entries, cudaStream_t st);
 /* Sparse attention for every row i (position t, span s): keys = the window (positions
- * max(0,t-W+1)..t: this step's rows from kv (bf16 [n][hd]) where the position is in the step, else the
+ * max(0,t-W+1)..t: this step's rows from kv where the position is in the step, else the
  * ring at ring_off) + compressed entries at page_off: ratio 4: the rows of sel[i] (topk per row,
- * -1 = none); other ratio r > 0: every entry w < (t+1)/r; 0: none. K = V; scores (q_h . k) * scale,
+ * -1 = none); other ratio r > 0: every entry w < (t+1)/r; 0: none. Every key row, kv's [n] included, is bf16 [hd], or
+ * with kv8 an FP8 KV row ("KV rows" above; the tensor cores take them at V4's rope_half 32 on sm_90a, the CUDA cores
+ * otherwise). K = V; scores (q_h . k) * scale,
  * sink[h] in the denominator, fp32 softmax. q bf16 [n][H][hd]; o bf16 [n][H][hd]: the output de-rotated (RoPE
  * by -pos on the last 2 rope_half dims, angles pos * inv_freq[i] in double; rope_half 0: none). max_keys >= W + the
  * largest compressed count of the step. hd 512 and H <= 64 (V4's shape) run on the tensor cores, with the
@@ -154,7 +187,7 @@ cudaError_t v4_indexer(const v4_step *s, const v4_arena *a, size_t page_off, int
  * v4_attention_scratch_floats for the rows of one launch; fewer rows a launch when smaller); other shapes on the
  * CUDA cores (fp32), no scratch, split_keys unused. */
 cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, int W, size_t page_off, int ratio,
-                         const int32_t *sel, int topk, const uint16_t *q, const uint16_t *kv, int H, int hd,
+                         const int32_t *sel, int topk, const uint16_t *q, const void *kv, int kv8, int H, int hd,
                          float scale, const float *sink, int max_keys, float *scratch, size_t scratch_floats,
                          int rope_half, const double *inv_freq, int split_keys, uint16_t *o, cudaStream_t st);
 /* The split length for `rows` rows of up to max_keys keys on n_sms multiprocessors: one wave of blocks, splits no
@@ -162,9 +195,10 @@ cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, i
 int v4_attention_split(int rows, int max_keys, int n_sms);
 /* Scratch v4_attention needs to run `rows` rows in one launch with up to max_keys keys each (0: none). */
 size_t v4_attention_scratch_floats(int H, int hd, int rows, int max_keys);
-/* Store the last min(n, W) rows of every span's kv into its ring (after the attention read it). */
-cudaError_t v4_ring_store(const v4_step *s, const v4_arena *a, size_t ring_off, int W, const uint16_t *kv, int hd,
-                          cudaStream_t st);
+/* Store the last min(n, W) rows of every span's kv (key rows of row_bytes, a multiple of 4) into its ring (after the
+ * attention read it). */
+cudaError_t v4_ring_store(const v4_step *s, const v4_arena *a, size_t ring_off, int W, const void *kv,
+                          size_t row_bytes, cudaStream_t st);
 
 /* ---- v4_sample.cu */
 typedef struct {
@@ -229,6 +263,8 @@ cudaError_t v4_fill_random(uint8_t *dst, size_t n, uint64_t seed, int lo, int sp
 cudaError_t v4_fill_bf16(uint16_t *dst, size_t n, uint64_t seed, float scale, cudaStream_t st);
 /* A region of `rows` FP8 rows of d values (d a multiple of 64) uniform in (-scale, scale) from h(seed, i). */
 cudaError_t v4_fill_fp8_rows(uint8_t *region, int rows, int d, uint64_t seed, float scale, cudaStream_t st);
+/* `rows` consecutive FP8 KV rows of hd values (v4_kv8_ok) uniform in (-scale, scale) from h(seed, i). */
+cudaError_t v4_fill_kv8_rows(uint8_t *dst, int rows, int hd, int rope_half, uint64_t seed, float scale, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -131,6 +131,7 @@ int main(int argc, char **argv) {
     eo.self_check = strcmp(cfg_get(&c, "engine.self_check"), "off") ? 0 : -1;
     eo.deterministic = !strcmp(cfg_get(&c, "engine.deterministic"), "on");
     eo.index_fp8 = !strcmp(cfg_get(&c, "engine.index_key_dtype"), "fp8");
+    eo.kv_fp8 = !strcmp(cfg_get(&c, "engine.kv_dtype"), "fp8");
     eo.devices = cfg_get(&c, "engine.devices");
     {
         int dv[SL_MAX_RANKS];

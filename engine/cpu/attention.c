@@ -224,6 +224,14 @@ static void attend_heads(void *arg, int h0, int h1, int thread) {
     }
 }
 
+/* A key row (a window row or a compressed entry) as the cuda backend stores it: with FP8 KV its dims before the
+ * 2*half rotated ones rounded to FP8 blocks of 64 (whatever the other numerics), the rest as the GPU numerics say. */
+static void round_key(const cpu_model *m, float *k, int hd, int half) {
+    int nope = m->kv_fp8 ? hd - 2 * half : 0;
+    if (nope) qt_fp8_round_blocks(k, nope, 64);
+    cpu_gpu_round(m, k + nope, (size_t)(hd - nope));
+}
+
 /* ------------------------------------------------------------------------------ the layer */
 int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n,
                   const float *xn, float *f, cpu_attn_buf **bufp) {
@@ -277,7 +285,7 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
             cpu_gpu_round(m, q, (size_t)H * hd);
             float *kv = b->kv + (size_t)i * hd;
             cpu_rope(kv, hd, cs, sn, half, 0);
-            cpu_gpu_round(m, kv, (size_t)hd);
+            round_key(m, kv, hd, half);
             memcpy(ring + (size_t)(t % W) * hd, kv, (size_t)hd * sizeof(float));
 
             int n_win = t + 1 < W ? (int)t + 1 : W;
@@ -300,7 +308,7 @@ int cpu_attention(cpu_model *m, int l, const cpu_span *spans, int n_spans, int n
                 float *e = (t + 1) % ratio ? NULL : v4_entry(pool, st, l, (int)(t / ratio));
                 if (compress_push(&L->comp, ratio, hd, half, freq, eps, v4_cbuf(pool, st, l),
                                   b->cC + (size_t)i * coff * hd, b->cZ + (size_t)i * coff * hd, t, e))
-                    cpu_gpu_round(m, e, (size_t)hd);
+                    round_key(m, e, hd, half);
             }
             if (csa && n_cmp > 0) {
                 /* lightning indexer: score(e) = Σ_h wI_h · ReLU(qI_h · K_e) */

@@ -57,6 +57,7 @@ typedef struct {
     double *freq_main, *freq_comp;   /* rope_dim/2 each */
     int bf16;                        /* gpu numerics (sl_backend_cpu_set_gpu_numerics) */
     int index_fp8;                   /* the indexer's keys kept as FP8 blocks (sl_backend_cpu_set_index_fp8) */
+    int kv_fp8;                      /* window rows and compressed entries kept as FP8 KV (sl_backend_cpu_set_kv_fp8) */
     float *gap;                      /* NULL, or per step row the smallest top-k decision gap (sl_backend_cpu_log_decisions) */
     int gap_cap;
 } cpu_model;

@@ -166,6 +166,14 @@ int sl_backend_cpu_set_index_fp8(sl_backend *b, int on) {
     return 0;
 }
 
+int sl_backend_cpu_set_kv_fp8(sl_backend *b, int on) {
+    const v4_config *c = &b->w->cfg;
+    int nope = c->head_dim - c->rope_dim;
+    if (on && (nope <= 0 || nope % 64)) return -1;
+    ((cpu_impl *)b->impl)->m.kv_fp8 = on;
+    return 0;
+}
+
 void sl_backend_cpu_log_decisions(sl_backend *b, float *gap, int cap) {
     cpu_impl *c = b->impl;
     c->m.gap = gap;

@@ -128,6 +128,8 @@ typedef struct cuda_impl {
     int use_graphs;
     int deterministic;                      /* sl_backend_cuda_set_deterministic */
     int index_fp8;                          /* the indexer's keys in FP8 rows (sl_cuda_opts.index_fp8) */
+    int kv_fp8;                             /* the attention's keys in FP8 KV rows (sl_cuda_opts.kv_fp8) */
+    size_t kv_rb;                           /* bytes of one key row (v4_kv_row_bytes) */
     int n_sms;                              /* the GPU's multiprocessors */
     double mem_fraction;                    /* of the GPU's memory the engine may take */
     int sublayers;                          /* sl_backend.sublayers of the step in flight */
@@ -363,15 +365,16 @@ static void layout_state(cuda_impl *c, size_t *slot_bytes, size_t *page_bytes)
     const v4_config *cfg = &c->w->cfg;
     const int bt = c->pool->block_tokens, hd = cfg->head_dim, dI = cfg->index_head_dim;
     size_t s = 0, p = 0;
+    c->kv_rb = v4_kv_row_bytes(hd, cfg->rope_dim / 2, c->kv_fp8);
     for (int l = 0; l < cfg->n_layers; l++) {
         cu_layer *L = &c->L[l];
         L->ring_off = s;
-        s = al16(s + (size_t)cfg->window * hd * 2);
+        s = al16(s + (size_t)cfg->window * c->kv_rb);
         if (L->ratio > 0) {
             L->cst_off = s;
             s = al16(s + (size_t)(L->ratio == 4 ? 3 : 1) * 3 * hd * sizeof(float));
             L->page_off = p;
-            p = al16(p + (size_t)(bt / L->ratio) * hd * 2);
+            p = al16(p + (size_t)(bt / L->ratio) * c->kv_rb);
         }
         if (L->ratio == 4) {
             L->ist_off = s;
@@ -515,7 +518,7 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
     HB(xn, N * dim);
     HB(qr_b, N * cfg->q_lora_rank);
     HB(q_b, N * H * hd);
-    HB(kv_b, N * hd);
+    HB(kv_b, N * hd);   /* bf16 rows, or FP8 KV rows (fewer bytes) */
     HB(iq_b, N * nI * dI);
     HB(o_b, N * H * hd);
     HB(u_b, N * G * ol);
@@ -682,7 +685,8 @@ static int enqueue_attention(cuda_impl *c, const v4_step *S, int l, int max_t, c
     /* longer key splits at larger batches (less scratch traffic); the fixed ones where batch invariance is asked */
     const int split = c->deterministic ? 0 : v4_attention_split(n, max_keys, c->n_sms);
     LAUNCH(SL_FAM_ATTENTION,
-           v4_attention(S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b, H, hd,
+           v4_attention(S, &c->ar, L->ring_off, W, L->page_off, ratio, c->sel, cfg->index_topk, c->q_b, c->kv_b,
+                        c->kv_fp8, H, hd,
                         1.0f / sqrtf((float)hd), L->attn_sink, max_keys, c->att_scratch, c->att_scratch_floats, half,
                         freq, split, c->o_b, c->st),
            "attention");
@@ -736,29 +740,29 @@ static int enqueue_sublayer(cuda_impl *c, const v4_step *Sp, int l, int half_, i
         if (csa)
             LAUNCH(SL_FAM_COMPRESS,
                    v4_compress(&S, &c->ar, L->ist_off, L->ipage_off, 4, dI, cmp_i, cmp_i + 2 * dI, ncmp, L->i_ape,
-                               L->i_norm, eps, half, freq, c->index_fp8, bs),
+                               L->i_norm, eps, half, freq, c->index_fp8 ? V4_ENTRY_FP8_ROWS : V4_ENTRY_BF16, bs),
                    "indexer compressor");
         LAUNCH(SL_FAM_COMPRESS,
                v4_compress(&S, &c->ar, L->cst_off, L->page_off, ratio, hd, c->cmp, c->cmp + coff * hd, ncmp, L->c_ape,
-                           L->c_norm, eps, half, freq, 0, bs),
+                           L->c_norm, eps, half, freq, c->kv_fp8 ? V4_ENTRY_KV8 : V4_ENTRY_BF16, bs),
                "compressor");
         if (branch_end(c, BR_COMPRESS, err, errlen)) return -1;
     }
     LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wqkv, 0, nqkv, c->xn, dim, n, c->qkv, nqkv, st), "wq_a + wkv");
     const v4_norm_job qkv_norms[2] = {   /* q_norm; kv_norm + RoPE */
-        {c->qkv, nqkv, n, 1, ql, 1, L->q_norm, 0, NULL, c->qr_b, ql, 0},
-        {c->qkv + ql, nqkv, n, 1, hd, 1, L->kv_norm, half, freq, c->kv_b, hd, 0}};
+        {c->qkv, nqkv, n, 1, ql, 1, L->q_norm, 0, NULL, c->qr_b, ql, 0, NULL},
+        {c->qkv + ql, nqkv, n, 1, hd, 1, L->kv_norm, half, freq, c->kv_b, hd, 0, c->kv_fp8 ? (uint8_t *)c->kv_b : NULL}};
     LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, qkv_norms, 2, eps, st), "q_norm, kv_norm + RoPE");
     const int nq = L->wq_b.n;   /* the heads' queries, then (CSA) the indexer's */
     LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wq_b, 0, nq, c->qr_b, ql, n, c->q, nq, st),
            csa ? "wq_b + indexer wq_b" : "wq_b");
     const v4_norm_job q_norms[2] = {   /* per head: q rms + RoPE; the indexer's q: RoPE */
-        {c->q, hd, n * H, H, hd, 1, NULL, half, freq, c->q_b, hd, nq},
-        {c->q + H * hd, dI, n * nI, nI, dI, 0, NULL, half, freq, c->iq_b, dI, nq}};
+        {c->q, hd, n * H, H, hd, 1, NULL, half, freq, c->q_b, hd, nq, NULL},
+        {c->q + H * hd, dI, n * nI, nI, dI, 0, NULL, half, freq, c->iq_b, dI, nq, NULL}};
     LAUNCH(SL_FAM_MHC, v4_norm_rope(&S, q_norms, csa ? 2 : 1, eps, st), "q rms + RoPE");
     if (branch_join(c, BR_COMPRESS, err, errlen)) return -1;
     if (enqueue_attention(c, &S, l, max_t, err, errlen)) return -1;
-    LAUNCH(SL_FAM_ATTENTION, v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, hd, st), "ring store");
+    LAUNCH(SL_FAM_ATTENTION, v4_ring_store(&S, &c->ar, L->ring_off, W, c->kv_b, c->kv_rb, st), "ring store");
     LAUNCH(SL_FAM_DENSE, dense_gemm_grouped(&L->wo_a, G, c->o_b, H * hd, H * hd / G, n, c->u_b, 1, G * ol, st),
            "wo_a");
     LAUNCH(SL_FAM_DENSE, dense_gemm(&L->wo_b, 0, dim, c->u_b, G * ol, n, c->part[0], dim, st), "wo_b");
@@ -1368,15 +1372,24 @@ int sl_backend_cuda_fill_state(sl_backend *be, v4_seq_state *s, int pos, uint64_
         uint8_t *slot = k->ar.slots + (size_t)s->slot * k->ar.slot_bytes;
         CK(cudaMemsetAsync(slot, 0, k->ar.slot_bytes, k->st), "state fill");
         for (int l = 0; l < cfg->n_layers; l++)
-            CK(v4_fill_bf16((uint16_t *)(slot + k->L[l].ring_off), (size_t)cfg->window * cfg->head_dim,
-                            seed * 131 + (uint64_t)l, 1.0f, k->st), "state fill");
+            CK(k->kv_fp8 ? v4_fill_kv8_rows(slot + k->L[l].ring_off, cfg->window, cfg->head_dim, cfg->rope_dim / 2,
+                                            seed * 131 + (uint64_t)l, 1.0f, k->st)
+                         : v4_fill_bf16((uint16_t *)(slot + k->L[l].ring_off), (size_t)cfg->window * cfg->head_dim,
+                                        seed * 131 + (uint64_t)l, 1.0f, k->st),
+               "state fill");
         for (int b = 0; b < (pos + bt - 1) / bt; b++) {
             uint8_t *page = k->ar.pages + (size_t)s->blocks[b] * k->ar.page_bytes;
             CK(v4_fill_bf16((uint16_t *)page, k->ar.page_bytes / 2, seed * 7919 + (uint64_t)b, 1.0f, k->st), "state fill");
-            for (int l = 0; l < cfg->n_layers && k->index_fp8; l++)   /* FP8 keys: codes and scales, not bf16 bits */
-                if (k->L[l].ratio == 4)
-                    CK(v4_fill_fp8_rows(page + k->L[l].ipage_off, bt / 4, cfg->index_head_dim,
-                                        seed * 7919 + (uint64_t)b * 64 + (uint64_t)l, 1.0f, k->st), "state fill");
+            for (int l = 0; l < cfg->n_layers; l++) {   /* FP8 rows: codes and scales, not bf16 bits */
+                const uint64_t sd = seed * 7919 + (uint64_t)b * 64 + (uint64_t)l;
+                if (k->L[l].ratio == 4 && k->index_fp8)
+                    CK(v4_fill_fp8_rows(page + k->L[l].ipage_off, bt / 4, cfg->index_head_dim, sd, 1.0f, k->st),
+                       "state fill");
+                if (k->L[l].ratio > 0 && k->kv_fp8)
+                    CK(v4_fill_kv8_rows(page + k->L[l].page_off, bt / k->L[l].ratio, cfg->head_dim, cfg->rope_dim / 2,
+                                        sd ^ 0x5bd1e995u, 1.0f, k->st),
+                       "state fill");
+            }
         }
         CK(cudaStreamSynchronize(k->st), "state fill");
     }
@@ -1658,6 +1671,11 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, con
                  w->cfg.index_head_dim);
         return NULL;
     }
+    if (o && o->kv_fp8 && !v4_kv8_ok(w->cfg.head_dim, w->cfg.rope_dim / 2)) {
+        snprintf(err, errlen, "cuda backend: FP8 KV needs head_dim - rope_dim (%d - %d) a positive multiple of 64 (at "
+                 "most 1024) and rope_dim a multiple of 8", w->cfg.head_dim, w->cfg.rope_dim);
+        return NULL;
+    }
     double frac = o ? o->gpu_memory_fraction : 0;
     if (frac == 0) frac = 0.9;
     if (!(frac > 0.05 && frac <= 1.0)) {
@@ -1685,6 +1703,7 @@ sl_backend *sl_backend_cuda_create(const v4_weights *w, v4_state_pool *pool, con
         k->cap = STEP_TOKENS;
         k->mem_fraction = frac;
         k->index_fp8 = o && o->index_fp8;
+        k->kv_fp8 = o && o->kv_fp8;
         k->use_graphs = 1;
         k->own_stream = r == 0 || distinct;
         k->ar_peer = distinct;

@@ -68,14 +68,21 @@ __device__ __forceinline__ float block_max(float v, float *red)
     return r;
 }
 
-/* Compressed entry w (ratio r) of span sp: bf16 [d] row in its page. */
-__device__ __forceinline__ uint16_t *v4_entry_ptr(const v4_step &s, const v4_arena &a, size_t page_off, int sp,
-                                                 int w, int r, int d)
+/* Compressed entry w (ratio r) of span sp: its row of row_bytes in its page (the layer's region at page_off holds
+ * block_tokens / r of them). */
+__device__ __forceinline__ uint8_t *v4_entry_row(const v4_step &s, const v4_arena &a, size_t page_off, int sp, int w,
+                                                 int r, size_t row_bytes)
 {
     const long tok = (long)w * r;
     const int page = s.blocks[(size_t)sp * s.max_blocks + (int)(tok / a.block_tokens)];
     const int row = (int)(tok % a.block_tokens) / r;
-    return (uint16_t *)(a.pages + (size_t)page * a.page_bytes + page_off) + (size_t)row * d;
+    return a.pages + (size_t)page * a.page_bytes + page_off + (size_t)row * row_bytes;
+}
+/* Compressed entry w (ratio r) of span sp: bf16 [d] row in its page. */
+__device__ __forceinline__ uint16_t *v4_entry_ptr(const v4_step &s, const v4_arena &a, size_t page_off, int sp,
+                                                 int w, int r, int d)
+{
+    return (uint16_t *)v4_entry_row(s, a, page_off, sp, w, r, (size_t)d * 2);
 }
 
 /* FP8 rows (v4_ops.h, "FP8 rows"): row `row` of a region of `rows` rows of d values: its d E4M3 codes, and its d/64
@@ -114,6 +121,20 @@ __device__ __forceinline__ uint32_t e4m3x2_scaled_bf16x2(uint16_t codes, float s
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)codes, __NV_E4M3);
     const float2 f = __half22float2(*(const __half2 *)&h);
     return (uint32_t)f2bf(f.x * s) | ((uint32_t)f2bf(f.y * s) << 16);
+}
+
+/* One E4M3 code's value */
+__device__ __forceinline__ float e4m3_to_f(uint8_t code)
+{
+    const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)code, __NV_E4M3);
+    return __half2float(*(const __half *)&h);
+}
+/* Value d of a key row (v4_ops.h, "KV rows"): bf16, or an FP8 KV row whose first nope values are codes. */
+__device__ __forceinline__ float v4_kv_val(const uint8_t *row, int d, int nope, int rope_half, bool kv8)
+{
+    if (!kv8) return bf2f(((const uint16_t *)row)[d]);
+    if (d < nope) return e4m3_to_f(row[d]) * fp8_scale(row[nope + 4 * rope_half + (d >> 6)]);
+    return bf2f(((const uint16_t *)(row + nope))[d - nope]);
 }
 
 /* RoPE angle of pair i at position pos: computed in double, as the CPU reference's tables. */

@@ -428,20 +428,20 @@ __device__ __forceinline__ int att_key_count(const v4_step &s, int i, int W, int
     return min(*n_win + n_cmp, max_keys);
 }
 
-/* Key kk of a row: a window position (this step's kv row, or the ring), or a compressed entry; NULL for none
- * (kk >= nk, or an unfilled top-k slot). */
-__device__ __forceinline__ const uint16_t *att_key(const v4_step &s, const v4_arena &ar, const uint16_t *ring,
-                                                   const uint16_t *kv, int hd, int W, int pos0, int row0, int pw0,
-                                                   int n_win, int nk, int kk, int ratio, const int32_t *seli,
-                                                   size_t page_off, int sp)
+/* Key kk of a row: a window position (this step's kv row, or the ring), or a compressed entry, rows of rb bytes (bf16,
+ * or FP8 KV rows); NULL for none (kk >= nk, or an unfilled top-k slot). */
+__device__ __forceinline__ const uint8_t *att_key(const v4_step &s, const v4_arena &ar, const uint8_t *ring,
+                                                  const uint8_t *kv, size_t rb, int W, int pos0, int row0, int pw0,
+                                                  int n_win, int nk, int kk, int ratio, const int32_t *seli,
+                                                  size_t page_off, int sp)
 {
     if (kk >= nk) return nullptr;
     if (kk < n_win) {
         const int pos = pw0 + kk;
-        return pos >= pos0 ? kv + (size_t)(row0 + pos - pos0) * hd : ring + (size_t)(pos % W) * hd;
+        return pos >= pos0 ? kv + (size_t)(row0 + pos - pos0) * rb : ring + (size_t)(pos % W) * rb;
     }
     const int e = ratio == 4 ? seli[kk - n_win] : kk - n_win;
-    return e >= 0 ? v4_entry_ptr(s, ar, page_off, sp, e, ratio, hd) : nullptr;
+    return e >= 0 ? v4_entry_row(s, ar, page_off, sp, e, ratio, rb) : nullptr;
 }
 
 /* Output pair (d, d+1) of row i: the attention output de-rotated (RoPE by -pos on the last 2 rope_half dims, as
@@ -488,7 +488,7 @@ __device__ __forceinline__ void att_store_pair(uint16_t *o, int d, float a, floa
 struct AttSplit {
     int i, sp, pos0, row0, n_win, pw0, nk, kb, n_keys;
     float *unit;              /* the split's scratch unit (NULL: one split, the block normalises) */
-    const uint16_t *ring;     /* the row's window ring */
+    const uint8_t *ring;      /* the row's window ring */
     const int32_t *seli;      /* CSA: the row's selected entries */
 };
 
@@ -512,19 +512,19 @@ __device__ __forceinline__ bool att_split(AttSplit &a, const v4_step &s, const v
         return false;
     }
     a.n_keys = a.nk - a.kb < split ? a.nk - a.kb : split;
-    a.ring = (const uint16_t *)(ar.slots + (size_t)s.span_slot[a.sp] * ar.slot_bytes + ring_off);
+    a.ring = ar.slots + (size_t)s.span_slot[a.sp] * ar.slot_bytes + ring_off;
     a.seli = ratio == 4 ? sel + (size_t)a.i * topk : nullptr;
     return true;
 }
 
-/* The addresses of the split's keys k0.. (up to FA_KP of them) into kp: every thread resolves some at once, so the
- * index and block-table reads behind them are not on each tile's path. */
+/* The addresses of the split's keys k0.. (up to FA_KP of them, rows of rb bytes) into kp: every thread resolves some at
+ * once, so the index and block-table reads behind them are not on each tile's path. */
 __device__ __forceinline__ void att_resolve(const AttSplit &a, const v4_step &s, const v4_arena &ar,
-                                            const uint16_t *kv, int W, int ratio, size_t page_off, int k0,
-                                            const uint16_t **kp)
+                                            const uint8_t *kv, size_t rb, int W, int ratio, size_t page_off, int k0,
+                                            const uint8_t **kp)
 {
     for (int k = threadIdx.x; k < FA_KP && k0 + k < a.n_keys; k += blockDim.x)
-        kp[k] = att_key(s, ar, a.ring, kv, FA_HD, W, a.pos0, a.row0, a.pw0, a.n_win, a.nk, a.kb + k0 + k, ratio,
+        kp[k] = att_key(s, ar, a.ring, kv, rb, W, a.pos0, a.row0, a.pw0, a.n_win, a.nk, a.kb + k0 + k, ratio,
                         a.seli, page_off, a.sp);
 }
 
@@ -594,7 +594,7 @@ struct FaSmem {
     uint16_t p[FA_H * FA_P_LD];
     float m[FA_H], l[FA_H], alpha[FA_H];
     int valid[2][FA_TILE];
-    const uint16_t *kp[FA_KP];            /* the keys' addresses (NULL: none), resolved before their tiles load */
+    const uint8_t *kp[FA_KP];             /* the keys' addresses (NULL: none), resolved before their tiles load */
     float rc[FA_HD / 2], rsn[FA_HD / 2];  /* one split: the de-rotation's cos / sin per rotated pair */
 };
 
@@ -602,7 +602,7 @@ __device__ __forceinline__ int sw512(int r, int c) { return r * FA_HD + ((((c >>
 
 __global__ void __launch_bounds__(FA_THREADS, 1)
     k_attention_mma(v4_step s, v4_arena ar, size_t ring_off, int W, size_t page_off, int ratio, const int32_t *sel,
-                    int topk, const uint16_t *q, const uint16_t *kv, int H, float scale, const float *sink,
+                    int topk, const uint16_t *q, const uint8_t *kv, int H, float scale, const float *sink,
                     int max_keys, int split, int n_splits, int r0, float *part, int rope_half, const double *inv_freq,
                     uint16_t *o)
 {
@@ -617,11 +617,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 
     att_load_q((uint8_t *)sm.q, q, i, H, tid,
                [](int r, int pc) { return (r * FA_HD + ((pc ^ (r & 7)) << 3)) * (int)sizeof(uint16_t); });
-    auto resolve = [&](int k0) { att_resolve(a, s, ar, kv, W, ratio, page_off, k0, sm.kp); };
+    auto resolve = [&](int k0) { att_resolve(a, s, ar, kv, FA_HD * 2, W, ratio, page_off, k0, sm.kp); };
     /* tile `tile` of the split into buffer buf: 8 threads a key, 128 bytes each */
     auto load_tile = [&](int tile, int buf) {
         const int kr = tid >> 3, part8 = tid & 7, k = tile * FA_TILE + kr;
-        const uint16_t *src = k < n_keys ? sm.kp[k % FA_KP] : nullptr;
+        const uint16_t *src = k < n_keys ? (const uint16_t *)sm.kp[k % FA_KP] : nullptr;
         uint16_t *dst = sm.k[buf] + kr * FA_HD;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -772,16 +772,24 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
  * result depends only on its keys and the split), the same scratch units and combine. */
 #define WA_TILE 64
 #define WA_CHUNK (64 * 128)   /* one 64-dim chunk of 64 rows, bytes */
+#define WA_KV8_HALF 32        /* FP8 KV rows on the tensor cores: V4's 64 rotated dims (448 codes, 592-byte rows) */
+#define WA_KV8_NOPE (FA_HD - 2 * WA_KV8_HALF)
+#define WA_KV8_ROW (WA_KV8_NOPE + 4 * WA_KV8_HALF + V4_KV8_EXP_BYTES(WA_KV8_NOPE))
 
-struct WaSmem {
+/* KV8: FP8 KV rows stream into two raw tiles (cp.async) and each is widened to bf16 in the one key tile just before
+ * the tensor cores read it; bf16 keys stream into two key tiles. */
+template <bool KV8> struct WaSmem {
     uint8_t q[8 * WA_CHUNK];              /* Q: 8 chunks of 64 dims x 64 heads */
-    uint8_t k[2][8 * WA_CHUNK];           /* key tiles: 8 chunks of 64 dims x 64 keys */
+    uint8_t k[KV8 ? 1 : 2][8 * WA_CHUNK]; /* key tiles: 8 chunks of 64 dims x 64 keys */
     uint8_t p[WA_CHUNK];                  /* P: 64 heads x 64 keys */
     float alpha[FA_H], m[FA_H], l[FA_H];
     int valid[2][WA_TILE];
-    const uint16_t *kp[FA_KP];
+    const uint8_t *kp[FA_KP];
     float rc[FA_HD / 2], rsn[FA_HD / 2];
+    alignas(16) uint8_t raw[2][KV8 ? WA_TILE * WA_KV8_ROW : 16];   /* last: q, k and p keep 1 KB alignment (wgmma) */
 };
+static_assert(offsetof(WaSmem<false>, p) % 1024 == 0 && offsetof(WaSmem<true>, p) % 1024 == 0,
+              "wgmma's 128-byte swizzled tiles start on 1 KB");
 
 /* byte offset of 16-byte piece p (columns 8p..8p+7) of row r in a matrix of 64-row chunks */
 __device__ __forceinline__ uint32_t wa_off(int r, int p)
@@ -790,9 +798,10 @@ __device__ __forceinline__ uint32_t wa_off(int r, int p)
 }
 __device__ __forceinline__ uint32_t pack_bf2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
 
+template <bool KV8>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     k_attention_wg(v4_step s, v4_arena ar, size_t ring_off, int W, size_t page_off, int ratio, const int32_t *sel,
-                   int topk, const uint16_t *q, const uint16_t *kv, int H, float scale, const float *sink,
+                   int topk, const uint16_t *q, const uint8_t *kv, int H, float scale, const float *sink,
                    int max_keys, int split, int n_splits, int r0, float *part, int rope_half, const double *inv_freq,
                    uint16_t *o)
 {
@@ -801,7 +810,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
 #else
     pdl_enter();
     extern __shared__ __align__(16) uint8_t wa_raw[];
-    WaSmem &sm = *reinterpret_cast<WaSmem *>(wa_raw + ((1024u - (smem_u32(wa_raw) & 1023u)) & 1023u));
+    WaSmem<KV8> &sm = *reinterpret_cast<WaSmem<KV8> *>(wa_raw + ((1024u - (smem_u32(wa_raw) & 1023u)) & 1023u));
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, qd = lane & 3, w = (tid >> 5) & 3;
     const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);   /* warp-uniform to the compiler: wgmma on its branches */
     const int hr0 = 16 * w + g, hr1 = hr0 + 8;   /* the two heads (rows) of this thread's fragments */
@@ -810,19 +819,46 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     const int i = a.i, n_keys = a.n_keys;
     float *const unit = a.unit;
     att_load_q(sm.q, q, i, H, tid, [](int r, int pc) { return wa_off(r, pc); });
-    auto resolve = [&](int k0) { att_resolve(a, s, ar, kv, W, ratio, page_off, k0, sm.kp); };
-    /* tile `tile` into buffer buf: 4 threads a key, 16 pieces of 16 bytes each */
+    auto resolve = [&](int k0) { att_resolve(a, s, ar, kv, KV8 ? WA_KV8_ROW : FA_HD * 2, W, ratio, page_off, k0, sm.kp); };
+    /* tile `tile` into buffer buf: 4 threads a key; bf16: 16 pieces of 16 bytes each into the key tile; KV8: the row's
+     * 37 pieces as they are into the raw tile */
     auto load_tile = [&](int tile, int buf) {
         const int kr = tid >> 2, p4 = tid & 3, k = tile * WA_TILE + kr;
-        const uint16_t *src = k < n_keys ? sm.kp[k % FA_KP] : nullptr;
+        const uint8_t *src = k < n_keys ? sm.kp[k % FA_KP] : nullptr;
+        if constexpr (KV8) {
+            uint8_t *d = sm.raw[buf] + kr * WA_KV8_ROW;
+            if (src)
+                for (int pc = p4; pc < WA_KV8_ROW / 16; pc += 4) cp_async16(d + pc * 16, src + pc * 16);
+        } else {
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const int pc = p4 * 16 + j;
-            uint8_t *d = sm.k[buf] + wa_off(kr, pc);
-            if (src) cp_async16(d, src + pc * 8);
-            else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+            for (int j = 0; j < 16; j++) {
+                const int pc = p4 * 16 + j;
+                uint8_t *d = sm.k[buf] + wa_off(kr, pc);
+                if (src) cp_async16(d, src + pc * 16);
+                else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+            }
         }
         if (p4 == 0) sm.valid[buf][kr] = src != nullptr;
+    };
+    /* KV8: raw tile buf widened into the key tile, 16 bytes (8 dims) a thread at a time; a missing key is zeros (its
+     * P is 0, and 0 times stale bytes could be NaN) */
+    auto widen_tile = [&](int buf) {
+        for (int c = tid; c < WA_TILE * (FA_HD / 8); c += FA_THREADS) {
+            const int kr = c / (FA_HD / 8), pc = c % (FA_HD / 8);
+            const uint8_t *row = sm.raw[buf] + kr * WA_KV8_ROW;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (sm.valid[buf][kr]) {
+                if (8 * pc < WA_KV8_NOPE) {
+                    const uint2 cd = *(const uint2 *)(row + 8 * pc);
+                    const float sc = fp8_scale(row[WA_KV8_NOPE + 4 * WA_KV8_HALF + (pc >> 3)]);
+                    v = make_uint4(e4m3x2_scaled_bf16x2((uint16_t)cd.x, sc), e4m3x2_scaled_bf16x2((uint16_t)(cd.x >> 16), sc),
+                                   e4m3x2_scaled_bf16x2((uint16_t)cd.y, sc), e4m3x2_scaled_bf16x2((uint16_t)(cd.y >> 16), sc));
+                } else {
+                    v = *(const uint4 *)(row + WA_KV8_NOPE + 16 * (pc - WA_KV8_NOPE / 8));
+                }
+            }
+            *(uint4 *)(sm.k[0] + wa_off(kr, pc)) = v;
+        }
     };
     resolve(0);
     __syncthreads();
@@ -837,9 +873,13 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     for (int j = 0; j < n_tiles; j++) {
         const int buf = j & 1;
         att_advance<WA_TILE>(j, n_tiles, resolve, load_tile);
+        if constexpr (KV8) {
+            __syncthreads();   /* every thread's copies of the raw tile have landed */
+            widen_tile(buf);
+        }
         fence_async_smem();
         __syncthreads();
-        const uint32_t kt = smem_u32(sm.k[buf]);
+        const uint32_t kt = smem_u32(sm.k[KV8 ? 0 : buf]);
         float al0 = 1.0f, al1 = 1.0f;
         uint32_t pa[4][4];   /* warpgroup 0: P as the A fragments of the four k16 steps of P V */
         if (wg == 0) {
@@ -1025,12 +1065,12 @@ extern "C" size_t v4_attention_scratch_floats(int H, int hd, int rows, int max_k
     return n_splits > 1 ? (size_t)rows * n_splits * FA_UNIT_FLOATS : 0;
 }
 
-/* Any H and hd: one block per (row, head), fp32 on the CUDA cores.
+/* Any H and hd, bf16 or FP8 KV rows: one block per (row, head), fp32 on the CUDA cores.
  * dynamic shared memory: q fp32 [hd], scores [max_keys], key row pointers [max_keys] */
 __global__ void __launch_bounds__(ATT_THREADS) k_attention_generic(v4_step s, v4_arena ar, size_t ring_off, int W,
                                                            size_t page_off, int ratio, const int32_t *sel, int topk,
-                                                           const uint16_t *q, const uint16_t *kv, int H, int hd,
-                                                           float scale, const float *sink, int max_keys,
+                                                           const uint16_t *q, const uint8_t *kv, int kv8, int H,
+                                                           int hd, float scale, const float *sink, int max_keys,
                                                            int rope_half, const double *inv_freq, uint16_t *o)
 {
     pdl_enter();
@@ -1038,22 +1078,23 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention_generic(v4_step s, v4
     __shared__ float red[33];
     const int i = blockIdx.x, h = blockIdx.y;
     float *qf = sm, *sc = sm + hd;
-    const uint16_t **kp = (const uint16_t **)(sc + ((max_keys + 1) & ~1));
-    const int sp = s.tok_span[i], pos0 = s.span_pos0[sp], row0 = s.span_row0[sp];
+    const uint8_t **kp = (const uint8_t **)(sc + ((max_keys + 1) & ~1));
+    const int sp = s.tok_span[i], pos0 = s.span_pos0[sp], row0 = s.span_row0[sp], nope = hd - 2 * rope_half;
     int n_win, pw0;
     const int nk = att_key_count(s, i, W, ratio, topk, max_keys, &n_win, &pw0);
-    const uint16_t *ring = (const uint16_t *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off);
+    const uint8_t *ring = ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off;
     for (int k = threadIdx.x; k < hd; k += blockDim.x) qf[k] = bf2f(q[((size_t)i * H + h) * hd + k]);
     const int32_t *seli = ratio == 4 ? sel + (size_t)i * topk : nullptr;
+    const size_t rb = v4_kv_row_bytes(hd, rope_half, kv8);
     for (int kk = threadIdx.x; kk < nk; kk += blockDim.x)
-        kp[kk] = att_key(s, ar, ring, kv, hd, W, pos0, row0, pw0, n_win, nk, kk, ratio, seli, page_off, sp);
+        kp[kk] = att_key(s, ar, ring, kv, rb, W, pos0, row0, pw0, n_win, nk, kk, ratio, seli, page_off, sp);
     __syncthreads();
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int kk = wid; kk < nk; kk += nw) {
-        const uint16_t *k = kp[kk];
+        const uint8_t *k = kp[kk];
         float dot = 0.0f;
         if (k)
-            for (int d = lane; d < hd; d += 32) dot += qf[d] * bf2f(k[d]);
+            for (int d = lane; d < hd; d += 32) dot += qf[d] * v4_kv_val(k, d, nope, rope_half, kv8);
         dot = warp_sum(dot);
         if (lane == 0) sc[kk] = k ? dot * scale : -INFINITY;
     }
@@ -1074,40 +1115,55 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention_generic(v4_step s, v4
         float a = 0.0f, b = 0.0f;
         for (int kk = 0; kk < nk; kk++)
             if (kp[kk]) {
-                a += sc[kk] * bf2f(kp[kk][d]);
-                b += sc[kk] * bf2f(kp[kk][d + 1]);
+                a += sc[kk] * v4_kv_val(kp[kk], d, nope, rope_half, kv8);
+                b += sc[kk] * v4_kv_val(kp[kk], d + 1, nope, rope_half, kv8);
             }
         att_store_pair(oh, d, a * inv, b * inv, s.tok_pos[i], hd, rope_half, inv_freq);
     }
 }
 
 extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t ring_off, int W, size_t page_off,
-                                    int ratio, const int32_t *sel, int topk, const uint16_t *q, const uint16_t *kv,
-                                    int H, int hd, float scale, const float *sink, int max_keys, float *scratch,
-                                    size_t scratch_floats, int rope_half, const double *inv_freq, int split_keys,
-                                    uint16_t *o, cudaStream_t st)
+                                    int ratio, const int32_t *sel, int topk, const uint16_t *q, const void *kv_rows,
+                                    int kv8, int H, int hd, float scale, const float *sink, int max_keys,
+                                    float *scratch, size_t scratch_floats, int rope_half, const double *inv_freq,
+                                    int split_keys, uint16_t *o, cudaStream_t st)
 {
     if (s->n <= 0) return cudaSuccess;
+    if (kv8 && !v4_kv8_ok(hd, rope_half)) return cudaErrorInvalidValue;
+    const uint8_t *kv = (const uint8_t *)kv_rows;
+    signed char use = 0;   /* the tensor-core kernel for V4's shape: 1 wgmma, -1 mma.sync */
     if (hd == FA_HD && H <= FA_H && H >= 1) {
         /* compute capability 9.0: the wgmma kernel; elsewhere the mma.sync one */
         static signed char wgs[DEV_FLAG_MAX];   /* per device: 0 unknown, 1 wgmma, -1 mma.sync; limits raised */
         signed char *wgf = (signed char *)dev_flag((unsigned char *)wgs);
-        signed char use = wgf ? *wgf : 0;
+        use = wgf ? *wgf : 0;
         if (!use) {
             int dev, major;
             cudaError_t e = cudaGetDevice(&dev);
             if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
             if (e != cudaSuccess) return e;
             use = major == 9 ? 1 : -1;
-            e = use > 0 ? cudaFuncSetAttribute(k_attention_wg, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)(sizeof(WaSmem) + 1024))
-                        : cudaFuncSetAttribute(k_attention_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)sizeof(FaSmem));
+            if (use > 0) {
+                e = cudaFuncSetAttribute(k_attention_wg<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)(sizeof(WaSmem<false>) + 1024));
+                if (e == cudaSuccess)
+                    e = cudaFuncSetAttribute(k_attention_wg<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(sizeof(WaSmem<true>) + 1024));
+            } else {
+                e = cudaFuncSetAttribute(k_attention_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)sizeof(FaSmem));
+            }
             if (e != cudaSuccess) return e;
             if (wgf) *wgf = use;
         }
-        auto *kern = use > 0 ? k_attention_wg : k_attention_mma;
-        const size_t smem = use > 0 ? sizeof(WaSmem) + 1024 : sizeof(FaSmem);   /* wgmma: its base aligned to 1 KB */
+        /* FP8 KV rows on the tensor cores: the wgmma kernel at V4's rotated width; other FP8 shapes take the CUDA
+         * cores */
+        if (kv8 && (use < 0 || rope_half != WA_KV8_HALF)) use = 0;
+    }
+    if (use) {
+        auto *kern = use < 0 ? k_attention_mma : kv8 ? k_attention_wg<true> : k_attention_wg<false>;
+        const size_t wg_smem = (kv8 ? sizeof(WaSmem<true>) : sizeof(WaSmem<false>)) + 1024;   /* base aligned to 1 KB */
+        const size_t smem = use < 0 ? sizeof(FaSmem) : wg_smem;
         if (split_keys <= 0) split_keys = FA_SPLIT;
         if (split_keys % (use > 0 ? WA_TILE : FA_TILE)) return cudaErrorInvalidValue;
         const int n_splits = (max_keys + split_keys - 1) / split_keys;
@@ -1137,21 +1193,24 @@ extern "C" cudaError_t v4_attention(const v4_step *s, const v4_arena *a, size_t 
         if (e != cudaSuccess) return e;
     }
     return moe_launch(k_attention_generic, dim3(s->n, H), dim3(ATT_THREADS), smem, st, *s, *a, ring_off, W, page_off, ratio,
-                     sel, topk, q, kv, H, hd, scale, sink, max_keys, rope_half, inv_freq, o);
+                     sel, topk, q, kv, kv8, H, hd, scale, sink, max_keys, rope_half, inv_freq, o);
 }
 
-__global__ void k_ring_store(v4_step s, v4_arena ar, size_t ring_off, int W, const uint16_t *kv, int hd)
+/* row_bytes / 4 words a row */
+__global__ void k_ring_store(v4_step s, v4_arena ar, size_t ring_off, int W, const uint32_t *kv, int words)
 {
     pdl_enter();
     const int i = blockIdx.x, sp = s.tok_span[i], t = s.tok_pos[i];
     if (t < s.span_pos0[sp] + s.span_n[sp] - W) return;
-    uint16_t *ring = (uint16_t *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off) + (size_t)(t % W) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) ring[d] = kv[(size_t)i * hd + d];
+    uint32_t *ring = (uint32_t *)(ar.slots + (size_t)s.span_slot[sp] * ar.slot_bytes + ring_off) + (size_t)(t % W) * words;
+    for (int d = threadIdx.x; d < words; d += blockDim.x) ring[d] = kv[(size_t)i * words + d];
 }
 
-extern "C" cudaError_t v4_ring_store(const v4_step *s, const v4_arena *a, size_t ring_off, int W, const uint16_t *kv,
-                                     int hd, cudaStream_t st)
+extern "C" cudaError_t v4_ring_store(const v4_step *s, const v4_arena *a, size_t ring_off, int W, const void *kv,
+                                     size_t row_bytes, cudaStream_t st)
 {
     if (s->n <= 0) return cudaSuccess;
-    return moe_launch(k_ring_store, dim3(s->n), dim3(128), 0, st, *s, *a, ring_off, W, kv, hd);
+    if (row_bytes % 4 || ring_off % 4) return cudaErrorInvalidValue;
+    return moe_launch(k_ring_store, dim3(s->n), dim3(128), 0, st, *s, *a, ring_off, W, (const uint32_t *)kv,
+                      (int)(row_bytes / 4));
 }

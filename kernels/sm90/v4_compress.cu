@@ -7,7 +7,8 @@
  * window w-1 with the "b" halves of window w, so three accumulators: the previous window's "a"
  * (complete), the open window's "a" and "b". When window w closes ((t+1) mod r == 0) the entry is
  * the combination of its accumulators, then RMSNorm (norm_w) and RoPE at position w*r, stored bf16, or as an FP8
- * row (the indexer's keys when they are stored FP8): a warp a block of 64 dims, its scale from the block's amax.
+ * row (the indexer's keys when they are stored FP8) or an FP8 KV row (the main entries with FP8 KV): a warp a block of
+ * 64 dims, its scale from the block's amax.
  *
  * One block per span; thread j owns dims j, j+blockDim.x, ...; the span's rows are folded in order,
  * so chunked prefill and token-by-token decode fold the same values in the same order.
@@ -51,7 +52,7 @@ __device__ __forceinline__ float acc_pool(const acc3 &p, const acc3 &q)
 __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar, size_t state_off, size_t page_off,
                                                           int ratio, int d, const float *C, const float *Z, int ld,
                                                           const float *ape, const float *norm_w, float eps,
-                                                          int rope_half, const double *inv_freq, int out_fp8)
+                                                          int rope_half, const double *inv_freq, int entry)
 {
     pdl_enter();
     __shared__ float red[33];
@@ -111,7 +112,8 @@ __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar
         }
         ss = block_sum(ss, red);   /* its barriers also publish ent[] */
         const float rs = rsqrtf(ss / (float)d + eps);
-        uint16_t *out = out_fp8 ? nullptr : v4_entry_ptr(s, ar, page_off, sp, w, ratio, d);
+        const bool fp8 = entry != V4_ENTRY_BF16;
+        uint16_t *out = fp8 ? nullptr : v4_entry_ptr(s, ar, page_off, sp, w, ratio, d);
         const long epos = (long)w * ratio;
         for (int p = threadIdx.x; 2 * p < d; p += blockDim.x) {
             const int j = 2 * p;
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar
                 a = re * cs - im * sn;
                 b = re * sn + im * cs;
             }
-            if (out_fp8) {   /* the thread's own pair: no other thread reads it before the barrier below */
+            if (fp8) {   /* the thread's own pair: no other thread reads it before the barrier below */
                 ent[j] = a;
                 ent[j + 1] = b;
             } else {
@@ -131,11 +133,20 @@ __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar
                 out[j + 1] = f2bf(b);
             }
         }
-        if (out_fp8) {
+        if (fp8) {
             __syncthreads();
-            const int lane = threadIdx.x & 31;
-            uint8_t *sc, *codes = v4_fp8_entry(s, ar, page_off, sp, w, ratio, d, &sc);
-            for (int b = threadIdx.x >> 5; b < d / 64; b += CMP_THREADS / 32) {
+            const int lane = threadIdx.x & 31, kv8 = entry == V4_ENTRY_KV8;
+            uint8_t *sc, *codes;
+            if (kv8) {   /* codes for dims < r0, the rotated dims bf16 after them, then the exponents */
+                codes = v4_entry_row(s, ar, page_off, sp, w, ratio, v4_kv_row_bytes(d, rope_half, 1));
+                sc = codes + r0 + 4 * rope_half;
+                for (int p = threadIdx.x; 2 * p < d - r0; p += blockDim.x)
+                    *(uint32_t *)(codes + r0 + 4 * p) =
+                        (uint32_t)f2bf(ent[r0 + 2 * p]) | ((uint32_t)f2bf(ent[r0 + 2 * p + 1]) << 16);
+            } else {
+                codes = v4_fp8_entry(s, ar, page_off, sp, w, ratio, d, &sc);
+            }
+            for (int b = threadIdx.x >> 5; b < (kv8 ? r0 : d) / 64; b += CMP_THREADS / 32) {
                 const float2 v = make_float2(ent[64 * b + 2 * lane], ent[64 * b + 2 * lane + 1]);
                 const uint8_t e = fp8_block_exp(warp_max(fmaxf(fabsf(v.x), fabsf(v.y))));
                 const float inv = fp8_scale(254u - e);   /* 2^-(e - 127): v * inv is v / 2^(e-127) exactly */
@@ -161,11 +172,13 @@ __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar
 extern "C" cudaError_t v4_compress(const v4_step *s, const v4_arena *a, size_t state_off, size_t page_off, int ratio,
                                    int d, const float *C, const float *Z, int ld, const float *ape,
                                    const float *norm_w, float eps, int rope_half, const double *inv_freq,
-                                   int out_fp8, cudaStream_t st)
+                                   int entry, cudaStream_t st)
 {
     if (d > CMP_DPT * CMP_THREADS || d % 2 || ratio <= 0 || ld < (ratio == 4 ? 2 : 1) * d) return cudaErrorInvalidValue;
-    if (out_fp8 && d % 64) return cudaErrorInvalidValue;
+    if ((entry == V4_ENTRY_FP8_ROWS && d % 64) || (entry == V4_ENTRY_KV8 && !v4_kv8_ok(d, rope_half)) ||
+        entry < V4_ENTRY_BF16 || entry > V4_ENTRY_KV8)
+        return cudaErrorInvalidValue;
     if (s->n_spans <= 0) return cudaSuccess;
     return moe_launch(k_compress, dim3(s->n_spans), dim3(CMP_THREADS), 0, st, *s, *a, state_off, page_off, ratio, d, C, Z,
-                     ld, ape, norm_w, eps, rope_half, inv_freq, out_fp8);
+                     ld, ape, norm_w, eps, rope_half, inv_freq, entry);
 }

@@ -331,23 +331,43 @@ __global__ void __launch_bounds__(256) k_norm_rope(const int32_t *tok_pos, NormJ
     }
     const long pos = jb.rope_half > 0 ? tok_pos[r / jb.rows_per_tok] : 0;
     const int r0 = d - 2 * jb.rope_half;
-    uint16_t *o = jb.out + (size_t)r * jb.ld_out;
-    for (int p = threadIdx.x; 2 * p < d; p += blockDim.x) {
-        const int c = 2 * p;
-        float a = x[c] * rs, b = x[c + 1] * rs;   /* d is even */
-        if (jb.norm && jb.w) {
-            a *= jb.w[c];
-            b *= jb.w[c + 1];
+    uint8_t *o8 = jb.out_kv8 ? jb.out_kv8 + (size_t)r * v4_kv_row_bytes(d, jb.rope_half, 1) : nullptr;
+    uint16_t *o = o8 ? nullptr : jb.out + (size_t)r * jb.ld_out;
+    /* every thread takes the same number of turns: with out_kv8 a warp's 64 dims are one FP8 block (r0 is a multiple
+     * of 64, blockDim.x of 32) whose amax the warp reduces */
+    for (int p0 = 0; 2 * p0 < d; p0 += blockDim.x) {
+        const int c = 2 * (p0 + threadIdx.x);
+        const bool in = c < d;   /* d is even */
+        float a = 0.0f, b = 0.0f;
+        if (in) {
+            a = x[c] * rs;
+            b = x[c + 1] * rs;
+            if (jb.norm && jb.w) {
+                a *= jb.w[c];
+                b *= jb.w[c + 1];
+            }
+            if (jb.rope_half > 0 && c >= r0) {
+                float cs, sn;
+                v4_rope_cs(pos, jb.inv_freq[(c - r0) >> 1], &cs, &sn);
+                const float re = a, im = b;
+                a = re * cs - im * sn;
+                b = re * sn + im * cs;
+            }
         }
-        if (jb.rope_half > 0 && c >= r0) {
-            float cs, sn;
-            v4_rope_cs(pos, jb.inv_freq[(c - r0) >> 1], &cs, &sn);
-            const float re = a, im = b;
-            a = re * cs - im * sn;
-            b = re * sn + im * cs;
+        if (!o8) {
+            if (in) {
+                o[c] = f2bf(a);
+                o[c + 1] = f2bf(b);
+            }
+        } else if (2 * (p0 + (threadIdx.x & ~31)) < r0) {   /* the warp's block is FP8 */
+            const uint8_t e = fp8_block_exp(warp_max(fmaxf(fabsf(a), fabsf(b))));
+            const float inv = fp8_scale(254u - e);
+            *(__nv_fp8x2_storage_t *)(o8 + c) =
+                __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
+            if ((threadIdx.x & 31) == 0) o8[r0 + 4 * jb.rope_half + (c >> 6)] = e;
+        } else if (in) {
+            *(uint32_t *)(o8 + r0 + 2 * (c - r0)) = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
         }
-        o[c] = f2bf(a);
-        o[c + 1] = f2bf(b);
     }
 }
 
@@ -360,6 +380,7 @@ extern "C" cudaError_t v4_norm_rope(const v4_step *s, const v4_norm_job *jobs, i
     for (int k = 0; k < n_jobs; k++) {
         const v4_norm_job *jb = &jobs[k];
         if (jb->d % 2 || (jb->rope_half > 0 && 2 * jb->rope_half > jb->d) || jb->rows < 0) return cudaErrorInvalidValue;
+        if (jb->out_kv8 && !v4_kv8_ok(jb->d, jb->rope_half)) return cudaErrorInvalidValue;
         J.j[k] = *jb;
         if (J.j[k].rows_per_tok < 1) J.j[k].rows_per_tok = 1;
         rows += jb->rows;

@@ -71,3 +71,34 @@ extern "C" cudaError_t v4_fill_fp8_rows(uint8_t *region, int rows, int d, uint64
     k_fill_fp8_rows<<<(unsigned)blocks, 256, 0, st>>>(region, rows, d, seed, scale);
     return cudaGetLastError();
 }
+
+/* FP8 KV rows of values uniform in (-scale, scale): codes as k_fill_fp8_rows's, every block's exponent the one amax =
+ * scale gives, the rotated dims bf16 */
+__global__ void k_fill_kv8_rows(uint8_t *dst, int rows, int hd, int rope_half, uint64_t seed, float scale)
+{
+    const uint8_t e = fp8_block_exp(scale);
+    const float inv = fp8_scale(254u - e);
+    const int nope = hd - 2 * rope_half;
+    const size_t rb = v4_kv_row_bytes(hd, rope_half, 1), n = (size_t)rows * hd;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ull * (i + 1));
+        const float v = ((float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+        uint8_t *row = dst + (i / hd) * rb;
+        const int d = (int)(i % hd);
+        if (d < nope) row[d] = __nv_cvt_float_to_fp8(v * inv, __NV_SATFINITE, __NV_E4M3);
+        else ((uint16_t *)(row + nope))[d - nope] = f2bf(v);
+        if (d == 0)
+            for (int b = 0; b < V4_KV8_EXP_BYTES(nope); b++) row[nope + 4 * rope_half + b] = b < nope / 64 ? e : 0;
+    }
+}
+
+extern "C" cudaError_t v4_fill_kv8_rows(uint8_t *dst, int rows, int hd, int rope_half, uint64_t seed, float scale,
+                                        cudaStream_t st)
+{
+    if (rows <= 0) return cudaSuccess;
+    if (!v4_kv8_ok(hd, rope_half)) return cudaErrorInvalidValue;
+    size_t blocks = ((size_t)rows * hd + 255) / 256;
+    if (blocks > 8192) blocks = 8192;
+    k_fill_kv8_rows<<<(unsigned)blocks, 256, 0, st>>>(dst, rows, hd, rope_half, seed, scale);
+    return cudaGetLastError();
+}

@@ -24,7 +24,15 @@
  * The fixtures whose index_head_dim is a multiple of 64 run once more with the indexer's keys stored FP8 on both
  * sides (sl_cuda_opts.index_fp8, sl_backend_cpu_set_index_fp8), the same checks, and an engine opens with FP8 keys
  * (its 8-token self-check writes FP8 keys but has too few candidates for the indexer to score them: the comparisons
- * above are what check the FP8 scoring).
+ * above are what check the FP8 scoring); then those whose head_dim - rope_dim is a multiple of 64 once more with FP8 KV
+ * as well (sl_cuda_opts.kv_fp8, sl_backend_cpu_set_kv_fp8: window rows, compressed entries and the step's own keys),
+ * and an engine opens with both (its self-check reads FP8 KV: every token attends over its window). FP8 KV has its own
+ * tolerance here: both sides round every key to E4M3, and a key value the two sides compute a hair apart on either
+ * side of a rounding boundary lands on codes 6-12 % apart; every key of every layer has hundreds of values, and these
+ * 2-layer random models amplify such a step into the logits (up to 7e-2 relative L2 and an argmax flip measured where
+ * bf16 keys give 7e-3). So the rows are held to relative L2 MAX_REL_L2_KV8 and argmax flips and greedy continuations
+ * are printed, not asserted; the full-width synthetic model (test_synthetic_gpu) holds FP8 KV to the strict 2e-2
+ * with no clear flip.
  * Exit 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
@@ -34,8 +42,10 @@
 #include "../../engine/engine.h"
 #include "../model/fixture.h"
 #include "logits_cmp.h"
+#include "v4_ops.h"
 
 #define MAX_REL_L2 2e-2
+#define MAX_REL_L2_KV8 1e-1   /* FP8 KV on the tiny fixtures (see the header) */
 #define MIN_MARGIN 0.05f
 #define NEAR_TIE 1e-2f        /* a top-k decision this close (relative) may go either way on the GPU */
 #define GEN 32
@@ -66,6 +76,7 @@ static int run(sl_backend *be, v4_state_pool *pool, const fx_prompt *p, int chun
 
 
 /* worst relative L2 over rows; counts argmax disagreements where the CPU margin is clear */
+/* assert_it: 0 print only; 1 rel L2 <= MAX_REL_L2 and no clear argmax flip; 2 (FP8 KV) rel L2 <= MAX_REL_L2_KV8 */
 static double compare(const char *fx, const char *what, int k, const float *gpu, const float *cpu, int rows, int V,
                       int assert_it, int clean)
 {
@@ -86,8 +97,9 @@ static double compare(const char *fx, const char *what, int k, const float *gpu,
     printf("%-26s prompt %d %-22s rows %3d, before the first near tie %3d: worst rel L2 %.2e, clear argmax flips %d; "
            "after it %.2e\n", fx, k, what, rows, clean, worst, flips, after);
     if (!assert_it) return worst;
-    if (!(worst <= MAX_REL_L2)) FAIL("%s prompt %d %s: rel L2 %.3e > %.0e", fx, k, what, worst, MAX_REL_L2);
-    if (flips) FAIL("%s prompt %d %s: %d clear argmax flips", fx, k, what, flips);
+    const double tol = assert_it == 2 ? MAX_REL_L2_KV8 : MAX_REL_L2;
+    if (!(worst <= tol)) FAIL("%s prompt %d %s: rel L2 %.3e > %.0e", fx, k, what, worst, tol);
+    if (flips && assert_it == 1) FAIL("%s prompt %d %s: %d clear argmax flips", fx, k, what, flips);
     return worst;
 }
 
@@ -130,6 +142,7 @@ typedef struct {
 
 static int g_deterministic;   /* engine.deterministic for the batch-invariance runs */
 static int g_index_fp8;       /* the indexer's keys stored FP8 in the engines opened */
+static int g_kv_fp8;          /* and the attention's keys as FP8 KV */
 
 static sl_engine *open_engine(const char *dir, const char *backend, size_t state_bytes, int max_batch)
 {
@@ -141,6 +154,7 @@ static sl_engine *open_engine(const char *dir, const char *backend, size_t state
     o.max_batch = max_batch;
     o.deterministic = g_deterministic;
     o.index_fp8 = g_index_fp8;
+    o.kv_fp8 = g_kv_fp8;
     o.devices = "0";
     sl_engine *e;
     char err[256];
@@ -265,17 +279,20 @@ out:
     free(alt);
 }
 
-static void test_fixture(const char *fixture, int index_fp8)
+/* fp8: 0 bf16 keys, 1 FP8 index keys, 2 FP8 index keys and FP8 KV */
+static void test_fixture(const char *fixture, int fp8)
 {
     char dir[1300], name[300];
+    const int index_fp8 = fp8 >= 1, kv_fp8 = fp8 == 2;
     snprintf(dir, sizeof dir, "%.1000s/%.255s", SLUICE_TEST_DATA, fixture);
-    snprintf(name, sizeof name, "%.255s%s", fixture, index_fp8 ? " fp8-keys" : "");
+    snprintf(name, sizeof name, "%.255s%s", fixture, kv_fp8 ? " fp8-kv" : index_fp8 ? " fp8-keys" : "");
     fx_fixture f;
     if (fx_load(dir, fixture, &f)) { FAIL("%s: cannot load the fixture", name); return; }
     v4_weights w;
     char err[256];
     if (v4_weights_load(dir, &w, err, sizeof err)) { FAIL("%s: %s", name, err); fx_free(&f); return; }
-    if (index_fp8 && w.cfg.index_head_dim % 64) {   /* FP8 rows need blocks of 64 */
+    if ((index_fp8 && w.cfg.index_head_dim % 64) || (kv_fp8 && !v4_kv8_ok(w.cfg.head_dim, w.cfg.rope_dim / 2))) {
+        /* FP8 rows need blocks of 64 */
         v4_weights_free(&w);
         fx_free(&f);
         return;
@@ -283,6 +300,7 @@ static void test_fixture(const char *fixture, int index_fp8)
     const int fast_moe = w.cfg.dim % 256 == 0;
     sl_cuda_opts go = one_gpu;
     go.index_fp8 = index_fp8;
+    go.kv_fp8 = kv_fp8;
     v4_state_pool pc, pn, pg;
     if (v4_pool_init(&pc, &w.cfg, (size_t)1 << 30, err, sizeof err) ||
         v4_pool_init(&pn, &w.cfg, (size_t)1 << 30, err, sizeof err) ||
@@ -298,6 +316,7 @@ static void test_fixture(const char *fixture, int index_fp8)
     if (!cpu || !ref || !gpu) FAIL("%s: backend: %s", name, err);
     if (ref) sl_backend_cpu_set_gpu_numerics(ref, 1);
     if (ref && sl_backend_cpu_set_index_fp8(ref, index_fp8)) FAIL("%s: the CPU refuses FP8 index keys", name);
+    if (ref && sl_backend_cpu_set_kv_fp8(ref, kv_fp8)) FAIL("%s: the CPU refuses FP8 KV", name);
     const int V = f.vocab;
     for (int k = 0; k < f.n && cpu && ref && gpu; k++) {
         const fx_prompt *p = &f.p[k];
@@ -316,9 +335,9 @@ static void test_fixture(const char *fixture, int index_fp8)
             for (int c = 0; c < 3; c++) {
                 for (size_t i = 0; i < (size_t)p->rows * V; i++) rg[i] = NAN;
                 if (run(gpu, &pg, p, chunks[c], V, rg)) continue;
-                const double e = compare(name, what[c], k, rg, rn, p->rows, V, 1, clean);
+                const double e = compare(name, what[c], k, rg, rn, p->rows, V, kv_fp8 ? 2 : 1, clean);
                 if (c == 0) compare(name, "whole vs exact CPU", k, rg, rc, p->rows, V, 0, p->rows);
-                if (c == 0 && !(e <= MAX_REL_L2)) {   /* where it starts: the model's prefixes, sublayer by sublayer */
+                if (c == 0 && !(e <= (kv_fp8 ? MAX_REL_L2_KV8 : MAX_REL_L2))) {   /* where it starts: the model's prefixes, sublayer by sublayer */
                     printf("%-26s prompt %d: worst rel L2 of the first n sublayers:", name, k);
                     for (int sub = 1; sub <= 2 * w.cfg.n_layers; sub++) {
                         ref->sublayers = gpu->sublayers = sub;
@@ -345,7 +364,8 @@ static void test_fixture(const char *fixture, int index_fp8)
             while (same < GEN && tn[same] == tg[same]) same++;
             printf("%-26s prompt %d greedy: GPU = reference for %d of %d tokens; margins clear for the first %d\n", name,
                    k, same, GEN, clear);
-            if (same < clear) FAIL("%s prompt %d: greedy differs at token %d where the margin is clear", name, k, same);
+            if (same < clear && !kv_fp8)
+                FAIL("%s prompt %d: greedy differs at token %d where the margin is clear", name, k, same);
         }
         free(rc);
         free(rn);
@@ -359,14 +379,16 @@ static void test_fixture(const char *fixture, int index_fp8)
     v4_pool_free(&pg);
     v4_weights_free(&w);
     g_index_fp8 = index_fp8;
-    if (index_fp8) {   /* the engine's self-check against the CPU reference keeping the same FP8 keys */
+    g_kv_fp8 = kv_fp8;
+    if (fp8) {   /* the engine's self-check against the CPU reference keeping the same FP8 state */
         sl_engine *e = open_engine(dir, "cuda", (size_t)1 << 30, 8);
         if (e) sl_engine_close(e);
-        printf("%-26s engine with FP8 index keys: %s\n", name, e ? "the self-check passes" : "refused");
+        printf("%-26s engine with FP8 index keys%s: %s\n", name, kv_fp8 ? " and FP8 KV" : "",
+               e ? "the self-check passes" : "refused");
     } else {
         engine_checks(&f, fast_moe);
     }
-    g_index_fp8 = 0;
+    g_index_fp8 = g_kv_fp8 = 0;
     fx_free(&f);
 }
 
@@ -382,6 +404,7 @@ int main(void)
     if (nf == 0) { FAIL("no fixtures under %s", SLUICE_TEST_DATA); return 1; }
     for (int i = 0; i < nf; i++) test_fixture(names[i], 0);
     for (int i = 0; i < nf; i++) test_fixture(names[i], 1);
+    for (int i = 0; i < nf; i++) test_fixture(names[i], 2);
     printf("%d fixtures, %d failures\n", nf, failures);
     return failures ? 1 : 0;
 }

@@ -7,7 +7,8 @@
  *   - then 8 decode steps, teacher-forced with the CPU's greedy tokens: every row within 2e-2 and the
  *     same argmax wherever the CPU's top-2 margin is >= 0.05;
  * with the indexer's keys in bf16, then stored FP8 on both sides (sl_cuda_opts.index_fp8 and the CPU's
- * sl_backend_cpu_set_index_fp8).
+ * sl_backend_cpu_set_index_fp8), then with FP8 index keys and FP8 KV (sl_cuda_opts.kv_fp8 and
+ * sl_backend_cpu_set_kv_fp8: the window rows, compressed entries and the step's own keys as DeepSeek's FP8 KV).
  * Exit 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
@@ -55,21 +56,24 @@ static int prefill(sl_backend *be, v4_state_pool *pool, v4_seq_state *st, const 
     return 0;
 }
 
-/* The comparison above on w with the indexer's keys stored bf16 or FP8 on both backends. */
-static void compare_backends(v4_weights *w, int index_fp8)
+/* The comparison above on w with the indexer's keys stored bf16 or FP8, and the attention's keys bf16 or FP8 KV, the
+ * same on both backends. */
+static void compare_backends(v4_weights *w, int index_fp8, int kv_fp8)
 {
     const int V = w->cfg.vocab_size;
-    const char *keys = index_fp8 ? "FP8" : "bf16";
+    const char *keys = kv_fp8 ? "FP8 KV, FP8" : index_fp8 ? "FP8" : "bf16";
     char err[512];
     v4_state_pool pc, pg;
     if (v4_pool_init(&pc, &w->cfg, (size_t)4 << 30, err, sizeof err)) { FAIL("%s", err); return; }
     if (v4_pool_init(&pg, &w->cfg, (size_t)4 << 30, err, sizeof err)) { FAIL("%s", err); v4_pool_free(&pc); return; }
     sl_cuda_opts go = one_gpu;
     go.index_fp8 = index_fp8;
+    go.kv_fp8 = kv_fp8;
     sl_backend *cpu = sl_backend_cpu_create(w, &pc, 0, err, sizeof err);
     sl_backend *gpu = cpu ? sl_backend_cuda_create(w, &pg, &go, err, sizeof err) : NULL;
     if (!cpu || !gpu) { FAIL("backend: %s", err); exit(1); }
     if (sl_backend_cpu_set_index_fp8(cpu, index_fp8)) { FAIL("the CPU refuses FP8 index keys"); exit(1); }
+    if (sl_backend_cpu_set_kv_fp8(cpu, kv_fp8)) { FAIL("the CPU refuses FP8 KV"); exit(1); }
 
     int32_t *tok = malloc((CTX + DECODE) * sizeof *tok);
     random_tokens(tok, CTX, V, 88172645463325252ull);
@@ -136,8 +140,9 @@ int main(void)
     v4_weights w;
     if (v4_weights_synthetic("v4-flash:ratios=4,128", 1, &w, err, sizeof err)) { FAIL("%s", err); return 1; }
     printf("synthetic v4-flash:ratios=4,128 built in %.1f s\n", now_s() - t0);
-    compare_backends(&w, 0);
-    compare_backends(&w, 1);
+    compare_backends(&w, 0, 0);
+    compare_backends(&w, 1, 0);
+    compare_backends(&w, 1, 1);
     v4_weights_free(&w);
     printf("%d failures\n", failures);
     return failures ? 1 : 0;

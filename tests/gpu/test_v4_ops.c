@@ -3,10 +3,11 @@
  *   - indexer top-k: 512 of N candidates (N up to 65536) with many exactly tied scores and -0 / +0
  *     zeros: the chosen set must be the reference's (higher score first, ties -> lower index);
  *   - compressors: CSA (ratio 4, d 512, overlapping windows) and HCA (ratio 128), 700 tokens fed in
- *     uneven chunks, against the two-pass softmax of engine/cpu/attention.c (fp32), entries bf16;
+ *     uneven chunks, against the two-pass softmax of engine/cpu/attention.c (fp32), entries bf16, and as FP8 KV rows;
  *   - sparse attention: 64 heads x 512, window 128 split between the ring and this step's rows, plus
  *     HCA entries or a CSA top-512 with empty slots, one row to many, one split to ten, against a
- *     double-precision reference.
+ *     double-precision reference, with bf16 keys and with FP8 KV rows (the reference on their values);
+ *   - the kv norm + RoPE writing FP8 KV rows, against engine/quant.c's quantiser of the CPU's values;
  *   - sampling on the device against the CPU sampler (greedy, temperature, top-k/p, min-p, penalty);
  *   - mHC pre (mixes split over chunks, Sinkhorn, collapse + RMSNorm) against a double reference;
  *   - indexer scores (64 heads x 128, tensor cores) against a double reference, and the top-512 they pick, for one
@@ -75,6 +76,33 @@ static void span_make(one_span *o, int n, int pos0, int max_blocks)
     const int32_t *d = o->dbuf;
     o->s = (v4_step){n, 1, d, d + n, d + 2 * n, d + 3 * n, d + 3 * n + 1, d + 3 * n + 2, d + 3 * n + 3, d + 3 * n + 4,
                      max_blocks};
+}
+
+/* Key rows (v4_ops.h, "KV rows"): x [hd] stored as bf16, or as an FP8 KV row by engine/quant.c's rules (the CPU
+ * reference's); kv_get reads value d back. */
+static void kv_put(uint8_t *row, const float *x, int hd, int rope_half, int kv8)
+{
+    if (!kv8) {
+        for (int d = 0; d < hd; d++) ((uint16_t *)row)[d] = bf(x[d]);
+        return;
+    }
+    const int nope = hd - 2 * rope_half;
+    memset(row, 0, v4_kv_row_bytes(hd, rope_half, 1));
+    for (int b = 0; b < nope / 64; b++) {
+        float amax = 0.0f;
+        for (int d = 64 * b; d < 64 * b + 64; d++) amax = fabsf(x[d]) > amax ? fabsf(x[d]) : amax;
+        const uint8_t e = qt_fp8_block_exp(amax);
+        row[nope + 4 * rope_half + b] = e;
+        for (int d = 64 * b; d < 64 * b + 64; d++) row[d] = qt_f32_to_e4m3(ldexpf(x[d], 127 - e));
+    }
+    for (int d = nope; d < hd; d++) ((uint16_t *)(row + nope))[d - nope] = bf(x[d]);
+}
+static float kv_get(const uint8_t *row, int d, int hd, int rope_half, int kv8)
+{
+    const int nope = hd - 2 * rope_half;
+    if (!kv8) return fb(((const uint16_t *)row)[d]);
+    if (d < nope) return ldexpf(qt_e4m3_to_f32(row[d]), row[nope + 4 * rope_half + d / 64] - 127);
+    return fb(((const uint16_t *)(row + nope))[d - nope]);
 }
 
 /* ------------------------------------------------------------------------------ sampling */
@@ -458,9 +486,12 @@ static void cpu_pool_entry(int r, int d, const float *C, const float *Z, const f
     }
 }
 
-static void test_compress(int r, int d, int T, int bt, int fp8)
+/* entry: V4_ENTRY_* (FP8 rows: the indexer's keys; KV8: the main compressor's entries with FP8 KV) */
+static void test_compress(int r, int d, int T, int bt, int entry)
 {
-    const int csa = r == 4, width = (csa ? 2 : 1) * d, half = 32;
+    const int csa = r == 4, width = (csa ? 2 : 1) * d, half = 32, fp8 = entry != V4_ENTRY_BF16;
+    const int kv8 = entry == V4_ENTRY_KV8, nope = kv8 ? d - 2 * half : d;   /* the FP8 dims */
+    const size_t rb = v4_kv_row_bytes(d, half, 1);
     float *C = malloc((size_t)T * width * 4), *Z = malloc((size_t)T * width * 4), *ape = malloc((size_t)r * width * 4);
     float *nw = malloc((size_t)d * 4);
     for (size_t i = 0; i < (size_t)T * width; i++) { C[i] = urand(); Z[i] = 3.0f * urand(); }
@@ -469,7 +500,7 @@ static void test_compress(int r, int d, int T, int bt, int fp8)
     double inv[32];
     for (int i = 0; i < half; i++) inv[i] = pow(160000.0, -2.0 * i / 64.0);
     const int n_ent = T / r, max_blocks = (T + bt - 1) / bt;
-    const size_t page_bytes = fp8 ? v4_fp8_rows_bytes(bt / r, d) : (size_t)(bt / r) * d * 2;
+    const size_t page_bytes = kv8 ? (size_t)(bt / r) * rb : fp8 ? v4_fp8_rows_bytes(bt / r, d) : (size_t)(bt / r) * d * 2;
     v4_arena ar = {0};
     CK(cudaMalloc((void **)&ar.slots, (size_t)9 * d * 4));
     CK(cudaMemset(ar.slots, 0, (size_t)9 * d * 4));
@@ -487,7 +518,7 @@ static void test_compress(int r, int d, int T, int bt, int fp8)
         one_span o;
         span_make(&o, n, t0, max_blocks);
         CK(v4_compress(&o.s, &ar, 0, 0, r, d, dC + (size_t)t0 * width, dZ + (size_t)t0 * width, width, dape, dnw, 1e-6f, half,
-                       dinv, fp8, 0));
+                       dinv, entry, 0));
         CK(cudaDeviceSynchronize());
         cudaFree(o.dbuf);
         t0 += n;
@@ -514,13 +545,21 @@ static void test_compress(int r, int d, int T, int bt, int fp8)
         const long tok = (long)w * r;
         const int row = (int)(tok % bt) / r;
         const uint8_t *region = (const uint8_t *)got + (size_t)(tok / bt) * page_bytes;
+        uint8_t ce = 0;   /* the CPU's exponent of the block of j */
         for (int j = 0; j < d; j++) {   /* the stored value g, against the CPU's entry e */
-            if (fp8) {   /* the CPU's own FP8 row of e: the GPU's codes and exponents, up to the pooling's rounding */
-                const uint8_t ge = region[(size_t)(bt / r) * d + (size_t)row * V4_FP8_SCALE_STRIDE(d) + j / 64];
-                const uint8_t gc = region[(size_t)row * d + j];
-                float amax = 0.0f;
-                for (int k = j / 64 * 64; k < j / 64 * 64 + 64; k++) amax = fabsf(e[k]) > amax ? fabsf(e[k]) : amax;
-                const uint8_t ce = qt_fp8_block_exp(amax), cc = qt_f32_to_e4m3(ldexpf(e[j], 127 - ce));
+            if (kv8 && j >= nope) {   /* the rotated dims: bf16 */
+                g[j] = fb(((const uint16_t *)(region + (size_t)row * rb + nope))[j - nope]);
+                q[j] = fb(bf(e[j]));
+            } else if (fp8) {   /* the CPU's own FP8 row of e: the GPU's codes and exponents, up to the pooling's rounding */
+                const uint8_t ge = kv8 ? region[(size_t)row * rb + nope + 4 * half + j / 64]
+                                       : region[(size_t)(bt / r) * d + (size_t)row * V4_FP8_SCALE_STRIDE(d) + j / 64];
+                const uint8_t gc = kv8 ? region[(size_t)row * rb + j] : region[(size_t)row * d + j];
+                if (j % 64 == 0) {
+                    float amax = 0.0f;
+                    for (int k = j; k < j + 64; k++) amax = fabsf(e[k]) > amax ? fabsf(e[k]) : amax;
+                    ce = qt_fp8_block_exp(amax);
+                }
+                const uint8_t cc = qt_f32_to_e4m3(ldexpf(e[j], 127 - ce));
                 n_codes++;
                 n_same += ge == ce && gc == cc;
                 g[j] = ldexpf(qt_e4m3_to_f32(gc), ge - 127);
@@ -540,9 +579,9 @@ static void test_compress(int r, int d, int T, int bt, int fp8)
         if (!(qrel <= worst_q)) worst_q = qrel;
     }
     if (fp8) {
-        printf("compressor ratio %3d d %d, FP8 rows, %d tokens in uneven chunks: %d entries, worst rel L2 %.2e (the CPU's own "
-               "FP8 row of its entry: %.2e; codes and exponents the same %.4f)\n", r, d, T, n_ent, worst, worst_q,
-               (double)n_same / n_codes);
+        printf("compressor ratio %3d d %d, %s, %d tokens in uneven chunks: %d entries, worst rel L2 %.2e (the CPU's own "
+               "FP8 row of its entry: %.2e; codes and exponents the same %.4f)\n", r, d, kv8 ? "FP8 KV rows" : "FP8 rows",
+               T, n_ent, worst, worst_q, (double)n_same / n_codes);
         if (!(worst < 4e-2) || !(worst_q < 8e-3) || n_same < 0.99 * n_codes)
             FAIL("compressor ratio %d, FP8: rel L2 %.3e, against the CPU's FP8 row %.3e, codes the same %.4f", r, worst,
                  worst_q, (double)n_same / n_codes);
@@ -554,24 +593,86 @@ static void test_compress(int r, int d, int T, int bt, int fp8)
     cudaFree(ar.slots); cudaFree(ar.pages); cudaFree(dC); cudaFree(dZ); cudaFree(dape); cudaFree(dnw); cudaFree(dinv);
 }
 
+/* ----------------------------------------------------------------------- kv norm + RoPE */
+/* v4_norm_rope's FP8 KV rows (the attention's keys with FP8 KV): n rows of 512 (RMSNorm with a weight, RoPE on the
+ * last 64 at positions pos0..) against the CPU's values quantised by engine/quant.c (kv_put): the codes and exponents
+ * the same up to the norm's summation order, the rotated dims bf16. */
+static void test_norm_kv8(int n, int pos0)
+{
+    const int d = 512, rh = 32, ld = 640;
+    const size_t rb = v4_kv_row_bytes(d, rh, 1);
+    float *x = malloc((size_t)n * ld * 4), *w = malloc(d * 4), *y = malloc(d * 4);
+    for (size_t i = 0; i < (size_t)n * ld; i++) x[i] = urand() * (i % ld < 128 ? 5.0f : 1.0f);
+    for (int j = 0; j < d; j++) w[j] = 1.0f + 0.5f * urand();
+    double inv[32];
+    for (int k = 0; k < rh; k++) inv[k] = pow(10000.0, -(double)k / rh);
+    float *dx = dup_dev(x, (size_t)n * ld * 4), *dw = dup_dev(w, d * 4);
+    double *dinv = dup_dev(inv, sizeof inv);
+    uint8_t *dout, *got = malloc((size_t)n * rb), *want = malloc(rb);
+    CK(cudaMalloc((void **)&dout, (size_t)n * rb));
+    one_span o;
+    span_make(&o, n, pos0, 1);
+    const v4_norm_job jb = {dx, ld, n, 1, d, 1, dw, rh, dinv, NULL, d, 0, dout};
+    CK(v4_norm_rope(&o.s, &jb, 1, 1e-6f, 0));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got, dout, (size_t)n * rb, cudaMemcpyDeviceToHost));
+    long same = 0, total = 0;
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * ld;
+        double ss = 0;
+        for (int j = 0; j < d; j++) ss += (double)xr[j] * xr[j];
+        const float rs = (float)(1.0 / sqrt(ss / d + 1e-6));
+        for (int j = 0; j < d; j++) y[j] = xr[j] * rs * w[j];
+        for (int k = 0; k < rh; k++) {
+            const double a = (double)(pos0 + r) * inv[k];
+            const float cs = (float)cos(a), sn = (float)sin(a), re = y[d - 2 * rh + 2 * k], im = y[d - 2 * rh + 2 * k + 1];
+            y[d - 2 * rh + 2 * k] = re * cs - im * sn;
+            y[d - 2 * rh + 2 * k + 1] = re * sn + im * cs;
+        }
+        kv_put(want, y, d, rh, 1);
+        const uint8_t *g = got + (size_t)r * rb;
+        for (int j = 0; j < d - 2 * rh; j++) same += g[j] == want[j];
+        for (int b = 0; b < (d - 2 * rh) / 64; b++) same += g[d + 2 * rh + b] == want[d + 2 * rh + b];
+        total += d - 2 * rh + (d - 2 * rh) / 64;
+        double num = 0, den = 0;
+        for (int j = 0; j < d; j++) {
+            const double dv = kv_get(g, j, d, rh, 1) - (double)y[j];
+            num += dv * dv;
+            den += (double)y[j] * y[j];
+        }
+        if (!(sqrt(num / den) <= worst)) worst = sqrt(num / den);
+    }
+    printf("kv norm + RoPE into FP8 KV rows, %d rows at %d: codes and exponents the same %.4f, worst rel L2 %.2e\n", n,
+           pos0, (double)same / total, worst);
+    if (same < 0.99 * total || !(worst < 4e-2)) FAIL("kv norm FP8 KV rows: the same %.4f, rel L2 %.3e", (double)same / total, worst);
+    free(x); free(w); free(y); free(got); free(want);
+    cudaFree(dx); cudaFree(dw); cudaFree(dinv); cudaFree(dout); cudaFree(o.dbuf);
+}
+
 /* -------------------------------------------------------------------------- attention */
 /* n rows at positions pos0.. of one span; ratio 128: every HCA entry; ratio 4: a random top-k of `topk` slots per
  * row (some -1, the rest distinct entries); scratch for scratch_rows rows a launch (fewer than n: several
- * launches). Against a double-precision reference, de-rotated as the kernel's output is; the GPU rounds the
- * probabilities and the output to bf16 (V4's 64 x 512 runs on the tensor cores), hence the tolerance. */
-static void test_attention(int ratio, int n, int pos0, int scratch_rows, int split)
+ * launches). Keys bf16 or (kv8) FP8 KV rows, the ring's, the pages' and this step's alike. Against a double-precision
+ * reference on the stored keys' values, de-rotated as the kernel's output is; the GPU rounds the probabilities and the
+ * output to bf16 (V4's 64 x 512 runs on the tensor cores), hence the tolerance. */
+static void test_attention(int ratio, int n, int pos0, int scratch_rows, int split, int kv8)
 {
-    const int H = 64, hd = 512, W = 128, bt = 128, topk = 512;
+    const int H = 64, hd = 512, W = 128, bt = 128, topk = 512, rh = 32;   /* V4's 64 rotated dims */
     const int t_last = pos0 + n - 1, n_ent = (t_last + 1) / ratio, max_blocks = (t_last + bt) / bt;
     const int max_keys = W + (ratio == 4 ? (n_ent < topk ? n_ent : topk) : n_ent);
-    const size_t slot_bytes = (size_t)W * hd * 2, page_bytes = (size_t)(bt / ratio) * hd * 2;
-    uint16_t *ring = malloc(slot_bytes), *pages = malloc((size_t)max_blocks * page_bytes);
-    uint16_t *kv = malloc((size_t)n * hd * 2), *q = malloc((size_t)n * H * hd * 2);
+    const size_t rb = v4_kv_row_bytes(hd, rh, kv8), slot_bytes = (size_t)W * rb, page_bytes = (size_t)(bt / ratio) * rb;
+    uint8_t *ring = malloc(slot_bytes), *pages = malloc((size_t)max_blocks * page_bytes), *kv = malloc((size_t)n * rb);
+    uint16_t *q = malloc((size_t)n * H * hd * 2);
     int32_t *sel = malloc((size_t)n * topk * sizeof(int32_t));
-    float *sink = malloc(H * 4);
-    for (size_t i = 0; i < slot_bytes / 2; i++) ring[i] = bf(urand());
-    for (size_t i = 0; i < (size_t)max_blocks * page_bytes / 2; i++) pages[i] = bf(urand());
-    for (size_t i = 0; i < (size_t)n * hd; i++) kv[i] = bf(urand());
+    float *sink = malloc(H * 4), *x = malloc(hd * sizeof(float));
+    for (size_t r = 0; r < slot_bytes / rb + (size_t)max_blocks * (bt / ratio) + (size_t)n; r++) {
+        for (int d = 0; d < hd; d++) x[d] = urand() * (d < 64 ? 4.0f : 1.0f);   /* blocks of unlike scales */
+        uint8_t *row = r < (size_t)W ? ring + r * rb
+                     : r < (size_t)W + (size_t)max_blocks * (bt / ratio) ? pages + (r - W) * rb
+                     : kv + (r - W - (size_t)max_blocks * (bt / ratio)) * rb;
+        kv_put(row, x, hd, rh, kv8);
+    }
     for (size_t i = 0; i < (size_t)n * H * hd; i++) q[i] = bf(3.0f * urand());
     for (int h = 0; h < H; h++) sink[h] = urand();
     for (int i = 0; i < n; i++) {   /* distinct entries (a partial shuffle), every 7th slot empty */
@@ -589,7 +690,8 @@ static void test_attention(int ratio, int n, int pos0, int scratch_rows, int spl
         free(perm);
     }
     v4_arena ar = {dup_dev(ring, slot_bytes), slot_bytes, dup_dev(pages, (size_t)max_blocks * page_bytes), page_bytes, bt};
-    uint16_t *dkv = dup_dev(kv, (size_t)n * hd * 2), *dq = dup_dev(q, (size_t)n * H * hd * 2);
+    uint8_t *dkv = dup_dev(kv, (size_t)n * rb);
+    uint16_t *dq = dup_dev(q, (size_t)n * H * hd * 2);
     int32_t *dsel = dup_dev(sel, (size_t)n * topk * sizeof(int32_t));
     float *dsink = dup_dev(sink, H * 4), *dscr = NULL;
     uint16_t *dout;
@@ -599,32 +701,36 @@ static void test_attention(int ratio, int n, int pos0, int scratch_rows, int spl
     one_span o;
     span_make(&o, n, pos0, max_blocks);
     const float scale = 1.0f / sqrtf((float)hd);
-    const int rh = 32;   /* V4's 64 rotated dims, de-rotated on the way out */
     double inv_freq[32];
     for (int k = 0; k < rh; k++) inv_freq[k] = pow(10000.0, -(double)k / rh);
     double *dinv = dup_dev(inv_freq, sizeof inv_freq);
-    CK(v4_attention(&o.s, &ar, 0, W, 0, ratio, dsel, topk, dq, dkv, H, hd, scale, dsink, max_keys, dscr, scr, rh, dinv,
-                    split, dout, 0));
+    CK(v4_attention(&o.s, &ar, 0, W, 0, ratio, dsel, topk, dq, dkv, kv8, H, hd, scale, dsink, max_keys, dscr, scr, rh,
+                    dinv, split, dout, 0));
     CK(cudaDeviceSynchronize());
     uint16_t *got = malloc((size_t)n * H * hd * 2);
     CK(cudaMemcpy(got, dout, (size_t)n * H * hd * 2, cudaMemcpyDeviceToHost));
     double worst = 0, *acc = malloc(hd * sizeof(double)), *sc = malloc(max_keys * sizeof(double));
-    const uint16_t **keys = malloc(max_keys * sizeof *keys);
+    float *kf = malloc((size_t)max_keys * hd * sizeof(float));   /* the row's keys' values */
     for (int i = 0; i < n; i++) {
         const int t = pos0 + i, nk0 = t + 1 < W ? t + 1 : W, ne = (t + 1) / ratio;
         int nk = 0;
-        for (int p = t - nk0 + 1; p <= t; p++) keys[nk++] = p >= pos0 ? kv + (size_t)(p - pos0) * hd : ring + (size_t)(p % W) * hd;
+        for (int p = t - nk0 + 1; p <= t; p++, nk++) {
+            const uint8_t *row = p >= pos0 ? kv + (size_t)(p - pos0) * rb : ring + (size_t)(p % W) * rb;
+            for (int d = 0; d < hd; d++) kf[(size_t)nk * hd + d] = kv_get(row, d, hd, rh, kv8);
+        }
         for (int j = 0; j < (ratio == 4 ? (ne < topk ? ne : topk) : ne); j++) {
             const int e = ratio == 4 ? sel[(size_t)i * topk + j] : j;
-            if (e >= 0)
-                keys[nk++] = pages + (size_t)((long)e * ratio / bt) * page_bytes / 2 + (size_t)(((long)e * ratio % bt) / ratio) * hd;
+            if (e < 0) continue;
+            const uint8_t *row = pages + (size_t)((long)e * ratio / bt) * page_bytes + (size_t)(((long)e * ratio % bt) / ratio) * rb;
+            for (int d = 0; d < hd; d++) kf[(size_t)nk * hd + d] = kv_get(row, d, hd, rh, kv8);
+            nk++;
         }
         for (int h = 0; h < H; h++) {
             const uint16_t *qh = q + ((size_t)i * H + h) * hd;
             double mx = sink[h], z = 0;
             for (int k = 0; k < nk; k++) {
                 double d = 0;
-                for (int j = 0; j < hd; j++) d += (double)fb(qh[j]) * fb(keys[k][j]);
+                for (int j = 0; j < hd; j++) d += (double)fb(qh[j]) * kf[(size_t)k * hd + j];
                 sc[k] = d * scale;
                 if (sc[k] > mx) mx = sc[k];
             }
@@ -632,7 +738,7 @@ static void test_attention(int ratio, int n, int pos0, int scratch_rows, int spl
             for (int k = 0; k < nk; k++) {
                 const double e = exp(sc[k] - mx);
                 z += e;
-                for (int j = 0; j < hd; j++) acc[j] += e * fb(keys[k][j]);
+                for (int j = 0; j < hd; j++) acc[j] += e * kf[(size_t)k * hd + j];
             }
             z += exp(sink[h] - mx);
             for (int j = 0; j < hd; j++) acc[j] /= z;
@@ -653,11 +759,11 @@ static void test_attention(int ratio, int n, int pos0, int scratch_rows, int spl
             if (!(rel <= worst)) worst = rel;
         }
     }
-    printf("attention 64 x 512, %d rows at %d, window 128 (ring + step rows) + %s, %d keys max, splits of %d, scratch "
-           "for %d rows: worst rel L2 %.2e\n", n, pos0, ratio == 4 ? "CSA top-512" : "HCA entries", max_keys,
-           split ? split : 64, scratch_rows, worst);
-    if (!(worst < 5e-3)) FAIL("attention (ratio %d, %d rows at %d): rel L2 %.3e", ratio, n, pos0, worst);
-    free(ring); free(pages); free(kv); free(q); free(sel); free(sink); free(got); free(acc); free(sc); free(keys);
+    printf("attention 64 x 512%s, %d rows at %d, window 128 (ring + step rows) + %s, %d keys max, splits of %d, "
+           "scratch for %d rows: worst rel L2 %.2e\n", kv8 ? " FP8 KV" : "", n, pos0,
+           ratio == 4 ? "CSA top-512" : "HCA entries", max_keys, split ? split : 64, scratch_rows, worst);
+    if (!(worst < 5e-3)) FAIL("attention%s (ratio %d, %d rows at %d): rel L2 %.3e", kv8 ? " FP8 KV" : "", ratio, n, pos0, worst);
+    free(ring); free(pages); free(kv); free(q); free(sel); free(sink); free(x); free(got); free(acc); free(sc); free(kf);
     cudaFree(ar.slots); cudaFree(ar.pages); cudaFree(dkv); cudaFree(dq); cudaFree(dsel); cudaFree(dsink); cudaFree(dout);
     if (dscr) cudaFree(dscr);
     cudaFree(dinv);
@@ -789,19 +895,25 @@ int main(void)
     test_compress(4, 512, 700, 128, 0);
     test_compress(4, 128, 700, 128, 0);
     test_compress(128, 512, 700, 128, 0);
-    test_compress(4, 128, 700, 128, 1);   /* the indexer's keys as FP8 rows */
-    test_compress(4, 128, 700, 256, 1);
-    test_compress(4, 1024, 300, 128, 1);  /* more 64-dim blocks than the block has warps */
-    test_attention(128, 40, 2000, 64, 0);      /* 143-144 keys: 3 splits */
-    test_attention(128, 3, 20, 64, 0);         /* <= 23 keys: one split, normalised in the block */
-    test_attention(4, 1, 8191, 1, 0);          /* batch-1 decode at 8K: 640 keys, 10 splits */
-    test_attention(4, 24, 3000, 5, 0);         /* 24 rows, 5 a launch */
-    test_attention(4, 17, 300, 64, 0);         /* fewer entries than top-k slots */
-    /* the longer splits of larger batches (v4_attention_split): 64 rows at 8K, 2 splits of 320 keys; 2 of 128 */
-    test_attention(4, 64, 8191, 64, v4_attention_split(64, 640, 132));
-    test_attention(128, 40, 2000, 64, 128);
-    test_attention(4, 5, 8191, 5, 640);        /* one split of every key, normalised in the block */
-    test_attention(128, 2, 200000, 2, 1728);   /* 1690 HCA keys in one split: key addresses resolved twice */
+    test_compress(4, 128, 700, 128, V4_ENTRY_FP8_ROWS);   /* the indexer's keys as FP8 rows */
+    test_compress(4, 128, 700, 256, V4_ENTRY_FP8_ROWS);
+    test_compress(4, 1024, 300, 128, V4_ENTRY_FP8_ROWS);  /* more 64-dim blocks than the block has warps */
+    test_compress(4, 512, 700, 128, V4_ENTRY_KV8);        /* the main entries as FP8 KV rows: CSA, HCA */
+    test_compress(128, 512, 700, 128, V4_ENTRY_KV8);
+    test_norm_kv8(1, 8191);
+    test_norm_kv8(37, 100);
+    for (int kv8 = 0; kv8 < 2; kv8++) {   /* bf16 keys, then FP8 KV rows */
+        test_attention(128, 40, 2000, 64, 0, kv8);      /* 143-144 keys: 3 splits */
+        test_attention(128, 3, 20, 64, 0, kv8);         /* <= 23 keys: one split, normalised in the block */
+        test_attention(4, 1, 8191, 1, 0, kv8);          /* batch-1 decode at 8K: 640 keys, 10 splits */
+        test_attention(4, 24, 3000, 5, 0, kv8);         /* 24 rows, 5 a launch */
+        test_attention(4, 17, 300, 64, 0, kv8);         /* fewer entries than top-k slots */
+        /* the longer splits of larger batches (v4_attention_split): 64 rows at 8K, 2 splits of 320 keys; 2 of 128 */
+        test_attention(4, 64, 8191, 64, v4_attention_split(64, 640, 132), kv8);
+        test_attention(128, 40, 2000, 64, 128, kv8);
+        test_attention(4, 5, 8191, 5, 640, kv8);        /* one split of every key, normalised in the block */
+        test_attention(128, 2, 200000, 2, 1728, kv8);   /* 1690 HCA keys in one split: key addresses resolved twice */
+    }
     if (v4_attention_split(64, 640, 132) != 320 || v4_attention_split(1, 640, 132) != 64 ||
         v4_attention_split(256, 640, 132) != 640 || v4_attention_split(16, 640, 132) != 128)
         FAIL("v4_attention_split: %d %d %d %d", v4_attention_split(64, 640, 132), v4_attention_split(1, 640, 132),

@@ -6,7 +6,9 @@
  * Then all prompts of a fixture run together in one batch with different chunk sizes per
  * sequence, and must give the same rows bit for bit as each alone. With FP8 index keys
  * (sl_backend_cpu_set_index_fp8), every indexer key the first prompt leaves is an FP8 block row (rounding it again
- * changes nothing); a model whose index_head_dim is not a multiple of 64 refuses the option.
+ * changes nothing); with FP8 KV (sl_backend_cpu_set_kv_fp8), every window row and main compressed entry, in its dims
+ * before the rotated ones; a model that cannot keep them (index_head_dim, or head_dim - rope_dim, not a multiple of
+ * 64) refuses the option.
  * Usage: test_forward [fast | slow | fixture-name-substring]
  */
 #include "../../engine/backend.h"
@@ -90,47 +92,69 @@ static void batch_check(sl_backend *be, v4_state_pool *pool, const fx_fixture *f
     }
 }
 
-static void fp8_keys_check(sl_backend *be, v4_state_pool *pool, const fx_fixture *f, const v4_config *c) {
-    if (c->index_head_dim % 64) {
-        if (sl_backend_cpu_set_index_fp8(be, 1) != -1) {
-            fprintf(stderr, "%s: FP8 index keys accepted with index_head_dim %d\n", f->name, c->index_head_dim);
+/* A row of n floats is a kept FP8 block row: rounding it again changes nothing, and it is not all zeros. */
+static int fp8_row_ok(const float *x, int n) {
+    float y[1024];
+    int nonzero = 0;
+    memcpy(y, x, (size_t)n * sizeof(float));
+    qt_fp8_round_blocks(y, n, 64);
+    for (int i = 0; i < n; i++) nonzero |= x[i] != 0.0f;
+    return nonzero && !memcmp(x, y, (size_t)n * sizeof(float));
+}
+
+/* With FP8 index keys (kv 0) or FP8 KV (kv 1) on, the first prompt's state: every indexer key, or every window row and
+ * main compressed entry in its dims before the rotated ones, is an FP8 block row; none may be all zeros. A model that
+ * cannot keep them refuses the option. */
+static void fp8_state_check(sl_backend *be, v4_state_pool *pool, const fx_fixture *f, const v4_config *c, int kv) {
+    const int n = kv ? c->head_dim - c->rope_dim : c->index_head_dim;
+    const char *what = kv ? "FP8 KV" : "FP8 index keys";
+    int (*set)(sl_backend *, int) = kv ? sl_backend_cpu_set_kv_fp8 : sl_backend_cpu_set_index_fp8;
+    if (n <= 0 || n % 64) {
+        if (set(be, 1) != -1) {
+            fprintf(stderr, "%s: %s accepted with %d dims to quantise\n", f->name, what, n);
             failures++;
         }
         return;
     }
     const fx_prompt *p = &f->p[0];
-    float *out = malloc((size_t)p->rows * f->vocab * sizeof(float)), key[1024];
+    float *out = malloc((size_t)p->rows * f->vocab * sizeof(float));
     v4_seq_state st;
     char err[256] = "no pages";
-    int keys = 0, bad = 0;
-    if (c->index_head_dim > 1024 || sl_backend_cpu_set_index_fp8(be, 1) || !out || v4_seq_init(pool, &st)) {
-        fprintf(stderr, "%s: FP8 index keys: cannot start\n", f->name);
+    int rows = 0, bad = 0;
+    if (n > 1024 || set(be, 1) || !out || v4_seq_init(pool, &st)) {
+        fprintf(stderr, "%s: %s: cannot start\n", f->name, what);
         failures++;
         free(out);
         return;
     }
     sl_seq_span sp = {.tokens = p->seq, .n = p->rows, .st = &st, .logits_from = 0, .logits = out};
     if (v4_seq_reserve(pool, &st, p->rows) || be->ops->forward(be, &sp, 1, err, sizeof err)) {
-        fprintf(stderr, "%s: FP8 index keys: forward: %s\n", f->name, err);
+        fprintf(stderr, "%s: %s: forward: %s\n", f->name, what, err);
         failures++;
         v4_seq_free(pool, &st);
-        sl_backend_cpu_set_index_fp8(be, 0);
+        set(be, 0);
         free(out);
         return;
     }
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->compress_ratio[l] != 4) continue;
-        for (int w = 0; w < p->rows / 4; w++, keys++) {
-            const float *k = v4_ikey(pool, &st, l, w);
-            memcpy(key, k, (size_t)c->index_head_dim * sizeof(float));
-            qt_fp8_round_blocks(key, c->index_head_dim, 64);
-            bad += memcmp(key, k, (size_t)c->index_head_dim * sizeof(float)) != 0;
+        const int r = c->compress_ratio[l];
+        const float *row;
+        if (kv) {
+            for (int t = p->rows > c->window ? p->rows - c->window : 0; t < p->rows; t++, rows++) {
+                row = v4_ring(pool, &st, l) + (size_t)(t % c->window) * c->head_dim;
+                bad += !fp8_row_ok(row, n);
+            }
         }
+        if ((kv && r > 0) || (!kv && r == 4))
+            for (int w = 0; w < p->rows / r; w++, rows++) {
+                row = kv ? v4_entry(pool, &st, l, w) : v4_ikey(pool, &st, l, w);
+                bad += !fp8_row_ok(row, n);
+            }
     }
-    printf("%-28s FP8 index keys: %d of %d are not FP8 block rows\n", f->name, bad, keys);
-    if (bad || keys == 0) failures++;
+    printf("%-28s %s: %d of %d rows are not FP8 block rows\n", f->name, what, bad, rows);
+    if (bad || rows == 0) failures++;
     v4_seq_free(pool, &st);
-    sl_backend_cpu_set_index_fp8(be, 0);
+    set(be, 0);
     free(out);
 }
 
@@ -176,7 +200,8 @@ int main(int argc, char **argv) {
         }
         printf("\n");
         batch_check(be, &pool, &f, alone);
-        fp8_keys_check(be, &pool, &f, &w.cfg);
+        fp8_state_check(be, &pool, &f, &w.cfg, 0);
+        fp8_state_check(be, &pool, &f, &w.cfg, 1);
         for (int k = 0; k < f.n; k++) free(alone[k]);
         be->ops->destroy(be);
         v4_pool_free(&pool);
