@@ -52,7 +52,7 @@ static const key_spec KEYS[] = {
      "how the lightning indexer's keys are stored: fp8 halves the bytes it reads (index_head_dim a multiple of 64)"},
     {"engine.kv_dtype", "bf16", K_ENUM, 0, 0, "bf16|fp8", 0,
      "how the attention's keys are stored: fp8 = DeepSeek's FP8 KV, 592 bytes a V4-Flash key against 1,024 "
-     "(head_dim - rope_dim a multiple of 64)"},
+     "(head_dim - rope_dim a multiple of 64; cuda: at most 1024, rope_dim a multiple of 8)"},
     {"engine.devices", "all", K_STR, 0, 0, NULL, 0, "cuda: GPUs the model is split across, e.g. 0,1 (all = every visible one)"},
     {"worker.id", "", K_STR, 0, 0, NULL, 0, "worker identity in Redis (default: host name); keep it stable across restarts"},
     {"worker.max_inflight", "256", K_INT, 1, 1 << 20, NULL, 0, "jobs admitted to the engine and not finished before partitions pause"},

@@ -42,7 +42,8 @@ typedef struct {
     int kv_fp8;                  /* 1 = the attention's keys (the window ring, the compressed entries, the step's own
                                     rows) stored as DeepSeek's FP8 KV: the dims before the rotated ones as E4M3 with a
                                     power-of-two scale per 64, the rotated dims bf16 (V4-Flash: 592 bytes a key
-                                    against 1,024); head_dim - rope_dim must be a multiple of 64. 0 = bf16 */
+                                    against 1,024); head_dim - rope_dim must be a positive multiple of 64 (the cuda
+                                    backend: at most 1024, and rope_dim a multiple of 8). 0 = bf16 */
 } sl_engine_opts;
 
 typedef struct {

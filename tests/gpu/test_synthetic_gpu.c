@@ -7,8 +7,8 @@
  *   - then 8 decode steps, teacher-forced with the CPU's greedy tokens: every row within 2e-2 and the
  *     same argmax wherever the CPU's top-2 margin is >= 0.05;
  * with the indexer's keys in bf16, then stored FP8 on both sides (sl_cuda_opts.index_fp8 and the CPU's
- * sl_backend_cpu_set_index_fp8), then with FP8 index keys and FP8 KV (sl_cuda_opts.kv_fp8 and
- * sl_backend_cpu_set_kv_fp8: the window rows, compressed entries and the step's own keys as DeepSeek's FP8 KV).
+ * sl_backend_cpu_set_index_fp8), then with FP8 KV (sl_cuda_opts.kv_fp8 and sl_backend_cpu_set_kv_fp8: the window
+ * rows, compressed entries and the step's own keys as DeepSeek's FP8 KV) with bf16 and with FP8 index keys.
  * Exit 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
@@ -61,7 +61,7 @@ static int prefill(sl_backend *be, v4_state_pool *pool, v4_seq_state *st, const 
 static void compare_backends(v4_weights *w, int index_fp8, int kv_fp8)
 {
     const int V = w->cfg.vocab_size;
-    const char *keys = kv_fp8 ? "FP8 KV, FP8" : index_fp8 ? "FP8" : "bf16";
+    const char *keys = kv_fp8 ? (index_fp8 ? "FP8 KV, FP8" : "FP8 KV, bf16") : index_fp8 ? "FP8" : "bf16";
     char err[512];
     v4_state_pool pc, pg;
     if (v4_pool_init(&pc, &w->cfg, (size_t)4 << 30, err, sizeof err)) { FAIL("%s", err); return; }
@@ -142,6 +142,7 @@ int main(void)
     printf("synthetic v4-flash:ratios=4,128 built in %.1f s\n", now_s() - t0);
     compare_backends(&w, 0, 0);
     compare_backends(&w, 1, 0);
+    compare_backends(&w, 0, 1);
     compare_backends(&w, 1, 1);
     v4_weights_free(&w);
     printf("%d failures\n", failures);

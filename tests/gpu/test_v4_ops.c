@@ -6,7 +6,8 @@
  *     uneven chunks, against the two-pass softmax of engine/cpu/attention.c (fp32), entries bf16, and as FP8 KV rows;
  *   - sparse attention: 64 heads x 512, window 128 split between the ring and this step's rows, plus
  *     HCA entries or a CSA top-512 with empty slots, one row to many, one split to ten, against a
- *     double-precision reference, with bf16 keys and with FP8 KV rows (the reference on their values);
+ *     double-precision reference, with bf16 keys and with FP8 KV rows (the reference on their values); a few
+ *     heads of 128 dims (the CUDA-core kernel) and 3 heads of 512 the same way;
  *   - the kv norm + RoPE writing FP8 KV rows, against engine/quant.c's quantiser of the CPU's values;
  *   - sampling on the device against the CPU sampler (greedy, temperature, top-k/p, min-p, penalty);
  *   - mHC pre (mixes split over chunks, Sinkhorn, collapse + RMSNorm) against a double reference;
@@ -656,9 +657,9 @@ static void test_norm_kv8(int n, int pos0)
  * launches). Keys bf16 or (kv8) FP8 KV rows, the ring's, the pages' and this step's alike. Against a double-precision
  * reference on the stored keys' values, de-rotated as the kernel's output is; the GPU rounds the probabilities and the
  * output to bf16 (V4's 64 x 512 runs on the tensor cores), hence the tolerance. */
-static void test_attention(int ratio, int n, int pos0, int scratch_rows, int split, int kv8)
+static void test_attention_shape(int H, int hd, int ratio, int n, int pos0, int scratch_rows, int split, int kv8)
 {
-    const int H = 64, hd = 512, W = 128, bt = 128, topk = 512, rh = 32;   /* V4's 64 rotated dims */
+    const int W = 128, bt = 128, topk = 512, rh = 32;   /* V4's 64 rotated dims */
     const int t_last = pos0 + n - 1, n_ent = (t_last + 1) / ratio, max_blocks = (t_last + bt) / bt;
     const int max_keys = W + (ratio == 4 ? (n_ent < topk ? n_ent : topk) : n_ent);
     const size_t rb = v4_kv_row_bytes(hd, rh, kv8), slot_bytes = (size_t)W * rb, page_bytes = (size_t)(bt / ratio) * rb;
@@ -759,15 +760,22 @@ static void test_attention(int ratio, int n, int pos0, int scratch_rows, int spl
             if (!(rel <= worst)) worst = rel;
         }
     }
-    printf("attention 64 x 512%s, %d rows at %d, window 128 (ring + step rows) + %s, %d keys max, splits of %d, "
-           "scratch for %d rows: worst rel L2 %.2e\n", kv8 ? " FP8 KV" : "", n, pos0,
+    printf("attention %d x %d%s, %d rows at %d, window 128 (ring + step rows) + %s, %d keys max, splits of %d, "
+           "scratch for %d rows: worst rel L2 %.2e\n", H, hd, kv8 ? " FP8 KV" : "", n, pos0,
            ratio == 4 ? "CSA top-512" : "HCA entries", max_keys, split ? split : 64, scratch_rows, worst);
-    if (!(worst < 5e-3)) FAIL("attention%s (ratio %d, %d rows at %d): rel L2 %.3e", kv8 ? " FP8 KV" : "", ratio, n, pos0, worst);
+    if (!(worst < 5e-3))
+        FAIL("attention %d x %d%s (ratio %d, %d rows at %d): rel L2 %.3e", H, hd, kv8 ? " FP8 KV" : "", ratio, n, pos0, worst);
     free(ring); free(pages); free(kv); free(q); free(sel); free(sink); free(x); free(got); free(acc); free(sc); free(kf);
     cudaFree(ar.slots); cudaFree(ar.pages); cudaFree(dkv); cudaFree(dq); cudaFree(dsel); cudaFree(dsink); cudaFree(dout);
     if (dscr) cudaFree(dscr);
     cudaFree(dinv);
     cudaFree(o.dbuf);
+}
+
+/* V4's 64 heads x 512: the tensor cores */
+static void test_attention(int ratio, int n, int pos0, int scratch_rows, int split, int kv8)
+{
+    test_attention_shape(64, 512, ratio, n, pos0, scratch_rows, split, kv8);
 }
 
 /* The all-reduces: the in-place one over n buffers of one stream, and the peer one with two ranks on this GPU's two
@@ -913,6 +921,10 @@ int main(void)
         test_attention(128, 40, 2000, 64, 128, kv8);
         test_attention(4, 5, 8191, 5, 640, kv8);        /* one split of every key, normalised in the block */
         test_attention(128, 2, 200000, 2, 1728, kv8);   /* 1690 HCA keys in one split: key addresses resolved twice */
+        /* other shapes on the CUDA cores (the fixtures' 128-dim heads: 64 codes, 64 rotated dims) */
+        test_attention_shape(8, 128, 4, 3, 3000, 3, 0, kv8);
+        test_attention_shape(8, 128, 128, 5, 1000, 5, 0, kv8);
+        test_attention_shape(3, 512, 4, 2, 8191, 2, 0, kv8);
     }
     if (v4_attention_split(64, 640, 132) != 320 || v4_attention_split(1, 640, 132) != 64 ||
         v4_attention_split(256, 640, 132) != 640 || v4_attention_split(16, 640, 132) != 128)
