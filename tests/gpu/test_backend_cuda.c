@@ -29,10 +29,10 @@
  * and an engine opens with both (its self-check reads FP8 KV: every token attends over its window). FP8 KV has its own
  * tolerance here: both sides round every key to E4M3, and a key value the two sides compute a hair apart on either
  * side of a rounding boundary lands on codes 6-12 % apart; every key of every layer has hundreds of values, and these
- * 2-layer random models amplify such a step into the logits (up to 7e-2 relative L2 and an argmax flip measured where
- * bf16 keys give 7e-3). So the rows are held to relative L2 MAX_REL_L2_KV8 and argmax flips and greedy continuations
- * are printed, not asserted; the full-width synthetic model (test_synthetic_gpu) holds FP8 KV to the strict 2e-2
- * with no clear flip.
+ * 2-layer random models amplify such a step into the logits, several times the error bf16 keys leave and enough to
+ * flip an argmax. So the rows are held to relative L2 MAX_REL_L2_KV8 and argmax flips and greedy continuations are
+ * printed, not asserted; the full-width synthetic model (test_synthetic_gpu) holds FP8 KV to the strict 2e-2 with no
+ * clear flip.
  * Exit 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
