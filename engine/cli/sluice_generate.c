@@ -5,6 +5,9 @@
  *                   --max-new-tokens N [--chunk C] [--temperature T] [--top-p P] [--top-k K]
  *                   [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos] [--stop-ids 1,2]
  *                   [--logprobs] [--quantize-experts nvfp4] [--logits-out FILE] [--threads N] [--devices 0,1]
+ *                   [--kv-dtype bf16|fp8] [--index-key-dtype bf16|fp8]
+ * --kv-dtype / --index-key-dtype: how the attention's keys / the indexer's keys are stored (engine.kv_dtype,
+ * engine.index_key_dtype; default bf16).
  * --synthetic v4-flash[:layers=N,experts=mxfp4|nvfp4,routing=uniform|gate,ratios=a,b,...] runs a V4-Flash-shaped model with
  * seeded random weights (engine/synthetic.h). Default greedy; generation stops after EOS (included) unless --ignore-eos. --chunk C prefills
  * the prompt C tokens per step (default: all at once). The last stdout line is one JSON object:
@@ -32,6 +35,15 @@
 #include "engine.h"
 #include "tokenizer.h"
 
+/* bf16 -> 0, fp8 -> 1; else nonzero return */
+static int parse_dtype(const char *v, int *fp8) {
+    if (!strcmp(v, "bf16") || !strcmp(v, "fp8")) {
+        *fp8 = !strcmp(v, "fp8");
+        return 0;
+    }
+    return 1;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sluice-generate (--model DIR | --synthetic SPEC) [--backend cpu|cuda] (--tokens 1,2,3 | --prompt TEXT)\n"
@@ -39,6 +51,7 @@ static void usage(FILE *f) {
             "                       [--min-p P] [--repetition-penalty R] [--seed S] [--ignore-eos]\n"
             "                       [--stop-ids 1,2] [--logprobs] [--quantize-experts nvfp4]\n"
             "                       [--logits-out FILE] [--threads N] [--devices 0,1]\n"
+            "                       [--kv-dtype bf16|fp8] [--index-key-dtype bf16|fp8]\n"
             "SPEC: v4-flash[:layers=N,experts=mxfp4|nvfp4,routing=uniform|gate,ratios=a,b,...,seed=S] (random weights, V4-Flash shapes)\n"
             "Generates from a DeepSeek-V4 checkpoint. Default greedy; stops after EOS unless --ignore-eos.\n"
             "The last line on stdout is a JSON object with \"tokens\" (generated ids), \"finish_reason\", timings.\n");
@@ -115,6 +128,7 @@ static double now_ms(void) {
 int main(int argc, char **argv) {
     const char *model = NULL, *synthetic = NULL, *backend = "cpu", *tokens_arg = NULL, *prompt = NULL, *qexp = NULL;
     const char *logits_out = NULL, *stop_arg = NULL, *devices = NULL;
+    int kv_fp8 = 0, index_fp8 = 0;
     long max_new = -1, chunk = 0, top_k = 0, threads = 0;
     float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f, rep = 1.0f;
     uint64_t seed = 0;
@@ -135,6 +149,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--tokens")) tokens_arg = v;
         else if (!strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--quantize-experts")) qexp = v;
+        else if (!strcmp(a, "--kv-dtype")) bad = parse_dtype(v, &kv_fp8);
+        else if (!strcmp(a, "--index-key-dtype")) bad = parse_dtype(v, &index_fp8);
         else if (!strcmp(a, "--logits-out")) logits_out = v;
         else if (!strcmp(a, "--stop-ids")) stop_arg = v;
         else if (!strcmp(a, "--devices")) devices = v;   /* cuda: the GPUs the model is split across (engine/shard.h) */
@@ -180,6 +196,8 @@ int main(int argc, char **argv) {
     o.quantize_experts = qexp;
     o.n_threads = (int)threads;
     o.devices = devices;
+    o.kv_fp8 = kv_fp8;
+    o.index_fp8 = index_fp8;
     o.prefill_chunk = (int)chunk;
     o.max_step_tokens = chunk > 0 ? (int)chunk : INT_MAX / 2;
     sl_engine *e;

@@ -2,8 +2,9 @@
  *
  * Greedy generation of every public-fixture prompt (chunked prefill) prints a JSON last line with
  * the fixture's tokens; --logits-out rows match logits_i.f32 within 1e-4; --prompt uses byte
- * tokens on a 256-vocab model without tokenizer.json; bad arguments, a missing or corrupt
- * checkpoint and an unavailable backend exit non-zero with exactly one line on stderr.
+ * tokens on a 256-vocab model without tokenizer.json; FP8 KV and FP8 index keys run on a model with 64-dim blocks;
+ * bad arguments (FP8 storage a model cannot keep among them), a missing or corrupt checkpoint and an unavailable
+ * backend exit non-zero with exactly one line on stderr.
  */
 #include <sys/wait.h>
 #include <unistd.h>
@@ -146,6 +147,19 @@ int main(void) {
 #ifndef SLUICE_HAVE_CUDA_BACKEND
     snprintf(args, sizeof args, "--model '%s' --tokens 1,2 --max-new-tokens 3 --backend cuda", dir); expect_error(args);
 #endif
+    /* FP8 KV and FP8 index keys: a model with blocks of 64 runs with both; this one's 24 + 8 head dims and 16-dim index
+     * keys refuse them, as does a dtype that is not one */
+    snprintf(args, sizeof args, "--model '%s' --tokens 1,2 --max-new-tokens 3 --kv-dtype fp8", dir); expect_error(args);
+    snprintf(args, sizeof args, "--model '%s' --tokens 1,2 --max-new-tokens 3 --index-key-dtype fp8", dir); expect_error(args);
+    snprintf(args, sizeof args, "--model '%s' --tokens 1,2 --max-new-tokens 3 --kv-dtype fp16", dir); expect_error(args);
+    snprintf(args, sizeof args, "--model '%s' --tokens 1,2,3 --max-new-tokens 4 --ignore-eos --kv-dtype fp8 --index-key-dtype fp8",
+             SLUICE_TEST_DATA "/tiny-v4-hub-fp8-mxfp4");
+    CHECK(gen(args, &out, &err) == 0);
+    j = last_json_line(out);
+    CHECK(j && json_array_size(json_object_get(j, "tokens")) == 4);
+    json_decref(j);
+    free(out);
+    free(err);
     /* corrupt checkpoints: truncated safetensors; garbage config */
     char cdir[128], path[256], cmd[1024];
     snprintf(cdir, sizeof cdir, "%s/bad", tmpdir);
