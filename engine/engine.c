@@ -138,6 +138,9 @@ static void remove_at(request **a, int *n, int i) {
                                     test_backend_cuda.c); a broken kernel is far beyond either bound */
 #define CHECK_NEAR_TIE 1e-2f /* a top-k decision this close may go either way on the GPU */
 
+/* The self-check's bound for this engine's storage */
+static double check_max_rel(const sl_engine *e) { return e->o.kv_fp8 ? CHECK_MAX_REL_KV8 : CHECK_MAX_REL; }
+
 /* Logits of CHECK_TOKENS tokens through the first `sub` sublayers of `be` (a fresh sequence); gap: the CPU's
  * per-row closest top-k decision, or NULL. */
 static int check_run(sl_backend *be, v4_state_pool *pool, int sub, const int32_t *tok, float *out, float *gap,
@@ -188,7 +191,7 @@ static int check_sub(sl_engine *e, sl_backend *cpu, v4_state_pool *pool, int sub
     int rows = 0;
     while (rows < CHECK_TOKENS && gap[rows] >= CHECK_NEAR_TIE) rows++;
     *d = worst_rel_l2(lg, lc, rows, e->w.cfg.vocab_size);
-    return *d > (e->o.kv_fp8 ? CHECK_MAX_REL_KV8 : CHECK_MAX_REL);
+    return *d > check_max_rel(e);
 }
 
 /* The cuda backend against the CPU reference on the same weights, the reference rounding what the GPU keeps in
@@ -226,7 +229,7 @@ static int self_check(sl_engine *e, char *err, size_t errlen)
     if (r < 0) goto out;
     snprintf(err, errlen, "self-check: the %s backend differs from the CPU reference from layer %d's %s on (logits "
              "rel L2 %.3g > %.2g over %d tokens); engine.self_check=off opens it anyway", e->be->ops->name, (sub - 1) / 2,
-             sub % 2 ? "attention" : "MoE", d, e->o.kv_fp8 ? CHECK_MAX_REL_KV8 : CHECK_MAX_REL, CHECK_TOKENS);
+             sub % 2 ? "attention" : "MoE", d, check_max_rel(e), CHECK_TOKENS);
 out:
     if (cpu) cpu->ops->destroy(cpu);
     v4_pool_free(&pool);

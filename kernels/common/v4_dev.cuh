@@ -68,15 +68,23 @@ __device__ __forceinline__ float block_max(float v, float *red)
     return r;
 }
 
-/* Compressed entry w (ratio r) of span sp: its row of row_bytes in its page (the layer's region at page_off holds
- * block_tokens / r of them). */
-__device__ __forceinline__ uint8_t *v4_entry_row(const v4_step &s, const v4_arena &a, size_t page_off, int sp, int w,
-                                                 int r, size_t row_bytes)
+/* Compressed entry w (ratio r) of span sp: the layer's region at page_off in its page (block_tokens / r entries), and
+ * its row there in *row. */
+__device__ __forceinline__ uint8_t *v4_entry_region(const v4_step &s, const v4_arena &a, size_t page_off, int sp,
+                                                    int w, int r, int *row)
 {
     const long tok = (long)w * r;
     const int page = s.blocks[(size_t)sp * s.max_blocks + (int)(tok / a.block_tokens)];
-    const int row = (int)(tok % a.block_tokens) / r;
-    return a.pages + (size_t)page * a.page_bytes + page_off + (size_t)row * row_bytes;
+    *row = (int)(tok % a.block_tokens) / r;
+    return a.pages + (size_t)page * a.page_bytes + page_off;
+}
+/* Compressed entry w (ratio r) of span sp: its row of row_bytes in its page. */
+__device__ __forceinline__ uint8_t *v4_entry_row(const v4_step &s, const v4_arena &a, size_t page_off, int sp, int w,
+                                                 int r, size_t row_bytes)
+{
+    int row;
+    uint8_t *region = v4_entry_region(s, a, page_off, sp, w, r, &row);
+    return region + (size_t)row * row_bytes;
 }
 /* Compressed entry w (ratio r) of span sp: bf16 [d] row in its page. */
 __device__ __forceinline__ uint16_t *v4_entry_ptr(const v4_step &s, const v4_arena &a, size_t page_off, int sp,
@@ -96,10 +104,8 @@ __device__ __forceinline__ uint8_t *v4_fp8_scales(uint8_t *region, int rows, int
 __device__ __forceinline__ uint8_t *v4_fp8_entry(const v4_step &s, const v4_arena &a, size_t page_off, int sp, int w,
                                                  int r, int d, uint8_t **scales)
 {
-    const long tok = (long)w * r;
-    const int page = s.blocks[(size_t)sp * s.max_blocks + (int)(tok / a.block_tokens)];
-    const int row = (int)(tok % a.block_tokens) / r;
-    uint8_t *region = a.pages + (size_t)page * a.page_bytes + page_off;
+    int row;
+    uint8_t *region = v4_entry_region(s, a, page_off, sp, w, r, &row);
     *scales = v4_fp8_scales(region, a.block_tokens / r, row, d);
     return v4_fp8_codes(region, row, d);
 }
@@ -114,6 +120,17 @@ __device__ __forceinline__ uint8_t fp8_block_exp(float amax)
 }
 /* 2^(e - 127) for a biased exponent 1 <= e <= 254 */
 __device__ __forceinline__ float fp8_scale(uint32_t e) { return __uint_as_float(e << 23); }
+/* One FP8 block of 64 values held by a warp, lane l the pair (a, b) of values 2l and 2l + 1: its E4M3 codes into
+ * codes[0..63] and its exponent into *exp (lane 0). Every lane of the warp calls it. */
+__device__ __forceinline__ void fp8_store_block(float a, float b, uint8_t *codes, uint8_t *exp)
+{
+    const int lane = threadIdx.x & 31;
+    const uint8_t e = fp8_block_exp(warp_max(fmaxf(fabsf(a), fabsf(b))));
+    const float inv = fp8_scale(254u - e);   /* 2^-(e - 127): v * inv is v / 2^(e-127) exactly */
+    ((__nv_fp8x2_storage_t *)codes)[lane] =
+        __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
+    if (lane == 0) *exp = e;
+}
 /* Two E4M3 codes (the low byte first) times s, as a bf16x2 (the low half first); exact, since an E4M3 value times a
  * power of two has at most 4 significant bits. */
 __device__ __forceinline__ uint32_t e4m3x2_scaled_bf16x2(uint16_t codes, float s)

@@ -146,14 +146,8 @@ __global__ void __launch_bounds__(CMP_THREADS) k_compress(v4_step s, v4_arena ar
             } else {
                 codes = v4_fp8_entry(s, ar, page_off, sp, w, ratio, d, &sc);
             }
-            for (int b = threadIdx.x >> 5; b < (kv8 ? r0 : d) / 64; b += CMP_THREADS / 32) {
-                const float2 v = make_float2(ent[64 * b + 2 * lane], ent[64 * b + 2 * lane + 1]);
-                const uint8_t e = fp8_block_exp(warp_max(fmaxf(fabsf(v.x), fabsf(v.y))));
-                const float inv = fp8_scale(254u - e);   /* 2^-(e - 127): v * inv is v / 2^(e-127) exactly */
-                ((__nv_fp8x2_storage_t *)codes)[32 * b + lane] =
-                    __nv_cvt_float2_to_fp8x2(make_float2(v.x * inv, v.y * inv), __NV_SATFINITE, __NV_E4M3);
-                if (lane == 0) sc[b] = e;
-            }
+            for (int b = threadIdx.x >> 5; b < (kv8 ? r0 : d) / 64; b += CMP_THREADS / 32)
+                fp8_store_block(ent[64 * b + 2 * lane], ent[64 * b + 2 * lane + 1], codes + 64 * b, sc + b);
         }
         __syncthreads();   /* ent[] is rewritten by the next closing window */
     }

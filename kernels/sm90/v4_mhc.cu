@@ -360,11 +360,7 @@ __global__ void __launch_bounds__(256) k_norm_rope(const int32_t *tok_pos, NormJ
                 o[c + 1] = f2bf(b);
             }
         } else if (2 * (p0 + (threadIdx.x & ~31)) < r0) {   /* the warp's block is FP8 */
-            const uint8_t e = fp8_block_exp(warp_max(fmaxf(fabsf(a), fabsf(b))));
-            const float inv = fp8_scale(254u - e);
-            *(__nv_fp8x2_storage_t *)(o8 + c) =
-                __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
-            if ((threadIdx.x & 31) == 0) o8[r0 + 4 * jb.rope_half + (c >> 6)] = e;
+            fp8_store_block(a, b, o8 + (c & ~63), o8 + r0 + 4 * jb.rope_half + (c >> 6));
         } else if (in) {
             *(uint32_t *)(o8 + r0 + 2 * (c - r0)) = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
         }

@@ -9,6 +9,13 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* Value i of a seeded stream uniform in (-scale, scale) */
+__device__ __forceinline__ float synth_uniform(uint64_t seed, size_t i, float scale)
+{
+    const uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ull * (i + 1));
+    return ((float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+}
+
 __global__ void k_fill_random(uint8_t *dst, size_t n, uint64_t seed, int lo, int span)
 {
     for (size_t w = blockIdx.x * (size_t)blockDim.x + threadIdx.x; w * 8 < n; w += (size_t)gridDim.x * blockDim.x) {
@@ -32,8 +39,7 @@ extern "C" cudaError_t v4_fill_random(uint8_t *dst, size_t n, uint64_t seed, int
 __global__ void k_fill_bf16(uint16_t *dst, size_t n, uint64_t seed, float scale)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ull * (i + 1));
-        dst[i] = f2bf(((float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
+        dst[i] = f2bf(synth_uniform(seed, i, scale));
     }
 }
 
@@ -53,8 +59,7 @@ __global__ void k_fill_fp8_rows(uint8_t *region, int rows, int d, uint64_t seed,
     const float inv = fp8_scale(254u - e);
     const size_t n = (size_t)rows * d;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ull * (i + 1));
-        const float v = ((float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+        const float v = synth_uniform(seed, i, scale);
         region[i] = __nv_cvt_float_to_fp8(v * inv, __NV_SATFINITE, __NV_E4M3);
         if (i % d == 0)
             for (int b = 0; b < V4_FP8_SCALE_STRIDE(d); b++)
@@ -81,8 +86,7 @@ __global__ void k_fill_kv8_rows(uint8_t *dst, int rows, int hd, int rope_half, u
     const int nope = hd - 2 * rope_half;
     const size_t rb = v4_kv_row_bytes(hd, rope_half, 1), n = (size_t)rows * hd;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ull * (i + 1));
-        const float v = ((float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+        const float v = synth_uniform(seed, i, scale);
         uint8_t *row = dst + (i / hd) * rb;
         const int d = (int)(i % hd);
         if (d < nope) row[d] = __nv_cvt_float_to_fp8(v * inv, __NV_SATFINITE, __NV_E4M3);
