@@ -166,13 +166,14 @@ build_engine() {
   done
   gcc $CFLAGS $defs "${inc[@]}" -c "$ROOT/bench/bench_decode.c" -o "$b/bench_decode.o" & pids+=($!)
   gcc $CFLAGS $defs "${inc[@]}" -c "$ROOT/bench/bench_ops.c" -o "$b/bench_ops.o" & pids+=($!)
+  gcc $CFLAGS $defs "${inc[@]}" -c "$ROOT/bench/bench_engine.c" -o "$b/bench_engine.o" & pids+=($!)
   local rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   [ $rc = 0 ] || { cat "$b"/*.log >&2; return 1; }
   local libs=(-ljansson -lonig -lunistring -lpthread -lm -ldl) ldirs=()
   if [ ${#LIBS[@]} -gt 0 ]; then ldirs=(-L/tmp/tokdeps/usr/lib/x86_64-linux-gnu -Xlinker -rpath -Xlinker /tmp/tokdeps/usr/lib/x86_64-linux-gnu); fi
   for f in test_v4_ops test_dense_gpu test_backend_cuda test_moe_gpu test_synthetic_gpu test_multigpu sluice_generate sluice_bench; do
-    local extra=""; [ $f = sluice_bench ] && extra="$b/bench_decode.o $b/bench_ops.o"
+    local extra=""; [ $f = sluice_bench ] && extra="$b/bench_decode.o $b/bench_ops.o $b/bench_engine.o"
     $NVCC $ARCH -o "$b/$f" "$b/main_$f.o" $extra "${objs[@]}" "$b/bench_kernels.o" "${ldirs[@]}" "${libs[@]}" || return 1
   done
 }
@@ -187,7 +188,7 @@ do_engine() {
     local r=$?
     [ $r = 0 ] || rc=1
     echo "== $t rc $r in $((SECONDS - t0)) s"
-    grep -E 'FAIL|failures|passed|worst|rel L2|invariance|preempt' "$OUT/$t.log" | head -${LINES_PER_TEST:-40}
+    grep -E 'FAIL|failures|passed|worst|rel L2|invariance|preempt|overlap' "$OUT/$t.log" | head -${LINES_PER_TEST:-40}
   done
   return $rc
 }

@@ -845,6 +845,7 @@ static int bench_stream(int argc, char **argv)
 
 int bench_decode(int argc, char **argv);   /* bench_decode.c */
 int bench_ops(int argc, char **argv);      /* bench_ops.c */
+int bench_engine(int argc, char **argv);   /* bench_engine.c */
 
 int main(int argc, char **argv)
 {
@@ -852,10 +853,12 @@ int main(int argc, char **argv)
     if (argc >= 2 && !strcmp(argv[1], "decode")) return bench_decode(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "stream")) return bench_stream(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "ops")) return bench_ops(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "engine")) return bench_engine(argc, argv);
     fprintf(stderr, "usage: sluice-bench moe [--out FILE] [--peer FILE] [--commit SHA] [--batches 1,4,...] [--reps N]\n"
                     "       sluice-bench decode [--synthetic SPEC] [--batches 1,4,16,64] [--contexts 8192,65536] [--reps N]\n"
                     "       sluice-bench stream [--out FILE] [--power MS]\n"
-                    "       sluice-bench ops [--reps R]\n");
+                    "       sluice-bench ops [--reps R]\n"
+                    "       sluice-bench engine (--synthetic SPEC | --model DIR) [--batches 1,16,64] [--tokens T]\n");
     return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
 }
 #endif

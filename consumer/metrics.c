@@ -74,6 +74,7 @@ static const metric_row METRICS[] = {
     {"sluice_gpu_memory_total_bytes", "gauge", "GPU memory of the engine's device (0 without one).", E(e.device_bytes_total, V_SIZE)},
     {"sluice_engine_preemptions_total", "counter", "Requests whose state was freed to be recomputed later.", E(e.preemptions, V_U64)},
     {"sluice_engine_steps_total", "counter", "Engine steps that ran at least one sequence.", E(steps, V_U64)},
+    {"sluice_engine_steps_overlapped_total", "counter", "Decode steps launched while the step before them ran (engine.overlap).", E(e.steps_overlapped, V_U64)},
     {"sluice_engine_busy_seconds_total", "counter", "Time the engine thread spent in steps.", E(busy_s, V_DBL)},
     {"sluice_engine_tokens_fed_total", "counter", "Tokens run through the model (prefill, decode, recompute).", E(e.tokens_fed, V_U64)},
     {"sluice_engine_tokens_per_second", "gauge", "Tokens generated per second over the last 10 s.", S(tokens_per_s, V_DBL)},

@@ -41,6 +41,9 @@ typedef struct {
     uint64_t rng;
     int32_t token;           /* out */
     float logprob;           /* out */
+    /* launch only: 1 = the span's one token is the one the backend sampled for this sequence in the step launched just
+     * before this one, which need not have been collected yet (tokens is not read) */
+    int fed;
 } sl_seq_span;
 
 typedef struct sl_backend sl_backend;
@@ -53,6 +56,15 @@ typedef struct {
     int samples;             /* 1: forward honours sl_seq_span.sample */
     /* Device memory in use and in all (for metrics); NULL where the backend has no device. */
     void (*memory)(sl_backend *b, size_t *used, size_t *total);
+    /* Pipelined decode (both NULL where not offered): the host plans step N+1 while step N runs.
+     * launch enqueues a step whose spans are one token each, sampled by the backend (sample set, logits_from 0), and
+     * may return before the step ends; st->pos advances at once. 0; 1 when the backend does not take this step
+     * (nothing was done: run it with forward); -1 with err. The spans must stay untouched until collected.
+     * collect waits for the oldest launched step and fills its spans' token and logprob: 0, or -1 with err (the
+     * scheduler then fails every request, and no launched step is outstanding any more).
+     * At most two launched steps are outstanding (launch N+1, then collect N); forward is called only with none. */
+    int (*launch)(sl_backend *b, sl_seq_span *spans, int n_spans, char *err, size_t errlen);
+    int (*collect)(sl_backend *b, char *err, size_t errlen);
 } sl_backend_ops;
 
 struct sl_backend {

@@ -12,6 +12,16 @@
  *      eos unless ignore_eos or on a stop id, LENGTH at max_tokens or the context limit).
  * Preemption never changes a request's output: recompute feeds the same tokens, already emitted
  * rows are not emitted again, and the RNG only advances when a token is sampled.
+ *
+ * Overlap (engine.overlap, backends with launch/collect): a step of one token per request, sampled by the backend, is
+ * launched rather than run, and while it runs the next call plans and launches the step after it, whose tokens the
+ * backend takes from its own samples (sl_seq_span.fed), before it collects the first: the host's planning, emitting
+ * and the caller's work between calls hide behind the device's step. That needs no token of the running step when
+ * no request waits for admission, every running request is in the launched step, none asks for logits or the
+ * repetition penalty (its history would lack the token), and pages for one more token are there without a
+ * preemption; otherwise the call collects the running step and plans synchronously. A request that finishes (a stop
+ * token, a cancel) while it is in a launched step gets its FINISH at once; its state is freed when that step is
+ * collected, and the token sampled for it there is dropped. Outputs are the same as without overlap.
  */
 #include "engine.h"
 
@@ -40,7 +50,16 @@ typedef struct {
     /* plan of the current step */
     int span_n, logits_from;
     float *logits;
+    int flying;              /* launched steps it is in, not yet collected */
+    int finished;            /* FINISH emitted while flying: freed once its last launched step is collected */
 } request;
+
+/* A launched step: its spans and their requests, kept until the backend hands the results back. */
+typedef struct {
+    sl_seq_span *sp;
+    request **rq;
+    int n, cap_sp, cap_rq;
+} flight;
 
 struct sl_engine {
     sl_engine_opts o;
@@ -57,6 +76,10 @@ struct sl_engine {
     float **handed;  int n_handed, cap_handed; /* rows handed out by poll, freed next step */
     sl_seq_span *spans; request **span_req; int cap_spans, cap_span_req;
     float *lbuf; size_t cap_lbuf;
+    flight fl[2];            /* launched steps not collected yet: n_fly of them, the oldest fl[fly0] */
+    int fly0, n_fly;
+    request **zomb;  int n_zomb, cap_zomb;     /* finished while flying */
+    int overlap;
     sl_engine_stats stats;
     char err[256];           /* text of the last backend failure (FINISH ERROR events point here) */
     uint64_t fail_step;      /* SLUICE_FAIL_STEP: the step whose forward fails as a device fault would (0: none) */
@@ -110,7 +133,7 @@ static void free_request(request *r) {
     free(r);
 }
 
-static void finish(sl_engine *e, request *r, sl_finish_reason why, const char *error) {
+static void finish_event(sl_engine *e, const request *r, sl_finish_reason why, const char *error) {
     sl_event ev = {0};
     ev.kind = SL_EV_FINISH;
     ev.req = r->id;
@@ -120,9 +143,41 @@ static void finish(sl_engine *e, request *r, sl_finish_reason why, const char *e
     ev.n_generated = r->n_gen;
     ev.error = error;                       /* static strings or e->err */
     push_event(e, &ev);
+}
+
+static void release(sl_engine *e, request *r) {
     if (r->admitted) v4_seq_free(&e->pool, &r->st);
     r->admitted = 0;
     free_request(r);
+}
+
+/* FINISH for a request that is in neither queue any more; its state and memory go now, or, while a launched step
+ * still holds it, when that step is collected. */
+static void finish(sl_engine *e, request *r, sl_finish_reason why, const char *error) {
+    finish_event(e, r, why, error);
+    if (!r->flying) {
+        release(e, r);
+        return;
+    }
+    r->finished = 1;
+    if (GROW(e->zomb, e->cap_zomb, e->n_zomb + 1)) {   /* no room to wait: drop the launched steps' claim on it */
+        for (int f = 0; f < e->n_fly; f++) {
+            flight *fl = &e->fl[(e->fly0 + f) % 2];
+            for (int k = 0; k < fl->n; k++)
+                if (fl->rq[k] == r) fl->rq[k] = NULL;
+        }
+        release(e, r);
+        return;
+    }
+    e->zomb[e->n_zomb++] = r;
+}
+
+static void release_zombies(sl_engine *e, int all) {
+    int k = 0;
+    for (int i = 0; i < e->n_zomb; i++)
+        if (all || !e->zomb[i]->flying) release(e, e->zomb[i]);
+        else e->zomb[k++] = e->zomb[i];
+    e->n_zomb = k;
 }
 
 static void remove_at(request **a, int *n, int i) {
@@ -265,6 +320,7 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
     if (e->o.prefill_chunk <= 0) e->o.prefill_chunk = INT_MAX;
     if (e->o.state_bytes == 0) e->o.state_bytes = (size_t)1 << 30;
     e->next_id = 1;
+    e->overlap = opts->overlap >= 0;
     const char *fs = getenv("SLUICE_FAIL_STEP");
     if (fs && *fs) e->fail_step = strtoull(fs, NULL, 10);
 
@@ -325,6 +381,9 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
     return 0;
 }
 
+static void drain_flights(sl_engine *e);
+static void settle(sl_engine *e);
+
 void sl_engine_close(sl_engine *e) {
     if (!e) return;
     for (int i = 0; i < e->n_wait; i++) free_request(e->wait[i]);
@@ -335,11 +394,15 @@ void sl_engine_close(sl_engine *e) {
     for (int i = e->ev_head; i < e->n_ev; i++)
         if (e->ev[i].kind == SL_EV_LOGITS) free((void *)e->ev[i].logits);
     for (int i = 0; i < e->n_handed; i++) free(e->handed[i]);
+    if (e->be) drain_flights(e);   /* the device done with the state */
+    release_zombies(e, 1);
     if (e->be) e->be->ops->destroy(e->be);
     v4_pool_free(&e->pool);
     sl_sampler_free(&e->smp);
     if (e->w_loaded) v4_weights_free(&e->w);
     free(e->wait); free(e->run); free(e->ev); free(e->handed); free(e->spans); free(e->span_req); free(e->lbuf);
+    for (int f = 0; f < 2; f++) { free(e->fl[f].sp); free(e->fl[f].rq); }
+    free(e->zomb);
     free(e);
 }
 
@@ -421,6 +484,7 @@ void sl_engine_finish(sl_engine *e, uint64_t req, sl_finish_reason reason) {
             request *r = e->run[i];
             remove_at(e->run, &e->n_run, i);
             finish(e, r, reason, NULL);
+            settle(e);
             return;
         }
 }
@@ -464,14 +528,151 @@ static int append_token(request *r, int32_t t) {
 }
 
 static void fail_all(sl_engine *e, const char *why) {
-    while (e->n_run) { request *r = e->run[--e->n_run]; finish(e, r, SL_FINISH_ERROR, why); }
+    e->n_fly = 0;   /* a failed backend call dropped every launched step */
+    while (e->n_run) { request *r = e->run[--e->n_run]; r->flying = 0; finish(e, r, SL_FINISH_ERROR, why); }
     while (e->n_wait) { request *r = e->wait[--e->n_wait]; finish(e, r, SL_FINISH_ERROR, why); }
+    release_zombies(e, 1);
+}
+
+/* Wait for every launched step and drop its results (a backend whose collect fails has dropped them itself). */
+static void drain_flights(sl_engine *e) {
+    char err[256];
+    while (e->n_fly && !e->be->ops->collect(e->be, err, sizeof err)) e->n_fly--;
+    e->n_fly = 0;
+}
+
+/* SLUICE_FAIL_STEP: 1 (and every request failed) when the step about to run is the one to fail. */
+static int injected_fault(sl_engine *e) {
+    if (!e->fail_step || e->stats.steps + 1 != e->fail_step) return 0;
+    drain_flights(e);   /* as a failed backend call leaves it: no launched step outstanding */
+    snprintf(e->err, sizeof e->err, "%s backend: step %llu failed (injected: SLUICE_FAIL_STEP)", e->be->ops->name,
+             (unsigned long long)e->fail_step);
+    fail_all(e, e->err);
+    return 1;
+}
+
+/* Whether admission would take the first waiting request now (the rule of sl_engine_step's first part). */
+static int can_admit(const sl_engine *e) {
+    if (e->n_wait == 0 || e->n_run >= e->o.max_batch) return 0;
+    const request *r = e->wait[0];
+    return e->n_run == 0 || e->pool.used + v4_pool_bytes_for(&e->pool, r->n_prompt + r->n_gen + 1) <= e->pool.budget;
+}
+
+/* Request r's next token t: append, TOKEN, and the finish it may bring. -1 when out of memory. */
+static int take_token(sl_engine *e, request *r, int32_t t, float lp) {
+    if (append_token(r, t)) return -1;
+    e->stats.tokens_generated++;
+    sl_event ev = {0};
+    ev.kind = SL_EV_TOKEN;
+    ev.req = r->id;
+    ev.tag = r->tag;
+    ev.token = t;
+    ev.logprob = r->s.logprobs ? lp : 0.0f;
+    push_event(e, &ev);
+    int stop = 0;
+    if (!r->s.ignore_eos)
+        for (int q = 0; q < e->info.n_eos; q++) stop |= t == e->info.eos_ids[q];
+    for (int q = 0; q < r->s.n_stop_ids; q++) stop |= t == r->s.stop_ids[q];
+    int reason = stop ? SL_FINISH_STOP
+               : (r->n_gen >= r->s.max_tokens || r->n_prompt + r->n_gen >= e->info.max_context) ? SL_FINISH_LENGTH
+               : -1;
+    if (reason >= 0) {
+        for (int i = 0; i < e->n_run; i++)
+            if (e->run[i] == r) { remove_at(e->run, &e->n_run, i); break; }
+        finish(e, r, (sl_finish_reason)reason, NULL);
+    }
+    return 0;
+}
+
+/* Launch spans[0, ns) as the newest launched step: the synchronous plan's (e->spans, with e->span_req: both move into
+ * the free flight) or the free flight's own. 1 launched, 0 not taken by the backend (nothing done), -1 failed (every
+ * request failed). */
+static int launch(sl_engine *e, sl_seq_span *spans, int ns) {
+    if (injected_fault(e)) return -1;
+    const int rc = e->be->ops->launch(e->be, spans, ns, e->err, sizeof e->err);
+    if (rc < 0) { fail_all(e, e->err); return -1; }
+    if (rc) return 0;
+    flight *f = &e->fl[(e->fly0 + e->n_fly) % 2];
+    if (spans == e->spans) {   /* the synchronous plan's arrays become the flight's, the flight's the plan's */
+        sl_seq_span *sp = f->sp; request **q = f->rq;
+        int csp = f->cap_sp, crq = f->cap_rq;
+        f->sp = e->spans; f->cap_sp = e->cap_spans; f->rq = e->span_req; f->cap_rq = e->cap_span_req;
+        e->spans = sp; e->cap_spans = csp; e->span_req = q; e->cap_span_req = crq;
+    }
+    f->n = ns;
+    e->n_fly++;
+    for (int k = 0; k < ns; k++) f->rq[k]->flying++;
+    e->stats.steps++;
+    return 1;
+}
+
+/* While step N (the one flight) runs: plan and launch N+1, every running request's token fed from N. The number of
+ * spans launched; 0 when N+1 needs what only N's results give (see the header), -1 failed. */
+static int launch_fed(sl_engine *e) {
+    if (e->n_fly != 1 || can_admit(e) || e->n_run > e->o.max_step_tokens) return 0;
+    flight *f = &e->fl[(e->fly0 + 1) % 2];
+    if (GROW(f->sp, f->cap_sp, e->n_run) || GROW(f->rq, f->cap_rq, e->n_run)) return 0;
+    int ns = 0;
+    for (int i = 0; i < e->n_run; i++) {
+        request *r = e->run[i];
+        if (!r->flying || r->s.all_logits || r->s.repetition_penalty != 1.0f) return 0;
+        if (r->n_gen + 1 >= r->s.max_tokens || r->n_prompt + r->n_gen + 1 >= e->info.max_context) continue;
+        if (v4_seq_reserve(&e->pool, &r->st, r->st.pos + 1)) return 0;   /* the synchronous plan preempts */
+        sl_rng g = r->rng;   /* its RNG after the draw of step N */
+        if (!sl_sampling_is_greedy(&r->s)) sl_rng_next(&g);
+        f->sp[ns] = (sl_seq_span){.n = 1, .st = &r->st, .logits_from = 0, .sample = &r->s, .rng = g.s, .fed = 1};
+        f->rq[ns++] = r;
+    }
+    if (ns == 0) return 0;
+    const int rc = launch(e, f->sp, ns);
+    if (rc <= 0) return rc;
+    e->stats.tokens_fed += (uint64_t)ns;
+    e->stats.steps_overlapped++;
+    return ns;
+}
+
+/* Collect the oldest launched step and emit its tokens. 0, or -1 (every request failed). */
+static int collect(sl_engine *e) {
+    flight *f = &e->fl[e->fly0];
+    if (e->be->ops->collect(e->be, e->err, sizeof e->err)) { fail_all(e, e->err); return -1; }
+    e->fly0 = (e->fly0 + 1) % 2;
+    e->n_fly--;
+    for (int k = 0; k < f->n; k++) {
+        request *r = f->rq[k];
+        if (!r) continue;
+        r->flying--;
+        if (r->finished) continue;   /* finished since the launch: this token is not its */
+        if (!sl_sampling_is_greedy(&r->s)) sl_rng_next(&r->rng);
+        if (take_token(e, r, f->sp[k].token, f->sp[k].logprob)) { fail_all(e, "out of memory"); return -1; }
+    }
+    f->n = 0;
+    release_zombies(e, 0);
+    return 0;
+}
+
+/* Collect launched steps that hold no running request any more (their requests all finished while they ran), so no
+ * state waits on one while the caller has nothing to step. */
+static void settle(sl_engine *e) {
+    while (e->n_fly) {
+        const flight *f = &e->fl[e->fly0];
+        int live = 0;
+        for (int k = 0; k < f->n && !live; k++) live = f->rq[k] && !f->rq[k]->finished;
+        if (live || collect(e)) return;
+    }
 }
 
 int sl_engine_step(sl_engine *e) {
     int V = e->info.vocab_size;
     for (int i = 0; i < e->n_handed; i++) free(e->handed[i]);
     e->n_handed = 0;
+
+    /* 0. a launched step running: launch the next behind it where it can be planned now, then collect it */
+    if (e->n_fly) {
+        const int next = launch_fed(e);
+        if (next < 0 || collect(e)) return -1;
+        settle(e);
+        if (next > 0) return next;
+    }
 
     /* 1. admission */
     while (e->n_wait > 0 && e->n_run < e->o.max_batch) {
@@ -541,13 +742,15 @@ int sl_engine_step(sl_engine *e) {
         off += (size_t)(e->spans[k].n - e->spans[k].logits_from) * V;
     }
 
-    /* 3. run */
-    if (e->fail_step && e->stats.steps + 1 == e->fail_step) {
-        snprintf(e->err, sizeof e->err, "%s backend: step %llu failed (injected: SLUICE_FAIL_STEP)", e->be->ops->name,
-                 (unsigned long long)e->fail_step);
-        fail_all(e, e->err);
-        return -1;
+    /* 3. run: launched where every span is one token the backend samples, so that the next call overlaps it */
+    int one_token = e->overlap && e->be->ops->launch;
+    for (int k = 0; k < ns && one_token; k++)
+        one_token = e->spans[k].n == 1 && e->spans[k].sample && e->spans[k].logits_from == 0;
+    if (one_token) {
+        const int rc = launch(e, e->spans, ns);
+        if (rc) return rc < 0 ? -1 : ns;
     }
+    if (injected_fault(e)) return -1;
     if (e->be->ops->forward(e->be, e->spans, ns, e->err, sizeof e->err)) {
         fail_all(e, e->err);
         return -1;
@@ -586,27 +789,7 @@ int sl_engine_step(sl_engine *e) {
             t = sl_sample(&e->smp, &r->s, sp->logits + (size_t)(sp->n - 1 - sp->logits_from) * V, r->toks, len,
                           &r->rng, &lp);
         }
-        if (append_token(r, t)) { fail_all(e, "out of memory"); return -1; }
-        e->stats.tokens_generated++;
-        sl_event ev = {0};
-        ev.kind = SL_EV_TOKEN;
-        ev.req = r->id;
-        ev.tag = r->tag;
-        ev.token = t;
-        ev.logprob = r->s.logprobs ? lp : 0.0f;
-        push_event(e, &ev);
-        int stop = 0;
-        if (!r->s.ignore_eos)
-            for (int q = 0; q < e->info.n_eos; q++) stop |= t == e->info.eos_ids[q];
-        for (int q = 0; q < r->s.n_stop_ids; q++) stop |= t == r->s.stop_ids[q];
-        int reason = stop ? SL_FINISH_STOP
-                   : (r->n_gen >= r->s.max_tokens || r->n_prompt + r->n_gen >= e->info.max_context) ? SL_FINISH_LENGTH
-                   : -1;
-        if (reason >= 0) {
-            for (int i = 0; i < e->n_run; i++)
-                if (e->run[i] == r) { remove_at(e->run, &e->n_run, i); break; }
-            finish(e, r, (sl_finish_reason)reason, NULL);
-        }
+        if (take_token(e, r, t, lp)) { fail_all(e, "out of memory"); return -1; }
     }
     return ns;
 }

@@ -44,6 +44,8 @@ typedef struct {
                                     power-of-two scale per 64, the rotated dims bf16 (V4-Flash: 592 bytes a key
                                     against 1,024); head_dim - rope_dim must be a positive multiple of 64 (the cuda
                                     backend: at most 1024, and rope_dim a multiple of 8). 0 = bf16 */
+    int overlap;                 /* decode steps launched so that the host plans step N+1 while step N runs (engine.c's
+                                    header says when); the outputs do not change. 0 = default (on), 1 = on, -1 = off */
 } sl_engine_opts;
 
 typedef struct {
@@ -107,9 +109,10 @@ int sl_engine_submit(sl_engine *e, const int32_t *prompt, int n_prompt, const sl
  * a FINISH event follows. Unknown ids are ignored. */
 void sl_engine_finish(sl_engine *e, uint64_t req, sl_finish_reason reason);
 
-/* Run one scheduler step. Returns the number of sequences that ran (0 = idle) or -1 on a backend
- * failure (then every request gets a FINISH with ERROR). Tests of what a caller does then: the environment variable
- * SLUICE_FAIL_STEP=N, read at open, fails the Nth step that runs sequences that way (a device fault's stand-in). */
+/* Run one scheduler step. Returns the number of sequences in the step this call ran or launched (0 = idle; with
+ * overlap a call may also emit the tokens of the step the call before launched) or -1 on a backend failure (then every
+ * request gets a FINISH with ERROR). Tests of what a caller does then: the environment variable SLUICE_FAIL_STEP=N,
+ * read at open, fails the Nth step that runs sequences that way (a device fault's stand-in). */
 int sl_engine_step(sl_engine *e);
 /* Take the next event; 1 = got one, 0 = none left. */
 int sl_engine_poll(sl_engine *e, sl_event *ev);
@@ -122,6 +125,7 @@ typedef struct {
     uint64_t preemptions;        /* requests whose state was freed to be recomputed later */
     uint64_t tokens_fed;         /* tokens run through the model (prefill + decode + recompute) */
     uint64_t tokens_generated;   /* tokens sampled */
+    uint64_t steps_overlapped;   /* steps launched while the step before them ran (engine.overlap) */
     size_t state_bytes_used, state_bytes_budget;
     size_t device_bytes_used, device_bytes_total;   /* the backend's device memory (0 on the CPU) */
     int running, waiting;

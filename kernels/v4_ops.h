@@ -96,8 +96,11 @@ typedef struct {
 } v4_arena;
 
 /* ---- v4_mhc.cu */
-/* X[i][j][:] = E[tok_id[i]] for every stream j < hc; E fp32 or bf16 [vocab][dim]. */
-cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int dim, int hc, float *X, cudaStream_t st);
+/* X[i][j][:] = E[tok_id[i]] for every stream j < hc; E fp32 or bf16 [vocab][dim]. A negative id -1 - k is fed[k] (a
+ * token sampled on the device by the step before), and the kernel writes the id it resolved into tok_id[i] for the
+ * kernels after it; fed may be NULL when no id is negative. */
+cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int dim, int hc, const int32_t *fed, float *X,
+                     cudaStream_t st);
 /* mHC pre for every row: with pend_f, first the previous sublayer's mHC post, in place (X'[k] = pend_post_k pend_f +
  * sum_j pend_comb[j][k] X[j], all indexed by token row); then mixes = (fn @ X_i) * rsqrt(mean(X_i^2)+norm_eps),
  * pre/post/comb (Sinkhorn), x = sum_j pre_j X_i[j], and xn = RMSNorm_w(x) written as bf16 [n][dim]; post [n][hc],

@@ -130,6 +130,7 @@ int main(int argc, char **argv) {
     eo.state_bytes = (size_t)cfg_int(&c, "engine.state_mb") << 20;
     eo.self_check = strcmp(cfg_get(&c, "engine.self_check"), "off") ? 0 : -1;
     eo.deterministic = !strcmp(cfg_get(&c, "engine.deterministic"), "on");
+    eo.overlap = !strcmp(cfg_get(&c, "engine.overlap"), "on") ? 1 : -1;
     eo.index_fp8 = !strcmp(cfg_get(&c, "engine.index_key_dtype"), "fp8");
     eo.kv_fp8 = !strcmp(cfg_get(&c, "engine.kv_dtype"), "fp8");
     eo.devices = cfg_get(&c, "engine.devices");

@@ -9,6 +9,7 @@
  * per step; the attention's state updates run per sequence in position order (attention.c).
  */
 #include "cpu.h"
+#include "../sampler.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,12 @@ typedef struct {
     float *Xl, *yl, *lg;      /* rows that want logits */
     cpu_attn_buf *ab;
     cpu_moe_buf *mb;
+    sl_sampler smp;           /* spans that sample (sl_seq_span.sample) */
+    /* the last launched step's sequences and the tokens sampled for them: what its successor's fed spans read */
+    const v4_seq_state **fed_st;
+    int32_t *fed_tok;
+    int n_fed, cap_fed;
+    int pending;              /* launched steps not collected yet (their spans already hold the results) */
 } cpu_impl;
 
 static int ensure_rows(cpu_impl *c, int n, int n_spans, int nl) {
@@ -59,7 +66,15 @@ static int ensure_rows(cpu_impl *c, int n, int n_spans, int nl) {
     return 0;
 }
 
-static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, size_t errlen) {
+/* A fed span's token: the one sampled for its sequence in the last launched step; -1 when there is none. */
+static int32_t fed_token(const cpu_impl *c, const v4_seq_state *st, int s) {
+    if (s < c->n_fed && c->fed_st[s] == st) return c->fed_tok[s];   /* the usual case: the same order */
+    for (int i = 0; i < c->n_fed; i++)
+        if (c->fed_st[i] == st) return c->fed_tok[i];
+    return -1;
+}
+
+static int run_step(sl_backend *be, sl_seq_span *in, int n_spans, char *err, size_t errlen) {
     cpu_impl *c = be->impl;
     cpu_model *m = &c->m;
     const v4_weights *w = m->w;
@@ -83,7 +98,7 @@ static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, 
     for (int s = 0, off = 0; s < n_spans; s++) {
         c->spans[s] = (cpu_span){in[s].st, off, in[s].n, in[s].st->pos, in[s].tokens};
         for (int k = 0; k < in[s].n; k++) {
-            int32_t t = in[s].tokens[k];
+            int32_t t = in[s].fed ? fed_token(c, in[s].st, s) : in[s].tokens[k];
             if (t < 0 || t >= V) { snprintf(err, errlen, "cpu backend: token id %d out of range", (int)t); return -1; }
             c->tok[off + k] = t;
             float *Xi = c->X + (size_t)(off + k) * width;
@@ -132,10 +147,62 @@ static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, 
     r = 0;
     for (int s = 0; s < n_spans; s++) {
         int cnt = in[s].n - in[s].logits_from;
-        if (cnt > 0) memcpy(in[s].logits, c->lg + (size_t)r * V, (size_t)cnt * V * sizeof(float));
+        if (in[s].sample)   /* logits_from is n - 1: one row, chosen from here */
+            in[s].token = sl_sample(&c->smp, in[s].sample, c->lg + (size_t)r * V, in[s].hist, in[s].n_hist,
+                                    &(sl_rng){in[s].rng}, &in[s].logprob);
+        else if (cnt > 0)
+            memcpy(in[s].logits, c->lg + (size_t)r * V, (size_t)cnt * V * sizeof(float));
         r += cnt;
         in[s].st->pos += in[s].n;
     }
+    return 0;
+}
+
+static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, size_t errlen) {
+    for (int s = 0; s < n_spans; s++)
+        if (in[s].fed) { snprintf(err, errlen, "cpu backend: a fed span outside launch"); return -1; }
+    ((cpu_impl *)be->impl)->n_fed = 0;   /* a fed span follows a launch directly */
+    return run_step(be, in, n_spans, err, errlen);
+}
+
+/* The CPU runs a launched step at once; collect only hands it over. */
+static int launch_failed(cpu_impl *c) {   /* a failed launch or collect drops every launched step */
+    c->pending = c->n_fed = 0;
+    return -1;
+}
+
+static int cpu_launch(sl_backend *be, sl_seq_span *in, int n_spans, char *err, size_t errlen) {
+    cpu_impl *c = be->impl;
+    if (c->pending == 2) { snprintf(err, errlen, "cpu backend: a third launched step"); return launch_failed(c); }
+    for (int s = 0; s < n_spans; s++) {
+        if (in[s].n != 1 || in[s].logits_from != 0 || !in[s].sample) return 1;
+        if (in[s].fed && fed_token(c, in[s].st, s) < 0) {
+            snprintf(err, errlen, "cpu backend: fed span %d has no launched step before it", s);
+            return launch_failed(c);
+        }
+    }
+    if (n_spans > c->cap_fed) {
+        const v4_seq_state **st = realloc(c->fed_st, (size_t)n_spans * sizeof *st);
+        if (st) c->fed_st = st;
+        int32_t *tok = st ? realloc(c->fed_tok, (size_t)n_spans * sizeof *tok) : NULL;
+        if (!tok) { snprintf(err, errlen, "cpu backend: out of memory"); return launch_failed(c); }
+        c->fed_tok = tok;
+        c->cap_fed = n_spans;
+    }
+    if (run_step(be, in, n_spans, err, errlen)) return launch_failed(c);
+    for (int s = 0; s < n_spans; s++) {
+        c->fed_st[s] = in[s].st;
+        c->fed_tok[s] = in[s].token;
+    }
+    c->n_fed = n_spans;
+    c->pending++;
+    return 0;
+}
+
+static int cpu_collect(sl_backend *be, char *err, size_t errlen) {
+    cpu_impl *c = be->impl;
+    if (!c->pending) { snprintf(err, errlen, "cpu backend: collect without a launched step"); return launch_failed(c); }
+    c->pending--;
     return 0;
 }
 
@@ -149,12 +216,14 @@ static void cpu_destroy(sl_backend *be) {
         free(c->tok); free(c->spans); free(c->Xl); free(c->yl); free(c->lg);
         cpu_attn_buf_free(c->ab);
         cpu_moe_buf_free(c->mb);
+        sl_sampler_free(&c->smp);
+        free(c->fed_st); free(c->fed_tok);
         free(c);
     }
     free(be);
 }
 
-static const sl_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_destroy, 0, NULL};
+static const sl_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_destroy, 1, NULL, cpu_launch, cpu_collect};
 
 void sl_backend_cpu_set_gpu_numerics(sl_backend *b, int on) {
     ((cpu_impl *)b->impl)->m.bf16 = on;
@@ -217,7 +286,8 @@ sl_backend *sl_backend_cpu_create(const v4_weights *w, v4_state_pool *pool, int 
         cols = max_i(cols, w->layers[l].shared.w2.cols);
         if (w->layers[l].experts) cols = max_i(cols, w->layers[l].experts[0].w2.cols);
     }
-    if (!c->m.tp || !c->m.freq_main || !c->m.freq_comp || cpu_pool_reserve(c->m.tp, (size_t)cols)) {
+    if (!c->m.tp || !c->m.freq_main || !c->m.freq_comp || cpu_pool_reserve(c->m.tp, (size_t)cols) ||
+        sl_sampler_init(&c->smp, cfg->vocab_size)) {
         cpu_destroy(be);
         snprintf(err, errlen, "cpu backend: out of memory");
         return NULL;

@@ -56,6 +56,17 @@ typedef struct {
     cudaGraphExec_t exec[SL_MAX_RANKS];     /* one per stream: rank 0's, and each rank's on its own GPU */
 } cu_graph;
 
+/* A launched decode step (cuda_launch) until collected: the pinned buffers its layout and sampling went through (the
+ * host fills the next step's in the other flight's meanwhile), the event after its results' copies, its spans. */
+typedef struct {
+    int32_t *hmeta, *htok;
+    float *hlp;
+    v4_sample_req *hsreq;
+    cudaEvent_t done;
+    sl_seq_span *spans;
+    int n;
+} cu_flight;
+
 typedef struct {
     dense_weight wq_b;                      /* the rank's heads' rows; CSA: then the indexer's wq_b (one input) */
     dense_weight wo_a, wo_b;
@@ -108,7 +119,7 @@ typedef struct cuda_impl {
     v4_state_store store;
     /* step buffers (cap tokens) */
     int cap, max_blocks;
-    int32_t *hmeta, *dmeta;                 /* pinned / device step layout */
+    int32_t *dmeta;                         /* device step layout (pinned: the flights' hmeta) */
     size_t meta_ints;
     float *X, *f, *post, *comb, *qkv, *q, *cmp, *scores, *logits, *hlogits;
     uint16_t *xn, *qr_b, *q_b, *kv_b, *iq_b, *o_b, *u_b, *y_b;
@@ -123,6 +134,12 @@ typedef struct cuda_impl {
     uint32_t *marks;
     int row_piece[HEAD_ROWS], row_sample[HEAD_ROWS];
     sl_sampler smp;                         /* rows sampled on the host (histories too long for dhist) */
+    /* pipelined decode (cuda_launch): flight 0's buffers are the ones above, which a step run by forward uses */
+    cu_flight fl[2];
+    int fl0, n_fl;                          /* launched steps not collected: n_fl, the oldest fl[fl0] */
+    int cur;                                /* the flight whose pinned layout the step being built fills */
+    const v4_seq_state *fed_st[GRAPH_MAX_BATCH];   /* the last launched step's sequences, whose samples dtok holds */
+    int n_fed;                              /* 0 once anything else samples */
     size_t att_scratch_floats;
     size_t lrows_at;                        /* ints from the layout's start to its logits rows */
     int use_graphs;
@@ -497,7 +514,9 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
     c->meta_ints = 3 * N + 4 * N + N * (size_t)c->max_blocks + N;
     const int head = c->sh.rank == 0;   /* the layout is built, the head and sampling run, on rank 0 */
     if (head)
-        CK(cudaHostAlloc((void **)&c->hmeta, c->meta_ints * sizeof(int32_t), cudaHostAllocPortable), "pinned step layout");
+        for (int f = 0; f < 2; f++)
+            CK(cudaHostAlloc((void **)&c->fl[f].hmeta, c->meta_ints * sizeof(int32_t), cudaHostAllocPortable),
+               "pinned step layout");
     CK(cudaMalloc((void **)&c->dmeta, c->meta_ints * sizeof(int32_t)), "step layout");
     size_t ent = (size_t)maxpos / 4 + 1;
     c->score_floats = INDEX_SCRATCH_FLOATS < N * ent ? INDEX_SCRATCH_FLOATS : N * ent;
@@ -537,10 +556,17 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
     if (!head) return 0;
     const size_t V = (size_t)cfg->vocab_size;
     CK(cudaMalloc((void **)&c->logits, (size_t)HEAD_ROWS * V * sizeof(float)), "step buffers");
-    CK(cudaHostAlloc((void **)&c->hsreq, HEAD_ROWS * sizeof(v4_sample_req), cudaHostAllocDefault), "sampling buffers");
+    for (int f = 0; f < 2; f++) {
+        cu_flight *F = &c->fl[f];
+        CK(cudaHostAlloc((void **)&F->hsreq, HEAD_ROWS * sizeof(v4_sample_req), cudaHostAllocDefault), "sampling buffers");
+        CK(cudaHostAlloc((void **)&F->htok, HEAD_ROWS * sizeof(int32_t), cudaHostAllocDefault), "sampling buffers");
+        CK(cudaHostAlloc((void **)&F->hlp, HEAD_ROWS * sizeof(float), cudaHostAllocDefault), "sampling buffers");
+        CK(cudaEventCreateWithFlags(&F->done, cudaEventDisableTiming), "step event");
+    }
+    c->hsreq = c->fl[0].hsreq;
+    c->htok = c->fl[0].htok;
+    c->hlp = c->fl[0].hlp;
     CK(cudaHostAlloc((void **)&c->hhist, SAMPLE_HIST_INTS * sizeof(int32_t), cudaHostAllocDefault), "sampling buffers");
-    CK(cudaHostAlloc((void **)&c->htok, HEAD_ROWS * sizeof(int32_t), cudaHostAllocDefault), "sampling buffers");
-    CK(cudaHostAlloc((void **)&c->hlp, HEAD_ROWS * sizeof(float), cudaHostAllocDefault), "sampling buffers");
     CK(cudaMalloc((void **)&c->dsreq, HEAD_ROWS * sizeof(v4_sample_req)), "sampling buffers");
     CK(cudaMalloc((void **)&c->dhist, SAMPLE_HIST_INTS * sizeof(int32_t)), "sampling buffers");
     CK(cudaMalloc((void **)&c->dtok, HEAD_ROWS * sizeof(int32_t)), "sampling buffers");
@@ -557,6 +583,7 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
 typedef struct {
     sl_seq_span *sp;   /* the caller's span */
     int a, m;          /* its tokens [a, a+m) run in this sub-step */
+    int fed;           /* -1, or its one token is dtok[fed] (sampled by the step launched before) */
 } piece;
 
 /* Fill the pinned step layout for the pieces, padded with `pad` one-token rows of the scratch
@@ -567,7 +594,7 @@ static long build_layout(cuda_impl *c, const piece *pc, int np, int pad, int max
                          int *n_out, int *nl_out, const int32_t **d_lrows, char *err, size_t errlen)
 {
     const int V = c->w->cfg.vocab_size, ns = np + pad;
-    int32_t *h = c->hmeta;
+    int32_t *h = c->fl[c->cur].hmeta;
     int32_t *tid = h, *tpos = h + c->cap, *tsp = h + 2 * c->cap;
     int32_t *sslot = h + 3 * c->cap, *spos0 = sslot + ns, *srow0 = spos0 + ns, *sn = srow0 + ns;
     int32_t *blk = sn + ns, *lrows = blk + (size_t)ns * maxb;
@@ -582,8 +609,9 @@ static long build_layout(cuda_impl *c, const piece *pc, int np, int pad, int max
         sn[k] = m;
         for (int b = 0; b < maxb; b++) blk[(size_t)k * maxb + b] = s && b < s->n_blocks ? s->blocks[b] : c->n_pages;
         for (int j = 0; j < m; j++, n++) {
-            const int32_t t = sp ? sp->tokens[pc[k].a + j] : 0;
-            if (t < 0 || t >= V) {
+            const int fed = sp && pc[k].fed >= 0;   /* -1 - i: the embedding takes dtok[i] (v4_embed's fed) */
+            const int32_t t = !sp ? 0 : fed ? -1 - pc[k].fed : sp->tokens[pc[k].a + j];
+            if ((t < 0 && !fed) || t >= V) {
                 snprintf(err, errlen, "cuda backend: token id %d out of range", (int)t);
                 return -1;
             }
@@ -829,7 +857,7 @@ static int enqueue_layers(cuda_impl *c, const v4_step *S, int max_t, char *err, 
         cuda_impl *k = c->rk[r];
         const v4_step Sk = step_on(c, k, S);
         on(k);
-        CK(v4_embed(&Sk, k->embed, k->embed_bf16, cfg->dim, cfg->hc_mult, k->X, k->st), "embedding");
+        CK(v4_embed(&Sk, k->embed, k->embed_bf16, cfg->dim, cfg->hc_mult, k->dtok, k->X, k->st), "embedding");
         if (!r) mark(c, SL_FAM_MHC, "embedding");
     }
     for (int j = 0; j < stop; j++) {
@@ -869,8 +897,8 @@ static int enqueue_head(cuda_impl *c, const int32_t *d_rows, int m, char *err, s
 static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0, int m, char *err, size_t errlen)
 {
     const int V = c->w->cfg.vocab_size;
-    const int32_t *srow0 = c->hmeta + 3 * c->cap + 2 * ns;   /* ns spans in the layout, the first np real */
-    const int32_t *lrows = c->hmeta + c->lrows_at;
+    const int32_t *srow0 = c->fl[0].hmeta + 3 * c->cap + 2 * ns;   /* ns spans in the layout, the first np real */
+    const int32_t *lrows = c->fl[0].hmeta + c->lrows_at;
     int n_smp = 0, n_hist = 0, k = 0;
     for (int q = 0; q < m; q++) {   /* sampled rows go to the sampler; the others' logits come back */
         const int row = lrows[r0 + q];   /* rows in step order: the span index only grows */
@@ -1023,7 +1051,7 @@ static int upload_layout(cuda_impl *c, long used, char *err, size_t errlen)
     for (int r = c->n_ranks - 1; r >= 0; r--) {
         const cuda_impl *k = c->rk[r];
         on(k);
-        CK(cudaMemcpyAsync(k->dmeta, c->hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, k->st),
+        CK(cudaMemcpyAsync(k->dmeta, c->fl[c->cur].hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, k->st),
            "step layout upload");
     }
     return 0;
@@ -1143,25 +1171,32 @@ static int run_profiled(cuda_impl *c, piece *pc, int np, const v4_step *S, int c
  * rows of the scratch sequence (zeroed each step, position 0), the block tables are as wide as the
  * context bucket needs, and the key / candidate bounds come from the bucket, so a replay's launch
  * shapes are the capture's; only the step layout (uploaded before the replay) changes. Every row's
- * logits are computed; the real rows' are copied back. */
-static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size_t errlen)
+ * logits are computed; the real rows' are copied back.
+ * graph_layout builds and uploads the layout of such a step (*B, *cb: its buckets); graph_enqueue then replays the
+ * buckets' graph, capturing it first on first use. */
+static int graph_layout(cuda_impl *c, const piece *pc, int np, int max_t, int *B, int *cb, v4_step *S,
+                        const int32_t **d_lrows, char *err, size_t errlen)
 {
-    const int bt = c->pool->block_tokens, B = pow2_at_least(np), cb = pow2_at_least(max_t + 1 > 128 ? max_t + 1 : 128);
-    const int maxb = cb / bt + 1;
+    const int bt = c->pool->block_tokens;
+    *B = pow2_at_least(np);
+    *cb = pow2_at_least(max_t + 1 > 128 ? max_t + 1 : 128);
+    int n, nl;
+    const long used = build_layout(c, pc, np, *B - np, *cb / bt + 1, 1, S, &n, &nl, d_lrows, err, errlen);
+    if (used < 0) return -1;
+    c->lrows_at = (size_t)(*d_lrows - c->dmeta);
+    if (upload_layout(c, used, err, errlen)) return -1;
+    on(c);
+    c->last_S = *S;   /* a replay enqueues no layer: the layout it runs is this one */
+    c->last_max_t = *cb - 1;
+    return 0;
+}
+
+static int graph_enqueue(cuda_impl *c, const v4_step *S, int B, int cb, const int32_t *d_lrows, char *err,
+                         size_t errlen)
+{
     int gi = -1;
     for (int i = 0; i < c->n_graphs; i++)
         if (c->graphs[i].batch == B && c->graphs[i].ctx == cb) gi = i;
-    v4_step S;
-    int n, nl;
-    const int32_t *d_lrows;
-    const long used = build_layout(c, pc, np, B - np, maxb, 1, &S, &n, &nl, &d_lrows, err, errlen);
-    if (used < 0) return -1;
-    c->lrows_at = (size_t)(d_lrows - c->dmeta);
-    if (upload_layout(c, used, err, errlen)) return -1;
-    on(c);
-    c->last_S = S;   /* a replay enqueues no layer: the layout it runs is this one */
-    c->last_max_t = cb - 1;
-    if (c->prof_ms) return run_profiled(c, pc, np, &S, cb, d_lrows, B, err, errlen);
     if (gi < 0) {
         if (c->n_graphs == MAX_GRAPHS) {   /* the oldest goes */
             graphs_free(c, c->graphs[0].exec);
@@ -1170,15 +1205,32 @@ static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size
         }
         cu_graph g = {B, cb, {0}};
         int cal0;
-        if (capture_step(c, &S, cb, d_lrows, B, g.exec, &cal0, err, errlen)) return -1;
+        if (capture_step(c, S, cb, d_lrows, B, g.exec, &cal0, err, errlen)) return -1;
         gi = c->n_graphs++;
         c->graphs[gi] = g;
     }
     if (graphs_launch(c, c->graphs[gi].exec, err, errlen)) return -1;
     on(c);
+    return 0;
+}
+
+static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size_t errlen)
+{
+    int B, cb;
+    v4_step S;
+    const int32_t *d_lrows;
+    if (graph_layout(c, pc, np, max_t, &B, &cb, &S, &d_lrows, err, errlen)) return -1;
+    if (c->prof_ms) return run_profiled(c, pc, np, &S, cb, d_lrows, B, err, errlen);
+    if (graph_enqueue(c, &S, B, cb, d_lrows, err, errlen)) return -1;
     if (scatter_logits(c, pc, np, B, 0, np, err, errlen) || sync_ranks(c, err, errlen)) return -1;
     for (int k = 0; k < np; k++) pc[k].sp->st->pos += pc[k].m;
     return 0;
+}
+
+/* Whether a decode step whose largest position is max_t replays a graph (its block tables fit the context bucket). */
+static int graph_fits(const cuda_impl *c, int max_t)
+{
+    return c->use_graphs && !c->sublayers && pow2_at_least(max_t + 1) / c->pool->block_tokens + 1 <= c->max_blocks;
 }
 
 /* One sub-step: pieces of spans, at most cap tokens together, each continuing at its st->pos. */
@@ -1197,7 +1249,7 @@ static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
         snprintf(err, errlen, "cuda backend: a sequence needs %d pages, more than the context allows", maxb);
         return -1;
     }
-    if (decode && c->use_graphs && !c->sublayers && pow2_at_least(max_t + 1) / bt + 1 <= c->max_blocks) return run_graph(c, pc, np, max_t, err, errlen);
+    if (decode && graph_fits(c, max_t)) return run_graph(c, pc, np, max_t, err, errlen);
 
     v4_step S;
     int n, nl;
@@ -1224,8 +1276,14 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
         snprintf(err, errlen, "%s", c->broken);
         return -1;
     }
+    if (c->n_fl) {
+        snprintf(err, errlen, "cuda backend: a step run with launched steps not collected");
+        return -1;
+    }
     on(c);   /* the thread that steps need not be the one that opened the backend */
     c->sublayers = be->sublayers;
+    c->cur = 0;
+    c->n_fed = 0;   /* this step's sampling overwrites dtok */
     piece *pc = malloc((size_t)(n_spans > 0 ? n_spans : 1) * sizeof *pc);
     if (!pc) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
     for (int s = 0; s < n_spans; s++)
@@ -1240,7 +1298,7 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
         int np = 0, room = c->cap;
         while (s < n_spans && room > 0) {
             const int m = in[s].n - a < room ? in[s].n - a : room;
-            pc[np++] = (piece){&in[s], a, m};
+            pc[np++] = (piece){&in[s], a, m, -1};
             room -= m;
             a += m;
             if (a == in[s].n) { s++; a = 0; }
@@ -1251,6 +1309,127 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
     free(pc);
     if (rc) ar_reset(c);   /* the ranks may have stopped at different all-reduces */
     return rc;
+}
+
+/* Pipelined decode (backend.h's launch and collect): a decode step's graph, then its sampling and the copies of its
+ * tokens back into its flight's pinned buffers, and an event after them; collect waits for that event only, so the
+ * step launched after it keeps the GPU busy meanwhile. A fed span's token is the one dtok holds for its sequence: the
+ * embedding reads it there (build_layout's negative ids), since the step before sampled into dtok and nothing else
+ * has since. One GPU only: the ranks' all-reduces assume one step at a time. */
+static void drop_flights(cuda_impl *c)
+{
+    c->n_fl = 0;
+    c->n_fed = 0;
+    c->cur = 0;
+}
+
+/* The row of st in the last launched step (dtok's index of its sample), or -1. */
+static int fed_row(const cuda_impl *c, const v4_seq_state *st, int guess)
+{
+    if (guess < c->n_fed && c->fed_st[guess] == st) return guess;
+    for (int i = 0; i < c->n_fed; i++)
+        if (c->fed_st[i] == st) return i;
+    return -1;
+}
+
+static int cuda_launch(sl_backend *be, sl_seq_span *in, int n, char *err, size_t errlen)
+{
+    cuda_impl *c = be->impl;
+    if (c->broken[0]) {
+        snprintf(err, errlen, "%s", c->broken);
+        drop_flights(c);
+        return -1;
+    }
+    c->sublayers = be->sublayers;
+    if (n < 1 || n > GRAPH_MAX_BATCH || c->n_ranks > 1 || c->prof_ms) return 1;
+    int max_t = 0;
+    for (int s = 0; s < n; s++) {
+        const sl_sampling *sm = in[s].sample;
+        if (in[s].n != 1 || in[s].logits_from != 0 || !sm || sm->repetition_penalty != 1.0f || !in[s].st->open) return 1;
+        if (in[s].st->pos > max_t) max_t = in[s].st->pos;
+    }
+    if (!graph_fits(c, max_t)) return 1;
+    if (c->n_fl == 2) {
+        snprintf(err, errlen, "cuda backend: a third launched step");
+        drop_flights(c);
+        return -1;
+    }
+    on(c);
+    const int f = (c->fl0 + c->n_fl) % 2;
+    cu_flight *F = &c->fl[f];
+    piece pc[GRAPH_MAX_BATCH];
+    for (int s = 0; s < n; s++) {
+        pc[s] = (piece){&in[s], 0, 1, in[s].fed ? fed_row(c, in[s].st, s) : -1};
+        if (in[s].fed && pc[s].fed < 0) {
+            snprintf(err, errlen, "cuda backend: fed span %d has no launched step before it", s);
+            drop_flights(c);
+            return -1;
+        }
+    }
+    int B, cb;
+    v4_step S;
+    const int32_t *d_lrows;
+    c->cur = f;
+    int rc = graph_layout(c, pc, n, max_t, &B, &cb, &S, &d_lrows, err, errlen) ||
+             graph_enqueue(c, &S, B, cb, d_lrows, err, errlen);
+    c->cur = 0;
+    if (!rc) {
+        for (int s = 0; s < n; s++) {
+            const sl_sampling *sm = in[s].sample;
+            F->hsreq[s] = (v4_sample_req){s, sm->temperature, sm->top_p, sm->min_p, 1.0f, sm->top_k, in[s].rng, 0, 0};
+        }
+        const int V = c->w->cfg.vocab_size;
+        cudaError_t e = cudaMemcpyAsync(c->dsreq, F->hsreq, (size_t)n * sizeof(v4_sample_req), cudaMemcpyHostToDevice,
+                                        c->st);
+        if (e == cudaSuccess)
+            e = v4_sample(c->logits, n, V, c->dsreq, c->dhist, c->probs, c->marks, c->dtok, c->dlp, c->st);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(F->htok, c->dtok, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(F->hlp, c->dlp, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->st);
+        if (e == cudaSuccess) e = cudaEventRecord(F->done, c->st);
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "cuda backend: the launched step's sampling failed: %s", cudaGetErrorString(e));
+            rc = -1;
+        }
+    }
+    if (rc) {
+        drop_flights(c);
+        return -1;
+    }
+    for (int s = 0; s < n; s++) {
+        c->fed_st[s] = in[s].st;
+        in[s].st->pos++;
+    }
+    c->n_fed = n;
+    F->spans = in;
+    F->n = n;
+    c->n_fl++;
+    return 0;
+}
+
+static int cuda_collect(sl_backend *be, char *err, size_t errlen)
+{
+    cuda_impl *c = be->impl;
+    if (!c->n_fl) {
+        snprintf(err, errlen, "cuda backend: collect without a launched step");
+        return -1;
+    }
+    on(c);
+    cu_flight *F = &c->fl[c->fl0];
+    const cudaError_t e = cudaEventSynchronize(F->done);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cuda backend: step failed: %s", cudaGetErrorString(e));
+        drop_flights(c);
+        return -1;
+    }
+    for (int s = 0; s < F->n; s++) {
+        F->spans[s].token = F->htok[s];
+        F->spans[s].logprob = F->hlp[s];
+    }
+    c->fl0 = (c->fl0 + 1) % 2;
+    c->n_fl--;
+    return 0;
 }
 
 int sl_backend_cuda_profile(sl_backend *be, double *fam_ms)
@@ -1424,11 +1603,13 @@ static void impl_free(cuda_impl *c)
         if (dv[i]) cudaFree(dv[i]);
     if (c->prof_ts) cudaFree(c->prof_ts);
     free(c->prof_hts);
-    if (c->hmeta) cudaFreeHost(c->hmeta);
     if (c->hlogits) cudaFreeHost(c->hlogits);
-    void *hv[] = {c->hsreq, c->hhist, c->htok, c->hlp};
+    void *hv[] = {c->hhist, c->fl[0].hmeta, c->fl[0].hsreq, c->fl[0].htok, c->fl[0].hlp, c->fl[1].hmeta,
+                  c->fl[1].hsreq, c->fl[1].htok, c->fl[1].hlp};
     for (size_t i = 0; i < sizeof hv / sizeof *hv; i++)
         if (hv[i]) cudaFreeHost(hv[i]);
+    for (int f = 0; f < 2; f++)
+        if (c->fl[f].done) cudaEventDestroy(c->fl[f].done);
     sl_sampler_free(&c->smp);
     if (c->st && c->own_stream) cudaStreamDestroy(c->st);
     for (int b = 0; b < N_BRANCH; b++) {
@@ -1474,7 +1655,7 @@ static void cuda_memory(sl_backend *be, size_t *used, size_t *total)
     *total = c->mem_total;
 }
 
-static const sl_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_destroy, 1, cuda_memory};
+static const sl_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_destroy, 1, cuda_memory, cuda_launch, cuda_collect};
 
 static int load_globals(cuda_impl *c, char *err, size_t errlen)
 {

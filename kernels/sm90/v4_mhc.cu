@@ -12,10 +12,15 @@
 #define HC_MAX 8
 #define MHC_THREADS 256
 
-__global__ void k_embed(const int32_t *tok, const void *E, int e_bf16, int dim, int hc, float *X)
+__global__ void k_embed(int32_t *tok, const int32_t *fed, const void *E, int e_bf16, int dim, int hc, float *X)
 {
     const int i = blockIdx.x;
-    const size_t row = (size_t)tok[i] * dim;
+    const int32_t t0 = tok[i], t = t0 < 0 ? fed[-1 - t0] : t0;
+    if (t0 < 0) {   /* the row's id resolved for the kernels after this one (the MoE's hash routing) */
+        __syncthreads();
+        if (threadIdx.x == 0) tok[i] = t;
+    }
+    const size_t row = (size_t)t * dim;
     float *Xi = X + (size_t)i * hc * dim;
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
         const float v = e_bf16 ? bf2f(((const uint16_t *)E)[row + d]) : ((const float *)E)[row + d];
@@ -23,11 +28,11 @@ __global__ void k_embed(const int32_t *tok, const void *E, int e_bf16, int dim, 
     }
 }
 
-extern "C" cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int dim, int hc, float *X,
-                                cudaStream_t st)
+extern "C" cudaError_t v4_embed(const v4_step *s, const void *E, int e_bf16, int dim, int hc, const int32_t *fed,
+                                float *X, cudaStream_t st)
 {
     if (s->n <= 0) return cudaSuccess;
-    k_embed<<<s->n, 256, 0, st>>>(s->tok_id, E, e_bf16, dim, hc, X);
+    k_embed<<<s->n, 256, 0, st>>>((int32_t *)s->tok_id, fed, E, e_bf16, dim, hc, X);
     return cudaGetLastError();
 }
 

@@ -131,6 +131,8 @@ def test(make):
     # added latency is the end-to-end latency less the engine's share
     assert s[("sluice_job_added_latency_seconds_sum", "")] <= s[("sluice_job_e2e_latency_seconds_sum", "")]
     assert s[("sluice_engine_state_budget_bytes", "")] > 0 and s[("sluice_engine_steps_total", "")] > 0, s
+    # batches of 8 decoding 6 tokens each: steps behind steps (engine.overlap on by default)
+    assert s[("sluice_engine_steps_overlapped_total", "")] > 0, s
     for g in ("sluice_engine_running", "sluice_engine_waiting", "sluice_engine_batch_size",
               "sluice_engine_state_used_bytes", "sluice_engine_preemptions_total", "sluice_engine_tokens_per_second",
               "sluice_gpu_memory_used_bytes", "sluice_gpu_memory_total_bytes"):

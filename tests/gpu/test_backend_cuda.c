@@ -20,7 +20,9 @@
  *   - batch invariance: a request alone and inside batches of 7 and 64 with other prompts gives the
  *     same tokens, greedy and seeded sampling;
  *   - preemption: a state budget too small for every request at once (requests are preempted and
- *     recomputed) gives the same tokens as an unconstrained run.
+ *     recomputed) gives the same tokens as an unconstrained run;
+ *   - overlap (engine.overlap: step N+1 launched, its tokens fed from step N's samples on the device, before step N is
+ *     collected) gives the same tokens as a step at a time, with requests stopping on stop ids mid-run.
  * The fixtures whose index_head_dim is a multiple of 64 run once more with the indexer's keys stored FP8 on both
  * sides (sl_cuda_opts.index_fp8, sl_backend_cpu_set_index_fp8), the same checks, and an engine opens with FP8 keys
  * (its 8-token self-check writes FP8 keys but has too few candidates for the indexer to score them: the comparisons
@@ -143,6 +145,7 @@ typedef struct {
 static int g_deterministic;   /* engine.deterministic for the batch-invariance runs */
 static int g_index_fp8;       /* the indexer's keys stored FP8 in the engines opened */
 static int g_kv_fp8;          /* and the attention's keys as FP8 KV */
+static int g_overlap;         /* engine.overlap (0: the default, on) */
 
 static sl_engine *open_engine(const char *dir, const char *backend, size_t state_bytes, int max_batch)
 {
@@ -155,6 +158,7 @@ static sl_engine *open_engine(const char *dir, const char *backend, size_t state
     o.deterministic = g_deterministic;
     o.index_fp8 = g_index_fp8;
     o.kv_fp8 = g_kv_fp8;
+    o.overlap = g_overlap;
     o.devices = "0";
     sl_engine *e;
     char err[256];
@@ -162,9 +166,10 @@ static sl_engine *open_engine(const char *dir, const char *backend, size_t state
     return e;
 }
 
-/* Run the requests (prompts[i], n_prompt[i]) together to completion. temperature 0 = greedy. */
-static int generate(sl_engine *e, int nreq, const int32_t *const *prompts, const int *n_prompt, float temperature,
-                    uint64_t seed, gen_out *out)
+/* Run the requests (prompts[i], n_prompt[i]) together to completion. temperature 0 = greedy. stop: NULL, or request
+ * i's stop id (-1: none). */
+static int generate_stop(sl_engine *e, int nreq, const int32_t *const *prompts, const int *n_prompt, float temperature,
+                         uint64_t seed, const int32_t *stop, gen_out *out)
 {
     char err[256];
     uint64_t *ids = calloc((size_t)nreq, sizeof *ids);
@@ -177,6 +182,8 @@ static int generate(sl_engine *e, int nreq, const int32_t *const *prompts, const
         s.seed = seed + (uint64_t)i;
         s.max_tokens = GEN;
         s.ignore_eos = 1;
+        s.stop_ids = stop && stop[i] >= 0 ? &stop[i] : NULL;
+        s.n_stop_ids = s.stop_ids != NULL;
         out[i].n = 0;
         if (sl_engine_submit(e, prompts[i], n_prompt[i], &s, (uint64_t)i, &ids[i], err, sizeof err)) {
             FAIL("submit: %s", err);
@@ -198,6 +205,57 @@ static int generate(sl_engine *e, int nreq, const int32_t *const *prompts, const
     return 0;
 }
 
+static int generate(sl_engine *e, int nreq, const int32_t *const *prompts, const int *n_prompt, float temperature,
+                    uint64_t seed, gen_out *out)
+{
+    return generate_stop(e, nreq, prompts, n_prompt, temperature, seed, NULL, out);
+}
+
+/* Overlap (the engine launching step N+1 before it collects step N, N+1's tokens taken from N's samples on the
+ * device) against a step at a time: 16 requests, greedy and seeded, each stopping on a stop id chosen from its own
+ * tokens (so it stops while the next step is in flight), with engine.deterministic where the MoE's tiling depends on
+ * the batch (a stopped request's row in the step in flight changes that step's batch). Tokens equal. */
+static void overlap_check(const fx_fixture *f, int32_t *const *pr, const int *np)
+{
+    gen_out *off = calloc(16, sizeof *off), *on = calloc(16, sizeof *on);
+    int32_t stop[16];
+    for (int mode = 0; mode < 2 && off && on; mode++) {
+        const float temp = mode ? 0.8f : 0.0f;
+        g_overlap = -1;
+        sl_engine *e = open_engine(f->dir, "cuda", 0, 16);
+        if (!e || generate(e, 16, (const int32_t *const *)pr, np, temp, 11, off)) { if (e) sl_engine_close(e); break; }
+        for (int i = 0; i < 16; i++) stop[i] = off[i].n > 2 ? off[i].tok[1 + i % (off[i].n - 2)] : -1;
+        sl_engine_stats st[2];
+        int ok = !generate_stop(e, 16, (const int32_t *const *)pr, np, temp, 11, stop, off);
+        sl_engine_get_stats(e, &st[0]);
+        sl_engine_close(e);
+        g_overlap = 1;
+        e = open_engine(f->dir, "cuda", 0, 16);
+        ok = ok && e && !generate_stop(e, 16, (const int32_t *const *)pr, np, temp, 11, stop, on);
+        if (e) {
+            sl_engine_get_stats(e, &st[1]);
+            sl_engine_close(e);
+        }
+        if (!ok) { FAIL("%s: overlap runs failed", f->name); break; }
+        int same = 1, stopped = 0;
+        for (int i = 0; i < 16; i++) {
+            same &= off[i].n == on[i].n && !memcmp(off[i].tok, on[i].tok, sizeof on[i].tok[0] * (size_t)on[i].n);
+            stopped += off[i].n < GEN;
+        }
+        printf("%-26s overlap (%s): %llu of %llu steps launched behind the one before, %d of 16 stopped early, tokens "
+               "%s\n", f->name, mode ? "seeded" : "greedy", (unsigned long long)st[1].steps_overlapped,
+               (unsigned long long)st[1].steps, stopped, same ? "identical" : "DIFFERENT");
+        if (!same) FAIL("%s: overlap changes the tokens (%s)", f->name, mode ? "seeded" : "greedy");
+        if (!st[1].steps_overlapped || st[0].steps_overlapped) FAIL("%s: overlapped steps %llu off, %llu on", f->name,
+                                                               (unsigned long long)st[0].steps_overlapped,
+                                                               (unsigned long long)st[1].steps_overlapped);
+        if (st[1].state_bytes_used) FAIL("%s: %zu state bytes held after the overlapped run", f->name, st[1].state_bytes_used);
+    }
+    g_overlap = 0;
+    free(off);
+    free(on);
+}
+
 static void engine_checks(const fx_fixture *f, int fast_moe)
 {
     /* prompts: the fixture's, then variations of them, 64 in all */
@@ -212,6 +270,7 @@ static void engine_checks(const fx_fixture *f, int fast_moe)
     gen_out *gpu = calloc(64, sizeof *gpu), *alt = calloc(64, sizeof *alt);
     /* the MoE's fast kernels (hidden a multiple of 256) tile by batch: batch invariance needs engine.deterministic */
     g_deterministic = fast_moe;
+    overlap_check(f, pr, np);
     sl_engine *eg = open_engine(f->dir, "cuda", 0, 64);
     if (!eg) goto out;
     /* batch invariance: request 0 alone, in 7, in 64 */

@@ -32,8 +32,9 @@ static inline sl_sampling greedy_sampling(int max_tokens) {
     return s;
 }
 
-static inline sl_engine *open_engine(const char *dir, int chunk, int max_batch, int step_tokens, size_t state_bytes,
-                              const char *qexp) {
+/* overlap: sl_engine_opts.overlap (0 = the default) */
+static inline sl_engine *open_engine_overlap(const char *dir, int chunk, int max_batch, int step_tokens,
+                                             size_t state_bytes, const char *qexp, int overlap) {
     sl_engine_opts o;
     memset(&o, 0, sizeof o);
     o.model_path = dir;
@@ -44,6 +45,7 @@ static inline sl_engine *open_engine(const char *dir, int chunk, int max_batch, 
     o.max_step_tokens = step_tokens;
     o.state_bytes = state_bytes;
     o.quantize_experts = qexp;
+    o.overlap = overlap;
     sl_engine *e;
     char err[512];
     if (sl_engine_open(&o, &e, err, sizeof err)) {
@@ -51,6 +53,11 @@ static inline sl_engine *open_engine(const char *dir, int chunk, int max_batch, 
         return NULL;
     }
     return e;
+}
+
+static inline sl_engine *open_engine(const char *dir, int chunk, int max_batch, int step_tokens, size_t state_bytes,
+                              const char *qexp) {
+    return open_engine_overlap(dir, chunk, max_batch, step_tokens, state_bytes, qexp, 0);
 }
 
 /* Submit all jobs, step until every one finished. 0 or -1. */

@@ -4,7 +4,8 @@
  * tokens and rows within 1e-4; all prompts at once with chunked prefill and a small step token
  * budget give bit-identical tokens and rows; a state budget that fits one request forces
  * preemption and still gives identical tokens and rows. Seeded sampling: all prompts sampled
- * concurrently give the same tokens as each alone.
+ * concurrently give the same tokens as each alone. Overlap (step N+1 launched before step N is collected) gives the
+ * same tokens, logprobs and finishes as without, with requests stopping on a stop id while the next step is in flight.
  */
 #include "jobs.h"
 #include "../../engine/sampler.h"
@@ -35,6 +36,66 @@ static void same_as(const char *what, const fx_fixture *f, job *a, job *b, int V
         if (a[k].s.logprobs && memcmp(a[k].lp, b[k].lp, (size_t)a[k].n * sizeof(float)))
             FAIL("%s %s prompt %d: logprobs differ from alone", f->name, what, k);
     }
+}
+
+/* The same mixed requests with overlap off and on: greedy ones that stop on a stop id (their own greedy token halfway,
+ * so they stop while the next step is launched), seeded ones with short and long limits, two that wait for a batch
+ * slot. Tokens, logprobs and finishes equal; the overlapped run overlaps steps; no state is left. */
+static void overlap(const fx_fixture *f, const char *dir) {
+    enum { N = 2 * FX_MAX_PROMPTS };
+    static job runs[2][N];
+    int32_t stop[FX_MAX_PROMPTS];
+    int n = 0;
+    for (int k = 0; k < f->n && n + 2 <= N; k++) {
+        const fx_prompt *p = &f->p[k];
+        sl_sampling g = greedy_sampling(p->n_greedy);
+        g.logprobs = 1;
+        g.ignore_eos = 1;
+        if (p->n_greedy >= 4) {
+            stop[k] = p->seq[p->n_prompt + p->n_greedy / 2];
+            g.stop_ids = &stop[k];
+            g.n_stop_ids = 1;
+        }
+        sl_sampling s = g;
+        s.stop_ids = NULL;
+        s.n_stop_ids = 0;
+        s.temperature = 0.8f;
+        s.top_k = 40;
+        s.seed = 77 + (uint64_t)k;
+        s.max_tokens = 1 + k % 5 * 3;
+        const sl_sampling both[2] = {g, s};
+        for (int v = 0; v < 2; v++, n++)
+            for (int o = 0; o < 2; o++) {
+                memset(&runs[o][n], 0, sizeof runs[o][n]);
+                runs[o][n].prompt = p->seq;
+                runs[o][n].n_prompt = p->n_prompt;
+                runs[o][n].s = both[v];
+            }
+    }
+    sl_engine_stats st[2];
+    for (int o = 0; o < 2; o++) {
+        sl_engine *e = open_engine_overlap(dir, 4, n - 2 > 1 ? n - 2 : 1, 0, 0, NULL, o ? 1 : -1);
+        if (!e) { failures++; return; }
+        if (run_jobs(e, runs[o], n)) failures++;
+        sl_engine_get_stats(e, &st[o]);
+        sl_engine_close(e);
+        if (st[o].state_bytes_used) FAIL("%s overlap %d: %zu state bytes held at the end", f->name, o, st[o].state_bytes_used);
+    }
+    int stopped = 0;
+    for (int i = 0; i < n; i++) {
+        const job *a = &runs[0][i], *b = &runs[1][i];
+        if (a->n != b->n || memcmp(a->toks, b->toks, (size_t)a->n * sizeof(int32_t)) || a->why != b->why ||
+            memcmp(a->lp, b->lp, (size_t)a->n * sizeof(float)))
+            FAIL("%s request %d: overlap changes its tokens (%d vs %d, finish %d vs %d)", f->name, i, a->n, b->n,
+                 a->why, b->why);
+        stopped += a->why == SL_FINISH_STOP;
+    }
+    if (st[0].steps_overlapped || !st[1].steps_overlapped)
+        FAIL("%s: overlapped steps %llu off, %llu on", f->name, (unsigned long long)st[0].steps_overlapped,
+             (unsigned long long)st[1].steps_overlapped);
+    if (!stopped) FAIL("%s: no request stopped on its stop id", f->name);
+    printf("%s: overlap: %d requests, %d stopped on a stop id, %llu of %llu steps overlapped, tokens equal\n", f->name,
+           n, stopped, (unsigned long long)st[1].steps_overlapped, (unsigned long long)st[1].steps);
 }
 
 static void test_fixture(const char *dir, const char *name) {
@@ -136,6 +197,7 @@ sampling:
         sl_engine_close(e);
     } else failures++;
     free_jobs(alone, f.n);
+    overlap(&f, dir);
     fx_free(&f);
 }
 
@@ -184,7 +246,7 @@ static void stress(const char *dir) {
     sl_engine_close(e);
     if (!fixed) { FAIL("stress: cannot size the pool"); return; }
     const size_t budgets[3] = {2 * fixed + 3 * page, 2 * fixed + 4 * page, 3 * fixed + 5 * page};
-    uint64_t preempted = 0;
+    uint64_t preempted = 0, overlapped = 0;
     for (int round = 0; round < 3; round++) {
         int chunk = 1 + (int)(sl_rng_next(&r) % 9), budget = 1 + (int)(sl_rng_next(&r) % 40);
         size_t bytes = budgets[round];
@@ -228,12 +290,15 @@ static void stress(const char *dir) {
         sl_engine_get_stats(e, &st);
         if (done != NR || st.state_bytes_used != 0 || sl_engine_active(e))
             FAIL("stress round %d: %d/%d finished, %zu state bytes held", round, done, NR, st.state_bytes_used);
-        printf("stress round %d (chunk %d, step budget %d, state %zu B): %llu steps, %llu preemptions\n", round, chunk,
-               budget, bytes, (unsigned long long)st.steps, (unsigned long long)st.preemptions);
+        printf("stress round %d (chunk %d, step budget %d, state %zu B): %llu steps (%llu overlapped), %llu preemptions\n",
+               round, chunk, budget, bytes, (unsigned long long)st.steps, (unsigned long long)st.steps_overlapped,
+               (unsigned long long)st.preemptions);
+        overlapped += st.steps_overlapped;
         preempted += st.preemptions;
         sl_engine_close(e);
     }
     if (!preempted) FAIL("stress: no preemption happened");
+    if (!overlapped) FAIL("stress: no step overlapped another (cancels of launched requests untested)");
 }
 
 int main(int argc, char **argv) {
