@@ -1,9 +1,10 @@
 /* bench_engine.c — `sluice-bench engine`: the engine's decode loop (sl_engine_step + sl_engine_poll, what the worker's
  * engine thread runs) with engine.overlap off and on, in one process.
  *
- * Per batch B: B requests of --prompt random tokens (greedy, ignore_eos, --tokens each) submitted together and stepped
- * to the end; the time from the step that gave every request its second token to the last FINISH, over the tokens - 2
- * decode steps between, is one run's ms per step. Rounds alternate off, on, off, on (a fresh engine each), and a
+ * Per batch B: B requests of --prompt random tokens (ignore_eos, --tokens each; sampled at temperature 1 with seeds of
+ * their own, so that their tokens differ as real requests' do: a synthetic model routes by token) submitted together
+ * and stepped to the end; the time from the step that gave every request its second token to the last FINISH, over
+ * the tokens - 2 decode steps between, is one run's ms per step. Rounds alternate off, on, off, on (a fresh engine each), and a
  * row is the median over rounds x --reps runs. The difference is what the host's planning, emitting and polling cost
  * the device between steps when nothing overlaps them; sluice-bench decode's step time (graph replays back to back) is
  * the floor both approach.
@@ -44,10 +45,12 @@ static double run_once(sl_engine *e, int B, int P, int T, uint64_t seed, uint64_
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;
             prompt[k] = (int32_t)(x % (uint64_t)V);
         }
-        sl_sampling s;
+        sl_sampling s;   /* sampled, so that the rows' tokens, and with them the experts they route to, differ */
         memset(&s, 0, sizeof s);
+        s.temperature = 1.0f;
         s.top_p = 1.0f;
         s.repetition_penalty = 1.0f;
+        s.seed = seed + (uint64_t)i;
         s.max_tokens = T;
         s.ignore_eos = 1;
         if (sl_engine_submit(e, prompt, P, &s, (uint64_t)i, NULL, err, sizeof err)) {
