@@ -11,6 +11,13 @@
  * order, whose cumulative mass exceeds u times the total (the thread whose range holds it walks it). Excluded
  * tokens get p = 0, which no walk can pick. Sums in double as the CPU sampler's; their order differs, so a draw
  * that falls within rounding of a boundary may differ from the CPU's (tests/gpu/test_v4_ops.c compares both).
+ *
+ * Rows that keep every token (no penalty, greedy or no top-k / top-p / min-p: plain temperature sampling, the common
+ * case) take a wide path instead, since one block's passes over 129K logits are a latency of their own (hundreds of
+ * us a step): k_sample_chunks splits the row into chunks of SMP_CHUNK ids over many blocks, each finding its chunk's
+ * maximum (lowest id on ties) and its sum of exp(z - max) in double; k_sample_draw (a block a row) combines the chunks
+ * in id order into the argmax and lse, and for a draw finds the chunk whose cumulative mass holds u times the total,
+ * then the id inside it by a scan of that chunk alone. The same rules, the sums in another fixed order.
  */
 #include <math.h>
 
@@ -51,6 +58,14 @@ __device__ __forceinline__ uint64_t smp_splitmix(uint64_t s)
     return z ^ (z >> 31);
 }
 
+/* Rows that keep every token (the file's header): no penalty, and greedy or no top-k / top-p / min-p. */
+__device__ __forceinline__ bool smp_wide(const v4_sample_req &R)
+{
+    const bool greedy = R.temperature < 1e-5f || R.top_k == 1;
+    return (R.repetition_penalty == 1.0f || R.n_hist <= 0) &&
+           (greedy || (R.top_k <= 0 && R.top_p >= 1.0f && R.min_p <= 0.0f));
+}
+
 /* Exclusive prefix of every thread's tsum / tcnt (thread order = id order), in place. */
 __device__ void smp_scan(SmpShared &s)
 {
@@ -77,6 +92,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample(float *logits, float *pr
     extern __shared__ __align__(16) uint8_t smp_raw[];
     SmpShared &s = *reinterpret_cast<SmpShared *>(smp_raw);
     const v4_sample_req R = req[blockIdx.x];
+    if (smp_wide(R)) return;   /* k_sample_chunks and k_sample_draw take it */
     float *z = logits + (size_t)R.row * V, *p = probs + (size_t)blockIdx.x * V;
     const int tid = threadIdx.x, per = (V + SMP_THREADS - 1) / SMP_THREADS;
     const int i0 = min(V, tid * per), i1 = min(V, i0 + per);
@@ -241,10 +257,169 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample(float *logits, float *pr
     }
 }
 
+/* ---- the wide path for rows that keep every token */
+#define SMP_CHUNK 2048        /* ids a chunk */
+#define SMPW_THREADS 256      /* each thread SMP_CHUNK / SMPW_THREADS consecutive ids in the draw's scan */
+#define SMPW_PER (SMP_CHUNK / SMPW_THREADS)
+
+struct SmpChunk {             /* one chunk of one row (in the row's probs scratch) */
+    double sum;               /* sum of exp(z - max) over the chunk */
+    float max;
+    int arg;                  /* the lowest id holding max */
+};
+
+/* The processed logit of id i: the temperature applied as k_sample applies it. */
+__device__ __forceinline__ float smp_z(const float *z, int i, const v4_sample_req &R, bool greedy)
+{
+    return greedy ? z[i] : z[i] / R.temperature;
+}
+
+/* (max, lowest id) over the block; red: SMPW_THREADS / 32 of each */
+__device__ void smp_block_argmax(float &bv, int &bi, float *rv, int *ri)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    if ((threadIdx.x & 31) == 0) { rv[threadIdx.x >> 5] = bv; ri[threadIdx.x >> 5] = bi; }
+    __syncthreads();
+    bv = rv[0];
+    bi = ri[0];
+    for (int k = 1; k < SMPW_THREADS / 32; k++)
+        if (rv[k] > bv || (rv[k] == bv && ri[k] < bi)) { bv = rv[k]; bi = ri[k]; }
+    __syncthreads();
+}
+
+/* The block's sum of v in a fixed order; red: SMPW_THREADS / 32 doubles. */
+__device__ double smp_block_dsum(double v, double *red)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int k = 0; k < SMPW_THREADS / 32; k++) t += red[k];
+    __syncthreads();
+    return t;
+}
+
+__global__ void __launch_bounds__(SMPW_THREADS) k_sample_chunks(const float *logits, float *probs, int V,
+                                                                const v4_sample_req *req)
+{
+    __shared__ float rv[SMPW_THREADS / 32];
+    __shared__ int ri[SMPW_THREADS / 32];
+    __shared__ double rd[SMPW_THREADS / 32];
+    const v4_sample_req R = req[blockIdx.y];
+    if (!smp_wide(R)) return;
+    const bool greedy = R.temperature < 1e-5f || R.top_k == 1;
+    const float *z = logits + (size_t)R.row * V;
+    const int c0 = blockIdx.x * SMP_CHUNK, c1 = min(V, c0 + SMP_CHUNK);
+    float bv = -INFINITY;
+    int bi = V;
+    for (int i = c0 + threadIdx.x; i < c1; i += SMPW_THREADS) {
+        const float v = smp_z(z, i, R, greedy);
+        if (v > bv || bi == V) { bv = v; bi = i; }
+    }
+    smp_block_argmax(bv, bi, rv, ri);
+    double part = 0.0;
+    for (int i = c0 + threadIdx.x; i < c1; i += SMPW_THREADS) part += exp((double)smp_z(z, i, R, greedy) - (double)bv);
+    const double sum = smp_block_dsum(part, rd);
+    if (threadIdx.x == 0) {
+        SmpChunk *ck = reinterpret_cast<SmpChunk *>(probs + (size_t)blockIdx.y * V) + blockIdx.x;
+        *ck = SmpChunk{sum, bv, bi};
+    }
+}
+
+__global__ void __launch_bounds__(SMPW_THREADS) k_sample_draw(const float *logits, const float *probs, int V,
+                                                              const v4_sample_req *req, int32_t *token,
+                                                              float *logprob)
+{
+    __shared__ double wsum[SMPW_THREADS / 32];
+    __shared__ int pick_chunk, chosen;
+    __shared__ double pick_u, zmax_s, lse_s;
+    __shared__ int arg_s;
+    const v4_sample_req R = req[blockIdx.x];
+    if (!smp_wide(R)) return;
+    const bool greedy = R.temperature < 1e-5f || R.top_k == 1;
+    const float *z = logits + (size_t)R.row * V;
+    const SmpChunk *ck = reinterpret_cast<const SmpChunk *>(probs + (size_t)blockIdx.x * V);
+    const int nc = (V + SMP_CHUNK - 1) / SMP_CHUNK;
+    if (threadIdx.x == 0) {   /* the chunks in id order: the argmax (first maximum), the sum, the draw's chunk */
+        float bv = ck[0].max;
+        int bi = ck[0].arg;
+        for (int c = 1; c < nc; c++)
+            if (ck[c].max > bv) { bv = ck[c].max; bi = ck[c].arg; }
+        const double zmax = bv;
+        double sum = 0.0;
+        for (int c = 0; c < nc; c++) sum += ck[c].sum * exp((double)ck[c].max - zmax);
+        zmax_s = zmax;
+        lse_s = zmax + log(sum);
+        arg_s = bi;
+        chosen = -1;
+        pick_chunk = -1;
+        if (!greedy) {
+            const double u = (double)(smp_splitmix(R.rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+            double cum = 0.0;
+            int last = -1;
+            for (int c = 0; c < nc && pick_chunk < 0; c++) {
+                const double mass = ck[c].sum * exp((double)ck[c].max - zmax);
+                if (mass > 0.0) last = c;
+                if (u < cum + mass) { pick_chunk = c; pick_u = u - cum; }
+                cum += mass;
+            }
+            if (pick_chunk < 0) { pick_chunk = last; pick_u = INFINITY; }   /* u past the rounded total: the last id */
+        }
+    }
+    __syncthreads();
+    if (!greedy) {   /* the id inside the chunk: each thread SMPW_PER consecutive ids, scanned in order */
+        const int i0 = pick_chunk * SMP_CHUNK + threadIdx.x * SMPW_PER, i1 = min(V, i0 + SMPW_PER);
+        const double zmax = zmax_s;
+        double t = 0.0;
+        for (int i = i0; i < i1; i++) t += exp((double)smp_z(z, i, R, false) - zmax);
+        const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+        double x = t;   /* inclusive scan in the warp, then the warps' totals in order */
+        for (int o = 1; o < 32; o <<= 1) {
+            const double y = __shfl_up_sync(0xffffffffu, x, o);
+            if (lane >= o) x += y;
+        }
+        if (lane == 31) wsum[w] = x;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double a = 0.0;
+            for (int k = 0; k < SMPW_THREADS / 32; k++) {
+                const double v = wsum[k];
+                wsum[k] = a;
+                a += v;
+            }
+        }
+        __syncthreads();
+        double cum = wsum[w] + x - t;   /* the ids before this thread's, in id order */
+        const double u = pick_u;
+        if (u >= cum && u < cum + t)
+            for (int i = i0; i < i1; i++) {
+                cum += exp((double)smp_z(z, i, R, false) - zmax);
+                if (u < cum) { chosen = i; break; }
+            }
+        __syncthreads();
+        if (threadIdx.x == 0 && chosen < 0) {   /* past the chunk's rounded total: its last id with mass */
+            for (int i = min(V, (pick_chunk + 1) * SMP_CHUNK) - 1; i >= pick_chunk * SMP_CHUNK && chosen < 0; i--)
+                if (exp((double)smp_z(z, i, R, false) - zmax) > 0.0) chosen = i;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const int tok = greedy ? arg_s : chosen;
+        token[blockIdx.x] = tok;
+        logprob[blockIdx.x] = (float)((double)smp_z(z, tok, R, greedy) - lse_s);
+    }
+}
+
 extern "C" cudaError_t v4_sample(float *logits, int m, int V, const v4_sample_req *req, const int32_t *hist,
                                  float *probs, uint32_t *marks, int32_t *token, float *logprob, cudaStream_t st)
 {
     if (m <= 0) return cudaSuccess;
+    k_sample_chunks<<<dim3((V + SMP_CHUNK - 1) / SMP_CHUNK, m), SMPW_THREADS, 0, st>>>(logits, probs, V, req);
+    k_sample_draw<<<m, SMPW_THREADS, 0, st>>>(logits, probs, V, req, token, logprob);
     static unsigned char attr_sets[DEV_FLAG_MAX];   /* per device: the limit is the current device's */
     unsigned char *attr_set = dev_flag(attr_sets);
     if (!attr_set || !*attr_set) {

@@ -108,8 +108,9 @@ static float kv_get(const uint8_t *row, int d, int hd, int rope_half, int kv8)
 
 /* ------------------------------------------------------------------------------ sampling */
 /* v4_sample against the CPU sampler (engine/sampler.c) on the same logits and RNG states: greedy with planted ties,
- * temperature alone, top-k, top-p, min-p, all three, and the repetition penalty over a history with repeats, at
- * V4's vocabulary and a small one; 16 rows each. The token must be the CPU's and the logprob within 1e-4. */
+ * temperature alone, top-k, top-p, min-p, all three, and the repetition penalty over a history with repeats, then
+ * one launch mixing rows that keep every token (the wide path) with rows that truncate or penalise (the block-a-row
+ * path), at V4's vocabulary and a small one; 16 rows each. The token must be the CPU's and the logprob within 1e-4. */
 static void test_sample(int V)
 {
     const sl_sampling base = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f,
@@ -143,12 +144,12 @@ static void test_sample(int V)
     if (sl_sampler_init(&smp, V)) { FAIL("sampler init"); return; }
     int bad = 0, worst_case = -1;
     double worst_lp = 0;
-    for (int cs = 0; cs < 8; cs++) {
+    for (int cs = 0; cs < 9; cs++) {   /* 8: rows alternate settings 0, 1, 5, 7 (wide, wide, narrow, narrow) */
         for (size_t i = 0; i < (size_t)R * V; i++) lg[i] = 6.0f * urand();
         for (int r = 0; r < R; r++) {
             lg[(size_t)r * V + 3] = lg[(size_t)r * V + 17] = 7.0f;   /* tied maxima: the lower id wins */
             for (int j = 0; j < NH; j++) hist[r * NH + j] = (int)(next_u32() % (uint32_t)(j % 3 ? 64 : V));
-            const sl_sampling *sm = &cases[cs];
+            const sl_sampling *sm = cs < 8 ? &cases[cs] : &cases[(int[]){0, 1, 5, 7}[r % 4]];
             req[r] = (v4_sample_req){r, sm->temperature, sm->top_p, sm->min_p, sm->repetition_penalty, sm->top_k,
                                      ((uint64_t)next_u32() << 32) | next_u32(), r * NH, NH};
         }
@@ -162,7 +163,8 @@ static void test_sample(int V)
         for (int r = 0; r < R; r++) {
             sl_rng rng = {req[r].rng};
             float lpc = 0;
-            const int32_t t = sl_sample(&smp, &cases[cs], lg + (size_t)r * V, hist + r * NH, NH, &rng, &lpc);
+            const sl_sampling *sm = cs < 8 ? &cases[cs] : &cases[(int[]){0, 1, 5, 7}[r % 4]];
+            const int32_t t = sl_sample(&smp, sm, lg + (size_t)r * V, hist + r * NH, NH, &rng, &lpc);
             if (t != tok[r]) {
                 bad++;
                 worst_case = cs;
@@ -171,7 +173,7 @@ static void test_sample(int V)
             }
         }
     }
-    printf("sampling, vocabulary %d, 8 settings x 16 rows: %d tokens differ from the CPU sampler's%s, worst logprob "
+    printf("sampling, vocabulary %d, 8 settings and a mix x 16 rows: %d tokens differ from the CPU sampler's%s, worst logprob "
            "difference %.1e\n", V, bad, bad ? " (see the FAIL)" : "", worst_lp);
     if (bad) FAIL("sampling (vocabulary %d): %d tokens differ, e.g. in setting %d", V, bad, worst_case);
     if (!(worst_lp < 1e-4)) FAIL("sampling (vocabulary %d): logprob off by %.3e", V, worst_lp);
