@@ -48,7 +48,7 @@ static const key_spec KEYS[] = {
     {"engine.gpu_memory_fraction", "0.9", K_STR, 0, 0, NULL, 0, "cuda: share of GPU memory the engine may take (0.05-1)"},
     {"engine.self_check", "on", K_ENUM, 0, 0, "on|off", 0, "cuda: check the GPU path against the CPU reference at open"},
     {"engine.deterministic", "off", K_ENUM, 0, 0, "on|off", 0, "cuda: a job's tokens never depend on its batch (slower)"},
-    {"engine.overlap", "on", K_ENUM, 0, 0, "on|off", 0, "plan decode step N+1 while step N runs (outputs unchanged)"},
+    {"engine.overlap", "on", K_ENUM, 0, 0, "on|off", 0, "plan decode step N+1 while step N runs"},
     {"engine.index_key_dtype", "bf16", K_ENUM, 0, 0, "bf16|fp8", 0,
      "how the lightning indexer's keys are stored: fp8 halves the bytes it reads (index_head_dim a multiple of 64)"},
     {"engine.kv_dtype", "bf16", K_ENUM, 0, 0, "bf16|fp8", 0,

@@ -17,11 +17,14 @@
  * launched rather than run, and while it runs the next call plans and launches the step after it, whose tokens the
  * backend takes from its own samples (sl_seq_span.fed), before it collects the first: the host's planning, emitting
  * and the caller's work between calls hide behind the device's step. That needs no token of the running step when
- * no request waits for admission, every running request is in the launched step, none asks for logits or the
- * repetition penalty (its history would lack the token), and pages for one more token are there without a
+ * no waiting request could be admitted now, every running request is in the launched step, none asks for logits or
+ * the repetition penalty (its history would lack the token), and pages for one more token are there without a
  * preemption; otherwise the call collects the running step and plans synchronously. A request that finishes (a stop
  * token, a cancel) while it is in a launched step gets its FINISH at once; its state is freed when that step is
- * collected, and the token sampled for it there is dropped. Outputs are the same as without overlap.
+ * collected, and the token sampled for it there is dropped. Overlap changes only which requests share a step (a
+ * stopped request's row rides one more step; a request waiting while the batch is full is admitted a step later), so
+ * a request's tokens are the same with it on or off wherever they do not depend on their neighbours: the CPU
+ * backend, and cuda with engine.deterministic (its fast MoE kernels tile by the batch otherwise).
  */
 #include "engine.h"
 
@@ -382,10 +385,10 @@ int sl_engine_open(const sl_engine_opts *opts, sl_engine **out, char *err, size_
 }
 
 static void drain_flights(sl_engine *e);
-static void settle(sl_engine *e);
 
 void sl_engine_close(sl_engine *e) {
     if (!e) return;
+    if (e->be) drain_flights(e);   /* the device done with the state before it is freed */
     for (int i = 0; i < e->n_wait; i++) free_request(e->wait[i]);
     for (int i = 0; i < e->n_run; i++) {
         if (e->run[i]->admitted) v4_seq_free(&e->pool, &e->run[i]->st);
@@ -394,7 +397,6 @@ void sl_engine_close(sl_engine *e) {
     for (int i = e->ev_head; i < e->n_ev; i++)
         if (e->ev[i].kind == SL_EV_LOGITS) free((void *)e->ev[i].logits);
     for (int i = 0; i < e->n_handed; i++) free(e->handed[i]);
-    if (e->be) drain_flights(e);   /* the device done with the state */
     release_zombies(e, 1);
     if (e->be) e->be->ops->destroy(e->be);
     v4_pool_free(&e->pool);
@@ -408,7 +410,7 @@ void sl_engine_close(sl_engine *e) {
 
 const sl_model_info *sl_engine_info(const sl_engine *e) { return &e->info; }
 
-int sl_engine_active(const sl_engine *e) { return e->n_wait + e->n_run; }
+int sl_engine_active(const sl_engine *e) { return e->n_wait + e->n_run + (e->n_fly > 0); }
 
 void sl_engine_get_stats(const sl_engine *e, sl_engine_stats *s) {
     *s = e->stats;
@@ -484,7 +486,6 @@ void sl_engine_finish(sl_engine *e, uint64_t req, sl_finish_reason reason) {
             request *r = e->run[i];
             remove_at(e->run, &e->n_run, i);
             finish(e, r, reason, NULL);
-            settle(e);
             return;
         }
 }
@@ -527,8 +528,10 @@ static int append_token(request *r, int32_t t) {
     return 0;
 }
 
+static void drain_flights(sl_engine *e);
+
 static void fail_all(sl_engine *e, const char *why) {
-    e->n_fly = 0;   /* a failed backend call dropped every launched step */
+    drain_flights(e);   /* none left after a failed backend call; after any other failure, waited for */
     while (e->n_run) { request *r = e->run[--e->n_run]; r->flying = 0; finish(e, r, SL_FINISH_ERROR, why); }
     while (e->n_wait) { request *r = e->wait[--e->n_wait]; finish(e, r, SL_FINISH_ERROR, why); }
     release_zombies(e, 1);
@@ -606,16 +609,20 @@ static int launch(sl_engine *e, sl_seq_span *spans, int ns) {
     return 1;
 }
 
-/* While step N (the one flight) runs: plan and launch N+1, every running request's token fed from N. The number of
- * spans launched; 0 when N+1 needs what only N's results give (see the header), -1 failed. */
+/* While step N (the one flight) runs: plan and launch N+1, the token of every running request that continues after
+ * N fed from N. The number of spans launched; 0 when N+1 needs what only N's results give (see the header), -1
+ * failed. */
 static int launch_fed(sl_engine *e) {
     if (e->n_fly != 1 || can_admit(e) || e->n_run > e->o.max_step_tokens) return 0;
     flight *f = &e->fl[(e->fly0 + 1) % 2];
     if (GROW(f->sp, f->cap_sp, e->n_run) || GROW(f->rq, f->cap_rq, e->n_run)) return 0;
+    for (int i = 0; i < e->n_run; i++) {   /* every condition before any page is reserved */
+        const request *r = e->run[i];
+        if (!r->flying || r->s.all_logits || r->s.repetition_penalty != 1.0f) return 0;
+    }
     int ns = 0;
     for (int i = 0; i < e->n_run; i++) {
         request *r = e->run[i];
-        if (!r->flying || r->s.all_logits || r->s.repetition_penalty != 1.0f) return 0;
         if (r->n_gen + 1 >= r->s.max_tokens || r->n_prompt + r->n_gen + 1 >= e->info.max_context) continue;
         if (v4_seq_reserve(&e->pool, &r->st, r->st.pos + 1)) return 0;   /* the synchronous plan preempts */
         sl_rng g = r->rng;   /* its RNG after the draw of step N */
@@ -651,14 +658,16 @@ static int collect(sl_engine *e) {
 }
 
 /* Collect launched steps that hold no running request any more (their requests all finished while they ran), so no
- * state waits on one while the caller has nothing to step. */
-static void settle(sl_engine *e) {
+ * state waits on one while the caller has nothing to step. 0, or -1 (every request failed). */
+static int settle(sl_engine *e) {
     while (e->n_fly) {
         const flight *f = &e->fl[e->fly0];
         int live = 0;
         for (int k = 0; k < f->n && !live; k++) live = f->rq[k] && !f->rq[k]->finished;
-        if (live || collect(e)) return;
+        if (live) return 0;
+        if (collect(e)) return -1;
     }
+    return 0;
 }
 
 int sl_engine_step(sl_engine *e) {
@@ -669,8 +678,7 @@ int sl_engine_step(sl_engine *e) {
     /* 0. a launched step running: launch the next behind it where it can be planned now, then collect it */
     if (e->n_fly) {
         const int next = launch_fed(e);
-        if (next < 0 || collect(e)) return -1;
-        settle(e);
+        if (next < 0 || collect(e) || settle(e)) return -1;
         if (next > 0) return next;
     }
 

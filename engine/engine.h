@@ -45,7 +45,8 @@ typedef struct {
                                     against 1,024); head_dim - rope_dim must be a positive multiple of 64 (the cuda
                                     backend: at most 1024, and rope_dim a multiple of 8). 0 = bf16 */
     int overlap;                 /* decode steps launched so that the host plans step N+1 while step N runs (engine.c's
-                                    header says when); the outputs do not change. 0 = default (on), 1 = on, -1 = off */
+                                    header says when and what it changes: only which requests share a step).
+                                    0 = default (on), 1 = on, -1 = off */
 } sl_engine_opts;
 
 typedef struct {
@@ -116,7 +117,8 @@ void sl_engine_finish(sl_engine *e, uint64_t req, sl_finish_reason reason);
 int sl_engine_step(sl_engine *e);
 /* Take the next event; 1 = got one, 0 = none left. */
 int sl_engine_poll(sl_engine *e, sl_event *ev);
-/* Requests submitted and not yet finished. */
+/* Requests submitted and not yet finished, plus 1 while a launched step is still to be collected (its requests may
+ * all have finished): step while this is not 0. */
 int sl_engine_active(const sl_engine *e);
 
 /* Counters since open (for tests and the worker's metrics). */

@@ -213,7 +213,7 @@ typedef struct {
 } v4_sample_req;
 /* For r < m: the next token of request req[r] from logits row req[r].row (fp32 [.][V], may be rewritten: penalty and
  * temperature applied) by engine/sampler.h's rules: token[r], and logprob[r] = log-softmax of the processed logits
- * at it. probs: scratch [m][V] fp32 (V >= 4 x ceil(V / 2048)); marks: scratch [m][(V+31)/32]. The caller advances its
+ * at it. probs: scratch [m][V] fp32; marks: scratch [m][(V+31)/32]. The caller advances its
  * own RNG copy once per non-greedy draw, as sl_sample does. */
 cudaError_t v4_sample(float *logits, int m, int V, const v4_sample_req *req, const int32_t *hist, float *probs,
                       uint32_t *marks, int32_t *token, float *logprob, cudaStream_t st);

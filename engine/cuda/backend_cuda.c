@@ -1318,6 +1318,7 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
  * has since. One GPU only: the ranks' all-reduces assume one step at a time. */
 static void drop_flights(cuda_impl *c)
 {
+    if (c->n_fl) cudaStreamSynchronize(c->st);   /* their copies from the flights' pinned buffers done */
     c->n_fl = 0;
     c->n_fed = 0;
     c->cur = 0;

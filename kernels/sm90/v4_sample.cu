@@ -58,11 +58,12 @@ __device__ __forceinline__ uint64_t smp_splitmix(uint64_t s)
     return z ^ (z >> 31);
 }
 
-/* Rows that keep every token (the file's header): no penalty, and greedy or no top-k / top-p / min-p. */
-__device__ __forceinline__ bool smp_wide(const v4_sample_req &R)
+/* Rows that keep every token (the file's header): no penalty, and greedy or no top-k / top-p / min-p; a vocabulary
+ * of at least 4, whose probs scratch holds the chunk records. */
+__device__ __forceinline__ bool smp_wide(const v4_sample_req &R, int V)
 {
     const bool greedy = R.temperature < 1e-5f || R.top_k == 1;
-    return (R.repetition_penalty == 1.0f || R.n_hist <= 0) &&
+    return V >= 4 && (R.repetition_penalty == 1.0f || R.n_hist <= 0) &&
            (greedy || (R.top_k <= 0 && R.top_p >= 1.0f && R.min_p <= 0.0f));
 }
 
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample(float *logits, float *pr
     extern __shared__ __align__(16) uint8_t smp_raw[];
     SmpShared &s = *reinterpret_cast<SmpShared *>(smp_raw);
     const v4_sample_req R = req[blockIdx.x];
-    if (smp_wide(R)) return;   /* k_sample_chunks and k_sample_draw take it */
+    if (smp_wide(R, V)) return;   /* k_sample_chunks and k_sample_draw take it */
     float *z = logits + (size_t)R.row * V, *p = probs + (size_t)blockIdx.x * V;
     const int tid = threadIdx.x, per = (V + SMP_THREADS - 1) / SMP_THREADS;
     const int i0 = min(V, tid * per), i1 = min(V, i0 + per);
@@ -303,6 +304,13 @@ __device__ double smp_block_dsum(double v, double *red)
     return t;
 }
 
+/* Row r's chunk records: nc of them at the start of probs, row after row (m nc x 16 bytes <= m V floats for V >= 4).
+ * They may lie in a block-a-row row's stretch of probs: k_sample runs after k_sample_draw has read them. */
+__device__ __forceinline__ SmpChunk *smp_chunks(float *probs, int r, int nc)
+{
+    return reinterpret_cast<SmpChunk *>(probs) + (size_t)r * nc;
+}
+
 __global__ void __launch_bounds__(SMPW_THREADS) k_sample_chunks(const float *logits, float *probs, int V,
                                                                 const v4_sample_req *req)
 {
@@ -310,7 +318,7 @@ __global__ void __launch_bounds__(SMPW_THREADS) k_sample_chunks(const float *log
     __shared__ int ri[SMPW_THREADS / 32];
     __shared__ double rd[SMPW_THREADS / 32];
     const v4_sample_req R = req[blockIdx.y];
-    if (!smp_wide(R)) return;
+    if (!smp_wide(R, V)) return;
     const bool greedy = R.temperature < 1e-5f || R.top_k == 1;
     const float *z = logits + (size_t)R.row * V;
     const int c0 = blockIdx.x * SMP_CHUNK, c1 = min(V, c0 + SMP_CHUNK);
@@ -321,13 +329,11 @@ __global__ void __launch_bounds__(SMPW_THREADS) k_sample_chunks(const float *log
         if (v > bv || bi == V) { bv = v; bi = i; }
     }
     smp_block_argmax(bv, bi, rv, ri);
-    double part = 0.0;
-    for (int i = c0 + threadIdx.x; i < c1; i += SMPW_THREADS) part += exp((double)smp_z(z, i, R, greedy) - (double)bv);
+    double part = 0.0;   /* a chunk of -inf logits has no mass (its max would make exp(-inf + inf) NaN) */
+    if (bv != -INFINITY)
+        for (int i = c0 + threadIdx.x; i < c1; i += SMPW_THREADS) part += exp((double)smp_z(z, i, R, greedy) - (double)bv);
     const double sum = smp_block_dsum(part, rd);
-    if (threadIdx.x == 0) {
-        SmpChunk *ck = reinterpret_cast<SmpChunk *>(probs + (size_t)blockIdx.y * V) + blockIdx.x;
-        *ck = SmpChunk{sum, bv, bi};
-    }
+    if (threadIdx.x == 0) smp_chunks(probs, blockIdx.y, gridDim.x)[blockIdx.x] = SmpChunk{sum, bv, bi};
 }
 
 __global__ void __launch_bounds__(SMPW_THREADS) k_sample_draw(const float *logits, const float *probs, int V,
@@ -339,11 +345,11 @@ __global__ void __launch_bounds__(SMPW_THREADS) k_sample_draw(const float *logit
     __shared__ double pick_u, zmax_s, lse_s;
     __shared__ int arg_s;
     const v4_sample_req R = req[blockIdx.x];
-    if (!smp_wide(R)) return;
+    if (!smp_wide(R, V)) return;
     const bool greedy = R.temperature < 1e-5f || R.top_k == 1;
     const float *z = logits + (size_t)R.row * V;
-    const SmpChunk *ck = reinterpret_cast<const SmpChunk *>(probs + (size_t)blockIdx.x * V);
     const int nc = (V + SMP_CHUNK - 1) / SMP_CHUNK;
+    const SmpChunk *ck = smp_chunks(const_cast<float *>(probs), blockIdx.x, nc);
     if (threadIdx.x == 0) {   /* the chunks in id order: the argmax (first maximum), the sum, the draw's chunk */
         float bv = ck[0].max;
         int bi = ck[0].arg;
@@ -371,7 +377,7 @@ __global__ void __launch_bounds__(SMPW_THREADS) k_sample_draw(const float *logit
         }
     }
     __syncthreads();
-    if (!greedy) {   /* the id inside the chunk: each thread SMPW_PER consecutive ids, scanned in order */
+    if (!greedy && pick_chunk >= 0) {   /* the id inside the chunk: each thread SMPW_PER consecutive ids in order */
         const int i0 = pick_chunk * SMP_CHUNK + threadIdx.x * SMPW_PER, i1 = min(V, i0 + SMPW_PER);
         const double zmax = zmax_s;
         double t = 0.0;
@@ -393,9 +399,13 @@ __global__ void __launch_bounds__(SMPW_THREADS) k_sample_draw(const float *logit
             }
         }
         __syncthreads();
-        double cum = wsum[w] + x - t;   /* the ids before this thread's, in id order */
+        /* the mass before this thread's ids: exactly the value the thread before computes as the mass through its
+         * own, so the threads' ranges partition the chunk's without a gap or an overlap */
+        const double prev = __shfl_up_sync(0xffffffffu, x, 1);
+        const double incl = wsum[w] + x;
+        double cum = lane ? wsum[w] + prev : wsum[w];
         const double u = pick_u;
-        if (u >= cum && u < cum + t)
+        if (u >= cum && u < incl)
             for (int i = i0; i < i1; i++) {
                 cum += exp((double)smp_z(z, i, R, false) - zmax);
                 if (u < cum) { chosen = i; break; }
@@ -408,7 +418,7 @@ __global__ void __launch_bounds__(SMPW_THREADS) k_sample_draw(const float *logit
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        const int tok = greedy ? arg_s : chosen;
+        const int tok = greedy || chosen < 0 ? arg_s : chosen;   /* no mass anywhere (NaN logits): the argmax */
         token[blockIdx.x] = tok;
         logprob[blockIdx.x] = (float)((double)smp_z(z, tok, R, greedy) - lse_s);
     }

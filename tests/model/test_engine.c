@@ -5,7 +5,8 @@
  * budget give bit-identical tokens and rows; a state budget that fits one request forces
  * preemption and still gives identical tokens and rows. Seeded sampling: all prompts sampled
  * concurrently give the same tokens as each alone. Overlap (step N+1 launched before step N is collected) gives the
- * same tokens, logprobs and finishes as without, with requests stopping on a stop id while the next step is in flight.
+ * same tokens, logprobs and finishes as without, with requests stopping on a stop id while the next step is in flight;
+ * a step that fails while another is launched fails every request with that failure and holds no state.
  */
 #include "jobs.h"
 #include "../../engine/sampler.h"
@@ -96,6 +97,46 @@ static void overlap(const fx_fixture *f, const char *dir) {
     if (!stopped) FAIL("%s: no request stopped on its stop id", f->name);
     printf("%s: overlap: %d requests, %d stopped on a stop id, %llu of %llu steps overlapped, tokens equal\n", f->name,
            n, stopped, (unsigned long long)st[1].steps_overlapped, (unsigned long long)st[1].steps);
+}
+
+/* A step that fails while the one before it is launched and not collected (SLUICE_FAIL_STEP, read at open; the
+ * injected fault stays, as a dead device's would): every request finishes with ERROR naming the injected failure (not
+ * a backend left holding the launched step), no state is held, and the engine closes. */
+static void fault_with_flight(const fx_fixture *f, const char *dir) {
+    setenv("SLUICE_FAIL_STEP", "5", 1);   /* a prefill step, then decode steps 2, 3, 4 launched: 5 fails */
+    sl_engine *e = open_engine(dir, 0, 8, 0, 0, NULL);
+    unsetenv("SLUICE_FAIL_STEP");
+    if (!e) { failures++; return; }
+    char err[256];
+    sl_sampling g = greedy_sampling(12);
+    g.ignore_eos = 1;
+    for (int k = 0; k < f->n; k++)
+        if (sl_engine_submit(e, f->p[k].seq, f->p[k].n_prompt, &g, (uint64_t)k, NULL, err, sizeof err)) {
+            FAIL("%s: submit: %s", f->name, err);
+            sl_engine_close(e);
+            return;
+        }
+    int errors = 0, injected = 0, failed_steps = 0;
+    for (int guard = 0; sl_engine_active(e) && guard < 100; guard++) {
+        failed_steps += sl_engine_step(e) < 0;
+        sl_event ev;
+        while (sl_engine_poll(e, &ev))
+            if (ev.kind == SL_EV_FINISH && ev.reason == SL_FINISH_ERROR) {
+                errors++;
+                injected += ev.error && strstr(ev.error, "injected") != NULL;
+            }
+    }
+    sl_engine_stats st;
+    sl_engine_get_stats(e, &st);
+    if (errors != f->n || injected != f->n || failed_steps != 1 || st.state_bytes_used || !st.steps_overlapped ||
+        sl_engine_active(e))
+        FAIL("%s: a step failed behind a launched one: %d of %d requests failed (%d naming the injected fault) in %d "
+             "failed steps, %zu state bytes held, %llu steps overlapped before it", f->name, errors, f->n, injected,
+             failed_steps, st.state_bytes_used, (unsigned long long)st.steps_overlapped);
+    else
+        printf("%s: a step failed behind a launched one: %d requests failed with the injected fault, no state held\n",
+               f->name, errors);
+    sl_engine_close(e);
 }
 
 static void test_fixture(const char *dir, const char *name) {
@@ -198,6 +239,7 @@ sampling:
     } else failures++;
     free_jobs(alone, f.n);
     overlap(&f, dir);
+    fault_with_flight(&f, dir);
     fx_free(&f);
 }
 
