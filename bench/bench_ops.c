@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "v4_ops.h"
+#include "bench_util.h"
 
 #define CK(call)                                                                                                \
     do {                                                                                                        \
@@ -78,12 +79,6 @@ static v4_step one_span(int n, int pos0, int max_blocks)
 }
 
 typedef void (*op_fn)(const void *arg);
-
-static int cmp_d(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* us per call: R calls captured in a graph, the median of 5 replays */
 static double time_op(op_fn f, const void *arg, int R)
