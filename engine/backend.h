@@ -42,7 +42,7 @@ typedef struct {
     int32_t token;           /* out */
     float logprob;           /* out */
     /* launch only: 1 = the span's one token is the one the backend sampled for this sequence in the step launched just
-     * before this one, which need not have been collected yet (tokens is not read) */
+     * before this one, which is still outstanding (launched, not collected; tokens is not read) */
     int fed;
 } sl_seq_span;
 

@@ -547,14 +547,14 @@ static void drain_flights(sl_engine *e) {
 /* SLUICE_FAIL_STEP: 1 (and every request failed) when the step about to run is the one to fail. */
 static int injected_fault(sl_engine *e) {
     if (!e->fail_step || e->stats.steps + 1 != e->fail_step) return 0;
-    drain_flights(e);   /* as a failed backend call leaves it: no launched step outstanding */
     snprintf(e->err, sizeof e->err, "%s backend: step %llu failed (injected: SLUICE_FAIL_STEP)", e->be->ops->name,
              (unsigned long long)e->fail_step);
     fail_all(e, e->err);
     return 1;
 }
 
-/* Whether admission would take the first waiting request now (the rule of sl_engine_step's first part). */
+/* Whether admission (sl_engine_step's first part) takes the first waiting request now: the batch has room, and the
+ * state budget has room for its tokens so far plus one (the first request always goes in). */
 static int can_admit(const sl_engine *e) {
     if (e->n_wait == 0 || e->n_run >= e->o.max_batch) return 0;
     const request *r = e->wait[0];
@@ -683,10 +683,8 @@ int sl_engine_step(sl_engine *e) {
     }
 
     /* 1. admission */
-    while (e->n_wait > 0 && e->n_run < e->o.max_batch) {
+    while (can_admit(e)) {
         request *r = e->wait[0];
-        int len = r->n_prompt + r->n_gen;
-        if (e->pool.used + v4_pool_bytes_for(&e->pool, len + 1) > e->pool.budget && e->n_run > 0) break;
         if (GROW(e->run, e->cap_run, e->n_run + 1)) break;
         if (v4_seq_init(&e->pool, &r->st)) break;
         r->admitted = 1;

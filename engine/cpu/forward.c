@@ -28,11 +28,9 @@ typedef struct {
     cpu_attn_buf *ab;
     cpu_moe_buf *mb;
     sl_sampler smp;           /* spans that sample (sl_seq_span.sample) */
-    /* the last launched step's sequences and the tokens sampled for them: what its successor's fed spans read */
-    const v4_seq_state **fed_st;
-    int32_t *fed_tok;
-    int n_fed, cap_fed;
     int pending;              /* launched steps not collected yet (their spans already hold the results) */
+    const sl_seq_span *last;  /* the newest launched step's spans (the caller keeps them until collected) */
+    int n_last;
 } cpu_impl;
 
 static int ensure_rows(cpu_impl *c, int n, int n_spans, int nl) {
@@ -66,11 +64,13 @@ static int ensure_rows(cpu_impl *c, int n, int n_spans, int nl) {
     return 0;
 }
 
-/* A fed span's token: the one sampled for its sequence in the last launched step; -1 when there is none. */
+/* A fed span's token: the one sampled for its sequence in the newest launched step, still outstanding; -1 when
+ * there is none. */
 static int32_t fed_token(const cpu_impl *c, const v4_seq_state *st, int s) {
-    if (s < c->n_fed && c->fed_st[s] == st) return c->fed_tok[s];   /* the usual case: the same order */
-    for (int i = 0; i < c->n_fed; i++)
-        if (c->fed_st[i] == st) return c->fed_tok[i];
+    if (!c->pending) return -1;
+    if (s < c->n_last && c->last[s].st == st) return c->last[s].token;   /* the usual case: the same order */
+    for (int i = 0; i < c->n_last; i++)
+        if (c->last[i].st == st) return c->last[i].token;
     return -1;
 }
 
@@ -161,13 +161,12 @@ static int run_step(sl_backend *be, sl_seq_span *in, int n_spans, char *err, siz
 static int cpu_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err, size_t errlen) {
     for (int s = 0; s < n_spans; s++)
         if (in[s].fed) { snprintf(err, errlen, "cpu backend: a fed span outside launch"); return -1; }
-    ((cpu_impl *)be->impl)->n_fed = 0;   /* a fed span follows a launch directly */
     return run_step(be, in, n_spans, err, errlen);
 }
 
 /* The CPU runs a launched step at once; collect only hands it over. */
 static int launch_failed(cpu_impl *c) {   /* a failed launch or collect drops every launched step */
-    c->pending = c->n_fed = 0;
+    c->pending = 0;
     return -1;
 }
 
@@ -181,20 +180,9 @@ static int cpu_launch(sl_backend *be, sl_seq_span *in, int n_spans, char *err, s
             return launch_failed(c);
         }
     }
-    if (n_spans > c->cap_fed) {
-        const v4_seq_state **st = realloc(c->fed_st, (size_t)n_spans * sizeof *st);
-        if (st) c->fed_st = st;
-        int32_t *tok = st ? realloc(c->fed_tok, (size_t)n_spans * sizeof *tok) : NULL;
-        if (!tok) { snprintf(err, errlen, "cpu backend: out of memory"); return launch_failed(c); }
-        c->fed_tok = tok;
-        c->cap_fed = n_spans;
-    }
     if (run_step(be, in, n_spans, err, errlen)) return launch_failed(c);
-    for (int s = 0; s < n_spans; s++) {
-        c->fed_st[s] = in[s].st;
-        c->fed_tok[s] = in[s].token;
-    }
-    c->n_fed = n_spans;
+    c->last = in;
+    c->n_last = n_spans;
     c->pending++;
     return 0;
 }
@@ -217,7 +205,6 @@ static void cpu_destroy(sl_backend *be) {
         cpu_attn_buf_free(c->ab);
         cpu_moe_buf_free(c->mb);
         sl_sampler_free(&c->smp);
-        free(c->fed_st); free(c->fed_tok);
         free(c);
     }
     free(be);

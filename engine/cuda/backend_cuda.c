@@ -128,18 +128,15 @@ typedef struct cuda_impl {
     float *att_scratch;                     /* v4_attention's split partials */
     float *hc_scratch;                      /* v4_hc_pre's chunk sums */
     /* sampling (v4_sample) of a head launch's rows */
-    v4_sample_req *hsreq, *dsreq;
-    int32_t *hhist, *dhist, *htok, *dtok;
+    v4_sample_req *dsreq;                   /* (the pinned requests and results: the flights') */
+    int32_t *hhist, *dhist, *dtok;
     float *hlp, *dlp, *probs;
     uint32_t *marks;
     int row_piece[HEAD_ROWS], row_sample[HEAD_ROWS];
     sl_sampler smp;                         /* rows sampled on the host (histories too long for dhist) */
-    /* pipelined decode (cuda_launch): flight 0's buffers are the ones above, which a step run by forward uses */
+    /* pinned step buffers: a step run by forward uses flight 0's; launched steps (cuda_launch) alternate */
     cu_flight fl[2];
     int fl0, n_fl;                          /* launched steps not collected: n_fl, the oldest fl[fl0] */
-    int cur;                                /* the flight whose pinned layout the step being built fills */
-    const v4_seq_state *fed_st[GRAPH_MAX_BATCH];   /* the last launched step's sequences, whose samples dtok holds */
-    int n_fed;                              /* 0 once anything else samples */
     size_t att_scratch_floats;
     size_t lrows_at;                        /* ints from the layout's start to its logits rows */
     int use_graphs;
@@ -563,9 +560,6 @@ static int alloc_step(cuda_impl *c, char *err, size_t errlen)
         CK(cudaHostAlloc((void **)&F->hlp, HEAD_ROWS * sizeof(float), cudaHostAllocDefault), "sampling buffers");
         CK(cudaEventCreateWithFlags(&F->done, cudaEventDisableTiming), "step event");
     }
-    c->hsreq = c->fl[0].hsreq;
-    c->htok = c->fl[0].htok;
-    c->hlp = c->fl[0].hlp;
     CK(cudaHostAlloc((void **)&c->hhist, SAMPLE_HIST_INTS * sizeof(int32_t), cudaHostAllocDefault), "sampling buffers");
     CK(cudaMalloc((void **)&c->dsreq, HEAD_ROWS * sizeof(v4_sample_req)), "sampling buffers");
     CK(cudaMalloc((void **)&c->dhist, SAMPLE_HIST_INTS * sizeof(int32_t)), "sampling buffers");
@@ -586,15 +580,14 @@ typedef struct {
     int fed;           /* -1, or its one token is dtok[fed] (sampled by the step launched before) */
 } piece;
 
-/* Fill the pinned step layout for the pieces, padded with `pad` one-token rows of the scratch
+/* Fill the pinned step layout h (a flight's hmeta) for the pieces, padded with `pad` one-token rows of the scratch
  * sequence (graph buckets); every row wants logits when all_rows, else those past logits_from.
  * Returns the ints used, or -1 with err. The layout: ids, positions, spans (cap each), then per span
  * slot, pos0, row0, n, the block table (maxb a span) and the logits rows. */
-static long build_layout(cuda_impl *c, const piece *pc, int np, int pad, int maxb, int all_rows, v4_step *S,
+static long build_layout(cuda_impl *c, int32_t *h, const piece *pc, int np, int pad, int maxb, int all_rows, v4_step *S,
                          int *n_out, int *nl_out, const int32_t **d_lrows, char *err, size_t errlen)
 {
     const int V = c->w->cfg.vocab_size, ns = np + pad;
-    int32_t *h = c->fl[c->cur].hmeta;
     int32_t *tid = h, *tpos = h + c->cap, *tsp = h + 2 * c->cap;
     int32_t *sslot = h + 3 * c->cap, *spos0 = sslot + ns, *srow0 = spos0 + ns, *sn = srow0 + ns;
     int32_t *blk = sn + ns, *lrows = blk + (size_t)ns * maxb;
@@ -893,12 +886,38 @@ static int enqueue_head(cuda_impl *c, const int32_t *d_rows, int m, char *err, s
     return 0;
 }
 
+/* The device sampler's request for span sp's row `row` (its history at hhist[hist_off..] when it is penalised). */
+static v4_sample_req sample_req(int row, const sl_seq_span *sp, int hist_off)
+{
+    const sl_sampling *sm = sp->sample;
+    const int pen = sm->repetition_penalty != 1.0f;
+    return (v4_sample_req){row, sm->temperature, sm->top_p, sm->min_p, sm->repetition_penalty, sm->top_k, sp->rng,
+                           hist_off, pen ? sp->n_hist : 0};
+}
+
+/* n requests in F->hsreq (n_hist history tokens in hhist) to the device, sampled from the logits rows, their tokens
+ * and logprobs back into F's pinned buffers; all enqueued on st. */
+static cudaError_t enqueue_sampling(cuda_impl *c, const cu_flight *F, int n, int n_hist)
+{
+    cudaError_t e = cudaSuccess;
+    if (n_hist) e = cudaMemcpyAsync(c->dhist, c->hhist, (size_t)n_hist * sizeof(int32_t), cudaMemcpyHostToDevice, c->st);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(c->dsreq, F->hsreq, (size_t)n * sizeof(v4_sample_req), cudaMemcpyHostToDevice, c->st);
+    if (e == cudaSuccess)
+        e = v4_sample(c->logits, n, c->w->cfg.vocab_size, c->dsreq, c->dhist, c->probs, c->marks, c->dtok, c->dlp,
+                      c->st);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(F->htok, c->dtok, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(F->hlp, c->dlp, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->st);
+    return e;
+}
+
 /* Copy m logits rows (starting at logits row 0) back and hand row q to the row lrows[r0 + q]'s span. */
 static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0, int m, char *err, size_t errlen)
 {
     const int V = c->w->cfg.vocab_size;
-    const int32_t *srow0 = c->fl[0].hmeta + 3 * c->cap + 2 * ns;   /* ns spans in the layout, the first np real */
-    const int32_t *lrows = c->fl[0].hmeta + c->lrows_at;
+    cu_flight *F = &c->fl[0];
+    const int32_t *srow0 = F->hmeta + 3 * c->cap + 2 * ns;   /* ns spans in the layout, the first np real */
+    const int32_t *lrows = F->hmeta + c->lrows_at;
     int n_smp = 0, n_hist = 0, k = 0;
     for (int q = 0; q < m; q++) {   /* sampled rows go to the sampler; the others' logits come back */
         const int row = lrows[r0 + q];   /* rows in step order: the span index only grows */
@@ -909,8 +928,7 @@ static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0,
         const int pen = sm && sm->repetition_penalty != 1.0f;
         c->row_sample[q] = -1;   /* logits wanted, or a history too long for the device's copy: sampled on the host */
         if (sm && (!pen || (size_t)n_hist + (size_t)sp->n_hist <= SAMPLE_HIST_INTS)) {
-            c->hsreq[n_smp] = (v4_sample_req){q, sm->temperature, sm->top_p, sm->min_p, sm->repetition_penalty,
-                                              sm->top_k, sp->rng, n_hist, pen ? sp->n_hist : 0};
+            F->hsreq[n_smp] = sample_req(q, sp, n_hist);
             if (pen) {
                 memcpy(c->hhist + n_hist, sp->hist, (size_t)sp->n_hist * sizeof(int32_t));
                 n_hist += sp->n_hist;
@@ -931,25 +949,14 @@ static int scatter_logits(cuda_impl *c, const piece *pc, int np, int ns, int r0,
         slot += e - q;
         q = e;
     }
-    if (n_smp) {
-        if (n_hist)
-            CK(cudaMemcpyAsync(c->dhist, c->hhist, (size_t)n_hist * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
-               "sampling upload");
-        CK(cudaMemcpyAsync(c->dsreq, c->hsreq, (size_t)n_smp * sizeof(v4_sample_req), cudaMemcpyHostToDevice, c->st),
-           "sampling upload");
-        CK(v4_sample(c->logits, n_smp, V, c->dsreq, c->dhist, c->probs, c->marks, c->dtok, c->dlp, c->st), "sampling");
-        CK(cudaMemcpyAsync(c->htok, c->dtok, (size_t)n_smp * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st),
-           "sampled tokens copy");
-        CK(cudaMemcpyAsync(c->hlp, c->dlp, (size_t)n_smp * sizeof(float), cudaMemcpyDeviceToHost, c->st),
-           "sampled tokens copy");
-    }
+    if (n_smp) CK(enqueue_sampling(c, F, n_smp, n_hist), "sampling");
     CK(cudaStreamSynchronize(c->st), "step");
     for (int q = 0, slot = 0; q < m; q++) {
         const int k = c->row_piece[q];
         sl_seq_span *sp = pc[k].sp;
         if (c->row_sample[q] >= 0) {
-            sp->token = c->htok[c->row_sample[q]];
-            sp->logprob = c->hlp[c->row_sample[q]];
+            sp->token = F->htok[c->row_sample[q]];
+            sp->logprob = F->hlp[c->row_sample[q]];
             continue;
         }
         const float *row = c->hlogits + (size_t)slot++ * V;
@@ -1045,13 +1052,13 @@ static int sync_ranks(cuda_impl *c, char *err, size_t errlen)
     return rc;
 }
 
-/* The step layout (built in rank 0's pinned copy, `used` ints) to every rank's device copy. */
-static int upload_layout(cuda_impl *c, long used, char *err, size_t errlen)
+/* The step layout (built in rank 0's pinned copy h, `used` ints) to every rank's device copy. */
+static int upload_layout(cuda_impl *c, const int32_t *h, long used, char *err, size_t errlen)
 {
     for (int r = c->n_ranks - 1; r >= 0; r--) {
         const cuda_impl *k = c->rk[r];
         on(k);
-        CK(cudaMemcpyAsync(k->dmeta, c->fl[c->cur].hmeta, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, k->st),
+        CK(cudaMemcpyAsync(k->dmeta, h, (size_t)used * sizeof(int32_t), cudaMemcpyHostToDevice, k->st),
            "step layout upload");
     }
     return 0;
@@ -1172,19 +1179,20 @@ static int run_profiled(cuda_impl *c, piece *pc, int np, const v4_step *S, int c
  * context bucket needs, and the key / candidate bounds come from the bucket, so a replay's launch
  * shapes are the capture's; only the step layout (uploaded before the replay) changes. Every row's
  * logits are computed; the real rows' are copied back.
- * graph_layout builds and uploads the layout of such a step (*B, *cb: its buckets); graph_enqueue then replays the
+ * graph_layout builds and uploads the layout of such a step through the pinned buffer h (*B, *cb: its buckets);
+ * graph_enqueue then replays the
  * buckets' graph, capturing it first on first use. */
-static int graph_layout(cuda_impl *c, const piece *pc, int np, int max_t, int *B, int *cb, v4_step *S,
+static int graph_layout(cuda_impl *c, int32_t *h, const piece *pc, int np, int max_t, int *B, int *cb, v4_step *S,
                         const int32_t **d_lrows, char *err, size_t errlen)
 {
     const int bt = c->pool->block_tokens;
     *B = pow2_at_least(np);
     *cb = pow2_at_least(max_t + 1 > 128 ? max_t + 1 : 128);
     int n, nl;
-    const long used = build_layout(c, pc, np, *B - np, *cb / bt + 1, 1, S, &n, &nl, d_lrows, err, errlen);
+    const long used = build_layout(c, h, pc, np, *B - np, *cb / bt + 1, 1, S, &n, &nl, d_lrows, err, errlen);
     if (used < 0) return -1;
     c->lrows_at = (size_t)(*d_lrows - c->dmeta);
-    if (upload_layout(c, used, err, errlen)) return -1;
+    if (upload_layout(c, h, used, err, errlen)) return -1;
     on(c);
     c->last_S = *S;   /* a replay enqueues no layer: the layout it runs is this one */
     c->last_max_t = *cb - 1;
@@ -1219,7 +1227,7 @@ static int run_graph(cuda_impl *c, piece *pc, int np, int max_t, char *err, size
     int B, cb;
     v4_step S;
     const int32_t *d_lrows;
-    if (graph_layout(c, pc, np, max_t, &B, &cb, &S, &d_lrows, err, errlen)) return -1;
+    if (graph_layout(c, c->fl[0].hmeta, pc, np, max_t, &B, &cb, &S, &d_lrows, err, errlen)) return -1;
     if (c->prof_ms) return run_profiled(c, pc, np, &S, cb, d_lrows, B, err, errlen);
     if (graph_enqueue(c, &S, B, cb, d_lrows, err, errlen)) return -1;
     if (scatter_logits(c, pc, np, B, 0, np, err, errlen) || sync_ranks(c, err, errlen)) return -1;
@@ -1254,10 +1262,10 @@ static int run_pieces(cuda_impl *c, piece *pc, int np, char *err, size_t errlen)
     v4_step S;
     int n, nl;
     const int32_t *d_lrows;
-    const long used = build_layout(c, pc, np, 0, maxb, 0, &S, &n, &nl, &d_lrows, err, errlen);
+    const long used = build_layout(c, c->fl[0].hmeta, pc, np, 0, maxb, 0, &S, &n, &nl, &d_lrows, err, errlen);
     if (used < 0) return -1;
     c->lrows_at = (size_t)(d_lrows - c->dmeta);
-    if (upload_layout(c, used, err, errlen) || enqueue_layers(c, &S, max_t, err, errlen)) return -1;
+    if (upload_layout(c, c->fl[0].hmeta, used, err, errlen) || enqueue_layers(c, &S, max_t, err, errlen)) return -1;
     on(c);
     for (int r0 = 0; r0 < nl; r0 += HEAD_ROWS) {
         const int m = nl - r0 < HEAD_ROWS ? nl - r0 : HEAD_ROWS;
@@ -1282,8 +1290,6 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
     }
     on(c);   /* the thread that steps need not be the one that opened the backend */
     c->sublayers = be->sublayers;
-    c->cur = 0;
-    c->n_fed = 0;   /* this step's sampling overwrites dtok */
     piece *pc = malloc((size_t)(n_spans > 0 ? n_spans : 1) * sizeof *pc);
     if (!pc) { snprintf(err, errlen, "cuda backend: out of memory"); return -1; }
     for (int s = 0; s < n_spans; s++)
@@ -1314,22 +1320,23 @@ static int cuda_forward(sl_backend *be, sl_seq_span *in, int n_spans, char *err,
 /* Pipelined decode (backend.h's launch and collect): a decode step's graph, then its sampling and the copies of its
  * tokens back into its flight's pinned buffers, and an event after them; collect waits for that event only, so the
  * step launched after it keeps the GPU busy meanwhile. A fed span's token is the one dtok holds for its sequence: the
- * embedding reads it there (build_layout's negative ids), since the step before sampled into dtok and nothing else
- * has since. One GPU only: the ranks' all-reduces assume one step at a time. */
+ * embedding reads it there (build_layout's negative ids), since the newest launched step sampled into dtok and
+ * nothing samples while it is outstanding. One GPU only: the ranks' all-reduces assume one step at a time. */
 static void drop_flights(cuda_impl *c)
 {
     if (c->n_fl) cudaStreamSynchronize(c->st);   /* their copies from the flights' pinned buffers done */
     c->n_fl = 0;
-    c->n_fed = 0;
-    c->cur = 0;
 }
 
-/* The row of st in the last launched step (dtok's index of its sample), or -1. */
+/* The row of st in the newest launched step, still outstanding (dtok's index of its sample: nothing else samples
+ * while a launched step is), or -1. */
 static int fed_row(const cuda_impl *c, const v4_seq_state *st, int guess)
 {
-    if (guess < c->n_fed && c->fed_st[guess] == st) return guess;
-    for (int i = 0; i < c->n_fed; i++)
-        if (c->fed_st[i] == st) return i;
+    if (!c->n_fl) return -1;
+    const cu_flight *F = &c->fl[(c->fl0 + c->n_fl - 1) % 2];
+    if (guess < F->n && F->spans[guess].st == st) return guess;
+    for (int i = 0; i < F->n; i++)
+        if (F->spans[i].st == st) return i;
     return -1;
 }
 
@@ -1370,24 +1377,11 @@ static int cuda_launch(sl_backend *be, sl_seq_span *in, int n, char *err, size_t
     int B, cb;
     v4_step S;
     const int32_t *d_lrows;
-    c->cur = f;
-    int rc = graph_layout(c, pc, n, max_t, &B, &cb, &S, &d_lrows, err, errlen) ||
+    int rc = graph_layout(c, F->hmeta, pc, n, max_t, &B, &cb, &S, &d_lrows, err, errlen) ||
              graph_enqueue(c, &S, B, cb, d_lrows, err, errlen);
-    c->cur = 0;
     if (!rc) {
-        for (int s = 0; s < n; s++) {
-            const sl_sampling *sm = in[s].sample;
-            F->hsreq[s] = (v4_sample_req){s, sm->temperature, sm->top_p, sm->min_p, 1.0f, sm->top_k, in[s].rng, 0, 0};
-        }
-        const int V = c->w->cfg.vocab_size;
-        cudaError_t e = cudaMemcpyAsync(c->dsreq, F->hsreq, (size_t)n * sizeof(v4_sample_req), cudaMemcpyHostToDevice,
-                                        c->st);
-        if (e == cudaSuccess)
-            e = v4_sample(c->logits, n, V, c->dsreq, c->dhist, c->probs, c->marks, c->dtok, c->dlp, c->st);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(F->htok, c->dtok, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(F->hlp, c->dlp, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->st);
+        for (int s = 0; s < n; s++) F->hsreq[s] = sample_req(s, &in[s], 0);   /* no penalty: no history */
+        cudaError_t e = enqueue_sampling(c, F, n, 0);
         if (e == cudaSuccess) e = cudaEventRecord(F->done, c->st);
         if (e != cudaSuccess) {
             snprintf(err, errlen, "cuda backend: the launched step's sampling failed: %s", cudaGetErrorString(e));
@@ -1398,11 +1392,7 @@ static int cuda_launch(sl_backend *be, sl_seq_span *in, int n, char *err, size_t
         drop_flights(c);
         return -1;
     }
-    for (int s = 0; s < n; s++) {
-        c->fed_st[s] = in[s].st;
-        in[s].st->pos++;
-    }
-    c->n_fed = n;
+    for (int s = 0; s < n; s++) in[s].st->pos++;
     F->spans = in;
     F->n = n;
     c->n_fl++;
